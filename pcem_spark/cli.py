@@ -1,0 +1,259 @@
+"""The ``pcem`` command: ingest-20ng, train, predict, evaluate, experiment.
+
+Every command reads its settings from a TOML file (``--config``, default
+``conf/pcem.toml`` when present) with ``--set section.key=value`` overrides.
+Exit codes: 0 success, 2 bad input or settings (the message says what and
+where), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from typing import List, Optional
+
+log = logging.getLogger("pcem")
+
+DEFAULT_CONFIG = "conf/pcem.toml"
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=None,
+                   help=f"TOML settings file (default: {DEFAULT_CONFIG} if it exists)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one setting, e.g. --set model.max_iter=20 (repeatable)")
+    p.add_argument("--log-level", default="INFO")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pcem", description="Path cost-sensitive NB/EM on Spark")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("ingest-20ng", help="20news-bydate archive -> documents table (JSON Lines or Parquet)")
+    p.add_argument("--archive", default="../shared/data/20news-bydate.tar.gz")
+    p.add_argument("--output", required=True, help="*.jsonl[.gz] (no Spark needed) or a Parquet directory")
+    p.add_argument("--headers", default="subject", choices=["keep", "strip", "subject"],
+                   help="mail headers: keep, strip, or keep only the Subject text (default)")
+    _common(p)
+
+    p = sub.add_parser("train", help="fit PCNB / PCEM / flat NB / flat EM and save the model")
+    p.add_argument("--docs", required=True, help="documents table (Parquet or JSON Lines)")
+    p.add_argument("--model", required=True, help="output model directory")
+    p.add_argument("--taxonomy", help="taxonomy file (TSV parent<TAB>child or JSON); inferred from labels if omitted")
+    p.add_argument("--method", help="pcnb | pcem | flat-nb | flat-em (overrides model.method)")
+    p.add_argument("--split", help="train only on documents with this split value")
+    p.add_argument("--label-rate", type=float,
+                   help="keep the labels of this stratified fraction per leaf (>= 1 per leaf), hide the rest")
+    p.add_argument("--seed", type=int, default=0, help="seed of --label-rate")
+    p.add_argument("--rejects", help="where to write rejected rows (default: MODEL_rejects)")
+    p.add_argument("--overwrite", action="store_true")
+    _common(p)
+
+    p = sub.add_parser("predict", help="write predictions (Parquet) with a saved model")
+    p.add_argument("--model", required=True)
+    p.add_argument("--docs", required=True)
+    p.add_argument("--output", required=True, help="Parquet output directory")
+    p.add_argument("--split", help="predict only documents with this split value")
+    p.add_argument("--rejects", help="where to write rejected rows (default: OUTPUT_rejects)")
+    p.add_argument("--overwrite", action="store_true")
+    _common(p)
+
+    p = sub.add_parser("evaluate", help="hierarchical micro/macro F1 and per-level accuracy")
+    p.add_argument("--predictions", required=True)
+    p.add_argument("--model", help="model directory (for its taxonomy)")
+    p.add_argument("--taxonomy", help="taxonomy file, instead of --model")
+    p.add_argument("--output", help="write the metrics as JSON here")
+    _common(p)
+
+    p = sub.add_parser("experiment", help="the paper's protocol: methods x label rates x seeds")
+    p.add_argument("--docs", required=True)
+    p.add_argument("--output-dir", required=True)
+    p.add_argument("--taxonomy")
+    p.add_argument("--methods", help="comma-separated (default from [experiment])")
+    p.add_argument("--rates", help="comma-separated label rates, e.g. 0.01,0.05")
+    p.add_argument("--seeds", help="comma-separated seeds or a count, e.g. 5")
+    _common(p)
+    return parser
+
+
+def _settings(args):
+    from .config import load_settings
+    path = args.config
+    if path is None and os.path.exists(DEFAULT_CONFIG):
+        path = DEFAULT_CONFIG
+    return load_settings(path, args.overrides)
+
+
+def _taxonomy(args, docs=None):
+    from .taxonomy import Taxonomy, load_taxonomy
+    if getattr(args, "taxonomy", None):
+        return load_taxonomy(args.taxonomy)
+    from pyspark.sql import functions as F
+    # Distinct label paths only: at most a few thousand rows, never documents.
+    paths = [r["labels"] for r in docs.where(F.col("labels").isNotNull()).select("labels").distinct().collect()]
+    tax = Taxonomy.from_label_paths(paths)
+    log.info("taxonomy inferred from %d distinct label paths: %r", len(paths), tax)
+    return tax
+
+
+def _read_valid(spark, path: str, rejects_path: str, split: Optional[str], overwrite: bool):
+    """Read documents, write the rejects table, log counts; return the valid rows (cached)."""
+    from pyspark.sql import functions as F
+    from .documents import log_counts, read_documents, split_rejects
+    raw = read_documents(spark, path).cache()
+    if split is not None:
+        raw = raw.where(F.col("split") == split)
+    good, rejects = split_rejects(raw)
+    good = good.cache()
+    n_in, n_good = raw.count(), good.count()
+    rejects.write.mode("overwrite" if overwrite else "errorifexists").parquet(rejects_path)
+    log_counts(f"{path}" + (f" (split={split})" if split else ""), n_in, n_good, rejects)
+    if n_in != n_good:
+        log.warning("%d rejected rows written to %s", n_in - n_good, rejects_path)
+    if n_good == 0:
+        raise ValueError(f"{path}: no valid documents" + (f" with split={split!r}" if split else ""))
+    return good
+
+
+def cmd_ingest(args, settings) -> int:
+    from .ingest import iter_20ng, write_jsonl
+    t0 = time.perf_counter()
+    out = args.output
+    if out.rstrip("/").endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz")):
+        n, per_split = write_jsonl(iter_20ng(args.archive, args.headers), out)
+    else:
+        import tempfile
+        from .session import build_session
+        tmp = tempfile.mkdtemp(prefix="pcem-ingest-")
+        jl = os.path.join(tmp, "docs.jsonl.gz")
+        n, per_split = write_jsonl(iter_20ng(args.archive, args.headers), jl)
+        spark = build_session(settings.spark)
+        from .documents import DOCUMENT_SCHEMA
+        spark.read.schema(DOCUMENT_SCHEMA).json(jl).write.mode("overwrite").parquet(out)
+    log.info("ingest-20ng: %d documents (%s) -> %s in %.1fs", n,
+             ", ".join(f"{k}: {v}" for k, v in sorted(per_split.items())), out, time.perf_counter() - t0)
+    return 0
+
+
+def cmd_train(args, settings) -> int:
+    from pyspark.sql import functions as F
+    from .experiment import assign_roles
+    from .model import train
+    from .session import build_session
+    if args.method:
+        settings.model.method = args.method
+        settings.model.validate()
+    spark = build_session(settings.spark)
+    t0 = time.perf_counter()
+    docs = _read_valid(spark, args.docs, args.rejects or args.model.rstrip("/") + "_rejects",
+                       args.split, args.overwrite)
+    taxonomy = _taxonomy(args, docs)
+    if args.label_rate is not None:
+        roled = assign_roles(docs, args.seed, 0.0, args.label_rate)
+        docs = roled.select("id", "text", F.when(F.col("role") == "labeled", F.col("labels")).alias("labels"))
+        log.info("train: --label-rate %g (seed %d) keeps the labels of a stratified sample", args.label_rate,
+                 args.seed)
+    model, result = train(docs, taxonomy, settings.features, settings.model)
+    model.save(args.model, overwrite=args.overwrite)
+    its = result.iter_seconds
+    log.info("train: %s on %d labelled + %d unlabelled documents, %d EM iterations (%s), "
+             "median iteration %.2fs, total %.1fs -> %s", settings.model.method, result.n_labeled,
+             result.n_unlabeled, result.n_iter, "converged" if result.converged else "not converged",
+             float(sorted(its)[len(its) // 2]) if its else 0.0, time.perf_counter() - t0, args.model)
+    return 0
+
+
+def cmd_predict(args, settings) -> int:
+    from .model import PathModel
+    from .session import build_session
+    spark = build_session(settings.spark)
+    t0 = time.perf_counter()
+    model = PathModel.load(args.model)
+    docs = _read_valid(spark, args.docs, args.rejects or args.output.rstrip("/") + "_rejects",
+                       args.split, args.overwrite)
+    pred = model.transform(docs)
+    pred.write.mode("overwrite" if args.overwrite else "errorifexists").parquet(args.output)
+    n_out = spark.read.parquet(args.output).count()
+    n_in = docs.count()
+    if n_out != n_in:  # the contract: exactly one row per valid input document
+        raise RuntimeError(f"predict wrote {n_out} rows for {n_in} valid documents")
+    log.info("predict: %d predictions -> %s in %.1fs", n_out, args.output, time.perf_counter() - t0)
+    return 0
+
+
+def cmd_evaluate(args, settings) -> int:
+    from .evaluate import evaluate_predictions, format_metrics
+    from .model import PathModel
+    from .session import build_session
+    from .taxonomy import load_taxonomy
+    spark = build_session(settings.spark)
+    if args.taxonomy:
+        taxonomy = load_taxonomy(args.taxonomy)
+    elif args.model:
+        taxonomy = PathModel.load(args.model).taxonomy
+    else:
+        raise ValueError("evaluate needs --model or --taxonomy (the set of nodes to score)")
+    pred = spark.read.parquet(args.predictions)
+    for col in ("path", "labels"):
+        if col not in pred.columns:
+            raise ValueError(f"{args.predictions}: column {col!r} is missing (found {pred.columns})")
+    metrics = evaluate_predictions(pred, taxonomy)
+    print(format_metrics(metrics))
+    if args.output:
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        with open(args.output, "w") as fh:
+            json.dump(metrics, fh, indent=2)
+        log.info("evaluate: metrics -> %s", args.output)
+    return 0
+
+
+def cmd_experiment(args, settings) -> int:
+    from .documents import log_counts, read_documents, split_rejects
+    from .experiment import run_experiment
+    from .session import build_session
+    exp = settings.experiment
+    methods = args.methods.split(",") if args.methods else exp.methods
+    rates = [float(r) for r in args.rates.split(",")] if args.rates else exp.rates
+    if args.seeds:
+        # "5" means five seeds 0..4; "3,7" means exactly those seeds.
+        seeds = ([int(s) for s in args.seeds.split(",")] if "," in args.seeds
+                 else list(range(int(args.seeds))))
+    else:
+        seeds = exp.seeds
+    spark = build_session(settings.spark)
+    os.makedirs(args.output_dir, exist_ok=True)
+    docs = _read_valid(spark, args.docs, os.path.join(args.output_dir, "rejects"), None, True)
+    taxonomy = _taxonomy(args, docs)
+    rows = run_experiment(docs, taxonomy, settings.features, settings.model, methods, rates, seeds,
+                          exp.test_fraction, args.output_dir)
+    from .experiment import markdown_table
+    print(markdown_table(rows))
+    return 0
+
+
+COMMANDS = {"ingest-20ng": cmd_ingest, "train": cmd_train, "predict": cmd_predict,
+            "evaluate": cmd_evaluate, "experiment": cmd_experiment}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .session import setup_logging
+    setup_logging(args.log_level)
+    from .config import ConfigError
+    from .documents import DocumentsError
+    from .taxonomy import TaxonomyError
+    try:
+        settings = _settings(args)
+        return COMMANDS[args.command](args, settings)
+    except (ConfigError, DocumentsError, TaxonomyError, ValueError, FileNotFoundError) as exc:
+        log.error("%s", exc)
+        print(f"pcem {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

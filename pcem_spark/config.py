@@ -1,0 +1,101 @@
+"""Settings from TOML files in ``conf/`` (with ``--set section.key=value`` overrides)."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import tomllib
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, List, Optional
+
+from .features import FeatureSettings
+from .model import ModelSettings
+
+
+class ConfigError(ValueError):
+    """A settings file or override is not valid."""
+
+
+@dataclass
+class SparkSettings:
+    master: Optional[str] = None          # None: whatever spark-submit / the environment says
+    app_name: str = "pcem-spark"
+    conf: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ExperimentSettings:
+    methods: List[str] = field(default_factory=lambda: ["pcnb", "pcem", "flat-nb", "flat-em"])
+    rates: List[float] = field(default_factory=lambda: [0.01])
+    seeds: List[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    test_fraction: float = 0.2
+
+
+@dataclass
+class Settings:
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    features: FeatureSettings = field(default_factory=FeatureSettings)
+    model: ModelSettings = field(default_factory=ModelSettings)
+    experiment: ExperimentSettings = field(default_factory=ExperimentSettings)
+
+
+_SECTIONS = {"spark": SparkSettings, "features": FeatureSettings, "model": ModelSettings,
+             "experiment": ExperimentSettings}
+
+
+def _build(cls, values: Dict[str, Any], where: str):
+    known = {f.name: f for f in fields(cls)}
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"{where}: unknown setting {key!r}; known: {sorted(known)}")
+    obj = cls()
+    for key, value in values.items():
+        default = getattr(obj, key)
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise ConfigError(f"{where}.{key}: expected true/false, got {value!r}")
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if default is not None and not isinstance(value, type(default)):
+            raise ConfigError(f"{where}.{key}: expected {type(default).__name__}, got {value!r}")
+        setattr(obj, key, value)
+    return obj
+
+
+def load_settings(path: Optional[str] = None, overrides: Optional[List[str]] = None) -> Settings:
+    """Read a TOML settings file (sections spark, features, model, experiment).
+
+    ``overrides`` are ``section.key=value`` strings; the value is parsed as a
+    Python literal when possible (``0.01``, ``[1, 2]``), else taken as a string.
+    """
+    raw: Dict[str, Dict[str, Any]] = {}
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                raw = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"settings file {path!r} not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML ({exc})") from None
+    raw = copy.deepcopy(raw)
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot:
+            raise ConfigError(f"override {item!r}: expected section.key=value")
+        try:
+            parsed = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            parsed = value
+        if section == "spark" and name.startswith("conf."):
+            raw.setdefault("spark", {}).setdefault("conf", {})[name[5:]] = str(value)
+        else:
+            raw.setdefault(section, {})[name] = parsed
+    where = path or "settings"
+    for section in raw:
+        if section not in _SECTIONS:
+            raise ConfigError(f"{where}: unknown section [{section}]; known: {sorted(_SECTIONS)}")
+    settings = Settings(**{name: _build(cls, raw.get(name, {}), f"{where} [{name}]")
+                           for name, cls in _SECTIONS.items()})
+    settings.features.validate()
+    settings.model.validate()
+    return settings

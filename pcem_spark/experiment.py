@@ -1,0 +1,159 @@
+"""The paper's evaluation protocol (DESIGN.md).
+
+Per seed: pool all documents, stratified 80/20 train/test split per leaf;
+a fraction ``r`` of each leaf's training documents keeps its labels (at least
+one per leaf), the rest of train is unlabelled; every method trains on the
+same featurisation (vocabulary fitted on the training texts only) and is
+scored on the test documents. Results: one CSV row per (method, rate, seed)
+and a Markdown table of mean +- std per method and rate.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import time
+from dataclasses import replace
+from typing import Dict, List, Optional
+
+import numpy as np
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from . import engine
+from .evaluate import evaluate_predictions
+from .features import FeatureSettings, featurize, fit_vocabulary
+from .model import METHODS, ModelSettings, check_label_paths, fit_blocks
+from .taxonomy import Taxonomy
+
+log = logging.getLogger(__name__)
+
+CSV_FIELDS = ["method", "setting", "rate", "seed", "micro_f1", "macro_f1", "level1_acc", "level2_acc",
+              "n_labeled", "n_unlabeled", "n_test", "n_iter", "train_seconds", "predict_seconds"]
+
+
+def assign_roles(df: DataFrame, seed: int, test_fraction: float, label_rate: float,
+                 labels_col: str = "labels") -> DataFrame:
+    """Add a ``role`` column: ``test``, ``labeled`` or ``unlabeled``.
+
+    Stratified per leaf (last label) with a seeded hash order, so the split is
+    reproducible and computed in Spark. Per leaf with n documents:
+    ``round(test_fraction * n)`` go to test, and of the remaining n_train
+    ``max(1, round(label_rate * n_train))`` are labelled. Documents without
+    labels are ``unlabeled``.
+    """
+    if not 0 <= test_fraction < 1:
+        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
+    if not 0 < label_rate <= 1:
+        raise ValueError(f"label rate must be in (0, 1], got {label_rate}")
+    leaf = F.element_at(F.col(labels_col), -1)
+    w = Window.partitionBy(leaf).orderBy(F.xxhash64(F.col("id"), F.lit(seed)), F.col("id"))
+    n = F.count(F.lit(1)).over(Window.partitionBy(leaf))
+    rank = F.row_number().over(w)
+    n_test = F.round(F.lit(test_fraction) * n)
+    n_lab = F.greatest(F.lit(1.0), F.round(F.lit(label_rate) * (n - n_test)))
+    role = (F.when(F.col(labels_col).isNull(), F.lit("unlabeled"))
+            .when(rank <= n_test, F.lit("test"))
+            .when(rank - n_test <= n_lab, F.lit("labeled"))
+            .otherwise(F.lit("unlabeled")))
+    return df.withColumn("role", role)
+
+
+def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings,
+                   model_settings: ModelSettings, methods: List[str], rates: List[float],
+                   seeds: List[int], test_fraction: float, out_dir: str,
+                   setting: str = "labeled") -> List[Dict[str, object]]:
+    """Run methods x rates x seeds; write ``results.csv`` and ``results.md`` in ``out_dir``."""
+    for m in methods:
+        if m not in METHODS:
+            raise ValueError(f"unknown method {m!r}; known: {METHODS}")
+    n_unlabelled_docs = docs.where(F.col("labels").isNull()).count()
+    if n_unlabelled_docs:
+        log.warning("experiment: %d documents without labels are not part of the protocol "
+                    "(it needs true labels to split and score)", n_unlabelled_docs)
+    check_label_paths(docs, taxonomy)
+    os.makedirs(out_dir, exist_ok=True)
+    rows: List[Dict[str, object]] = []
+    total = len(rates) * len(seeds) * len(methods)
+    t_start = time.perf_counter()
+    for rate in rates:
+        for seed in seeds:
+            roled = assign_roles(docs.where(F.col("labels").isNotNull()), seed, test_fraction, rate).cache()
+            train = roled.where(F.col("role") != "test")
+            test = roled.where(F.col("role") == "test").select("id", "text", "labels").cache()
+            vocabulary = fit_vocabulary(train, feature_settings)
+            masked = train.select("id", "text", F.when(F.col("role") == "labeled", F.col("labels"))
+                                  .alias("labels"))
+            feats = featurize(masked, vocabulary, feature_settings)
+            blocks = engine.cache_blocks(engine.blocks_from_labels(
+                feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary),
+                model_settings.block_size))
+            n_test = test.count()
+            for method in methods:
+                ms = replace(model_settings, method=method)
+                t0 = time.perf_counter()
+                model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, ms)
+                t1 = time.perf_counter()
+                pred = model.transform(test).cache()
+                metrics = evaluate_predictions(pred, taxonomy)
+                t2 = time.perf_counter()
+                pred.unpersist()
+                acc = metrics["level_accuracy"]
+                row = {"method": method, "setting": setting, "rate": rate, "seed": seed,
+                       "micro_f1": metrics["micro_f1"], "macro_f1": metrics["macro_f1"],
+                       "level1_acc": acc.get("1"), "level2_acc": acc.get("2"),
+                       "n_labeled": result.n_labeled, "n_unlabeled": result.n_unlabeled, "n_test": n_test,
+                       "n_iter": result.n_iter, "train_seconds": round(t1 - t0, 3),
+                       "predict_seconds": round(t2 - t1, 3)}
+                rows.append(row)
+                done = len(rows)
+                elapsed = time.perf_counter() - t_start
+                log.info("run %d/%d %s rate=%g seed=%d: micro-F1 %.2f macro-F1 %.2f (%d EM iterations); "
+                         "elapsed %.0fs, ETA %.0fs", done, total, method, rate, seed,
+                         100 * row["micro_f1"], 100 * row["macro_f1"], result.n_iter, elapsed,
+                         elapsed / done * (total - done))
+                write_csv(rows, os.path.join(out_dir, "results.csv"))
+            blocks.unpersist()
+            test.unpersist()
+            roled.unpersist()
+    with open(os.path.join(out_dir, "results.md"), "w") as fh:
+        fh.write(markdown_table(rows))
+    return rows
+
+
+def write_csv(rows: List[Dict[str, object]], path: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow(r)
+    os.replace(tmp, path)
+
+
+def summarize(rows: List[Dict[str, object]]) -> List[Dict[str, object]]:
+    """Mean and std (over seeds) of micro/macro F1 per (setting, rate, method)."""
+    groups: Dict[tuple, List[Dict[str, object]]] = {}
+    for r in rows:
+        groups.setdefault((r["setting"], r["rate"], r["method"]), []).append(r)
+    out = []
+    for (setting, rate, method), rs in groups.items():
+        mic = np.array([float(r["micro_f1"]) for r in rs]) * 100
+        mac = np.array([float(r["macro_f1"]) for r in rs]) * 100
+        secs = np.array([float(r["train_seconds"]) for r in rs])
+        out.append({"setting": setting, "rate": rate, "method": method, "n_seeds": len(rs),
+                    "micro_mean": mic.mean(), "micro_std": mic.std(ddof=1) if len(rs) > 1 else 0.0,
+                    "macro_mean": mac.mean(), "macro_std": mac.std(ddof=1) if len(rs) > 1 else 0.0,
+                    "train_seconds": secs.mean()})
+    return out
+
+
+def markdown_table(rows: List[Dict[str, object]]) -> str:
+    lines = ["| setting | rate | method | seeds | micro-F1 (%) | macro-F1 (%) | train s |",
+             "|---|---|---|---|---|---|---|"]
+    for s in summarize(rows):
+        lines.append(f"| {s['setting']} | {100 * float(s['rate']):g}% | {s['method']} | {s['n_seeds']} | "
+                     f"{s['micro_mean']:.2f} ± {s['micro_std']:.2f} | {s['macro_mean']:.2f} ± {s['macro_std']:.2f} | "
+                     f"{s['train_seconds']:.1f} |")
+    return "\n".join(lines) + "\n"

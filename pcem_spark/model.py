@@ -1,0 +1,260 @@
+"""Training, the fitted model, its persistence and prediction.
+
+Methods (all on the same engine, differing only in how labels become path
+scores):
+
+=========  ===================================================================
+``pcnb``   path cost-sensitive naive Bayes: path scores by Eq. 2, Eqs. 3-5
+``pcem``   PCNB initialisation + EM over the unlabelled documents (Alg. 1)
+``flat-nb`` multinomial NB with one component per leaf, one-hot leaf counts
+``flat-em`` its EM version (Nigam et al. 2000)
+=========  ===================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from . import engine, pathnb
+from .features import FeatureSettings, featurize, fit_vocabulary
+from .taxonomy import Taxonomy, TaxonomyError
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+METHODS = ("pcnb", "pcem", "flat-nb", "flat-em")
+
+PREDICTION_SCHEMA = T.StructType([
+    T.StructField("id", T.StringType(), False),
+    T.StructField("path", T.ArrayType(T.StringType(), False), False),
+    T.StructField("leaf", T.StringType(), False),
+    T.StructField("probability", T.DoubleType(), False),
+    T.StructField("labels", T.ArrayType(T.StringType(), True), True),
+])
+
+
+@dataclass
+class ModelSettings:
+    method: str = "pcem"
+    smoothing: float = 1.0     # Laplace pseudo-count (the paper: 1)
+    max_iter: int = 50
+    tol: float = 1e-5          # relative change of the log-likelihood
+    block_size: int = 4096     # documents per CSR block
+
+    def validate(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"model.method must be one of {METHODS}, got {self.method!r}")
+        if self.smoothing <= 0:
+            raise ValueError(f"model.smoothing must be > 0, got {self.smoothing}")
+        if self.max_iter < 0:
+            raise ValueError(f"model.max_iter must be >= 0, got {self.max_iter}")
+        if self.tol < 0:
+            raise ValueError(f"model.tol must be >= 0, got {self.tol}")
+        if self.block_size < 1:
+            raise ValueError(f"model.block_size must be >= 1, got {self.block_size}")
+
+    @property
+    def uses_em(self) -> bool:
+        return self.method in ("pcem", "flat-em")
+
+    @property
+    def path_cost_sensitive(self) -> bool:
+        return self.method in ("pcnb", "pcem")
+
+
+def score_matrix(taxonomy: Taxonomy, method: str) -> np.ndarray:
+    """(M, K) node -> path score matrix: Eq. 2 for PC methods, leaf indicator for flat ones."""
+    if method in ("pcnb", "pcem"):
+        return taxonomy.path_node_matrix()
+    return taxonomy.leaf_node_matrix()
+
+
+def check_label_paths(df: DataFrame, taxonomy: Taxonomy, labels_col: str = "labels",
+                      max_errors: int = 5) -> None:
+    """Raise a :class:`TaxonomyError` naming documents whose labels are not a path of the tree.
+
+    Only the distinct label paths (with one example id and a count) reach the
+    driver, never the documents.
+    """
+    distinct = (df.where(F.col(labels_col).isNotNull())
+                .groupBy(labels_col).agg(F.min("id").alias("example_id"), F.count(F.lit(1)).alias("n"))
+                .limit(100000).collect())
+    errors = []
+    for row in distinct:
+        try:
+            taxonomy.path_of_labels(row[labels_col], doc=row["example_id"])
+        except TaxonomyError as exc:
+            errors.append(f"{exc} ({row['n']} document(s) with these labels)")
+    if errors:
+        more = f"\n  ... and {len(errors) - max_errors} more label paths" if len(errors) > max_errors else ""
+        raise TaxonomyError("labels that are not paths of the taxonomy:\n  "
+                            + "\n  ".join(errors[:max_errors]) + more)
+
+
+class PathModel:
+    """A fitted PCNB / PCEM / flat NB / flat EM model.
+
+    Attributes
+    ----------
+    taxonomy : Taxonomy
+    vocabulary : list of str, length V
+    log_prior : ndarray (M,)
+    log_theta : ndarray (M, V)
+    feature_settings, model_settings : the settings it was trained with
+    """
+
+    def __init__(self, taxonomy: Taxonomy, vocabulary: List[str], log_prior: np.ndarray,
+                 log_theta: np.ndarray, feature_settings: FeatureSettings, model_settings: ModelSettings,
+                 training_summary: Optional[dict] = None):
+        if log_theta.shape != (taxonomy.n_paths, len(vocabulary)):
+            raise ValueError(f"log_theta has shape {log_theta.shape}, expected "
+                             f"({taxonomy.n_paths}, {len(vocabulary)})")
+        self.taxonomy = taxonomy
+        self.vocabulary = list(vocabulary)
+        self.log_prior = np.asarray(log_prior, dtype=np.float64)
+        self.log_theta = np.asarray(log_theta, dtype=np.float64)
+        self.feature_settings = feature_settings
+        self.model_settings = model_settings
+        self.training_summary = training_summary or {}
+
+    # ------------------------------------------------------------- predict
+    def transform(self, df: DataFrame, id_col: str = "id", text_col: str = "text",
+                  labels_col: str = "labels") -> DataFrame:
+        """Predictions: one row per input row with id, path, leaf, probability, labels.
+
+        A document with no known word gets the prior-only prediction.
+        """
+        spark = df.sparkSession
+        has_labels = labels_col in df.columns
+        src = df.select(F.col(id_col).alias("id"), F.col(text_col).alias("text"),
+                        (F.col(labels_col) if has_labels else F.lit(None).cast("array<string>")).alias("labels"))
+        feats = featurize(src, self.vocabulary, self.feature_settings)
+        bc = spark.sparkContext.broadcast((self.log_prior, self.log_theta,
+                                           [self.taxonomy.real_path(j) for j in range(self.taxonomy.n_paths)]))
+        block_size = self.model_settings.block_size
+        vocab_size = len(self.vocabulary)
+
+        def predict_partition(rows):
+            log_prior, log_theta, real_paths = bc.value
+            buf = []
+
+            def flush():
+                blk = engine.pack_block([r[1] for r in buf], [None] * len(buf), vocab_size, 1)
+                best, prob = pathnb.predict_paths(blk.X, log_prior, log_theta)
+                for r, j, p in zip(buf, best, prob):
+                    path = real_paths[j]
+                    yield (r[0], path, path[-1], float(p), r[2])
+
+            for row in rows:
+                buf.append(row)
+                if len(buf) >= block_size:
+                    yield from flush()
+                    buf = []
+            if buf:
+                yield from flush()
+
+        rdd = feats.select("id", "features", "labels").rdd.mapPartitions(predict_partition)
+        return spark.createDataFrame(rdd, PREDICTION_SCHEMA)
+
+    # ----------------------------------------------------------- persistence
+    def save(self, path: str, overwrite: bool = False) -> None:
+        """Write the model directory (works on any Hadoop filesystem).
+
+        Layout: ``metadata/`` one JSON line (format version, taxonomy,
+        settings, summary); ``vocabulary/`` Parquet (index, term);
+        ``parameters/`` Parquet (path index, log_prior, log_theta).
+        """
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            raise RuntimeError("PathModel.save needs an active SparkSession")
+        mode = "overwrite" if overwrite else "errorifexists"
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "class": "pcem_spark.model.PathModel",
+            "taxonomy": json.loads(self.taxonomy.to_json()),
+            "feature_settings": asdict(self.feature_settings),
+            "model_settings": asdict(self.model_settings),
+            "n_paths": self.taxonomy.n_paths,
+            "vocab_size": len(self.vocabulary),
+            "training_summary": self.training_summary,
+        }
+        spark.createDataFrame([(json.dumps(meta),)], "value string").coalesce(1) \
+            .write.mode(mode).text(f"{path}/metadata")
+        spark.createDataFrame(list(enumerate(self.vocabulary)), "index int, term string") \
+            .write.mode(mode).parquet(f"{path}/vocabulary")
+        rows = [(j, float(self.log_prior[j]), self.log_theta[j].tolist()) for j in range(self.taxonomy.n_paths)]
+        spark.createDataFrame(rows, "path_index int, log_prior double, log_theta array<double>") \
+            .write.mode(mode).parquet(f"{path}/parameters")
+
+    @classmethod
+    def load(cls, path: str) -> "PathModel":
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            raise RuntimeError("PathModel.load needs an active SparkSession")
+        try:
+            meta_rows = spark.read.text(f"{path}/metadata").collect()
+        except Exception as exc:  # AnalysisException: path does not exist
+            raise FileNotFoundError(f"{path} is not a pcem model directory (no metadata/): {exc}") from None
+        meta = json.loads(meta_rows[0]["value"])
+        version = meta.get("format_version")
+        if version != FORMAT_VERSION:
+            raise ValueError(f"{path}: model format version {version}, this pcem-spark reads {FORMAT_VERSION}")
+        taxonomy = Taxonomy(meta["taxonomy"]["children"], root=meta["taxonomy"]["root"])
+        vocab_rows = spark.read.parquet(f"{path}/vocabulary").orderBy("index").collect()
+        vocabulary = [r["term"] for r in vocab_rows]
+        param_rows = spark.read.parquet(f"{path}/parameters").orderBy("path_index").collect()
+        log_prior = np.array([r["log_prior"] for r in param_rows])
+        log_theta = np.array([r["log_theta"] for r in param_rows])
+        return cls(taxonomy, vocabulary, log_prior, log_theta,
+                   FeatureSettings(**meta["feature_settings"]), ModelSettings(**meta["model_settings"]),
+                   meta.get("training_summary"))
+
+
+def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings,
+          model_settings: ModelSettings, vocabulary: Optional[List[str]] = None,
+          featurized: Optional[DataFrame] = None) -> Tuple[PathModel, engine.FitResult]:
+    """Fit a model on a validated documents DataFrame (``id, text, labels``).
+
+    ``vocabulary``/``featurized`` let several methods share one featurisation
+    (the experiment runner); by default the vocabulary is fitted on ``docs``.
+    """
+    model_settings.validate()
+    feature_settings.validate()
+    if featurized is None:
+        check_label_paths(docs, taxonomy)
+        if vocabulary is None:
+            vocabulary = fit_vocabulary(docs, feature_settings)
+        featurized = featurize(docs.select("id", "text", "labels"), vocabulary, feature_settings)
+    blocks = engine.cache_blocks(engine.blocks_from_labels(
+        featurized, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary),
+        model_settings.block_size))
+    try:
+        return fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings)
+    finally:
+        blocks.unpersist()
+
+
+def fit_blocks(blocks, taxonomy: Taxonomy, vocabulary: List[str], feature_settings: FeatureSettings,
+               model_settings: ModelSettings) -> Tuple[PathModel, engine.FitResult]:
+    """Fit one method on already packed (and cached) blocks of the training documents."""
+    model_settings.validate()
+    log.info("%s: vocabulary of %d terms, %d paths, taxonomy depth %d",
+             model_settings.method, len(vocabulary), taxonomy.n_paths, taxonomy.depth)
+    result = engine.fit(blocks, score_matrix(taxonomy, model_settings.method), len(vocabulary),
+                        em=model_settings.uses_em, smoothing=model_settings.smoothing,
+                        max_iter=model_settings.max_iter, tol=model_settings.tol,
+                        label=model_settings.method.upper())
+    summary = {"n_labeled": result.n_labeled, "n_unlabeled": result.n_unlabeled, "n_iter": result.n_iter,
+               "converged": result.converged, "loglik_history": result.loglik_history,
+               "iter_seconds": result.iter_seconds}
+    model = PathModel(taxonomy, vocabulary, result.log_prior, result.log_theta,
+                      feature_settings, model_settings, summary)
+    return model, result
