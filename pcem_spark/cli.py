@@ -104,11 +104,10 @@ def _read_valid(spark, path: str, rejects_path: str, split: Optional[str], overw
     """Read documents, write the rejects table, log counts; return the valid rows (cached)."""
     from pyspark.sql import functions as F
     from .documents import log_counts, read_documents, split_rejects
-    raw = read_documents(spark, path).cache()
+    raw = read_documents(spark, path)
     if split is not None:
         raw = raw.where(F.col("split") == split)
-    good, rejects = split_rejects(raw)
-    good = good.cache()
+    good, rejects = split_rejects(raw)  # both read one persisted, fully parsed copy
     n_in, n_good = raw.count(), good.count()
     rejects.write.mode("overwrite" if overwrite else "errorifexists").parquet(rejects_path)
     log_counts(f"{path}" + (f" (split={split})" if split else ""), n_in, n_good, rejects)

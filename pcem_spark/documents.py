@@ -20,6 +20,7 @@ import logging
 import os
 from typing import Dict, Optional, Tuple
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -132,7 +133,11 @@ def split_rejects(df: DataFrame, require_text: bool = True) -> Tuple[DataFrame, 
                              F.count(F.lit(1)).over(dup_window).cast("string"),
                              F.lit(" rows share this id")))
               .otherwise(F.lit(None)))
-    flagged = df.withColumn("_reason", reason)
+    # Persisted on purpose: the JSON reader prunes unused columns, so a query
+    # that does not read ``labels`` would not see a row whose labels are
+    # malformed. Materialising every column once gives both outputs the same
+    # verdict per row (and the caller's counts reuse the cache).
+    flagged = df.withColumn("_reason", reason).persist(StorageLevel.MEMORY_AND_DISK)
     good = flagged.where(F.col("_reason").isNull()).select("id", "text", "labels", "split")
     rejects = flagged.where(F.col("_reason").isNotNull()).select(
         F.col("id"), F.col("source_file"), F.col("_reason").alias("reason"),

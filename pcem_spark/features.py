@@ -59,9 +59,13 @@ def fit_vocabulary(df: DataFrame, settings: FeatureSettings, text_col: str = "te
     """Fit the vocabulary on ``df`` (only the distributed count; the result is V strings)."""
     settings.validate()
     tokens = tokenize(df, settings, text_col)
+    # Spark reads maxDF >= 1 as a document count, so 1.0 would mean "one
+    # document"; our max_df <= 1 is always a fraction, and 1.0 means no cap.
+    max_df = float(settings.max_df)
+    if max_df == 1.0:
+        max_df = float(2 ** 63 - 1)
     cv = CountVectorizer(inputCol="tokens", outputCol="features", minDF=float(settings.min_df),
-                         maxDF=float(settings.max_df),
-                         vocabSize=settings.vocab_size if settings.vocab_size > 0 else 1 << 30)
+                         maxDF=max_df, vocabSize=settings.vocab_size if settings.vocab_size > 0 else 1 << 30)
     vocab = list(cv.fit(tokens).vocabulary)
     if not vocab:
         raise ValueError(

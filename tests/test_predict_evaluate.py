@@ -1,0 +1,144 @@
+"""Training, the predictions table, persistence and evaluation on real SparkSessions."""
+
+import numpy as np
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import types as T
+
+from pcem_spark.evaluate import evaluate_predictions, f1_scores
+from pcem_spark.features import FeatureSettings
+from pcem_spark.model import PREDICTION_SCHEMA, ModelSettings, PathModel, check_label_paths, train
+from pcem_spark.taxonomy import Taxonomy, TaxonomyError
+
+TAX = Taxonomy({"ROOT": ["sport", "tech"], "sport": ["football", "tennis"], "tech": ["phones", "chips"]})
+WORDS = {
+    "football": "goal striker penalty league referee offside",
+    "tennis": "serve racket wimbledon volley deuce baseline",
+    "phones": "android iphone screen battery camera handset",
+    "chips": "silicon transistor wafer nanometer fab lithography",
+}
+DOC_SCHEMA = "id string, text string, labels array<string>"
+
+
+def _corpus(spark, n_per_leaf=12, n_labeled=2, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for leaf, words in WORDS.items():
+        parent = "sport" if leaf in ("football", "tennis") else "tech"
+        vocab = words.split()
+        for i in range(n_per_leaf):
+            text = " ".join(rng.choice(vocab, size=8)) + " the and of"
+            rows.append((f"{leaf}-{i}", text, [parent, leaf] if i < n_labeled else None))
+    return spark.createDataFrame(rows, DOC_SCHEMA)
+
+
+FS = FeatureSettings(min_df=1, max_df=1.0, vocab_size=0)
+
+
+@pytest.mark.parametrize("method", ["pcnb", "pcem", "flat-nb", "flat-em"])
+def test_train_and_predict_recovers_the_topics(spark, method):
+    docs = _corpus(spark)
+    model, result = train(docs, TAX, FS, ModelSettings(method=method, max_iter=20))
+    assert result.n_labeled == 8 and result.n_unlabeled == 40
+    assert (result.n_iter > 0) == method.endswith("em")
+    truth = _corpus(spark, n_labeled=12)
+    pred = model.transform(truth)
+    m = evaluate_predictions(pred, TAX)
+    assert m["micro_f1"] > 0.95
+    if method.endswith("em"):
+        hist = result.loglik_history
+        assert all(b >= a - 1e-6 * abs(a) for a, b in zip(hist, hist[1:])), hist
+
+
+def test_predictions_table_schema_and_one_row_per_document(spark):
+    docs = _corpus(spark)
+    model, _ = train(docs, TAX, FS, ModelSettings(method="pcnb"))
+    new = spark.createDataFrame(
+        [("n1", "goal striker penalty", ["sport", "football"]),
+         ("n2", "zzz unknown words only", None),
+         ("n3", "", None)], DOC_SCHEMA)
+    pred = model.transform(new)
+    assert pred.schema == PREDICTION_SCHEMA
+    rows = {r["id"]: r for r in pred.collect()}
+    assert sorted(rows) == ["n1", "n2", "n3"]
+    assert rows["n1"]["path"] == ["sport", "football"] and rows["n1"]["leaf"] == "football"
+    assert rows["n1"]["labels"] == ["sport", "football"]
+    # No known word: the prior-only prediction, identical for both documents.
+    best = int(np.argmax(model.log_prior))
+    prior_prob = float(np.exp(model.log_prior[best]))
+    for doc in ("n2", "n3"):
+        assert rows[doc]["path"] == TAX.real_path(best)
+        assert rows[doc]["probability"] == pytest.approx(prior_prob, rel=1e-9)
+        assert rows[doc]["labels"] is None
+    expected = spark.createDataFrame([("n1", ["sport", "football"], "football", ["sport", "football"])],
+                                     "id string, path array<string>, leaf string, labels array<string>")
+    assert_df_equality(pred.where("id = 'n1'").drop("probability"), expected, ignore_nullable=True)
+
+
+def test_predictions_hide_dummy_nodes(spark):
+    tax = Taxonomy({"ROOT": ["a", "b"], "a": ["a1", "a2"]})
+    docs = spark.createDataFrame(
+        [("1", "apple apple pear", ["a", "a1"]), ("2", "kiwi kiwi mango", ["a", "a2"]),
+         ("3", "bolt nut screw", ["b"]), ("4", "nut bolt screw screw", None)], DOC_SCHEMA)
+    model, _ = train(docs, tax, FS, ModelSettings(method="pcem", max_iter=5))
+    rows = {r["id"]: r for r in model.transform(docs).collect()}
+    assert rows["4"]["path"] == ["b"] and rows["4"]["leaf"] == "b"
+    assert all("#dummy" not in n for r in rows.values() for n in r["path"])
+
+
+def test_model_save_load_roundtrip(spark, tmp_path):
+    docs = _corpus(spark)
+    model, _ = train(docs, TAX, FS, ModelSettings(method="pcem", max_iter=3))
+    path = str(tmp_path / "model")
+    model.save(path)
+    with pytest.raises(Exception):
+        model.save(path)  # no silent overwrite
+    loaded = PathModel.load(path)
+    assert loaded.taxonomy == TAX
+    assert loaded.vocabulary == model.vocabulary
+    np.testing.assert_array_equal(loaded.log_theta, model.log_theta)
+    np.testing.assert_array_equal(loaded.log_prior, model.log_prior)
+    assert loaded.model_settings == model.model_settings
+    assert loaded.feature_settings == model.feature_settings
+    assert_df_equality(loaded.transform(docs), model.transform(docs), ignore_row_order=True)
+
+
+def test_invalid_label_path_names_the_document(spark):
+    docs = spark.createDataFrame([("good", "goal", ["sport", "football"]),
+                                  ("bad-doc", "chip", ["sport", "chips"])], DOC_SCHEMA)
+    with pytest.raises(TaxonomyError, match=r"document 'bad-doc'.*parent of 'chips' is 'tech', not 'sport'"):
+        check_label_paths(docs, TAX)
+
+
+def test_f1_scores_against_hand_computation():
+    # Two nodes: A (tp 3, fp 1, fn 0) and B (tp 1, fp 0, fn 2); C never seen.
+    m = f1_scores(np.array([3, 1, 0]), np.array([1, 0, 0]), np.array([0, 2, 0]))
+    p, r = 4 / 5, 4 / 6
+    assert m["micro_f1"] == pytest.approx(2 * p * r / (p + r))
+    f_a, f_b = 2 * 3 / (6 + 1), 2 * 1 / (2 + 2)
+    assert m["macro_f1"] == pytest.approx((f_a + f_b) / 2)
+
+
+def test_evaluate_on_a_predictions_table(spark):
+    schema = T.StructType([T.StructField("id", T.StringType()),
+                           T.StructField("path", T.ArrayType(T.StringType())),
+                           T.StructField("labels", T.ArrayType(T.StringType()))])
+    pred = spark.createDataFrame([
+        ("1", ["sport", "football"], ["sport", "football"]),
+        ("2", ["sport", "tennis"], ["sport", "football"]),
+        ("3", ["tech", "chips"], ["sport", "tennis"]),
+        ("4", ["tech", "phones"], None),
+    ], schema)
+    m = evaluate_predictions(pred, TAX)
+    assert m["n_documents"] == 3 and m["n_without_labels"] == 1
+    assert m["level_accuracy"] == {"1": pytest.approx(2 / 3), "2": pytest.approx(1 / 3)}
+    pn = m["per_node"]
+    assert pn["sport"] == {"tp": 2, "fp": 0, "fn": 1}
+    assert pn["football"] == {"tp": 1, "fp": 0, "fn": 1}
+    assert pn["tennis"] == {"tp": 0, "fp": 1, "fn": 1}
+    assert pn["phones"] == {"tp": 0, "fp": 0, "fn": 0}
+    # micro: tp = 3 (sport x2, football), predicted nodes 6, true nodes 6
+    assert m["micro_f1"] == pytest.approx(3 / 6)
+    # macro over nodes with any tp/fp/fn: sport, tech, football, tennis, chips
+    f = [2 * 2 / (4 + 1), 0.0, 2 * 1 / (2 + 1), 0.0, 0.0]
+    assert m["macro_f1"] == pytest.approx(np.mean(f))
