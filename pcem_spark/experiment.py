@@ -82,9 +82,9 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
             roled = assign_roles(docs.where(F.col("labels").isNotNull()), seed, test_fraction, rate).cache()
             train = roled.where(F.col("role") != "test")
             test = roled.where(F.col("role") == "test").select("id", "text", "labels").cache()
-            vocabulary = fit_vocabulary(train, feature_settings)
             masked = train.select("id", "text", F.when(F.col("role") == "labeled", F.col("labels"))
                                   .alias("labels"))
+            vocabulary = fit_vocabulary(masked, feature_settings)
             feats = featurize(masked, vocabulary, feature_settings)
             blocks = engine.cache_blocks(engine.blocks_from_labels(
                 feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary),

@@ -27,6 +27,7 @@ class FeatureSettings:
     min_df: float = 3.0                # >= 1: document count; < 1: fraction
     max_df: float = 0.5                # fraction of documents (<= 1) or count (> 1)
     vocab_size: int = 20000            # keep the most frequent terms (0 = no cap)
+    vocabulary_docs: str = "all"       # fit the vocabulary on "all" training docs or only "labeled" ones
 
     def validate(self) -> None:
         if self.min_token_length < 1:
@@ -35,6 +36,8 @@ class FeatureSettings:
             raise ValueError(f"features.min_df must be > 0, got {self.min_df}")
         if self.max_df <= 0:
             raise ValueError(f"features.max_df must be > 0, got {self.max_df}")
+        if self.vocabulary_docs not in ("all", "labeled"):
+            raise ValueError(f"features.vocabulary_docs must be 'all' or 'labeled', got {self.vocabulary_docs!r}")
         if self.vocab_size < 0:
             raise ValueError(f"features.vocab_size must be >= 0, got {self.vocab_size}")
 
@@ -55,9 +58,18 @@ def tokenize(df: DataFrame, settings: FeatureSettings, text_col: str = "text",
     return out
 
 
-def fit_vocabulary(df: DataFrame, settings: FeatureSettings, text_col: str = "text") -> List[str]:
-    """Fit the vocabulary on ``df`` (only the distributed count; the result is V strings)."""
+def fit_vocabulary(df: DataFrame, settings: FeatureSettings, text_col: str = "text",
+                   labels_col: str = "labels") -> List[str]:
+    """Fit the vocabulary on ``df`` (only the distributed count; the result is V strings).
+
+    With ``vocabulary_docs = "labeled"`` only rows with labels count: the
+    vocabulary the authors' reference code used (words of the labelled
+    documents), which keeps Laplace smoothing from swamping small classes.
+    """
     settings.validate()
+    if settings.vocabulary_docs == "labeled":
+        from pyspark.sql import functions as F
+        df = df.where(F.col(labels_col).isNotNull())
     tokens = tokenize(df, settings, text_col)
     # Spark reads maxDF >= 1 as a document count, so 1.0 would mean "one
     # document"; our max_df <= 1 is always a fraction, and 1.0 means no cap.
@@ -76,7 +88,7 @@ def fit_vocabulary(df: DataFrame, settings: FeatureSettings, text_col: str = "te
 
 def featurize(df: DataFrame, vocabulary: List[str], settings: FeatureSettings,
               text_col: str = "text", features_col: str = "features") -> DataFrame:
-    """Add a SparseVector column of term counts over ``vocabulary`` (drops the text)."""
+    """Add a SparseVector column of term counts over ``vocabulary`` (other columns kept)."""
     tokens = tokenize(df, settings, text_col)
     cvm = CountVectorizerModel.from_vocabulary(vocabulary, inputCol="tokens", outputCol=features_col)
-    return cvm.transform(tokens).drop("tokens", text_col)
+    return cvm.transform(tokens).drop("tokens")

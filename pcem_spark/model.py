@@ -128,30 +128,45 @@ class PathModel:
     # ------------------------------------------------------------- predict
     def transform(self, df: DataFrame, id_col: str = "id", text_col: str = "text",
                   labels_col: str = "labels") -> DataFrame:
-        """Predictions: one row per input row with id, path, leaf, probability, labels.
+        """The predictions table: one row per input row with id, path, leaf, probability, labels.
 
         A document with no known word gets the prior-only prediction.
         """
-        spark = df.sparkSession
         has_labels = labels_col in df.columns
-        src = df.select(F.col(id_col).alias("id"), F.col(text_col).alias("text"),
+        src = df.select(F.col(id_col).cast("string").alias("id"), F.col(text_col).alias("text"),
                         (F.col(labels_col) if has_labels else F.lit(None).cast("array<string>")).alias("labels"))
-        feats = featurize(src, self.vocabulary, self.feature_settings)
+        return self.predict_columns(src, passthrough=["id", "labels"]).select(
+            [f.name for f in PREDICTION_SCHEMA.fields])
+
+    def predict_columns(self, df: DataFrame, passthrough: List[str], text_col: str = "text",
+                        prefix: str = "") -> DataFrame:
+        """``passthrough`` columns of ``df`` plus ``path``, ``leaf``, ``probability``.
+
+        The posterior is computed per CSR block of ``block_size`` rows; rows
+        are never dropped or reordered within a partition.
+        """
+        spark = df.sparkSession
+        out_fields = [df.schema[c] for c in passthrough] + [
+            T.StructField(prefix + f.name, f.dataType, f.nullable) for f in PREDICTION_SCHEMA.fields
+            if f.name in ("path", "leaf", "probability")]
+        feats = featurize(df, self.vocabulary, self.feature_settings, text_col=text_col,
+                          features_col="_pcem_features")
         bc = spark.sparkContext.broadcast((self.log_prior, self.log_theta,
                                            [self.taxonomy.real_path(j) for j in range(self.taxonomy.n_paths)]))
         block_size = self.model_settings.block_size
         vocab_size = len(self.vocabulary)
+        n_keep = len(passthrough)
 
         def predict_partition(rows):
             log_prior, log_theta, real_paths = bc.value
             buf = []
 
             def flush():
-                blk = engine.pack_block([r[1] for r in buf], [None] * len(buf), vocab_size, 1)
+                blk = engine.pack_block([r[n_keep] for r in buf], [None] * len(buf), vocab_size, 1)
                 best, prob = pathnb.predict_paths(blk.X, log_prior, log_theta)
                 for r, j, p in zip(buf, best, prob):
                     path = real_paths[j]
-                    yield (r[0], path, path[-1], float(p), r[2])
+                    yield tuple(r[:n_keep]) + (path, path[-1], float(p))
 
             for row in rows:
                 buf.append(row)
@@ -161,11 +176,11 @@ class PathModel:
             if buf:
                 yield from flush()
 
-        rdd = feats.select("id", "features", "labels").rdd.mapPartitions(predict_partition)
-        return spark.createDataFrame(rdd, PREDICTION_SCHEMA)
+        rdd = feats.select(*passthrough, "_pcem_features").rdd.mapPartitions(predict_partition)
+        return spark.createDataFrame(rdd, T.StructType(out_fields))
 
     # ----------------------------------------------------------- persistence
-    def save(self, path: str, overwrite: bool = False) -> None:
+    def save(self, path: str, overwrite: bool = False, class_name: str = "pcem_spark.model.PathModel") -> None:
         """Write the model directory (works on any Hadoop filesystem).
 
         Layout: ``metadata/`` one JSON line (format version, taxonomy,
@@ -178,7 +193,8 @@ class PathModel:
         mode = "overwrite" if overwrite else "errorifexists"
         meta = {
             "format_version": FORMAT_VERSION,
-            "class": "pcem_spark.model.PathModel",
+            # pyspark.ml's PipelineModel reader loads a stage by this class name.
+            "class": class_name,
             "taxonomy": json.loads(self.taxonomy.to_json()),
             "feature_settings": asdict(self.feature_settings),
             "model_settings": asdict(self.model_settings),

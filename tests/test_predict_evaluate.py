@@ -58,7 +58,9 @@ def test_predictions_table_schema_and_one_row_per_document(spark):
          ("n2", "zzz unknown words only", None),
          ("n3", "", None)], DOC_SCHEMA)
     pred = model.transform(new)
-    assert pred.schema == PREDICTION_SCHEMA
+    assert [(f.name, f.dataType.simpleString()) for f in pred.schema.fields] == \
+        [(f.name, f.dataType.simpleString()) for f in PREDICTION_SCHEMA.fields]
+    assert not any(f.nullable for f in pred.schema.fields if f.name in ("path", "leaf", "probability"))
     rows = {r["id"]: r for r in pred.collect()}
     assert sorted(rows) == ["n1", "n2", "n3"]
     assert rows["n1"]["path"] == ["sport", "football"] and rows["n1"]["leaf"] == "football"
@@ -142,3 +144,24 @@ def test_evaluate_on_a_predictions_table(spark):
     # macro over nodes with any tp/fp/fn: sport, tech, football, tennis, chips
     f = [2 * 2 / (4 + 1), 0.0, 2 * 1 / (2 + 1), 0.0, 0.0]
     assert m["macro_f1"] == pytest.approx(np.mean(f))
+
+
+def test_pyspark_ml_estimator_in_a_pipeline_and_persistence(spark, tmp_path):
+    from pyspark.ml import Pipeline, PipelineModel
+
+    from pcem_spark.ml import PathEM, PathEMModel
+
+    from pyspark.sql import functions as F
+
+    docs = _corpus(spark).withColumn("extra", F.lit(7))
+    est = PathEM(method="pcem", maxIter=5, minDF=1.0, maxDF=1.0, vocabSize=0, taxonomy=TAX.to_json())
+    pipe_model = Pipeline(stages=[est]).fit(docs)
+    out = pipe_model.transform(docs)
+    assert out.columns == docs.columns + ["path", "leaf", "probability"]
+    assert out.count() == docs.count()
+    path = str(tmp_path / "pipe")
+    pipe_model.write().overwrite().save(path)
+    reloaded = PipelineModel.load(path)
+    assert isinstance(reloaded.stages[0], PathEMModel)
+    assert reloaded.stages[0].getOrDefault("method") == "pcem"
+    assert_df_equality(reloaded.transform(docs), out, ignore_row_order=True)

@@ -1,0 +1,14 @@
+"""spark-submit entry point for `pcem experiment`.
+
+    spark-submit jobs/experiment.py [options of `pcem experiment --help`]
+
+The SparkSession is built inside main() (never at import time); settings come
+from conf/*.toml (--config) and spark-submit's own --master / --conf.
+"""
+
+import sys
+
+from pcem_spark.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["experiment"] + sys.argv[1:]))
