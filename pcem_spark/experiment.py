@@ -29,7 +29,7 @@ from .taxonomy import Taxonomy
 
 log = logging.getLogger(__name__)
 
-CSV_FIELDS = ["method", "setting", "rate", "seed", "micro_f1", "macro_f1", "level1_acc", "level2_acc",
+CSV_FIELDS = ["method", "setting", "rate", "seed", "micro_f1", "macro_f1",
               "n_labeled", "n_unlabeled", "n_test", "n_iter", "train_seconds", "predict_seconds"]
 
 
@@ -102,7 +102,7 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
                 acc = metrics["level_accuracy"]
                 row = {"method": method, "setting": setting, "rate": rate, "seed": seed,
                        "micro_f1": metrics["micro_f1"], "macro_f1": metrics["macro_f1"],
-                       "level1_acc": acc.get("1"), "level2_acc": acc.get("2"),
+                       **{f"level{k}_acc": v for k, v in acc.items()},
                        "n_labeled": result.n_labeled, "n_unlabeled": result.n_unlabeled, "n_test": n_test,
                        "n_iter": result.n_iter, "train_seconds": round(t1 - t0, 3),
                        "predict_seconds": round(t2 - t1, 3)}
@@ -113,7 +113,7 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
                          "elapsed %.0fs, ETA %.0fs", done, total, method, rate, seed,
                          100 * row["micro_f1"], 100 * row["macro_f1"], result.n_iter, elapsed,
                          elapsed / done * (total - done))
-                write_csv(rows, os.path.join(out_dir, "results.csv"))
+                write_csv(rows, os.path.join(out_dir, "results.csv"), taxonomy.depth)
             blocks.unpersist()
             test.unpersist()
             roled.unpersist()
@@ -122,10 +122,12 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
     return rows
 
 
-def write_csv(rows: List[Dict[str, object]], path: str) -> None:
+def write_csv(rows: List[Dict[str, object]], path: str, depth: int) -> None:
+    """Write all runs so far (atomically: a killed run leaves the previous file)."""
+    fields = CSV_FIELDS[:6] + [f"level{k}_acc" for k in range(1, depth + 1)] + CSV_FIELDS[6:]
     tmp = path + ".tmp"
     with open(tmp, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
+        writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()
         for r in rows:
             writer.writerow(r)
