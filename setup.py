@@ -9,7 +9,11 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["pcem_spark", "pcem_spark.*"]),
     python_requires=">=3.11",
-    install_requires=["pyspark>=4.0", "numpy>=1.24", "scipy>=1.10"],
+    # pyarrow (+ pandas, which PySpark's mapInArrow imports): blocks and
+    # predictions cross between the JVM and Python as Arrow batches, so no
+    # Python object is built per document. pandas < 3: PySpark 4 warns that it
+    # does not fully support 3.x yet.
+    install_requires=["pyspark>=4.0", "numpy>=1.24", "scipy>=1.10", "pyarrow>=11", "pandas>=2.2,<3"],
     extras_require={"test": ["pytest>=7", "chispa>=0.10"]},
     entry_points={"console_scripts": ["pcem=pcem_spark.cli:main"]},
 )

@@ -33,37 +33,113 @@ log = logging.getLogger(__name__)
 _SCALARS = -1
 
 
-@dataclass
+def _compact(values: np.ndarray) -> np.ndarray:
+    """The smallest dtype that holds ``values`` exactly (term counts fit in uint8/uint16)."""
+    if values.size and np.all(values >= 0) and np.all(values == np.floor(values)):
+        top = values.max()
+        for dtype in (np.uint8, np.uint16):
+            if top <= np.iinfo(dtype).max:
+                return values.astype(dtype)
+    return values
+
+
 class Block:
     """A partition's documents as matrices.
 
     X : csr_matrix (n, V) term counts; node_scores : csr_matrix (n, K) of
     ``S_i(c)``; labeled : bool (n,) -- rows with any supervision.
+
+    Pickled compactly (counts as uint8/uint16 when exact, int32 indices):
+    cached blocks cross from the JVM to Python every EM iteration, and the
+    bytes moved are the main cost of an iteration after the math.
     """
-    X: sp.csr_matrix
-    node_scores: sp.csr_matrix
-    labeled: np.ndarray
+
+    __slots__ = ("X", "node_scores", "labeled")
+
+    def __init__(self, X: sp.csr_matrix, node_scores: sp.csr_matrix, labeled: np.ndarray):
+        self.X = X
+        self.node_scores = node_scores
+        self.labeled = labeled
+
+    def __getstate__(self):
+        X = self.X
+        return (X.shape, X.indptr, X.indices.astype(np.int32, copy=False), _compact(X.data),
+                self.node_scores, self.labeled)
+
+    def __setstate__(self, state):
+        shape, indptr, indices, data, node_scores, labeled = state
+        self.X = sp.csr_matrix((data.astype(np.float64, copy=False), indices, indptr), shape=shape)
+        self.node_scores = node_scores
+        self.labeled = labeled
 
 
-def pack_block(features: Sequence, node_rows: Sequence[Optional[np.ndarray]], vocab_size: int,
-               n_nodes: int) -> Block:
-    """Stack SparseVectors and node-score rows into one :class:`Block`."""
-    n = len(features)
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    idx_parts, val_parts = [], []
-    for i, vec in enumerate(features):
-        idx_parts.append(vec.indices)
-        val_parts.append(vec.values)
-        indptr[i + 1] = indptr[i] + len(vec.indices)
-    indices = np.concatenate(idx_parts).astype(np.int32) if n else np.zeros(0, np.int32)
-    values = np.concatenate(val_parts) if n else np.zeros(0)
-    X = sp.csr_matrix((values, indices, indptr), shape=(n, vocab_size))
-    labeled = np.array([r is not None for r in node_rows], dtype=bool)
-    ns = np.zeros((n, n_nodes))
-    for i, r in enumerate(node_rows):
-        if r is not None:
-            ns[i] = r
-    return Block(X, sp.csr_matrix(ns), labeled)
+_BLOCK_ROW = ("n int, indptr binary, indices binary, data binary, "
+              "ns_indptr binary, ns_indices binary, ns_data binary")
+
+
+def sparse_vector_arrays(vectors) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CSR ``(indptr, indices, data)`` of an Arrow column of ml SparseVectors.
+
+    Spark sends a VectorUDT column to Arrow as its SQL struct
+    ``{type, size, indices, values}``; the list offsets are the CSR row
+    pointers, so no Python object is made per row.
+    """
+    import pyarrow.compute as pc
+    kinds = np.asarray(pc.struct_field(vectors, "type").to_numpy(zero_copy_only=False))
+    if kinds.size and kinds.max() != 0:
+        raise ValueError("expected sparse term-count vectors, got dense vectors")
+    idx = pc.struct_field(vectors, "indices")
+    vals = pc.struct_field(vectors, "values")
+    offsets = np.asarray(idx.offsets, dtype=np.int64)
+    indptr = offsets - offsets[0]
+    indices = np.asarray(idx.flatten().to_numpy(zero_copy_only=False), dtype=np.int32)
+    data = np.asarray(vals.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
+    return indptr, indices, data
+
+
+def label_path_index(labels, path_keys) -> np.ndarray:
+    """Path index of each label list (``-1`` for null = unlabelled), vectorised with Arrow compute."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    # Spark marks the element type non-nullable, which binary_join has no kernel for.
+    joined = pc.binary_join(labels.cast(pa.list_(pa.string())), "\x1f")
+    found = pc.index_in(joined, value_set=pa.array(path_keys, pa.string()))
+    idx = np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    unknown = np.asarray(labels.is_valid().to_numpy(zero_copy_only=False)) & (idx < 0)
+    if unknown.any():
+        bad = labels[int(np.flatnonzero(unknown)[0])].as_py()
+        raise ValueError(f"label path {bad} is not a path of the taxonomy (validate labels before packing)")
+    return idx
+
+
+def _pack_arrow_partition(batches, path_keys, path_nodes: np.ndarray, block_size: int):
+    """mapInArrow body: each slice of <= block_size rows becomes one row of CSR bytes."""
+    import pyarrow as pa
+    d = path_nodes.shape[1]
+    for batch in batches:
+        for start in range(0, batch.num_rows, block_size):
+            b = batch.slice(start, block_size)
+            indptr, indices, data = sparse_vector_arrays(b.column(0))
+            q = label_path_index(b.column(1), path_keys)
+            lab = q >= 0
+            ns_indptr = np.concatenate([[0], np.cumsum(np.where(lab, d, 0))]).astype(np.int64)
+            ns_indices = path_nodes[q[lab]].ravel().astype(np.int32)
+            ns_data = np.ones(len(ns_indices))
+            cols = [pa.array([b.num_rows], pa.int32())] + [
+                pa.array([a.tobytes()], pa.binary())
+                for a in (indptr, indices, data, ns_indptr, ns_indices, ns_data)]
+            yield pa.RecordBatch.from_arrays(cols, names=["n", "indptr", "indices", "data", "ns_indptr",
+                                                          "ns_indices", "ns_data"])
+
+
+def _block_from_row(row, vocab_size: int, n_nodes: int) -> Block:
+    n = row[0]
+    indptr, indices, data, ns_indptr, ns_indices, ns_data = (
+        np.frombuffer(row[i], dtype=t) for i, t in
+        zip(range(1, 7), (np.int64, np.int32, np.float64, np.int64, np.int32, np.float64)))
+    X = sp.csr_matrix((data, indices, indptr), shape=(n, vocab_size))
+    ns = sp.csr_matrix((ns_data, ns_indices, ns_indptr), shape=(n, n_nodes))
+    return Block(X, ns, np.diff(ns_indptr) > 0)
 
 
 def blocks_from_labels(df: DataFrame, path_lookup: Dict[Tuple[str, ...], int], path_node: np.ndarray,
@@ -74,25 +150,20 @@ def blocks_from_labels(df: DataFrame, path_lookup: Dict[Tuple[str, ...], int], p
     ``labels`` must already be validated against the taxonomy (see
     :func:`pcem_spark.model.check_label_paths`); null labels = unlabelled.
     The node scores of a labelled row are the nodes of its (padded) path.
+    Rows go to Python as Arrow batches and are packed with numpy only; each
+    block crosses back as one row of bytes.
     """
-    sc = df.sparkSession.sparkContext
-    bc = sc.broadcast((path_lookup, path_node))
-    n_nodes = path_node.shape[1]
+    n_paths, n_nodes = path_node.shape
+    keys = [None] * n_paths
+    for labels, j in path_lookup.items():
+        keys[j] = "\x1f".join(labels)
+    path_nodes = np.array([np.flatnonzero(path_node[j]) for j in range(n_paths)], dtype=np.int32)
 
-    def pack(rows: Iterable) -> Iterator[Block]:
-        lookup, a = bc.value
-        feats, nodes = [], []
-        for row in rows:
-            feats.append(row[0])
-            labels = row[1]
-            nodes.append(None if labels is None else a[lookup[tuple(labels)]])
-            if len(feats) >= block_size:
-                yield pack_block(feats, nodes, vocab_size, n_nodes)
-                feats, nodes = [], []
-        if feats:
-            yield pack_block(feats, nodes, vocab_size, n_nodes)
+    def pack(batches):
+        return _pack_arrow_partition(batches, keys, path_nodes, block_size)
 
-    return df.select(features_col, labels_col).rdd.mapPartitions(pack)
+    packed = df.select(features_col, labels_col).mapInArrow(pack, _BLOCK_ROW)
+    return packed.rdd.map(lambda row: _block_from_row(row, vocab_size, n_nodes))
 
 
 @dataclass

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
+import scipy.sparse as sp
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -151,33 +152,31 @@ class PathModel:
             if f.name in ("path", "leaf", "probability")]
         feats = featurize(df, self.vocabulary, self.feature_settings, text_col=text_col,
                           features_col="_pcem_features")
-        bc = spark.sparkContext.broadcast((self.log_prior, self.log_theta,
-                                           [self.taxonomy.real_path(j) for j in range(self.taxonomy.n_paths)]))
+        real_paths = [self.taxonomy.real_path(j) for j in range(self.taxonomy.n_paths)]
+        bc = spark.sparkContext.broadcast((self.log_prior, self.log_theta, real_paths))
         block_size = self.model_settings.block_size
         vocab_size = len(self.vocabulary)
         n_keep = len(passthrough)
+        names = [f.name for f in out_fields]
 
-        def predict_partition(rows):
-            log_prior, log_theta, real_paths = bc.value
-            buf = []
+        def predict_batches(batches):
+            # Arrow in, Arrow out: one sparse x dense product per block, no per-row Python.
+            import pyarrow as pa
+            log_prior, log_theta, paths = bc.value
+            path_arr = pa.array(paths, pa.list_(pa.string()))
+            leaf_arr = pa.array([p[-1] for p in paths], pa.string())
+            for batch in batches:
+                for start in range(0, batch.num_rows, block_size):
+                    b = batch.slice(start, block_size)
+                    indptr, indices, data = engine.sparse_vector_arrays(b.column(n_keep))
+                    X = sp.csr_matrix((data, indices, indptr), shape=(b.num_rows, vocab_size))
+                    best, prob = pathnb.predict_paths(X, log_prior, log_theta)
+                    take = pa.array(best, pa.int64())
+                    cols = [b.column(i) for i in range(n_keep)] + [
+                        path_arr.take(take), leaf_arr.take(take), pa.array(prob, pa.float64())]
+                    yield pa.RecordBatch.from_arrays(cols, names=names)
 
-            def flush():
-                blk = engine.pack_block([r[n_keep] for r in buf], [None] * len(buf), vocab_size, 1)
-                best, prob = pathnb.predict_paths(blk.X, log_prior, log_theta)
-                for r, j, p in zip(buf, best, prob):
-                    path = real_paths[j]
-                    yield tuple(r[:n_keep]) + (path, path[-1], float(p))
-
-            for row in rows:
-                buf.append(row)
-                if len(buf) >= block_size:
-                    yield from flush()
-                    buf = []
-            if buf:
-                yield from flush()
-
-        rdd = feats.select(*passthrough, "_pcem_features").rdd.mapPartitions(predict_partition)
-        return spark.createDataFrame(rdd, T.StructType(out_fields))
+        return feats.select(*passthrough, "_pcem_features").mapInArrow(predict_batches, T.StructType(out_fields))
 
     # ----------------------------------------------------------- persistence
     def save(self, path: str, overwrite: bool = False, class_name: str = "pcem_spark.model.PathModel") -> None:
