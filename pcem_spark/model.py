@@ -49,6 +49,7 @@ class ModelSettings:
     max_iter: int = 50
     tol: float = 1e-5          # relative change of the log-likelihood
     block_size: int = 4096     # documents per CSR block
+    posterior_floor: float = 0.0  # posteriors below this count as 0 (0 = exact Eq. 5)
 
     def validate(self) -> None:
         if self.method not in METHODS:
@@ -59,6 +60,8 @@ class ModelSettings:
             raise ValueError(f"model.max_iter must be >= 0, got {self.max_iter}")
         if self.tol < 0:
             raise ValueError(f"model.tol must be >= 0, got {self.tol}")
+        if not 0 <= self.posterior_floor < 1:
+            raise ValueError(f"model.posterior_floor must be in [0, 1), got {self.posterior_floor}")
         if self.block_size < 1:
             raise ValueError(f"model.block_size must be >= 1, got {self.block_size}")
 
@@ -266,7 +269,7 @@ def fit_blocks(blocks, taxonomy: Taxonomy, vocabulary: List[str], feature_settin
     result = engine.fit(blocks, score_matrix(taxonomy, model_settings.method), len(vocabulary),
                         em=model_settings.uses_em, smoothing=model_settings.smoothing,
                         max_iter=model_settings.max_iter, tol=model_settings.tol,
-                        label=model_settings.method.upper())
+                        label=model_settings.method.upper(), posterior_floor=model_settings.posterior_floor)
     summary = {"n_labeled": result.n_labeled, "n_unlabeled": result.n_unlabeled, "n_iter": result.n_iter,
                "converged": result.converged, "loglik_history": result.loglik_history,
                "iter_seconds": result.iter_seconds}

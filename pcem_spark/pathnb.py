@@ -109,7 +109,8 @@ class BlockStats(NamedTuple):
 
 
 def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
-           log_prior: np.ndarray, log_theta: np.ndarray, use_unlabeled: bool = True) -> BlockStats:
+           log_prior: np.ndarray, log_theta: np.ndarray, use_unlabeled: bool = True,
+           posterior_floor: float = 0.0, sparse_density: float = 0.0) -> BlockStats:
     """One E-step on a block plus its contribution to the next M-step.
 
     Labelled rows keep their fixed path scores (``S_ij`` from Eq. 2);
@@ -128,6 +129,17 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
         for the NB initialisation pass (labelled rows only, loglik 0)
     use_unlabeled : bool
         False for plain NB: unlabelled rows contribute nothing.
+    posterior_floor : float
+        Posteriors below this are set to 0 (rows renormalised). 0 = exact
+        Eq. 5. With many paths a tiny floor makes the per-path sums sparse.
+    sparse_density : float
+        When at most this fraction of the responsibilities is non-zero, the
+        word sums are computed and returned as a sparse matrix (0 = always
+        dense, the faster choice while M x V is small).
+
+    Returns
+    -------
+    BlockStats; ``word_counts`` is an ndarray or a scipy sparse matrix (M, V).
     """
     X = sp.csr_matrix(X)
     labeled = np.asarray(labeled, dtype=bool)
@@ -140,9 +152,16 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
             loglik += float(np.sum(fixed_scores[labeled] * jll[labeled]))
         if use_unlabeled and (~labeled).any():
             post, log_ev = posterior(jll[~labeled])
+            if posterior_floor > 0:
+                post[post < posterior_floor] = 0.0
+                post /= post.sum(axis=1, keepdims=True)
             resp[~labeled] = post
             loglik += float(log_ev.sum())
-    word_counts = np.asarray((X.T @ resp).T)
+    if resp.size and np.count_nonzero(resp) <= sparse_density * resp.size:
+        # Few (document, path) pairs carry weight: sum only those.
+        word_counts = (sp.csr_matrix(resp).T @ X).tocsr()
+    else:
+        word_counts = np.asarray((X.T @ resp).T)
     return BlockStats(word_counts, resp.sum(axis=0), loglik)
 
 

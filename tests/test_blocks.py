@@ -60,3 +60,41 @@ def test_block_pickles_compactly_and_exactly():
     X.data = X.data / 7  # not integer counts: kept as float64, exactly
     back = pickle.loads(pickle.dumps(Block(X, ns, blk.labeled)))
     assert (back.X != X).nnz == 0
+
+
+def test_sparse_and_dense_word_sums_agree_and_mix():
+    from pcem_spark import pathnb
+    from pcem_spark.engine import _accumulate, _add
+
+    rng = np.random.default_rng(3)
+    X = sp.random(40, 30, density=0.2, format="csr", random_state=2)
+    X.data = np.ceil(X.data * 5)
+    M = 6
+    fixed = np.zeros((40, M))
+    labeled = np.arange(40) < 10
+    fixed[np.arange(10), rng.integers(0, M, 10)] = 1.0
+    log_prior = np.log(np.full(M, 1 / M))
+    log_theta = np.log(rng.dirichlet(np.ones(30), size=M))
+    dense = pathnb.e_step(X, fixed, labeled, log_prior, log_theta, sparse_density=0.0)
+    sparse = pathnb.e_step(X, fixed, labeled, log_prior, log_theta, sparse_density=1.0)
+    assert isinstance(dense.word_counts, np.ndarray) and sp.issparse(sparse.word_counts)
+    np.testing.assert_allclose(sparse.word_counts.toarray(), dense.word_counts, rtol=1e-12, atol=1e-12)
+    total = _accumulate(_accumulate(None, sparse.word_counts), dense.word_counts)
+    np.testing.assert_allclose(total, 2 * dense.word_counts, rtol=1e-12)
+    total = _accumulate(_accumulate(None, dense.word_counts.copy()), sparse.word_counts)
+    np.testing.assert_allclose(total, 2 * dense.word_counts, rtol=1e-12)
+    row = sp.csr_matrix(dense.word_counts[:1])
+    np.testing.assert_allclose(_add(row, dense.word_counts[0].copy()), 2 * dense.word_counts[0])
+    np.testing.assert_allclose(_add(row, row).toarray().ravel(), 2 * dense.word_counts[0])
+
+
+def test_posterior_floor_zeroes_small_posteriors_and_keeps_rows_normalised():
+    from pcem_spark import pathnb
+
+    X = sp.csr_matrix(np.array([[3.0, 0, 1], [0, 2.0, 2]]))
+    log_theta = np.log(np.array([[0.7, 0.2, 0.1], [0.1, 0.2, 0.7], [1 / 3, 1 / 3, 1 / 3]]))
+    log_prior = np.log(np.array([0.5, 0.49, 0.01]))
+    st = pathnb.e_step(X, np.zeros((2, 3)), np.zeros(2, bool), log_prior, log_theta, posterior_floor=0.05)
+    exact = pathnb.e_step(X, np.zeros((2, 3)), np.zeros(2, bool), log_prior, log_theta)
+    np.testing.assert_allclose(st.path_totals.sum(), 2.0)
+    assert st.path_totals[2] == 0.0 < exact.path_totals[2]
