@@ -100,19 +100,39 @@ def _taxonomy(args, docs=None):
     return tax
 
 
+def _ensure_writable(spark, path: str, overwrite: bool) -> None:
+    """Fail before any work if an output exists and --overwrite was not given."""
+    if overwrite:
+        return
+    jvm = spark.sparkContext._jvm
+    hpath = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if fs.exists(hpath):
+        raise FileExistsError(f"output {path!r} already exists; pass --overwrite to replace it")
+
+
 def _read_valid(spark, path: str, rejects_path: str, split: Optional[str], overwrite: bool):
-    """Read documents, write the rejects table, log counts; return the valid rows (cached)."""
+    """Read documents, write the rejects table, log counts; return the valid rows (cached).
+
+    Rejects are decided on the whole table before ``--split`` filters, so a
+    malformed row (whose split is unknown) is never lost to the filter.
+    """
     from pyspark.sql import functions as F
     from .documents import log_counts, read_documents, split_rejects
+    _ensure_writable(spark, rejects_path, overwrite)
     raw = read_documents(spark, path)
-    if split is not None:
-        raw = raw.where(F.col("split") == split)
     good, rejects = split_rejects(raw)  # both read one persisted, fully parsed copy
     n_in, n_good = raw.count(), good.count()
     rejects.write.mode("overwrite" if overwrite else "errorifexists").parquet(rejects_path)
-    log_counts(f"{path}" + (f" (split={split})" if split else ""), n_in, n_good, rejects)
+    log_counts(path, n_in, n_good, rejects)
     if n_in != n_good:
         log.warning("%d rejected rows written to %s", n_in - n_good, rejects_path)
+    if split is not None:
+        good = good.where(F.col("split") == split)
+        n_split = good.count()
+        log.info("%s: %d valid documents with split=%r, %d valid documents with another split left out",
+                 path, n_split, split, n_good - n_split)
+        n_good = n_split
     if n_good == 0:
         raise ValueError(f"{path}: no valid documents" + (f" with split={split!r}" if split else ""))
     return good
@@ -148,6 +168,7 @@ def cmd_train(args, settings) -> int:
         settings.model.validate()
     spark = build_session(settings.spark)
     t0 = time.perf_counter()
+    _ensure_writable(spark, args.model, args.overwrite)
     docs = _read_valid(spark, args.docs, args.rejects or args.model.rstrip("/") + "_rejects",
                        args.split, args.overwrite)
     taxonomy = _taxonomy(args, docs)
@@ -172,6 +193,7 @@ def cmd_predict(args, settings) -> int:
     spark = build_session(settings.spark)
     t0 = time.perf_counter()
     model = PathModel.load(args.model)
+    _ensure_writable(spark, args.output, args.overwrite)
     docs = _read_valid(spark, args.docs, args.rejects or args.output.rstrip("/") + "_rejects",
                        args.split, args.overwrite)
     pred = model.transform(docs)
@@ -245,12 +267,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .config import ConfigError
     from .documents import DocumentsError
     from .taxonomy import TaxonomyError
+    import tarfile
+
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
     try:
         settings = _settings(args)
         return COMMANDS[args.command](args, settings)
-    except (ConfigError, DocumentsError, TaxonomyError, ValueError, FileNotFoundError) as exc:
+    except (ConfigError, DocumentsError, TaxonomyError, ValueError, OSError, tarfile.TarError) as exc:
         log.error("%s", exc)
         print(f"pcem {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except (PySparkException, Py4JJavaError) as exc:
+        # Spark's own message (missing path, bad regex, ...) without the JVM stack.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        log.error("Spark error: %s", exc)
+        print(f"pcem {args.command}: error: {first}", file=sys.stderr)
         return 2
 
 

@@ -108,7 +108,9 @@ def _check_parquet_schema(schema: T.StructType, path: str) -> None:
                 "a documents table needs id: string, text: string, labels: array<string>")
     expected = {f.name: f.dataType for f in DOCUMENT_SCHEMA.fields}
     for name, want in expected.items():
-        if name in fields and fields[name] != want:
+        # simpleString ignores nullability: array<string> with required
+        # elements (parquet-avro, Hive) is as good as the optional kind.
+        if name in fields and fields[name].simpleString() != want.simpleString():
             raise DocumentsError(
                 f"{path}: column {name!r} has type {fields[name].simpleString()}, "
                 f"expected {want.simpleString()}")

@@ -314,6 +314,9 @@ def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True,
             blocks, log_prior, log_theta, score_matrix, vocab_size, True, posterior_floor)
         loglik = data_ll + pathnb.log_prior_density(log_prior, log_theta, smoothing)
         log_prior, log_theta = pathnb.log_parameters(wc, totals, smoothing)
+        if not (np.isfinite(loglik) and np.isfinite(log_prior).all()):
+            raise FloatingPointError(f"{label}: EM iteration {it} produced non-finite parameters "
+                                     f"(log-likelihood {loglik}); check the input counts and settings")
         secs = time.perf_counter() - t_it
         rel = float("nan") if prev is None else abs(loglik - prev) / max(abs(prev), 1e-300)
         result.loglik_history.append(loglik)

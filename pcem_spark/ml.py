@@ -34,6 +34,8 @@ class _PathEMParams(Params):
     maxIter = Param(Params._dummy(), "maxIter", "maximum EM iterations (>= 0)", TypeConverters.toInt)
     tol = Param(Params._dummy(), "tol", "relative log-likelihood change that stops EM", TypeConverters.toFloat)
     blockSize = Param(Params._dummy(), "blockSize", "documents per CSR block", TypeConverters.toInt)
+    posteriorFloor = Param(Params._dummy(), "posteriorFloor", "posteriors below this count as 0 (0 = exact)",
+                           TypeConverters.toFloat)
     tokenPattern = Param(Params._dummy(), "tokenPattern", "Java regex of a token", TypeConverters.toString)
     minTokenLength = Param(Params._dummy(), "minTokenLength", "shortest token kept", TypeConverters.toInt)
     stopWords = Param(Params._dummy(), "stopWords", "stop-word language or 'none'", TypeConverters.toString)
@@ -49,7 +51,7 @@ class _PathEMParams(Params):
         fs, ms = FeatureSettings(), ModelSettings()
         self._setDefault(idCol="id", textCol="text", labelsCol="labels", taxonomy="", method=ms.method,
                          smoothing=ms.smoothing, maxIter=ms.max_iter, tol=ms.tol, blockSize=ms.block_size,
-                         tokenPattern=DEFAULT_TOKEN_PATTERN, minTokenLength=fs.min_token_length,
+                         posteriorFloor=ms.posterior_floor, tokenPattern=DEFAULT_TOKEN_PATTERN, minTokenLength=fs.min_token_length,
                          stopWords=fs.stop_words, minDF=fs.min_df, maxDF=fs.max_df, vocabSize=fs.vocab_size,
                          vocabularyDocs=fs.vocabulary_docs)
 
@@ -62,7 +64,8 @@ class _PathEMParams(Params):
     def model_settings(self) -> ModelSettings:
         g = self.getOrDefault
         return ModelSettings(method=g(self.method), smoothing=g(self.smoothing), max_iter=g(self.maxIter),
-                             tol=g(self.tol), block_size=g(self.blockSize))
+                             tol=g(self.tol), block_size=g(self.blockSize),
+                             posterior_floor=g(self.posteriorFloor))
 
 
 class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWritable):
@@ -70,7 +73,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
 
     @keyword_only
     def __init__(self, *, idCol="id", textCol="text", labelsCol="labels", taxonomy="", method="pcem",
-                 smoothing=1.0, maxIter=50, tol=1e-5, blockSize=4096, tokenPattern=DEFAULT_TOKEN_PATTERN,
+                 smoothing=1.0, maxIter=50, tol=1e-5, blockSize=4096, posteriorFloor=0.0, tokenPattern=DEFAULT_TOKEN_PATTERN,
                  minTokenLength=2, stopWords="english", minDF=3.0, maxDF=0.5, vocabSize=20000,
                  vocabularyDocs="all"):
         super().__init__()
@@ -126,7 +129,8 @@ class _PathEMModelReader(MLReader):
         model = PathEMModel(pm)
         fs, ms = pm.feature_settings, pm.model_settings
         model._set(taxonomy=pm.taxonomy.to_json(), method=ms.method, smoothing=ms.smoothing,
-                   maxIter=ms.max_iter, tol=ms.tol, blockSize=ms.block_size, tokenPattern=fs.token_pattern,
+                   maxIter=ms.max_iter, tol=ms.tol, blockSize=ms.block_size,
+                   posteriorFloor=ms.posterior_floor, tokenPattern=fs.token_pattern,
                    minTokenLength=fs.min_token_length, stopWords=fs.stop_words, minDF=fs.min_df,
                    maxDF=fs.max_df, vocabSize=fs.vocab_size, vocabularyDocs=fs.vocabulary_docs)
         return model

@@ -90,7 +90,10 @@ def check_label_paths(df: DataFrame, taxonomy: Taxonomy, labels_col: str = "labe
     """
     distinct = (df.where(F.col(labels_col).isNotNull())
                 .groupBy(labels_col).agg(F.min("id").alias("example_id"), F.count(F.lit(1)).alias("n"))
-                .limit(100000).collect())
+                .limit(100001).collect())
+    if len(distinct) > 100000:
+        raise TaxonomyError("more than 100,000 distinct label paths: the labels column does not look "
+                            "like paths of a taxonomy (expected array<string> from level 1 to the leaf)")
     errors = []
     for row in distinct:
         try:

@@ -130,7 +130,8 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
     use_unlabeled : bool
         False for plain NB: unlabelled rows contribute nothing.
     posterior_floor : float
-        Posteriors below this are set to 0 (rows renormalised). 0 = exact
+        Posteriors below this are set to 0 (rows renormalised; each row's
+        best path is always kept). 0 = exact
         Eq. 5. With many paths a tiny floor makes the per-path sums sparse.
     sparse_density : float
         When at most this fraction of the responsibilities is non-zero, the
@@ -153,7 +154,9 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
         if use_unlabeled and (~labeled).any():
             post, log_ev = posterior(jll[~labeled])
             if posterior_floor > 0:
-                post[post < posterior_floor] = 0.0
+                small = post < posterior_floor
+                small[np.arange(len(post)), post.argmax(axis=1)] = False  # a row never empties
+                post[small] = 0.0
                 post /= post.sum(axis=1, keepdims=True)
             resp[~labeled] = post
             loglik += float(log_ev.sum())

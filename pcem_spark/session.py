@@ -17,13 +17,14 @@ def build_session(settings: SparkSettings) -> SparkSession:
     Under spark-submit the master comes from the command line; ``master`` in
     the settings is only applied when the environment did not set one.
     """
-    # Executors must run the same interpreter as the driver (the package and
-    # numpy/scipy are installed there).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(settings.app_name)
     # spark-submit starts the JVM first and hands the gateway to Python; its
     # --master must win over the settings file.
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    if not under_submit:
+        # Local workers must run the driver's interpreter (where the package and
+        # numpy/scipy are); on a cluster the executors' Python is the cluster's.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(settings.app_name)
     if settings.master and not under_submit:
         builder = builder.master(settings.master)
     for key, value in settings.conf.items():

@@ -317,8 +317,13 @@ def load_taxonomy(path: str) -> Taxonomy:
     ``parent<TAB>child``; blank lines and lines starting with ``#`` are ignored.
     Errors name the file and line.
     """
-    with open(path, "r", encoding="utf-8") as fh:
-        text = fh.read()
+    try:
+        with open(path, "r", encoding="utf-8") as fh:
+            text = fh.read()
+    except UnicodeDecodeError as exc:
+        raise TaxonomyError(f"{path}: not UTF-8 text ({exc})") from None
+    except OSError as exc:
+        raise TaxonomyError(f"{path}: cannot read the taxonomy file ({exc.strerror})") from None
     if path.endswith(".json"):
         try:
             obj = json.loads(text)

@@ -98,3 +98,13 @@ def test_posterior_floor_zeroes_small_posteriors_and_keeps_rows_normalised():
     exact = pathnb.e_step(X, np.zeros((2, 3)), np.zeros(2, bool), log_prior, log_theta)
     np.testing.assert_allclose(st.path_totals.sum(), 2.0)
     assert st.path_totals[2] == 0.0 < exact.path_totals[2]
+
+
+def test_posterior_floor_above_one_over_m_never_empties_a_row():
+    from pcem_spark import pathnb
+
+    M = 20
+    X = sp.csr_matrix((1, 5))  # no known word: the posterior is the uniform prior, 0.05 each
+    st = pathnb.e_step(X, np.zeros((1, M)), np.zeros(1, bool), np.log(np.full(M, 1 / M)),
+                       np.log(np.full((M, 5), 0.2)), posterior_floor=0.06)
+    assert np.isfinite(st.path_totals).all() and st.path_totals.sum() == pytest.approx(1.0)

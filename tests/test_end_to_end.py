@@ -88,3 +88,25 @@ def test_cli_errors_are_clear_and_exit_2(tmp_path, capsys):
     unknown.write_text("[model]\nsmoting = 1.0\n")
     assert main(["train", "--docs", "x", "--model", "y", "--config", str(unknown)]) == 2
     assert "unknown setting 'smoting'" in capsys.readouterr().err
+
+
+def test_split_filter_never_hides_rejects_and_cli_errors_exit_2(spark, tmp_path, capsys):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("\n".join([
+        json.dumps({"id": "a", "text": "goal striker", "labels": ["s", "s1"], "split": "train"}),
+        json.dumps({"id": "b", "text": "chip wafer", "labels": ["t", "t1"], "split": "train"}),
+        json.dumps({"id": "c", "text": "goal", "labels": None, "split": "test"}),
+        "this is not json",
+        '{"id": "e", "text": ',
+    ]) + "\n")
+    model = str(tmp_path / "model")
+    args = ["train", "--docs", str(docs), "--model", model, "--split", "train", "--method", "pcnb",
+            "--set", "features.min_df=1.0", "--set", "features.max_df=1.0"]
+    assert main(args) == 0
+    rejects = spark.read.parquet(model + "_rejects")
+    assert rejects.count() == 2  # both malformed lines, although their split is unknown
+    capsys.readouterr()
+    assert main(args) == 2  # the model exists: refused before any work
+    assert "already exists; pass --overwrite" in capsys.readouterr().err
+    assert main(["evaluate", "--predictions", str(tmp_path / "nope"), "--model", model]) == 2
+    assert "error:" in capsys.readouterr().err
