@@ -214,6 +214,7 @@ def _accumulate(acc, x):
 
 def _pass_partition(blocks: Iterable[Block], bc, use_unlabeled: bool, n_paths: int, posterior_floor: float):
     log_prior, log_theta_t, score_matrix = bc.value
+    dtype = np.float64 if log_theta_t is None else log_theta_t.dtype
     # Broadcast as (V, M) C-ordered, so X @ log_theta.T needs no per-block copy.
     log_theta = None if log_theta_t is None else log_theta_t.T
     word_counts = None
@@ -225,8 +226,9 @@ def _pass_partition(blocks: Iterable[Block], bc, use_unlabeled: bool, n_paths: i
             # Measured: with 20 paths x 20k words dense sums are ~30% faster per
             # iteration; with 1,000 x 2^18 only sparse sums fit in memory.
             sparse_density = 0.1 if n_paths * blk.X.shape[1] >= SPARSE_SUMS_MIN_CELLS else 0.0
-        fixed = pathnb.path_scores(blk.node_scores, score_matrix)
-        st = pathnb.e_step(blk.X, fixed, blk.labeled, log_prior, log_theta, use_unlabeled, posterior_floor,
+        fixed = pathnb.path_scores(blk.node_scores, score_matrix).astype(dtype, copy=False)
+        X = blk.X if dtype == np.float64 else blk.X.astype(dtype)
+        st = pathnb.e_step(X, fixed, blk.labeled, log_prior, log_theta, use_unlabeled, posterior_floor,
                            sparse_density)
         word_counts = _accumulate(word_counts, st.word_counts)
         totals += st.path_totals
@@ -245,13 +247,13 @@ def _pass_partition(blocks: Iterable[Block], bc, use_unlabeled: bool, n_paths: i
             yield j, sp.csr_matrix((val, idx, [0, len(idx)]), shape=(1, vocab_size + 1))
     else:
         for j in range(n_paths):
-            yield j, np.append(word_counts[j], totals[j])
+            yield j, np.append(word_counts[j], word_counts.dtype.type(totals[j]))
     yield _SCALARS, scalars
 
 
 def sufficient_stats(blocks: RDD, log_prior: Optional[np.ndarray], log_theta: Optional[np.ndarray],
                      score_matrix: np.ndarray, vocab_size: int, use_unlabeled: bool,
-                     posterior_floor: float = 0.0):
+                     posterior_floor: float = 0.0, dtype: str = "float64"):
     """One distributed pass: returns (word_counts (M,V), path_totals (M,), loglik, n_lab, n_unlab).
 
     With ``log_theta=None`` only labelled rows count (the NB initialisation)
@@ -260,8 +262,12 @@ def sufficient_stats(blocks: RDD, log_prior: Optional[np.ndarray], log_theta: Op
     """
     sc = blocks.context
     n_paths = score_matrix.shape[0]
-    theta_t = None if log_theta is None else np.ascontiguousarray(log_theta.T)
-    bc = sc.broadcast((log_prior, theta_t, score_matrix))
+    # float32 halves the broadcast, the per-block products and the shuffled
+    # per-path sums; the driver keeps float64 for the M-step.
+    theta_t = None if log_theta is None else np.ascontiguousarray(log_theta.T, dtype=dtype)
+    prior = None if log_prior is None else log_prior.astype(dtype)
+    bc = sc.broadcast((prior, theta_t, score_matrix))
+    del theta_t
     try:
         n_reducers = max(1, min(n_paths + 1, sc.defaultParallelism))
         records = (blocks.mapPartitions(
@@ -285,7 +291,8 @@ def sufficient_stats(blocks: RDD, log_prior: Optional[np.ndarray], log_theta: Op
 
 
 def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True, smoothing: float = 1.0,
-        max_iter: int = 50, tol: float = 1e-5, label: str = "PCEM", posterior_floor: float = 0.0) -> FitResult:
+        max_iter: int = 50, tol: float = 1e-5, label: str = "PCEM", posterior_floor: float = 0.0,
+        dtype: str = "float64") -> FitResult:
     """PCNB (``em=False``) or PCEM (Algorithm 1) on cached blocks.
 
     ``score_matrix`` (M, K) turns node scores into path scores (Eq. 2): the
@@ -311,7 +318,7 @@ def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True,
     for it in range(1, max_iter + 1):
         t_it = time.perf_counter()
         wc, totals, data_ll, _, _ = sufficient_stats(
-            blocks, log_prior, log_theta, score_matrix, vocab_size, True, posterior_floor)
+            blocks, log_prior, log_theta, score_matrix, vocab_size, True, posterior_floor, dtype)
         loglik = data_ll + pathnb.log_prior_density(log_prior, log_theta, smoothing)
         log_prior, log_theta = pathnb.log_parameters(wc, totals, smoothing)
         if not (np.isfinite(loglik) and np.isfinite(log_prior).all()):

@@ -50,6 +50,7 @@ class ModelSettings:
     tol: float = 1e-5          # relative change of the log-likelihood
     block_size: int = 4096     # documents per CSR block
     posterior_floor: float = 0.0  # posteriors below this count as 0 (0 = exact Eq. 5)
+    parameter_dtype: str = "float64"  # "float32" halves broadcast and per-path sums (large M x V)
 
     def validate(self) -> None:
         if self.method not in METHODS:
@@ -60,6 +61,8 @@ class ModelSettings:
             raise ValueError(f"model.max_iter must be >= 0, got {self.max_iter}")
         if self.tol < 0:
             raise ValueError(f"model.tol must be >= 0, got {self.tol}")
+        if self.parameter_dtype not in ("float64", "float32"):
+            raise ValueError(f"model.parameter_dtype must be 'float64' or 'float32', got {self.parameter_dtype!r}")
         if not 0 <= self.posterior_floor < 1:
             raise ValueError(f"model.posterior_floor must be in [0, 1), got {self.posterior_floor}")
         if self.block_size < 1:
@@ -272,7 +275,8 @@ def fit_blocks(blocks, taxonomy: Taxonomy, vocabulary: List[str], feature_settin
     result = engine.fit(blocks, score_matrix(taxonomy, model_settings.method), len(vocabulary),
                         em=model_settings.uses_em, smoothing=model_settings.smoothing,
                         max_iter=model_settings.max_iter, tol=model_settings.tol,
-                        label=model_settings.method.upper(), posterior_floor=model_settings.posterior_floor)
+                        label=model_settings.method.upper(), posterior_floor=model_settings.posterior_floor,
+                        dtype=model_settings.parameter_dtype)
     summary = {"n_labeled": result.n_labeled, "n_unlabeled": result.n_unlabeled, "n_iter": result.n_iter,
                "converged": result.converged, "loglik_history": result.loglik_history,
                "iter_seconds": result.iter_seconds}

@@ -150,7 +150,7 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
         # Without parameters (the NB initialisation) there is nothing to score.
         jll = joint_log_likelihood(X, log_prior, log_theta)
         if labeled.any():
-            loglik += float(np.sum(fixed_scores[labeled] * jll[labeled]))
+            loglik += float(np.sum(fixed_scores[labeled] * jll[labeled], dtype=np.float64))
         if use_unlabeled and (~labeled).any():
             post, log_ev = posterior(jll[~labeled])
             if posterior_floor > 0:
@@ -159,13 +159,14 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
                 post[small] = 0.0
                 post /= post.sum(axis=1, keepdims=True)
             resp[~labeled] = post
-            loglik += float(log_ev.sum())
+            loglik += float(log_ev.sum(dtype=np.float64))
+    resp = resp.astype(X.dtype, copy=False)  # float32 blocks give float32 sums
     if resp.size and np.count_nonzero(resp) <= sparse_density * resp.size:
         # Few (document, path) pairs carry weight: sum only those.
         word_counts = (sp.csr_matrix(resp).T @ X).tocsr()
     else:
         word_counts = np.asarray((X.T @ resp).T)
-    return BlockStats(word_counts, resp.sum(axis=0), loglik)
+    return BlockStats(word_counts, resp.sum(axis=0, dtype=np.float64), loglik)
 
 
 def log_prior_density(log_prior: np.ndarray, log_theta: np.ndarray, smoothing: float = 1.0) -> float:

@@ -6,7 +6,7 @@ iterations of the Spark engine (``local[2]``). Reports iteration seconds, the
 driver's peak RSS, the machine's lowest available memory during the run and
 the bytes broadcast per iteration.
 
-    python scripts/bench_large_taxonomy.py --docs 20000 --out out/bench/large_taxonomy.json
+    python scripts/bench_large_taxonomy.py --docs 20000 --partitions 2 --dtype float32
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ def main(argv=None) -> int:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--driver-memory", default="16g")
     ap.add_argument("--posterior-floor", type=float, default=0.0)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"],
+                    help="model.parameter_dtype: float32 halves the broadcast and the per-path sums")
     ap.add_argument("--out", default="out/bench/large_taxonomy.json")
     args = ap.parse_args(argv)
 
@@ -103,12 +105,12 @@ def main(argv=None) -> int:
     threading.Thread(target=sample, daemon=True).start()
     t0 = time.perf_counter()
     fit = engine.fit(blocks, score_matrix(taxonomy, "pcem"), V, em=True, max_iter=args.iters, tol=0.0,
-                     label="large-taxonomy", posterior_floor=args.posterior_floor)
+                     label="large-taxonomy", posterior_floor=args.posterior_floor, dtype=args.dtype)
     total = time.perf_counter() - t0
     stop.set()
     with open("/proc/self/status") as fh:
         peak = next(int(l.split()[1]) / 1024 for l in fh if l.startswith("VmHWM:"))
-    out = {"posterior_floor": args.posterior_floor, "docs": n, "leaves": M, "nodes": taxonomy.n_nodes, "vocab_size": V, "blocks": n_blocks,
+    out = {"posterior_floor": args.posterior_floor, "dtype": args.dtype, "partitions": parts, "docs": n, "leaves": M, "nodes": taxonomy.n_nodes, "vocab_size": V, "blocks": n_blocks,
            "n_labeled": fit.n_labeled, "pack_seconds": pack_s, "fit_seconds": total,
            "iteration_seconds": fit.iter_seconds,
            "median_iteration_seconds": statistics.median(fit.iter_seconds) if fit.iter_seconds else None,
