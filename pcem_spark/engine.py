@@ -279,7 +279,8 @@ def sufficient_stats(blocks: RDD, log_prior: Optional[np.ndarray], log_theta: Op
     word_counts = np.zeros((n_paths, vocab_size))
     totals = np.zeros(n_paths)
     scalars = np.zeros(3)
-    for key, arr in records:
+    while records:
+        key, arr = records.pop()  # each record is freed once copied into the matrix
         if key == _SCALARS:
             scalars = arr
             continue
@@ -320,7 +321,9 @@ def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True,
         wc, totals, data_ll, _, _ = sufficient_stats(
             blocks, log_prior, log_theta, score_matrix, vocab_size, True, posterior_floor, dtype)
         loglik = data_ll + pathnb.log_prior_density(log_prior, log_theta, smoothing)
+        log_theta = None  # let the old (M, V) parameters go before the new ones exist
         log_prior, log_theta = pathnb.log_parameters(wc, totals, smoothing)
+        del wc
         if not (np.isfinite(loglik) and np.isfinite(log_prior).all()):
             raise FloatingPointError(f"{label}: EM iteration {it} produced non-finite parameters "
                                      f"(log-likelihood {loglik}); check the input counts and settings")

@@ -56,13 +56,15 @@ def log_parameters(word_counts: np.ndarray, path_totals: np.ndarray,
     log_prior : ndarray, shape (M,)
     log_theta : ndarray, shape (M, V)
     """
-    word_counts = np.asarray(word_counts, dtype=np.float64)
     path_totals = np.asarray(path_totals, dtype=np.float64)
-    m, v = word_counts.shape
     prior_num = smoothing + path_totals
     log_prior = np.log(prior_num) - np.log(prior_num.sum())
-    theta_num = smoothing + word_counts
-    log_theta = np.log(theta_num) - np.log(theta_num.sum(axis=1, keepdims=True))
+    # In place after one copy: with 1,000 paths x 2^18 words every extra
+    # (M, V) temporary is another 2 GiB on the driver.
+    log_theta = np.add(word_counts, smoothing, dtype=np.float64)
+    log_row_sums = np.log(log_theta.sum(axis=1, keepdims=True))
+    np.log(log_theta, out=log_theta)
+    log_theta -= log_row_sums
     return log_prior, log_theta
 
 

@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=2)
     ap.add_argument("--label-rate", type=float, default=0.01)
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--driver-memory", default="16g")
+    ap.add_argument("--driver-memory", default="6g", help="JVM heap; a smaller heap makes the JVM collect garbage instead of growing")
     ap.add_argument("--posterior-floor", type=float, default=0.0)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"],
                     help="model.parameter_dtype: float32 halves the broadcast and the per-path sums")
@@ -115,8 +115,9 @@ def main(argv=None) -> int:
            "iteration_seconds": fit.iter_seconds,
            "median_iteration_seconds": statistics.median(fit.iter_seconds) if fit.iter_seconds else None,
            "driver_peak_rss_mb": peak, "machine_min_available_mb": low[0],
-           "broadcast_mb_per_iteration": len(pickle.dumps((fit.log_prior, fit.log_theta),
-                                                          protocol=pickle.HIGHEST_PROTOCOL)) / 2**20,
+           "broadcast_mb_per_iteration": len(pickle.dumps(
+               (fit.log_prior.astype(args.dtype), fit.log_theta.T.astype(args.dtype)),
+               protocol=pickle.HIGHEST_PROTOCOL)) / 2**20,
            "loglik_history": fit.loglik_history}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as fh:
