@@ -193,7 +193,7 @@ class PathModel:
 
         Layout: ``metadata/`` one JSON line (format version, taxonomy,
         settings, summary); ``vocabulary/`` Parquet (index, term);
-        ``parameters/`` Parquet (path index, log_prior, log_theta).
+        ``parameters/`` Parquet (path index, log_prior, log_theta as float64 bytes).
         """
         spark = SparkSession.getActiveSession()
         if spark is None:
@@ -214,8 +214,11 @@ class PathModel:
             .write.mode(mode).text(f"{path}/metadata")
         spark.createDataFrame(list(enumerate(self.vocabulary)), "index int, term string") \
             .write.mode(mode).parquet(f"{path}/vocabulary")
-        rows = [(j, float(self.log_prior[j]), self.log_theta[j].tolist()) for j in range(self.taxonomy.n_paths)]
-        spark.createDataFrame(rows, "path_index int, log_prior double, log_theta array<double>") \
+        # log theta rows as little-endian float64 bytes: a Python list per row
+        # would cost ~30 bytes per float on the driver (GBs for 1,000 x 2^18).
+        rows = [(j, float(self.log_prior[j]), self.log_theta[j].astype("<f8").tobytes())
+                for j in range(self.taxonomy.n_paths)]
+        spark.createDataFrame(rows, "path_index int, log_prior double, log_theta binary") \
             .write.mode(mode).parquet(f"{path}/parameters")
 
     @classmethod
@@ -236,7 +239,7 @@ class PathModel:
         vocabulary = [r["term"] for r in vocab_rows]
         param_rows = spark.read.parquet(f"{path}/parameters").orderBy("path_index").collect()
         log_prior = np.array([r["log_prior"] for r in param_rows])
-        log_theta = np.array([r["log_theta"] for r in param_rows])
+        log_theta = np.vstack([np.frombuffer(r["log_theta"], dtype="<f8") for r in param_rows])
         return cls(taxonomy, vocabulary, log_prior, log_theta,
                    FeatureSettings(**meta["feature_settings"]), ModelSettings(**meta["model_settings"]),
                    meta.get("training_summary"))
