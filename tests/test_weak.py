@@ -1,0 +1,83 @@
+"""Weak-supervision building blocks (issue 4) against dense numpy computations."""
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from pcem_spark.pathnb import path_scores
+from pcem_spark.taxonomy import Taxonomy, TaxonomyError
+from pcem_spark.weak import (argmax_node_scores, cosine_similarities, idf_weights, load_descriptions,
+                             soft_node_scores, to_taxonomy_columns)
+
+FIG1 = Taxonomy({"ROOT": ["c1", "c2"], "c1": ["c11", "c12", "c13"], "c2": ["c21", "c22", "c23"]})
+
+
+def test_figure1_path_scores_from_node_scores():
+    # x_i labelled {c^1_1, c^2_2}: path scores 1, 2, 1, 0, 0, 0 over the six paths.
+    ns = np.zeros((1, FIG1.n_nodes))
+    ns[0, FIG1.node_index["c1"]] = 1
+    ns[0, FIG1.node_index["c12"]] = 1
+    np.testing.assert_array_equal(path_scores(ns, FIG1.path_node_matrix()), [[1, 2, 1, 0, 0, 0]])
+
+
+def test_cosine_similarities_match_dense_numpy():
+    rng = np.random.default_rng(0)
+    X = rng.poisson(0.7, size=(9, 12)).astype(float)
+    X[4] = 0  # a document with no known word
+    D = rng.poisson(0.8, size=(4, 12)).astype(float)
+    df = (X > 0).sum(axis=0)
+    idf = idf_weights(df, 9)
+    np.testing.assert_allclose(idf, np.log(10 / (1 + df)) + 1)
+
+    def unit(a):
+        a = a * idf
+        n = np.linalg.norm(a, axis=1, keepdims=True)
+        return np.divide(a, n, out=np.zeros_like(a), where=n > 0)
+
+    np.testing.assert_allclose(cosine_similarities(sp.csr_matrix(X), idf, sp.csr_matrix(D)),
+                               unit(X) @ unit(D).T, rtol=1e-12, atol=1e-12)
+
+
+def test_argmax_per_depth_and_no_weak_label_without_known_words():
+    nodes = ["c1", "c2", "c11", "c12", "c21"]
+    depths = [1, 1, 2, 2, 2]
+    sims = np.array([[0.2, 0.5, 0.1, 0.7, 0.3],
+                     [0.0, 0.0, 0.0, 0.0, 0.0],     # no known word
+                     [0.9, 0.1, 0.0, 0.0, 0.0]])    # nothing similar at depth 2
+    hard = argmax_node_scores(sims, depths)
+    np.testing.assert_array_equal(hard[0], [0, 1, 0, 1, 0])
+    assert hard[1].sum() == 0 and hard[2].sum() == 0
+    soft = soft_node_scores(sims, depths)
+    np.testing.assert_allclose(soft[0], [0.2 / 0.7, 0.5 / 0.7, 0.1 / 1.1, 0.7 / 1.1, 0.3 / 1.1])
+    assert soft[1].sum() == 0
+    thresholded = argmax_node_scores(sims, depths, min_similarity=0.6)
+    assert thresholded[0].sum() == 0  # best depth-1 similarity 0.5 is below the threshold
+    cols = to_taxonomy_columns(hard, nodes, Taxonomy({"R": ["c1", "c2"], "c1": ["c11", "c12"], "c2": ["c21"]}))
+    assert cols.shape == (3, 5) and cols[0].sum() == 2
+
+
+def test_descriptions_file_checks(tmp_path):
+    ok = {n: f"about {n}" for n in FIG1.real_nodes}
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(ok))
+    assert load_descriptions(str(path), FIG1)["c12"] == "about c12"
+    path.write_text(json.dumps({**ok, "c99": "nope"}))
+    with pytest.raises(TaxonomyError, match=r"not in the taxonomy: \['c99'\]"):
+        load_descriptions(str(path), FIG1)
+    del ok["c23"]
+    path.write_text(json.dumps(ok))
+    with pytest.raises(TaxonomyError, match=r"no description for node\(s\) \['c23'\]"):
+        load_descriptions(str(path), FIG1)
+
+
+def test_shipped_20ng_descriptions_cover_the_taxonomy_in_at_most_12_words():
+    import os
+    here = os.path.dirname(__file__)
+    with open(os.path.join(here, "..", "conf", "descriptions", "20ng.json")) as fh:
+        desc = json.load(fh)
+    groups = [n for n in desc if "." in n]
+    tax = Taxonomy.from_label_paths([[g.split(".")[0], g] for g in groups])
+    assert len(groups) == 20 and set(desc) == set(tax.real_nodes)
+    assert all(len(v.replace(",", " ").split()) <= 12 for v in desc.values())
