@@ -76,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", help="comma-separated (default from [experiment])")
     p.add_argument("--rates", help="comma-separated label rates, e.g. 0.01,0.05")
     p.add_argument("--seeds", help="comma-separated seeds or a count, e.g. 5")
+    p.add_argument("--setting", default="labeled", choices=["labeled", "dataless"],
+                   help="labeled: the sample keeps its true labels; dataless: it gets weak labels "
+                        "from --descriptions")
+    p.add_argument("--descriptions", help="JSON node -> description (dataless setting)")
+    p.add_argument("--weak-mode", default="argmax", choices=["argmax", "soft"])
+    p.add_argument("--min-similarity", type=float, default=0.0,
+                   help="no weak label when the best similarity at some depth is not above this")
     _common(p)
     return parser
 
@@ -249,8 +256,16 @@ def cmd_experiment(args, settings) -> int:
     os.makedirs(args.output_dir, exist_ok=True)
     docs = _read_valid(spark, args.docs, os.path.join(args.output_dir, "rejects"), None, True)
     taxonomy = _taxonomy(args, docs)
+    descriptions = None
+    if args.setting == "dataless":
+        from .weak import load_descriptions
+        if not args.descriptions:
+            raise ValueError("--setting dataless needs --descriptions FILE (JSON node -> description)")
+        descriptions = load_descriptions(args.descriptions, taxonomy)
     rows = run_experiment(docs, taxonomy, settings.features, settings.model, methods, rates, seeds,
-                          exp.test_fraction, args.output_dir)
+                          exp.test_fraction, args.output_dir, setting=args.setting,
+                          descriptions=descriptions, weak_mode=args.weak_mode,
+                          min_similarity=args.min_similarity)
     from .experiment import markdown_table
     print(markdown_table(rows))
     return 0

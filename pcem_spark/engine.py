@@ -115,19 +115,38 @@ def label_path_index(labels, path_keys) -> np.ndarray:
     return idx
 
 
-def _pack_arrow_partition(batches, path_keys, path_nodes: np.ndarray, block_size: int):
+def node_score_rows(labels, path_keys, path_nodes: np.ndarray):
+    """CSR ``(indptr, indices, data)`` node scores of true label paths (null = no row entries)."""
+    d = path_nodes.shape[1]
+    q = label_path_index(labels, path_keys)
+    lab = q >= 0
+    indptr = np.concatenate([[0], np.cumsum(np.where(lab, d, 0))]).astype(np.int64)
+    indices = path_nodes[q[lab]].ravel().astype(np.int32)
+    return indptr, indices, np.ones(len(indices))
+
+
+def weak_score_rows(scores):
+    """CSR node scores from an Arrow list<double> column of K scores per row (null = unlabelled)."""
+    import pyarrow.compute as pc
+    lengths = np.asarray(pc.list_value_length(scores).fill_null(0).to_numpy(zero_copy_only=False))
+    flat = np.asarray(scores.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
+    k = int(lengths.max()) if lengths.size else 0
+    dense = np.zeros((len(lengths), k))
+    rows = lengths > 0
+    if rows.any():
+        dense[rows] = flat.reshape(-1, k)
+    m = sp.csr_matrix(dense)
+    return m.indptr.astype(np.int64), m.indices.astype(np.int32), m.data
+
+
+def _pack_arrow_partition(batches, supervision, block_size: int):
     """mapInArrow body: each slice of <= block_size rows becomes one row of CSR bytes."""
     import pyarrow as pa
-    d = path_nodes.shape[1]
     for batch in batches:
         for start in range(0, batch.num_rows, block_size):
             b = batch.slice(start, block_size)
             indptr, indices, data = sparse_vector_arrays(b.column(0))
-            q = label_path_index(b.column(1), path_keys)
-            lab = q >= 0
-            ns_indptr = np.concatenate([[0], np.cumsum(np.where(lab, d, 0))]).astype(np.int64)
-            ns_indices = path_nodes[q[lab]].ravel().astype(np.int32)
-            ns_data = np.ones(len(ns_indices))
+            ns_indptr, ns_indices, ns_data = supervision(b.column(1))
             cols = [pa.array([b.num_rows], pa.int32())] + [
                 pa.array([a.tobytes()], pa.binary())
                 for a in (indptr, indices, data, ns_indptr, ns_indices, ns_data)]
@@ -163,9 +182,20 @@ def blocks_from_labels(df: DataFrame, path_lookup: Dict[Tuple[str, ...], int], p
     path_nodes = np.array([np.flatnonzero(path_node[j]) for j in range(n_paths)], dtype=np.int32)
 
     def pack(batches):
-        return _pack_arrow_partition(batches, keys, path_nodes, block_size)
+        return _pack_arrow_partition(batches, lambda col: node_score_rows(col, keys, path_nodes), block_size)
 
     packed = df.select(features_col, labels_col).mapInArrow(pack, _BLOCK_ROW)
+    return packed.rdd.map(lambda row: _block_from_row(row, vocab_size, n_nodes))
+
+
+def blocks_from_node_scores(df: DataFrame, n_nodes: int, vocab_size: int, block_size: int = 4096,
+                            features_col: str = "features", scores_col: str = "node_scores") -> RDD:
+    """RDD of :class:`Block` from weak supervision: ``node_scores`` is array<double> of the
+    taxonomy's K node columns (``Taxonomy.nodes`` order) or null for an unlabelled row."""
+    def pack(batches):
+        return _pack_arrow_partition(batches, weak_score_rows, block_size)
+
+    packed = df.select(features_col, scores_col).mapInArrow(pack, _BLOCK_ROW)
     return packed.rdd.map(lambda row: _block_from_row(row, vocab_size, n_nodes))
 
 

@@ -63,8 +63,19 @@ def assign_roles(df: DataFrame, seed: int, test_fraction: float, label_rate: flo
 def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings,
                    model_settings: ModelSettings, methods: List[str], rates: List[float],
                    seeds: List[int], test_fraction: float, out_dir: str,
-                   setting: str = "labeled") -> List[Dict[str, object]]:
-    """Run methods x rates x seeds; write ``results.csv`` and ``results.md`` in ``out_dir``."""
+                   setting: str = "labeled", descriptions: Optional[Dict[str, str]] = None,
+                   weak_mode: str = "argmax", min_similarity: float = 0.0) -> List[Dict[str, object]]:
+    """Run methods x rates x seeds; write ``results.csv`` and ``results.md`` in ``out_dir``.
+
+    ``setting="dataless"``: the rate-r sample gets weak labels from
+    ``descriptions`` (cosine similarity, :mod:`pcem_spark.weak`) instead of its
+    true labels; the weak labels' own coverage and per-level accuracy are
+    reported next to the classifiers' F1.
+    """
+    if setting not in ("labeled", "dataless"):
+        raise ValueError(f"setting must be 'labeled' or 'dataless', got {setting!r}")
+    if setting == "dataless" and not descriptions:
+        raise ValueError("the dataless setting needs label descriptions (--descriptions FILE)")
     for m in methods:
         if m not in METHODS:
             raise ValueError(f"unknown method {m!r}; known: {METHODS}")
@@ -85,10 +96,15 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
             masked = train.select("id", "text", F.when(F.col("role") == "labeled", F.col("labels"))
                                   .alias("labels"))
             vocabulary = fit_vocabulary(masked, feature_settings)
-            feats = featurize(masked, vocabulary, feature_settings)
-            blocks = engine.cache_blocks(engine.blocks_from_labels(
-                feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary),
-                model_settings.block_size))
+            weak_stats: Dict[str, object] = {}
+            if setting == "labeled":
+                feats = featurize(masked, vocabulary, feature_settings)
+                blocks = engine.cache_blocks(engine.blocks_from_labels(
+                    feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary),
+                    model_settings.block_size))
+            else:
+                blocks, weak_stats = _dataless_blocks(train, vocabulary, feature_settings, model_settings,
+                                                      taxonomy, descriptions, weak_mode, min_similarity)
             n_test = test.count()
             for method in methods:
                 ms = replace(model_settings, method=method)
@@ -105,7 +121,7 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
                        **{f"level{k}_acc": v for k, v in acc.items()},
                        "n_labeled": result.n_labeled, "n_unlabeled": result.n_unlabeled, "n_test": n_test,
                        "n_iter": result.n_iter, "train_seconds": round(t1 - t0, 3),
-                       "predict_seconds": round(t2 - t1, 3)}
+                       "predict_seconds": round(t2 - t1, 3), **weak_stats}
                 rows.append(row)
                 done = len(rows)
                 elapsed = time.perf_counter() - t_start
@@ -122,12 +138,42 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
     return rows
 
 
+def _dataless_blocks(train: DataFrame, vocabulary, feature_settings, model_settings, taxonomy,
+                     descriptions, weak_mode: str, min_similarity: float):
+    """Blocks whose sampled rows carry weak node scores; plus the weak labels' own quality."""
+    from .weak import weak_label
+    feats = featurize(train.select("id", "text", "labels", "role"), vocabulary, feature_settings)
+    weak = weak_label(feats, vocabulary, feature_settings, taxonomy, descriptions, weak_mode, min_similarity,
+                      model_settings.block_size)
+    weak = weak.withColumn("node_scores", F.when(F.col("role") == "labeled", F.col("node_scores"))) \
+               .withColumn("weak_path", F.when(F.col("role") == "labeled", F.col("weak_path"))).cache()
+    sampled = weak.where(F.col("role") == "labeled")
+    aggs = [F.count(F.lit(1)).alias("n"), F.count("weak_path").alias("covered")]
+    for k in range(1, taxonomy.depth + 1):
+        aggs.append(F.avg(F.when(F.col("weak_path").isNotNull(),
+                                 (F.element_at("weak_path", k) == F.element_at("labels", k)).cast("double")))
+                    .alias(f"acc{k}"))
+    q = sampled.agg(*aggs).first()
+    stats = {"weak_coverage": q["covered"] / q["n"] if q["n"] else None,
+             **{f"weak_level{k}_acc": q[f"acc{k}"] for k in range(1, taxonomy.depth + 1)}}
+    log.info("weak labels: %d sampled documents, %.1f%% got a weak label; accuracy per level: %s", q["n"],
+             100 * (stats["weak_coverage"] or 0), ", ".join(
+                 f"{k}: {100 * q[f'acc{k}']:.1f}%" for k in range(1, taxonomy.depth + 1) if q[f"acc{k}"] is not None))
+    blocks = engine.cache_blocks(engine.blocks_from_node_scores(
+        weak, taxonomy.n_nodes, len(vocabulary), model_settings.block_size))
+    blocks.count()  # materialise before the weak table is released
+    weak.unpersist()
+    return blocks, stats
+
+
 def write_csv(rows: List[Dict[str, object]], path: str, depth: int) -> None:
     """Write all runs so far (atomically: a killed run leaves the previous file)."""
     fields = CSV_FIELDS[:6] + [f"level{k}_acc" for k in range(1, depth + 1)] + CSV_FIELDS[6:]
+    if any("weak_coverage" in r for r in rows):
+        fields += ["weak_coverage"] + [f"weak_level{k}_acc" for k in range(1, depth + 1)]
     tmp = path + ".tmp"
     with open(tmp, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer = csv.DictWriter(fh, fieldnames=fields, restval="")
         writer.writeheader()
         for r in rows:
             writer.writerow(r)
@@ -144,7 +190,12 @@ def summarize(rows: List[Dict[str, object]]) -> List[Dict[str, object]]:
         mic = np.array([float(r["micro_f1"]) for r in rs]) * 100
         mac = np.array([float(r["macro_f1"]) for r in rs]) * 100
         secs = np.array([float(r["train_seconds"]) for r in rs])
-        out.append({"setting": setting, "rate": rate, "method": method, "n_seeds": len(rs),
+        weak = {}
+        if all(r.get("weak_coverage") is not None for r in rs):
+            levels = sorted(k for k in rs[0] if k.startswith("weak_level"))
+            weak = {"weak": " / ".join(f"{100 * np.mean([float(r[k]) for r in rs]):.1f}" for k in levels),
+                    "weak_coverage": 100 * np.mean([float(r["weak_coverage"]) for r in rs])}
+        out.append({**weak, "setting": setting, "rate": rate, "method": method, "n_seeds": len(rs),
                     "micro_mean": mic.mean(), "micro_std": mic.std(ddof=1) if len(rs) > 1 else 0.0,
                     "macro_mean": mac.mean(), "macro_std": mac.std(ddof=1) if len(rs) > 1 else 0.0,
                     "train_seconds": secs.mean()})
@@ -152,10 +203,16 @@ def summarize(rows: List[Dict[str, object]]) -> List[Dict[str, object]]:
 
 
 def markdown_table(rows: List[Dict[str, object]]) -> str:
-    lines = ["| setting | rate | method | seeds | micro-F1 (%) | macro-F1 (%) | train s |",
-             "|---|---|---|---|---|---|---|"]
-    for s in summarize(rows):
-        lines.append(f"| {s['setting']} | {100 * float(s['rate']):g}% | {s['method']} | {s['n_seeds']} | "
-                     f"{s['micro_mean']:.2f} ± {s['micro_std']:.2f} | {s['macro_mean']:.2f} ± {s['macro_std']:.2f} | "
-                     f"{s['train_seconds']:.1f} |")
+    summary = summarize(rows)
+    weak = any("weak" in s for s in summary)
+    lines = ["| setting | rate | method | seeds | micro-F1 (%) | macro-F1 (%) | train s |"
+             + (" weak-label accuracy per level (%) | weak-label coverage (%) |" if weak else ""),
+             "|---|---|---|---|---|---|---|" + ("---|---|" if weak else "")]
+    for s in summary:
+        line = (f"| {s['setting']} | {100 * float(s['rate']):g}% | {s['method']} | {s['n_seeds']} | "
+                f"{s['micro_mean']:.2f} ± {s['micro_std']:.2f} | {s['macro_mean']:.2f} ± {s['macro_std']:.2f} | "
+                f"{s['train_seconds']:.1f} |")
+        if weak:
+            line += f" {s.get('weak', '')} | " + (f"{s['weak_coverage']:.1f} |" if "weak_coverage" in s else " |")
+        lines.append(line)
     return "\n".join(lines) + "\n"

@@ -8,8 +8,8 @@ TF-IDF space (IDF fitted on the corpus) and similarity is cosine.
 Shapes: ``n`` documents, ``V`` vocabulary, ``C`` described (real) nodes,
 ``K`` taxonomy nodes with dummies (the engine's node-score columns).
 
-Status: building blocks for the dataless mode (issue 4); the Spark wiring
-and the ``pcem`` commands do not use them yet.
+On Spark (:func:`weak_label`) the description matrix and IDF are broadcast
+and each Arrow batch of documents is scored as one sparse x dense product.
 """
 
 from __future__ import annotations
@@ -126,3 +126,81 @@ def to_taxonomy_columns(node_scores: np.ndarray, nodes: List[str], taxonomy: Tax
         if real in col:
             out[:, k] = node_scores[:, col[real]]
     return out
+
+
+def description_matrix(spark, descriptions: Dict[str, str], vocabulary: List[str], feature_settings,
+                       nodes: List[str]) -> sp.csr_matrix:
+    """(C, V) term counts of the node descriptions, tokenised like the documents."""
+    from .features import featurize
+    rows = [(n, descriptions[n]) for n in nodes]
+    df = featurize(spark.createDataFrame(rows, "id string, text string"), vocabulary, feature_settings)
+    vecs = {r["id"]: r["features"] for r in df.collect()}  # C description rows, never documents
+    out = sp.lil_matrix((len(nodes), len(vocabulary)))
+    for i, n in enumerate(nodes):
+        v = vecs[n]
+        out[i, v.indices] = v.values
+    empty = [n for i, n in enumerate(nodes) if out[i].nnz == 0]
+    if empty:
+        raise TaxonomyError(f"descriptions of {empty[:10]} have no word of the vocabulary; "
+                            "use words that occur in the corpus")
+    return out.tocsr()
+
+
+def weak_label(df, vocabulary: List[str], feature_settings, taxonomy: Taxonomy,
+               descriptions: Dict[str, str], mode: str = "argmax", min_similarity: float = 0.0,
+               block_size: int = 4096, features_col: str = "features"):
+    """Add ``node_scores`` (array<double> over ``taxonomy.nodes``, null = no weak label) and
+    ``weak_path`` (the most similar real node per depth, null likewise) to a featurised DataFrame.
+
+    IDF is fitted on ``df`` itself (its document frequencies).
+    """
+    from pyspark.ml.feature import IDF
+    from pyspark.sql import types as T
+
+    from .engine import sparse_vector_arrays
+
+    if mode not in ("argmax", "soft"):
+        raise ValueError(f"weak labels: mode must be 'argmax' or 'soft', got {mode!r}")
+    spark = df.sparkSession
+    idf_model = IDF(inputCol=features_col, outputCol="_idf").fit(df)
+    idf = idf_weights(np.asarray(idf_model.docFreq), int(idf_model.numDocs))
+    nodes = sorted(taxonomy.real_nodes, key=lambda n: (taxonomy.node_depth(n), n))
+    depths = [taxonomy.node_depth(n) for n in nodes]
+    D = description_matrix(spark, descriptions, vocabulary, feature_settings, nodes)
+    desc_unit = tfidf_rows(D, idf)
+    bc = spark.sparkContext.broadcast((idf, desc_unit, nodes, depths))
+    out_schema = T.StructType(list(df.schema.fields) + [
+        T.StructField("node_scores", T.ArrayType(T.DoubleType(), False), True),
+        T.StructField("weak_path", T.ArrayType(T.StringType(), False), True)])
+    feat_pos = df.columns.index(features_col)
+    V = len(vocabulary)
+
+    def score(batches):
+        import pyarrow as pa
+        idf_b, desc_b, nodes_b, depths_b = bc.value
+        max_depth = max(depths_b)
+        by_depth = [np.flatnonzero(np.asarray(depths_b) == lvl) for lvl in range(1, max_depth + 1)]
+        for batch in batches:
+            for start in range(0, batch.num_rows, block_size):
+                b = batch.slice(start, block_size)
+                indptr, indices, data = sparse_vector_arrays(b.column(feat_pos))
+                X = sp.csr_matrix((data, indices, indptr), shape=(b.num_rows, V))
+                sims = np.asarray((tfidf_rows(X, idf_b) @ desc_b.T).todense())
+                hard = argmax_node_scores(sims, depths_b, min_similarity)
+                node_sc = hard if mode == "argmax" else soft_node_scores(sims, depths_b, min_similarity)
+                cols_k = to_taxonomy_columns(node_sc, nodes_b, taxonomy)
+                has = hard.sum(axis=1) > 0
+                n, k = cols_k.shape
+                # Built column-wise: list offsets + flat values + a null mask.
+                scores = pa.ListArray.from_arrays(
+                    pa.array(np.arange(n + 1, dtype=np.int32) * k), pa.array(cols_k.ravel()),
+                    mask=pa.array(~has))
+                best = np.stack([c[np.argmax(sims[:, c], axis=1)] for c in by_depth], axis=1)
+                names = np.asarray(nodes_b, dtype=object)[best].ravel()
+                paths = pa.ListArray.from_arrays(
+                    pa.array(np.arange(n + 1, dtype=np.int32) * best.shape[1]), pa.array(names, pa.string()),
+                    mask=pa.array(~has))
+                yield pa.RecordBatch.from_arrays(list(b.columns) + [scores, paths],
+                                                 names=[f.name for f in out_schema.fields])
+
+    return df.mapInArrow(score, out_schema)

@@ -81,3 +81,63 @@ def test_shipped_20ng_descriptions_cover_the_taxonomy_in_at_most_12_words():
     tax = Taxonomy.from_label_paths([[g.split(".")[0], g] for g in groups])
     assert len(groups) == 20 and set(desc) == set(tax.real_nodes)
     assert all(len(v.replace(",", " ").split()) <= 12 for v in desc.values())
+
+
+def test_weak_label_table_on_spark_matches_numpy(spark):
+    from chispa import assert_df_equality
+    from pyspark.sql import functions as F
+
+    from pcem_spark.engine import blocks_from_node_scores
+    from pcem_spark.features import FeatureSettings, featurize
+    from pcem_spark.weak import weak_label
+
+    tax = Taxonomy({"ROOT": ["sport", "tech"], "sport": ["football", "tennis"], "tech": ["phones", "chips"]})
+    desc = {"sport": "sport games players", "tech": "technology devices engineering",
+            "football": "football goal striker", "tennis": "tennis racket serve",
+            "phones": "phones android screen", "chips": "chips silicon wafer"}
+    fs = FeatureSettings(min_df=1.0, max_df=1.0, vocab_size=0)
+    vocab = ["goal", "striker", "racket", "serve", "android", "screen", "silicon", "wafer", "players",
+             "football", "tennis", "phones", "chips", "sport", "technology", "devices", "engineering",
+             "games", "wafer2"]
+    docs = spark.createDataFrame([("d1", "goal striker players"), ("d2", "silicon wafer devices"),
+                                  ("d3", "zzz nothing known")], "id string, text string")
+    feats = featurize(docs, vocab, fs)
+    weak = weak_label(feats, vocab, fs, tax, desc).cache()
+    got = weak.select("id", "weak_path")
+    expected = spark.createDataFrame([("d1", ["sport", "football"]), ("d2", ["tech", "chips"]), ("d3", None)],
+                                     "id string, weak_path array<string>")
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+    scores = {r["id"]: r["node_scores"] for r in weak.collect()}
+    assert scores["d3"] is None  # no known word: stays unlabelled
+    row = np.array(scores["d1"])
+    assert row.shape == (tax.n_nodes,) and row[tax.node_index["sport"]] == 1 and row.sum() == 2
+    blocks = blocks_from_node_scores(weak, tax.n_nodes, len(vocab), 2).collect()
+    assert sum(int(b.labeled.sum()) for b in blocks) == 2
+    assert sum(b.X.shape[0] for b in blocks) == 3
+
+
+def test_dataless_experiment_reports_weak_label_quality(spark, tmp_path):
+    from pcem_spark.experiment import run_experiment
+    from pcem_spark.features import FeatureSettings
+    from pcem_spark.model import ModelSettings
+
+    tax = Taxonomy({"ROOT": ["sport", "tech"], "sport": ["football", "tennis"], "tech": ["phones", "chips"]})
+    words = {"football": "goal striker penalty league", "tennis": "racket serve volley deuce",
+             "phones": "android screen battery handset", "chips": "silicon wafer transistor fab"}
+    desc = {"sport": "sport goal racket", "tech": "technology android silicon",
+            "football": "football goal striker", "tennis": "tennis racket serve",
+            "phones": "phones android screen", "chips": "chips silicon wafer"}
+    rng = np.random.default_rng(0)
+    rows = [(f"{leaf}-{i}", " ".join(rng.choice(w.split(), 6)), ["sport" if leaf in ("football", "tennis")
+                                                               else "tech", leaf])
+            for leaf, w in words.items() for i in range(20)]
+    docs = spark.createDataFrame(rows, "id string, text string, labels array<string>")
+    out = run_experiment(docs, tax, FeatureSettings(min_df=1.0, max_df=1.0, vocab_size=0),
+                         ModelSettings(max_iter=5), ["pcnb", "pcem"], [0.5], [0], 0.25, str(tmp_path),
+                         setting="dataless", descriptions=desc)
+    assert [r["method"] for r in out] == ["pcnb", "pcem"]
+    for r in out:
+        assert r["setting"] == "dataless" and 0 < r["weak_coverage"] <= 1
+        assert r["weak_level1_acc"] > 0.6 and r["weak_level2_acc"] > 0.5
+        assert r["micro_f1"] > 0.6
+    assert "weak-label accuracy" in (tmp_path / "results.md").read_text()
