@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label-rate", type=float,
                    help="keep the labels of this stratified fraction per leaf (>= 1 per leaf), hide the rest")
     p.add_argument("--seed", type=int, default=0, help="seed of --label-rate")
+    p.add_argument("--supervision", default="labels", choices=["labels", "descriptions"],
+                   help="labels: the documents' true label paths; descriptions: weak labels from "
+                        "--descriptions (the dataless setting; needs --taxonomy when docs have no labels)")
+    p.add_argument("--descriptions", help="JSON node -> description text")
+    p.add_argument("--weak-mode", default="argmax", choices=["argmax", "soft"])
+    p.add_argument("--min-similarity", type=float, default=0.0)
     p.add_argument("--rejects", help="where to write rejected rows (default: MODEL_rejects)")
     p.add_argument("--overwrite", action="store_true")
     _common(p)
@@ -179,12 +185,26 @@ def cmd_train(args, settings) -> int:
     docs = _read_valid(spark, args.docs, args.rejects or args.model.rstrip("/") + "_rejects",
                        args.split, args.overwrite)
     taxonomy = _taxonomy(args, docs)
-    if args.label_rate is not None:
-        roled = assign_roles(docs, args.seed, 0.0, args.label_rate)
-        docs = roled.select("id", "text", F.when(F.col("role") == "labeled", F.col("labels")).alias("labels"))
-        log.info("train: --label-rate %g (seed %d) keeps the labels of a stratified sample", args.label_rate,
-                 args.seed)
-    model, result = train(docs, taxonomy, settings.features, settings.model)
+    if args.supervision == "descriptions":
+        from .model import train_weak
+        from .weak import load_descriptions
+        if not args.descriptions:
+            raise ValueError("--supervision descriptions needs --descriptions FILE (JSON node -> description)")
+        descriptions = load_descriptions(args.descriptions, taxonomy)
+        weak_col = None
+        if args.label_rate is not None:
+            docs = docs.withColumn("_weak", F.rand(args.seed) < args.label_rate)
+            weak_col = "_weak"
+        model, result = train_weak(docs, taxonomy, descriptions, settings.features, settings.model,
+                                   args.weak_mode, args.min_similarity, weak_col)
+    else:
+        if args.label_rate is not None:
+            roled = assign_roles(docs, args.seed, 0.0, args.label_rate)
+            docs = roled.select("id", "text",
+                                F.when(F.col("role") == "labeled", F.col("labels")).alias("labels"))
+            log.info("train: --label-rate %g (seed %d) keeps the labels of a stratified sample",
+                     args.label_rate, args.seed)
+        model, result = train(docs, taxonomy, settings.features, settings.model)
     model.save(args.model, overwrite=args.overwrite)
     its = result.iter_seconds
     log.info("train: %s on %d labelled + %d unlabelled documents, %d EM iterations (%s), "

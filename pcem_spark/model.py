@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -263,6 +263,35 @@ def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings
     blocks = engine.cache_blocks(engine.blocks_from_labels(
         featurized, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary),
         model_settings.block_size))
+    try:
+        return fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings)
+    finally:
+        blocks.unpersist()
+
+
+def train_weak(docs: DataFrame, taxonomy: Taxonomy, descriptions: Dict[str, str],
+               feature_settings: FeatureSettings, model_settings: ModelSettings, weak_mode: str = "argmax",
+               min_similarity: float = 0.0, weak_col: Optional[str] = None) -> Tuple[PathModel, engine.FitResult]:
+    """Fit on weak labels from label descriptions (the dataless setting).
+
+    Every document (or, with ``weak_col``, those where that boolean column is
+    true) gets node scores from its cosine similarity to the descriptions;
+    documents without a confident weak label stay unlabelled. True labels in
+    ``docs`` are ignored.
+    """
+    from .weak import weak_label
+    model_settings.validate()
+    feature_settings.validate()
+    cols = ["id", "text"] + ([weak_col] if weak_col else [])
+    vocabulary = fit_vocabulary(docs.select("id", "text", F.lit(None).cast("array<string>").alias("labels")),
+                                replace(feature_settings, vocabulary_docs="all"))
+    feats = featurize(docs.select(*cols), vocabulary, feature_settings)
+    weak = weak_label(feats, vocabulary, feature_settings, taxonomy, descriptions, weak_mode, min_similarity,
+                      model_settings.block_size)
+    if weak_col:
+        weak = weak.withColumn("node_scores", F.when(F.col(weak_col), F.col("node_scores")))
+    blocks = engine.cache_blocks(engine.blocks_from_node_scores(
+        weak, taxonomy.n_nodes, len(vocabulary), model_settings.block_size))
     try:
         return fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings)
     finally:

@@ -141,3 +141,31 @@ def test_dataless_experiment_reports_weak_label_quality(spark, tmp_path):
         assert r["weak_level1_acc"] > 0.6 and r["weak_level2_acc"] > 0.5
         assert r["micro_f1"] > 0.6
     assert "weak-label accuracy" in (tmp_path / "results.md").read_text()
+
+
+def test_train_with_descriptions_through_the_cli(spark, tmp_path):
+    from pcem_spark.cli import main
+
+    words = {"football": "goal striker penalty league", "tennis": "racket serve volley deuce",
+             "phones": "android screen battery handset", "chips": "silicon wafer transistor fab"}
+    rng = np.random.default_rng(1)
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"id": f"{leaf}-{i}", "text": " ".join(rng.choice(w.split(), 6))}) + "\n"
+                            for leaf, w in words.items() for i in range(10)))
+    tax = tmp_path / "tax.tsv"
+    tax.write_text("ROOT\tsport\nROOT\ttech\nsport\tfootball\nsport\ttennis\ntech\tphones\ntech\tchips\n")
+    desc = tmp_path / "desc.json"
+    desc.write_text(json.dumps({"sport": "sport goal racket", "tech": "technology android silicon",
+                                "football": "football goal striker", "tennis": "tennis racket serve",
+                                "phones": "phones android screen", "chips": "chips silicon wafer"}))
+    model, pred = str(tmp_path / "m"), str(tmp_path / "p")
+    common = ["--set", "features.min_df=1.0", "--set", "features.max_df=1.0", "--set", "model.max_iter=5"]
+    assert main(["train", "--docs", str(docs), "--model", model, "--taxonomy", str(tax),
+                 "--supervision", "descriptions", "--descriptions", str(desc)] + common) == 0
+    assert main(["predict", "--model", model, "--docs", str(docs), "--output", pred]) == 0
+    rows = spark.read.parquet(pred).collect()
+    assert len(rows) == 40
+    correct = sum(r["leaf"] == r["id"].split("-")[0] for r in rows)
+    assert correct >= 30, correct
+    assert main(["train", "--docs", str(docs), "--model", model + "2", "--taxonomy", str(tax),
+                 "--supervision", "descriptions"] + common) == 2  # no --descriptions: clear error
