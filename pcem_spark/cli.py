@@ -49,9 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label-rate", type=float,
                    help="keep the labels of this stratified fraction per leaf (>= 1 per leaf), hide the rest")
     p.add_argument("--seed", type=int, default=0, help="seed of --label-rate")
-    p.add_argument("--supervision", default="labels", choices=["labels", "descriptions"],
+    p.add_argument("--supervision", default="labels", choices=["labels", "descriptions", "similarities"],
                    help="labels: the documents' true label paths; descriptions: weak labels from "
-                        "--descriptions (the dataless setting; needs --taxonomy when docs have no labels)")
+                        "--descriptions; similarities: weak labels from the documents' own "
+                        "'similarities' map column (node -> score). The weak kinds need --taxonomy "
+                        "when the documents have no labels")
     p.add_argument("--descriptions", help="JSON node -> description text")
     p.add_argument("--weak-mode", default="argmax", choices=["argmax", "soft"])
     p.add_argument("--min-similarity", type=float, default=0.0)
@@ -185,12 +187,14 @@ def cmd_train(args, settings) -> int:
     docs = _read_valid(spark, args.docs, args.rejects or args.model.rstrip("/") + "_rejects",
                        args.split, args.overwrite)
     taxonomy = _taxonomy(args, docs)
-    if args.supervision == "descriptions":
+    if args.supervision in ("descriptions", "similarities"):
         from .model import train_weak
         from .weak import load_descriptions
-        if not args.descriptions:
-            raise ValueError("--supervision descriptions needs --descriptions FILE (JSON node -> description)")
-        descriptions = load_descriptions(args.descriptions, taxonomy)
+        descriptions = None
+        if args.supervision == "descriptions":
+            if not args.descriptions:
+                raise ValueError("--supervision descriptions needs --descriptions FILE (JSON node -> description)")
+            descriptions = load_descriptions(args.descriptions, taxonomy)
         weak_col = None
         if args.label_rate is not None:
             docs = docs.withColumn("_weak", F.rand(args.seed) < args.label_rate)

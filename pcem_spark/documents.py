@@ -32,6 +32,8 @@ DOCUMENT_SCHEMA = T.StructType([
     T.StructField("text", T.StringType(), True),
     T.StructField("labels", T.ArrayType(T.StringType(), True), True),
     T.StructField("split", T.StringType(), True),
+    # Optional: precomputed node -> similarity scores (bring your own similarity model).
+    T.StructField("similarities", T.MapType(T.StringType(), T.DoubleType(), True), True),
 ])
 
 REJECT_SCHEMA = T.StructType([
@@ -95,7 +97,7 @@ def read_documents(spark: SparkSession, path: str, fmt: Optional[str] = None) ->
         df = df.withColumn(_CORRUPT, F.lit(None).cast(T.StringType()))
     else:
         raise DocumentsError(f"unknown documents format {fmt!r}: expected 'parquet' or 'json'")
-    return df.select("id", "text", "labels", "split", _CORRUPT,
+    return df.select("id", "text", "labels", "split", "similarities", _CORRUPT,
                      F.input_file_name().alias("source_file"))
 
 
@@ -140,7 +142,7 @@ def split_rejects(df: DataFrame, require_text: bool = True) -> Tuple[DataFrame, 
     # malformed. Materialising every column once gives both outputs the same
     # verdict per row (and the caller's counts reuse the cache).
     flagged = df.withColumn("_reason", reason).persist(StorageLevel.MEMORY_AND_DISK)
-    good = flagged.where(F.col("_reason").isNull()).select("id", "text", "labels", "split")
+    good = flagged.where(F.col("_reason").isNull()).select("id", "text", "labels", "split", "similarities")
     rejects = flagged.where(F.col("_reason").isNotNull()).select(
         F.col("id"), F.col("source_file"), F.col("_reason").alias("reason"),
         F.coalesce(F.col(_CORRUPT), F.substring(F.col("text"), 1, 200)).alias("record"))

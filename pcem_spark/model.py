@@ -269,25 +269,29 @@ def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings
         blocks.unpersist()
 
 
-def train_weak(docs: DataFrame, taxonomy: Taxonomy, descriptions: Dict[str, str],
+def train_weak(docs: DataFrame, taxonomy: Taxonomy, descriptions: Optional[Dict[str, str]],
                feature_settings: FeatureSettings, model_settings: ModelSettings, weak_mode: str = "argmax",
                min_similarity: float = 0.0, weak_col: Optional[str] = None) -> Tuple[PathModel, engine.FitResult]:
     """Fit on weak labels from label descriptions (the dataless setting).
 
     Every document (or, with ``weak_col``, those where that boolean column is
-    true) gets node scores from its cosine similarity to the descriptions;
+    true) gets node scores from its cosine similarity to the descriptions --
+    or, with ``descriptions=None``, from its precomputed ``similarities`` map;
     documents without a confident weak label stay unlabelled. True labels in
     ``docs`` are ignored.
     """
-    from .weak import weak_label
+    from .weak import weak_label, weak_label_from_similarities
     model_settings.validate()
     feature_settings.validate()
-    cols = ["id", "text"] + ([weak_col] if weak_col else [])
+    cols = ["id", "text"] + ([] if descriptions else ["similarities"]) + ([weak_col] if weak_col else [])
     vocabulary = fit_vocabulary(docs.select("id", "text", F.lit(None).cast("array<string>").alias("labels")),
                                 replace(feature_settings, vocabulary_docs="all"))
     feats = featurize(docs.select(*cols), vocabulary, feature_settings)
-    weak = weak_label(feats, vocabulary, feature_settings, taxonomy, descriptions, weak_mode, min_similarity,
-                      model_settings.block_size)
+    if descriptions:
+        weak = weak_label(feats, vocabulary, feature_settings, taxonomy, descriptions, weak_mode,
+                          min_similarity, model_settings.block_size)
+    else:
+        weak = weak_label_from_similarities(feats, taxonomy, weak_mode, min_similarity, model_settings.block_size)
     if weak_col:
         weak = weak.withColumn("node_scores", F.when(F.col(weak_col), F.col("node_scores")))
     blocks = engine.cache_blocks(engine.blocks_from_node_scores(

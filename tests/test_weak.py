@@ -169,3 +169,23 @@ def test_train_with_descriptions_through_the_cli(spark, tmp_path):
     assert correct >= 30, correct
     assert main(["train", "--docs", str(docs), "--model", model + "2", "--taxonomy", str(tax),
                  "--supervision", "descriptions"] + common) == 2  # no --descriptions: clear error
+
+
+def test_precomputed_similarities_column(spark, tmp_path):
+    from chispa import assert_df_equality
+
+    from pcem_spark.weak import weak_label_from_similarities
+
+    tax = Taxonomy({"ROOT": ["sport", "tech"], "sport": ["football", "tennis"], "tech": ["phones", "chips"]})
+    df = spark.createDataFrame([
+        ("a", {"sport": 0.9, "tech": 0.1, "football": 0.2, "tennis": 0.7}),
+        ("b", {"tech": 0.4, "chips": 0.3}),
+        ("c", {}),
+        ("d", None)], "id string, similarities map<string,double>")
+    weak = weak_label_from_similarities(df, tax)
+    expected = spark.createDataFrame([("a", ["sport", "tennis"]), ("b", ["tech", "chips"]), ("c", None),
+                                      ("d", None)], "id string, weak_path array<string>")
+    assert_df_equality(weak.select("id", "weak_path"), expected, ignore_row_order=True, ignore_nullable=True)
+    bad = spark.createDataFrame([("x", {"sport": 1.0, "golf": 0.5})], "id string, similarities map<string,double>")
+    with pytest.raises(TaxonomyError, match=r"not in the taxonomy: \['golf'\]"):
+        weak_label_from_similarities(bad, tax)
