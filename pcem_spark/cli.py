@@ -49,14 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--label-rate", type=float,
                    help="keep the labels of this stratified fraction per leaf (>= 1 per leaf), hide the rest")
     p.add_argument("--seed", type=int, default=0, help="seed of --label-rate")
-    p.add_argument("--supervision", default="labels", choices=["labels", "descriptions", "similarities"],
+    p.add_argument("--supervision", default=None, choices=["labels", "descriptions", "similarities"],
                    help="labels: the documents' true label paths; descriptions: weak labels from "
                         "--descriptions; similarities: weak labels from the documents' own "
                         "'similarities' map column (node -> score). The weak kinds need --taxonomy "
-                        "when the documents have no labels")
-    p.add_argument("--descriptions", help="JSON node -> description text")
-    p.add_argument("--weak-mode", default="argmax", choices=["argmax", "soft"])
-    p.add_argument("--min-similarity", type=float, default=0.0)
+                        "when the documents have no labels (default: [supervision] kind)")
+    p.add_argument("--descriptions", help="JSON node -> description text (default: [supervision] descriptions)")
+    p.add_argument("--weak-mode", default=None, choices=["argmax", "soft"])
+    p.add_argument("--min-similarity", type=float, default=None)
     p.add_argument("--rejects", help="where to write rejected rows (default: MODEL_rejects)")
     p.add_argument("--overwrite", action="store_true")
     _common(p)
@@ -187,6 +187,11 @@ def cmd_train(args, settings) -> int:
     docs = _read_valid(spark, args.docs, args.rejects or args.model.rstrip("/") + "_rejects",
                        args.split, args.overwrite)
     taxonomy = _taxonomy(args, docs)
+    sup = settings.supervision
+    args.supervision = args.supervision or sup.kind
+    args.descriptions = args.descriptions or sup.descriptions or None
+    args.weak_mode = args.weak_mode or sup.weak_mode
+    args.min_similarity = sup.min_similarity if args.min_similarity is None else args.min_similarity
     if args.supervision in ("descriptions", "similarities"):
         from .model import train_weak
         from .weak import load_descriptions
@@ -283,9 +288,11 @@ def cmd_experiment(args, settings) -> int:
     descriptions = None
     if args.setting == "dataless":
         from .weak import load_descriptions
-        if not args.descriptions:
-            raise ValueError("--setting dataless needs --descriptions FILE (JSON node -> description)")
-        descriptions = load_descriptions(args.descriptions, taxonomy)
+        desc_path = args.descriptions or settings.supervision.descriptions
+        if not desc_path:
+            raise ValueError("--setting dataless needs --descriptions FILE (JSON node -> description) "
+                             "or [supervision] descriptions in the settings")
+        descriptions = load_descriptions(desc_path, taxonomy)
     rows = run_experiment(docs, taxonomy, settings.features, settings.model, methods, rates, seeds,
                           exp.test_fraction, args.output_dir, setting=args.setting,
                           descriptions=descriptions, weak_mode=args.weak_mode,

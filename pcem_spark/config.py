@@ -32,15 +32,30 @@ class ExperimentSettings:
 
 
 @dataclass
+class SupervisionSettings:
+    kind: str = "labels"           # labels | descriptions | similarities
+    descriptions: str = ""         # JSON node -> description (kind = descriptions)
+    weak_mode: str = "argmax"      # argmax (the paper's rule) | soft
+    min_similarity: float = 0.0    # no weak label unless every depth's best similarity is above this
+
+    def validate(self) -> None:
+        if self.kind not in ("labels", "descriptions", "similarities"):
+            raise ConfigError(f"supervision.kind must be labels, descriptions or similarities, got {self.kind!r}")
+        if self.weak_mode not in ("argmax", "soft"):
+            raise ConfigError(f"supervision.weak_mode must be argmax or soft, got {self.weak_mode!r}")
+
+
+@dataclass
 class Settings:
     spark: SparkSettings = field(default_factory=SparkSettings)
     features: FeatureSettings = field(default_factory=FeatureSettings)
     model: ModelSettings = field(default_factory=ModelSettings)
     experiment: ExperimentSettings = field(default_factory=ExperimentSettings)
+    supervision: SupervisionSettings = field(default_factory=SupervisionSettings)
 
 
 _SECTIONS = {"spark": SparkSettings, "features": FeatureSettings, "model": ModelSettings,
-             "experiment": ExperimentSettings}
+             "experiment": ExperimentSettings, "supervision": SupervisionSettings}
 
 
 def _build(cls, values: Dict[str, Any], where: str):
@@ -98,4 +113,5 @@ def load_settings(path: Optional[str] = None, overrides: Optional[List[str]] = N
                            for name, cls in _SECTIONS.items()})
     settings.features.validate()
     settings.model.validate()
+    settings.supervision.validate()
     return settings

@@ -59,3 +59,10 @@ def test_shipped_config_files_load():
     for name in ("pcem.toml", "20ng.toml"):
         s = load_settings(os.path.join(root, name))
         assert s.spark.master == "local[2]"
+
+
+def test_supervision_settings():
+    s = load_settings(None, ["supervision.kind=descriptions", "supervision.descriptions=d.json"])
+    assert s.supervision.kind == "descriptions" and s.supervision.descriptions == "d.json"
+    with pytest.raises(ConfigError, match="supervision.kind must be"):
+        load_settings(None, ["supervision.kind=guess"])
