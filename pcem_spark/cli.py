@@ -104,15 +104,11 @@ def _settings(args):
 
 
 def _taxonomy(args, docs=None):
-    from .taxonomy import Taxonomy, load_taxonomy
+    from .taxonomy import load_taxonomy
     if getattr(args, "taxonomy", None):
         return load_taxonomy(args.taxonomy)
-    from pyspark.sql import functions as F
-    # Distinct label paths only: at most a few thousand rows, never documents.
-    paths = [r["labels"] for r in docs.where(F.col("labels").isNotNull()).select("labels").distinct().collect()]
-    tax = Taxonomy.from_label_paths(paths)
-    log.info("taxonomy inferred from %d distinct label paths: %r", len(paths), tax)
-    return tax
+    from .model import infer_taxonomy
+    return infer_taxonomy(docs)
 
 
 def _ensure_writable(spark, path: str, overwrite: bool) -> None:
@@ -269,7 +265,6 @@ def cmd_evaluate(args, settings) -> int:
 
 
 def cmd_experiment(args, settings) -> int:
-    from .documents import log_counts, read_documents, split_rejects
     from .experiment import run_experiment
     from .session import build_session
     exp = settings.experiment

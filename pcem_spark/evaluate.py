@@ -10,7 +10,7 @@ with TP = 0 but some FP or FN scores 0.
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional
+from typing import Dict
 
 import numpy as np
 from pyspark.sql import DataFrame

@@ -17,7 +17,7 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable, MLReadable, MLReader, MLWritable, MLWriter
 
 from .features import DEFAULT_TOKEN_PATTERN, FeatureSettings
-from .model import ModelSettings, PathModel, train
+from .model import ModelSettings, PathModel, infer_taxonomy, train
 from .taxonomy import Taxonomy
 
 
@@ -87,8 +87,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         if g(self.taxonomy):
             taxonomy = Taxonomy.from_json(g(self.taxonomy))
         else:
-            paths = [r[0] for r in docs.where(F.col("labels").isNotNull()).select("labels").distinct().collect()]
-            taxonomy = Taxonomy.from_label_paths(paths)
+            taxonomy = infer_taxonomy(docs)
         path_model, _ = train(docs, taxonomy, self.feature_settings(), self.model_settings())
         model = PathEMModel(path_model)
         return self._copyValues(model)

@@ -109,6 +109,17 @@ def check_label_paths(df: DataFrame, taxonomy: Taxonomy, labels_col: str = "labe
                             + "\n  ".join(errors[:max_errors]) + more)
 
 
+def infer_taxonomy(df: DataFrame, labels_col: str = "labels", max_paths: int = 100000) -> Taxonomy:
+    """The tree implied by the distinct label paths of ``df`` (only those reach the driver)."""
+    paths = [r[0] for r in df.where(F.col(labels_col).isNotNull()).select(labels_col).distinct()
+             .limit(max_paths + 1).collect()]
+    if len(paths) > max_paths:
+        raise TaxonomyError(f"more than {max_paths:,} distinct label paths: pass the taxonomy as a file")
+    tax = Taxonomy.from_label_paths(paths)
+    log.info("taxonomy inferred from %d distinct label paths: %r", len(paths), tax)
+    return tax
+
+
 class PathModel:
     """A fitted PCNB / PCEM / flat NB / flat EM model.
 

@@ -212,7 +212,6 @@ def weak_label_from_similarities(df, taxonomy: Taxonomy, mode: str = "argmax", m
 
     def score(batches):
         import pyarrow as pa
-        import pyarrow.compute as pc
         by_depth = [np.flatnonzero(np.asarray(depths) == lvl) for lvl in range(1, max(depths) + 1)]
         for batch in batches:
             for start in range(0, batch.num_rows, block_size):
