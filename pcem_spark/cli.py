@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "'similarities' map column (node -> score). The weak kinds need --taxonomy "
                         "when the documents have no labels (default: [supervision] kind)")
     p.add_argument("--descriptions", help="JSON node -> description text (default: [supervision] descriptions)")
-    p.add_argument("--weak-mode", default=None, choices=["argmax", "soft"])
+    p.add_argument("--weak-mode", default=None, choices=["argmax", "soft", "path"])
     p.add_argument("--min-similarity", type=float, default=None)
     p.add_argument("--rejects", help="where to write rejected rows (default: MODEL_rejects)")
     p.add_argument("--overwrite", action="store_true")
@@ -88,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="labeled: the sample keeps its true labels; dataless: it gets weak labels "
                         "from --descriptions")
     p.add_argument("--descriptions", help="JSON node -> description (dataless setting)")
-    p.add_argument("--weak-mode", default="argmax", choices=["argmax", "soft"])
+    p.add_argument("--weak-mode", default="argmax", choices=["argmax", "soft", "path"],
+                   help="argmax: the paper's per-depth rule; soft: per-depth normalised similarities; "
+                        "path: the path with the largest summed similarity")
     p.add_argument("--min-similarity", type=float, default=0.0,
                    help="no weak label when the best similarity at some depth is not above this")
     _common(p)

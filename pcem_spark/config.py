@@ -41,8 +41,8 @@ class SupervisionSettings:
     def validate(self) -> None:
         if self.kind not in ("labels", "descriptions", "similarities"):
             raise ConfigError(f"supervision.kind must be labels, descriptions or similarities, got {self.kind!r}")
-        if self.weak_mode not in ("argmax", "soft"):
-            raise ConfigError(f"supervision.weak_mode must be argmax or soft, got {self.weak_mode!r}")
+        if self.weak_mode not in ("argmax", "soft", "path"):
+            raise ConfigError(f"supervision.weak_mode must be argmax, soft or path, got {self.weak_mode!r}")
 
 
 @dataclass

@@ -167,18 +167,44 @@ def weak_columns(sims: np.ndarray, nodes: List[str], depths: Sequence[int], by_d
     similarities; rows without a confident weak label are null in both."""
     import pyarrow as pa
     hard = argmax_node_scores(sims, depths, min_similarity)
-    node_sc = hard if mode == "argmax" else soft_node_scores(sims, depths, min_similarity)
-    cols_k = to_taxonomy_columns(node_sc, nodes, taxonomy)
     has = hard.sum(axis=1) > 0
+    if mode == "path":
+        cols_k, best_path = best_path_node_scores(sims, nodes, taxonomy)
+        cols_k[~has] = 0.0
+    else:
+        node_sc = hard if mode == "argmax" else soft_node_scores(sims, depths, min_similarity)
+        cols_k = to_taxonomy_columns(node_sc, nodes, taxonomy)
     n, k = cols_k.shape
     # Built column-wise: list offsets + flat values + a null mask.
     scores = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * k),
                                       pa.array(cols_k.ravel()), mask=pa.array(~has))
-    best = np.stack([c[np.argmax(sims[:, c], axis=1)] for c in by_depth], axis=1)
+    if mode == "path":
+        col = {nd: i for i, nd in enumerate(nodes)}
+        real_paths = np.array([[col[nd] for nd in taxonomy.real_path(j)] +
+                               [col[taxonomy.real_path(j)[-1]]] * (taxonomy.depth - len(taxonomy.real_path(j)))
+                               for j in range(taxonomy.n_paths)])
+        best = real_paths[best_path]
+    else:
+        best = np.stack([c[np.argmax(sims[:, c], axis=1)] for c in by_depth], axis=1)
     names = np.asarray(nodes, dtype=object)[best].ravel()
     paths = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * best.shape[1]),
                                      pa.array(names, pa.string()), mask=pa.array(~has))
     return scores, paths
+
+
+def best_path_node_scores(sims: np.ndarray, nodes: List[str], taxonomy: Taxonomy):
+    """The ``path`` option: the path whose real nodes have the largest summed similarity.
+
+    Unlike the per-depth argmax, the chosen nodes always form one path of the
+    tree. Returns ((n, K) node scores of that path, (n,) path index).
+    """
+    col = {nd: i for i, nd in enumerate(nodes)}
+    member = np.zeros((len(nodes), taxonomy.n_paths))
+    for j in range(taxonomy.n_paths):
+        for nd in taxonomy.real_path(j):
+            member[col[nd], j] = 1.0
+    best = np.argmax(sims @ member, axis=1)
+    return taxonomy.path_node_matrix()[best], best
 
 
 def weak_label_from_similarities(df, taxonomy: Taxonomy, mode: str = "argmax", min_similarity: float = 0.0,
@@ -192,8 +218,8 @@ def weak_label_from_similarities(df, taxonomy: Taxonomy, mode: str = "argmax", m
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    if mode not in ("argmax", "soft"):
-        raise ValueError(f"weak labels: mode must be 'argmax' or 'soft', got {mode!r}")
+    if mode not in ("argmax", "soft", "path"):
+        raise ValueError(f"weak labels: mode must be 'argmax', 'soft' or 'path', got {mode!r}")
     nodes = sorted(taxonomy.real_nodes, key=lambda n: (taxonomy.node_depth(n), n))
     depths = [taxonomy.node_depth(n) for n in nodes]
     # Distinct keys only reach the driver (bounded by the similarity model's classes).
@@ -242,8 +268,8 @@ def weak_label(df, vocabulary: List[str], feature_settings, taxonomy: Taxonomy,
 
     from .engine import sparse_vector_arrays
 
-    if mode not in ("argmax", "soft"):
-        raise ValueError(f"weak labels: mode must be 'argmax' or 'soft', got {mode!r}")
+    if mode not in ("argmax", "soft", "path"):
+        raise ValueError(f"weak labels: mode must be 'argmax', 'soft' or 'path', got {mode!r}")
     spark = df.sparkSession
     idf_model = IDF(inputCol=features_col, outputCol="_idf").fit(df)
     idf = idf_weights(np.asarray(idf_model.docFreq), int(idf_model.numDocs))

@@ -189,3 +189,16 @@ def test_precomputed_similarities_column(spark, tmp_path):
     bad = spark.createDataFrame([("x", {"sport": 1.0, "golf": 0.5})], "id string, similarities map<string,double>")
     with pytest.raises(TaxonomyError, match=r"not in the taxonomy: \['golf'\]"):
         weak_label_from_similarities(bad, tax)
+
+
+def test_path_mode_always_picks_one_consistent_path():
+    from pcem_spark.weak import best_path_node_scores
+
+    tax = Taxonomy({"R": ["a", "b"], "a": ["a1", "a2"], "b": ["b1"]})
+    nodes = ["a", "b", "a1", "a2", "b1"]
+    # Per-depth argmax would pick b (level 1) and a1 (level 2): not a path.
+    sims = np.array([[0.30, 0.35, 0.5, 0.1, 0.0]])
+    assert argmax_node_scores(sims, [1, 1, 2, 2, 2])[0].tolist() == [0, 1, 1, 0, 0]
+    scores, best = best_path_node_scores(sims, nodes, tax)
+    assert tax.real_path(int(best[0])) == ["a", "a1"]  # 0.8 beats b/b1 = 0.35
+    assert scores[0, tax.node_index["a"]] == 1 and scores[0, tax.node_index["a1"]] == 1 and scores.sum() == 2
