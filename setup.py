@@ -14,6 +14,9 @@ setup(
     # Python object is built per document. pandas < 3: PySpark 4 warns that it
     # does not fully support 3.x yet.
     install_requires=["pyspark>=4.0", "numpy>=1.24", "scipy>=1.10", "pyarrow>=11", "pandas>=2.2,<3"],
-    extras_require={"test": ["pytest>=7", "chispa>=0.10"]},
+    # matplotlib only draws the experiment report's figures (Figures 2-3 and
+    # the efficiency chart); the tests cover them, so the test extra has it.
+    extras_require={"plots": ["matplotlib>=3.7"],
+                    "test": ["pytest>=7", "chispa>=0.10", "matplotlib>=3.7"]},
     entry_points={"console_scripts": ["pcem=pcem_spark.cli:main"]},
 )

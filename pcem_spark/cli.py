@@ -1,4 +1,4 @@
-"""The ``pcem`` command: ingest-20ng, train, predict, evaluate, experiment.
+"""The ``pcem`` command: ingest-20ng, train, predict, evaluate, experiment, report.
 
 Every command reads its settings from a TOML file (``--config``, default
 ``conf/pcem.toml`` when present) with ``--set section.key=value`` overrides.
@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--docs", required=True, help="documents table (Parquet or JSON Lines)")
     p.add_argument("--model", required=True, help="output model directory")
     p.add_argument("--taxonomy", help="taxonomy file (TSV parent<TAB>child or JSON); inferred from labels if omitted")
-    p.add_argument("--method", help="pcnb | pcem | flat-nb | flat-em (overrides model.method)")
+    p.add_argument("--method", help="pcnb | pcem | flat-nb | flat-em | nbmc | emmc | tdnb | tdem | wdnb | wdem "
+                                    "(overrides model.method)")
     p.add_argument("--split", help="train only on documents with this split value")
     p.add_argument("--label-rate", type=float,
                    help="keep the labels of this stratified fraction per leaf (>= 1 per leaf), hide the rest")
@@ -77,22 +78,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="write the metrics as JSON here")
     _common(p)
 
-    p = sub.add_parser("experiment", help="the paper's protocol: methods x label rates x seeds")
+    p = sub.add_parser("experiment", help="the paper's protocol: methods x settings x label rates x seeds")
     p.add_argument("--docs", required=True)
-    p.add_argument("--output-dir", required=True)
+    p.add_argument("--output-dir", required=True,
+                   help="results.csv (resumed: runs already in it are skipped), results.md, table2.md, "
+                        "efficiency.md and the PNG figures")
     p.add_argument("--taxonomy")
-    p.add_argument("--methods", help="comma-separated (default from [experiment])")
+    p.add_argument("--methods", help="comma-separated (default from [experiment]); generative: pcnb, pcem, "
+                                     "flat-nb, flat-em, nbmc, emmc, tdnb, tdem, wdnb, wdem; discriminative: "
+                                     "lr, svm, hiercost")
     p.add_argument("--rates", help="comma-separated label rates, e.g. 0.01,0.05")
     p.add_argument("--seeds", help="comma-separated seeds or a count, e.g. 5")
-    p.add_argument("--setting", default="labeled", choices=["labeled", "dataless"],
-                   help="labeled: the sample keeps its true labels; dataless: it gets weak labels "
-                        "from --descriptions")
+    p.add_argument("--setting",
+                   help="labeled, dataless or labeled,dataless (default from [experiment] settings). labeled: "
+                        "the sample keeps its true labels; dataless: it gets weak labels from --descriptions")
     p.add_argument("--descriptions", help="JSON node -> description (dataless setting)")
-    p.add_argument("--weak-mode", default="argmax", choices=["argmax", "soft", "path"],
+    p.add_argument("--weak-mode", choices=["argmax", "soft", "path"],
                    help="argmax: the paper's per-depth rule; soft: per-depth normalised similarities; "
-                        "path: the path with the largest summed similarity")
-    p.add_argument("--min-similarity", type=float, default=0.0,
+                        "path: the path with the largest summed similarity (default from [supervision])")
+    p.add_argument("--min-similarity", type=float,
                    help="no weak label when the best similarity at some depth is not above this")
+    p.add_argument("--no-resume", action="store_true",
+                   help="recompute every run even if results.csv already has it (the file is rewritten)")
+    _common(p)
+
+    p = sub.add_parser("report", help="rebuild table2.md, efficiency.md and the figures from a results.csv")
+    p.add_argument("--results", required=True, help="results.csv written by pcem experiment")
+    p.add_argument("--output-dir", help="where to write (default: the CSV's directory)")
+    p.add_argument("--rate", type=float, help="label rate of the Table-2 columns (default [experiment] "
+                                              "report_rate)")
     _common(p)
     return parser
 
@@ -278,29 +292,57 @@ def cmd_experiment(args, settings) -> int:
                  else list(range(int(args.seeds))))
     else:
         seeds = exp.seeds
+    setting_list = args.setting.split(",") if args.setting else exp.settings
+    for st in setting_list:
+        if st not in ("labeled", "dataless"):
+            raise ValueError(f"--setting: expected labeled, dataless or labeled,dataless, got {st!r}")
+    from .experiment import ALL_METHODS
+    for m in methods:
+        if m not in ALL_METHODS:
+            raise ValueError(f"unknown method {m!r}; known: {', '.join(ALL_METHODS)}")
+    sup = settings.supervision
+    weak_mode = args.weak_mode or sup.weak_mode
+    min_similarity = sup.min_similarity if args.min_similarity is None else args.min_similarity
+    desc_path = args.descriptions or sup.descriptions
+    if "dataless" in setting_list and not desc_path:
+        raise ValueError("the dataless setting needs --descriptions FILE (JSON node -> description) "
+                         "or [supervision] descriptions in the settings")
     spark = build_session(settings.spark)
     os.makedirs(args.output_dir, exist_ok=True)
     docs = _read_valid(spark, args.docs, os.path.join(args.output_dir, "rejects"), None, True)
     taxonomy = _taxonomy(args, docs)
     descriptions = None
-    if args.setting == "dataless":
+    if "dataless" in setting_list:
         from .weak import load_descriptions
-        desc_path = args.descriptions or settings.supervision.descriptions
-        if not desc_path:
-            raise ValueError("--setting dataless needs --descriptions FILE (JSON node -> description) "
-                             "or [supervision] descriptions in the settings")
         descriptions = load_descriptions(desc_path, taxonomy)
     rows = run_experiment(docs, taxonomy, settings.features, settings.model, methods, rates, seeds,
-                          exp.test_fraction, args.output_dir, setting=args.setting,
-                          descriptions=descriptions, weak_mode=args.weak_mode,
-                          min_similarity=args.min_similarity)
-    from .experiment import markdown_table
-    print(markdown_table(rows))
+                          exp.test_fraction, args.output_dir, setting=setting_list,
+                          descriptions=descriptions, weak_mode=weak_mode,
+                          min_similarity=min_similarity, resume=not args.no_resume,
+                          discriminative_c=exp.discriminative_c, report_rate=exp.report_rate,
+                          paper=exp.paper_reference)
+    from .report import table2
+    print(table2(rows, exp.report_rate))
+    return 0
+
+
+def cmd_report(args, settings) -> int:
+    from .experiment import read_csv
+    from .report import PAPERS, table2, write_report
+    rows = read_csv(args.results)
+    if not rows:
+        raise ValueError(f"{args.results}: no results (expected results.csv of pcem experiment)")
+    out_dir = args.output_dir or os.path.dirname(os.path.abspath(args.results))
+    os.makedirs(out_dir, exist_ok=True)
+    rate = settings.experiment.report_rate if args.rate is None else args.rate
+    written = write_report(rows, out_dir, rate, PAPERS.get(settings.experiment.paper_reference))
+    print(table2(rows, rate))
+    print("written: " + ", ".join(os.path.join(out_dir, w) for w in written))
     return 0
 
 
 COMMANDS = {"ingest-20ng": cmd_ingest, "train": cmd_train, "predict": cmd_predict,
-            "evaluate": cmd_evaluate, "experiment": cmd_experiment}
+            "evaluate": cmd_evaluate, "experiment": cmd_experiment, "report": cmd_report}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

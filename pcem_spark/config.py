@@ -29,6 +29,28 @@ class ExperimentSettings:
     rates: List[float] = field(default_factory=lambda: [0.01])
     seeds: List[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     test_fraction: float = 0.2
+    settings: List[str] = field(default_factory=lambda: ["labeled"])   # labeled and/or dataless
+    discriminative_c: float = 1.0   # LibLinear-style C of lr / svm / hiercost (regParam = 1 / (C n))
+    report_rate: float = 0.01       # label rate of the Table-2 report
+    paper_reference: str = ""       # "20ng": print the paper's Table-2 numbers beside ours
+
+    def validate(self) -> None:
+        from .discriminative import DISCRIMINATIVE
+        from .methods import GENERATIVE
+        known = GENERATIVE + DISCRIMINATIVE
+        bad = [m for m in self.methods if m not in known]
+        if bad:
+            raise ConfigError(f"experiment.methods: unknown method(s) {bad}; known: {', '.join(known)}")
+        bad = [s for s in self.settings if s not in ("labeled", "dataless")]
+        if bad or not self.settings:
+            raise ConfigError(f"experiment.settings must be a non-empty list of 'labeled' / 'dataless', "
+                              f"got {self.settings}")
+        if any(not 0 < r <= 1 for r in self.rates):
+            raise ConfigError(f"experiment.rates must be in (0, 1], got {self.rates}")
+        if self.discriminative_c <= 0:
+            raise ConfigError(f"experiment.discriminative_c must be > 0, got {self.discriminative_c}")
+        if self.paper_reference not in ("", "20ng"):
+            raise ConfigError(f"experiment.paper_reference must be '' or '20ng', got {self.paper_reference!r}")
 
 
 @dataclass
@@ -114,4 +136,5 @@ def load_settings(path: Optional[str] = None, overrides: Optional[List[str]] = N
     settings.features.validate()
     settings.model.validate()
     settings.supervision.validate()
+    settings.experiment.validate()
     return settings

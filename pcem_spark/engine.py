@@ -242,8 +242,9 @@ def _accumulate(acc, x):
     return acc
 
 
-def _pass_partition(blocks: Iterable[Block], bc, use_unlabeled: bool, n_paths: int, posterior_floor: float):
-    log_prior, log_theta_t, score_matrix = bc.value
+def _pass_partition(index: int, blocks: Iterable[Block], bc, use_unlabeled: bool, n_paths: int,
+                    posterior_floor: float, init_seed: Optional[int] = None):
+    log_prior, log_theta_t, score_matrix, structure = bc.value
     dtype = np.float64 if log_theta_t is None else log_theta_t.dtype
     # Broadcast as (V, M) C-ordered, so X @ log_theta.T needs no per-block copy.
     log_theta = None if log_theta_t is None else log_theta_t.T
@@ -251,6 +252,9 @@ def _pass_partition(blocks: Iterable[Block], bc, use_unlabeled: bool, n_paths: i
     totals = np.zeros(n_paths)
     scalars = np.zeros(3)  # loglik, n labelled, n unlabelled
     sparse_density = None
+    # Random initial split of multi-component classes: seeded per partition, so
+    # a rerun on the same cached blocks gives the same model.
+    rng = None if init_seed is None else np.random.default_rng([init_seed, index])
     for blk in blocks:
         if sparse_density is None:
             # Measured: with 20 paths x 20k words dense sums are ~30% faster per
@@ -259,7 +263,7 @@ def _pass_partition(blocks: Iterable[Block], bc, use_unlabeled: bool, n_paths: i
         fixed = pathnb.path_scores(blk.node_scores, score_matrix).astype(dtype, copy=False)
         X = blk.X if dtype == np.float64 else blk.X.astype(dtype)
         st = pathnb.e_step(X, fixed, blk.labeled, log_prior, log_theta, use_unlabeled, posterior_floor,
-                           sparse_density)
+                           sparse_density, structure, rng)
         word_counts = _accumulate(word_counts, st.word_counts)
         totals += st.path_totals
         n_lab = int(blk.labeled.sum())
@@ -283,12 +287,15 @@ def _pass_partition(blocks: Iterable[Block], bc, use_unlabeled: bool, n_paths: i
 
 def sufficient_stats(blocks: RDD, log_prior: Optional[np.ndarray], log_theta: Optional[np.ndarray],
                      score_matrix: np.ndarray, vocab_size: int, use_unlabeled: bool,
-                     posterior_floor: float = 0.0, dtype: str = "float64"):
+                     posterior_floor: float = 0.0, dtype: str = "float64",
+                     structure: Optional[pathnb.Structure] = None, init_seed: Optional[int] = None):
     """One distributed pass: returns (word_counts (M,V), path_totals (M,), loglik, n_lab, n_unlab).
 
     With ``log_theta=None`` only labelled rows count (the NB initialisation)
     and no log-likelihood is computed. Per-path sums travel sparse when few
     documents carry weight for a path (large taxonomies), dense otherwise.
+    ``structure`` / ``init_seed``: the baselines' components (see
+    :mod:`pcem_spark.methods`); ``M`` is then the number of components.
     """
     sc = blocks.context
     n_paths = score_matrix.shape[0]
@@ -296,12 +303,12 @@ def sufficient_stats(blocks: RDD, log_prior: Optional[np.ndarray], log_theta: Op
     # per-path sums; the driver keeps float64 for the M-step.
     theta_t = None if log_theta is None else np.ascontiguousarray(log_theta.T, dtype=dtype)
     prior = None if log_prior is None else log_prior.astype(dtype)
-    bc = sc.broadcast((prior, theta_t, score_matrix))
+    bc = sc.broadcast((prior, theta_t, score_matrix, structure))
     del theta_t
     try:
         n_reducers = max(1, min(n_paths + 1, sc.defaultParallelism))
-        records = (blocks.mapPartitions(
-            lambda it: _pass_partition(it, bc, use_unlabeled, n_paths, posterior_floor))
+        records = (blocks.mapPartitionsWithIndex(
+            lambda i, it: _pass_partition(i, it, bc, use_unlabeled, n_paths, posterior_floor, init_seed))
                    .reduceByKey(_add, numPartitions=n_reducers)
                    .collect())  # M + 1 summed records: O(M x V) on the driver, never documents
     finally:
@@ -323,36 +330,49 @@ def sufficient_stats(blocks: RDD, log_prior: Optional[np.ndarray], log_theta: Op
 
 def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True, smoothing: float = 1.0,
         max_iter: int = 50, tol: float = 1e-5, label: str = "PCEM", posterior_floor: float = 0.0,
-        dtype: str = "float64") -> FitResult:
-    """PCNB (``em=False``) or PCEM (Algorithm 1) on cached blocks.
+        dtype: str = "float64", structure: Optional[pathnb.Structure] = None, use_unlabeled: Optional[bool] = None,
+        seed: int = 0) -> FitResult:
+    """PCNB (``em=False``) or PCEM (Algorithm 1) on cached blocks -- or a baseline.
 
     ``score_matrix`` (M, K) turns node scores into path scores (Eq. 2): the
     path-node matrix for PCNB/PCEM, the leaf indicator for flat NB/EM.
     Convergence: relative change of the log-likelihood (Eq. 8) below ``tol``,
     or ``max_iter`` EM iterations.
+
+    Baselines (:mod:`pcem_spark.methods`) pass their ``structure``; ``em``
+    then means "iterate" and ``use_unlabeled`` (default: ``em``) whether
+    unlabelled rows take part (False for NBMC, whose iterations only move
+    labelled documents between a class's components, started from a split
+    drawn with ``seed``).
     """
     t0 = time.perf_counter()
-    wc, totals, _, n_lab, n_unlab = sufficient_stats(blocks, None, None, score_matrix, vocab_size, False)
+    if use_unlabeled is None:
+        use_unlabeled = em
+    groups = None if structure is None else structure.groups
+    init_seed = seed if structure is not None and structure.restrict_labeled else None
+    wc, totals, _, n_lab, n_unlab = sufficient_stats(blocks, None, None, score_matrix, vocab_size, False,
+                                                     structure=structure, init_seed=init_seed)
     if n_lab == 0:
         raise ValueError(f"{label}: no labelled document in the training data; "
                          "naive Bayes needs at least one labelled document")
-    log_prior, log_theta = pathnb.log_parameters(wc, totals, smoothing)
+    log_prior, log_theta = pathnb.log_parameters(wc, totals, smoothing, groups)
     result = FitResult(log_prior, log_theta, n_labeled=n_lab, n_unlabeled=n_unlab)
     log.info("%s: naive Bayes initialisation on %d labelled documents (%d unlabelled) in %.2fs",
              label, n_lab, n_unlab, time.perf_counter() - t0)
     if not em:
         result.converged = True
         return result
-    if n_unlab == 0:
+    if n_unlab == 0 and use_unlabeled:
         log.warning("%s: no unlabelled documents, EM reduces to naive Bayes", label)
     prev = None
     for it in range(1, max_iter + 1):
         t_it = time.perf_counter()
         wc, totals, data_ll, _, _ = sufficient_stats(
-            blocks, log_prior, log_theta, score_matrix, vocab_size, True, posterior_floor, dtype)
+            blocks, log_prior, log_theta, score_matrix, vocab_size, use_unlabeled, posterior_floor, dtype,
+            structure)
         loglik = data_ll + pathnb.log_prior_density(log_prior, log_theta, smoothing)
         log_theta = None  # let the old (M, V) parameters go before the new ones exist
-        log_prior, log_theta = pathnb.log_parameters(wc, totals, smoothing)
+        log_prior, log_theta = pathnb.log_parameters(wc, totals, smoothing, groups)
         del wc
         if not (np.isfinite(loglik) and np.isfinite(log_prior).all()):
             raise FloatingPointError(f"{label}: EM iteration {it} produced non-finite parameters "

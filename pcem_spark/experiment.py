@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from dataclasses import replace
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 from pyspark.sql import DataFrame, Window
@@ -24,10 +24,14 @@ from pyspark.sql import functions as F
 from . import engine
 from .evaluate import evaluate_predictions
 from .features import FeatureSettings, featurize, fit_vocabulary
-from .model import METHODS, ModelSettings, check_label_paths, fit_blocks
+from .discriminative import DISCRIMINATIVE
+from .methods import GENERATIVE
+from .model import ModelSettings, check_label_paths, fit_blocks
 from .taxonomy import Taxonomy
 
 log = logging.getLogger(__name__)
+
+ALL_METHODS = GENERATIVE + DISCRIMINATIVE
 
 CSV_FIELDS = ["method", "setting", "rate", "seed", "micro_f1", "macro_f1",
               "n_labeled", "n_unlabeled", "n_test", "n_iter", "train_seconds", "predict_seconds"]
@@ -60,87 +64,177 @@ def assign_roles(df: DataFrame, seed: int, test_fraction: float, label_rate: flo
     return df.withColumn("role", role)
 
 
+def _run_key(method: str, setting: str, rate, seed) -> Tuple[str, str, float, int]:
+    return (str(method), str(setting), round(float(rate), 6), int(seed))
+
+
+def read_csv(path: str) -> List[Dict[str, object]]:
+    """Rows of an earlier ``results.csv`` (empty list if there is none)."""
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for i, r in enumerate(rows, start=2):
+        missing = [k for k in ("method", "setting", "rate", "seed", "micro_f1", "macro_f1") if not r.get(k)]
+        if missing:
+            raise ValueError(f"{path}:{i}: row without {', '.join(missing)}; expected a results.csv "
+                             "written by pcem experiment")
+    return rows
+
+
+def _leaf_path_index(taxonomy: Taxonomy, scores_col: str = "node_scores"):
+    """Column: the path whose leaf has the largest node score (null if none is > 0) -- the leaf
+    label the flat methods count, used to train the discriminative baselines on weak labels."""
+    leaf_nodes = taxonomy.leaf_node_matrix().argmax(axis=1)
+    leaf_scores = F.array(*[F.col(scores_col)[int(k)] for k in leaf_nodes])
+    best = F.array_max(leaf_scores)
+    return F.when(F.col(scores_col).isNotNull() & (best > 0),
+                  (F.array_position(leaf_scores, best) - 1).cast("int"))
+
+
+def _label_path_index(taxonomy: Taxonomy, labels_col: str = "labels"):
+    """Column: path index of a (validated) true label path, null when unlabelled."""
+    lookup = F.create_map(*[x for labels, j in taxonomy.path_lookup().items()
+                            for x in (F.lit("\x1f".join(labels)), F.lit(j))])
+    return F.when(F.col(labels_col).isNotNull(), lookup[F.concat_ws("\x1f", F.col(labels_col))])
+
+
 def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings,
                    model_settings: ModelSettings, methods: List[str], rates: List[float],
                    seeds: List[int], test_fraction: float, out_dir: str,
-                   setting: str = "labeled", descriptions: Optional[Dict[str, str]] = None,
-                   weak_mode: str = "argmax", min_similarity: float = 0.0) -> List[Dict[str, object]]:
-    """Run methods x rates x seeds; write ``results.csv`` and ``results.md`` in ``out_dir``.
+                   setting="labeled", descriptions: Optional[Dict[str, str]] = None,
+                   weak_mode: str = "argmax", min_similarity: float = 0.0,
+                   resume: bool = True, discriminative_c: float = 1.0, report_rate: float = 0.01,
+                   paper: str = "") -> List[Dict[str, object]]:
+    """Run settings x rates x seeds x methods; write ``results.csv`` and ``results.md`` in ``out_dir``.
 
-    ``setting="dataless"``: the rate-r sample gets weak labels from
-    ``descriptions`` (cosine similarity, :mod:`pcem_spark.weak`) instead of its
-    true labels; the weak labels' own coverage and per-level accuracy are
-    reported next to the classifiers' F1.
+    ``setting`` is ``"labeled"``, ``"dataless"`` or a list of both.
+    ``dataless``: the rate-r sample gets weak labels from ``descriptions``
+    (cosine similarity, :mod:`pcem_spark.weak`) instead of its true labels;
+    the weak labels' own coverage and per-level accuracy are reported next to
+    the classifiers' F1. With ``resume`` the runs already in
+    ``out_dir/results.csv`` are kept and not recomputed. Progress (run i of
+    n, elapsed, ETA) is logged after every run.
     """
-    if setting not in ("labeled", "dataless"):
-        raise ValueError(f"setting must be 'labeled' or 'dataless', got {setting!r}")
-    if setting == "dataless" and not descriptions:
+    settings_list = [setting] if isinstance(setting, str) else list(setting)
+    for st in settings_list:
+        if st not in ("labeled", "dataless"):
+            raise ValueError(f"setting must be 'labeled' or 'dataless', got {st!r}")
+    if "dataless" in settings_list and not descriptions:
         raise ValueError("the dataless setting needs label descriptions (--descriptions FILE)")
     for m in methods:
-        if m not in METHODS:
-            raise ValueError(f"unknown method {m!r}; known: {METHODS}")
+        if m not in ALL_METHODS:
+            raise ValueError(f"unknown method {m!r}; known: {', '.join(ALL_METHODS)}")
+    os.makedirs(out_dir, exist_ok=True)
+    csv_path = os.path.join(out_dir, "results.csv")
+    rows: List[Dict[str, object]] = read_csv(csv_path) if resume else []
+    done = {_run_key(r["method"], r["setting"], r["rate"], r["seed"]) for r in rows}
+    planned = [(st, rate, seed, m) for st in settings_list for rate in rates for seed in seeds for m in methods]
+    todo = [p for p in planned if _run_key(p[3], p[0], p[1], p[2]) not in done]
+    log.info("experiment: %d runs planned, %d already in %s, %d to run", len(planned), len(planned) - len(todo),
+             csv_path, len(todo))
+    if not todo:
+        _write_reports(rows, out_dir, report_rate, paper)
+        return rows
     n_unlabelled_docs = docs.where(F.col("labels").isNull()).count()
     if n_unlabelled_docs:
         log.warning("experiment: %d documents without labels are not part of the protocol "
                     "(it needs true labels to split and score)", n_unlabelled_docs)
     check_label_paths(docs, taxonomy)
-    os.makedirs(out_dir, exist_ok=True)
-    rows: List[Dict[str, object]] = []
-    total = len(rates) * len(seeds) * len(methods)
+    n_done = 0
     t_start = time.perf_counter()
-    for rate in rates:
-        for seed in seeds:
-            roled = assign_roles(docs.where(F.col("labels").isNotNull()), seed, test_fraction, rate).cache()
-            train = roled.where(F.col("role") != "test")
-            test = roled.where(F.col("role") == "test").select("id", "text", "labels").cache()
-            masked = train.select("id", "text", F.when(F.col("role") == "labeled", F.col("labels"))
-                                  .alias("labels"))
-            vocabulary = fit_vocabulary(masked, feature_settings)
-            weak_stats: Dict[str, object] = {}
-            if setting == "labeled":
-                feats = featurize(masked, vocabulary, feature_settings)
-                blocks = engine.cache_blocks(engine.blocks_from_labels(
-                    feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary),
-                    model_settings.block_size))
-            else:
-                blocks, weak_stats = _dataless_blocks(train, vocabulary, feature_settings, model_settings,
-                                                      taxonomy, descriptions, weak_mode, min_similarity)
-            n_test = test.count()
-            for method in methods:
-                ms = replace(model_settings, method=method)
-                t0 = time.perf_counter()
-                model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, ms)
-                t1 = time.perf_counter()
-                pred = model.transform(test).cache()
-                metrics = evaluate_predictions(pred, taxonomy)
-                t2 = time.perf_counter()
-                pred.unpersist()
-                acc = metrics["level_accuracy"]
-                row = {"method": method, "setting": setting, "rate": rate, "seed": seed,
-                       "micro_f1": metrics["micro_f1"], "macro_f1": metrics["macro_f1"],
-                       **{f"level{k}_acc": v for k, v in acc.items()},
-                       "n_labeled": result.n_labeled, "n_unlabeled": result.n_unlabeled, "n_test": n_test,
-                       "n_iter": result.n_iter, "train_seconds": round(t1 - t0, 3),
-                       "predict_seconds": round(t2 - t1, 3), **weak_stats}
-                rows.append(row)
-                done = len(rows)
-                elapsed = time.perf_counter() - t_start
-                log.info("run %d/%d %s rate=%g seed=%d: micro-F1 %.2f macro-F1 %.2f (%d EM iterations); "
-                         "elapsed %.0fs, ETA %.0fs", done, total, method, rate, seed,
-                         100 * row["micro_f1"], 100 * row["macro_f1"], result.n_iter, elapsed,
-                         elapsed / done * (total - done))
-                write_csv(rows, os.path.join(out_dir, "results.csv"), taxonomy.depth)
-            blocks.unpersist()
-            test.unpersist()
-            roled.unpersist()
-    with open(os.path.join(out_dir, "results.md"), "w") as fh:
-        fh.write(markdown_table(rows))
+    for st in settings_list:
+        for rate in rates:
+            for seed in seeds:
+                pending = [m for m in methods if _run_key(m, st, rate, seed) not in done]
+                if not pending:
+                    continue
+                for row in _run_split(docs, taxonomy, feature_settings, model_settings, pending, st, rate, seed,
+                                      test_fraction, descriptions, weak_mode, min_similarity, discriminative_c):
+                    rows.append(row)
+                    n_done += 1
+                    elapsed = time.perf_counter() - t_start
+                    log.info("run %d/%d (%d of %d planned done) %s %s rate=%g seed=%d: micro-F1 %.2f "
+                             "macro-F1 %.2f, train %.1fs; elapsed %.0fs, ETA %.0fs", n_done, len(todo),
+                             len(planned) - len(todo) + n_done, len(planned), row["method"], st, rate, seed,
+                             100 * row["micro_f1"], 100 * row["macro_f1"], row["train_seconds"], elapsed,
+                             elapsed / n_done * (len(todo) - n_done))
+                    write_csv(rows, csv_path, taxonomy.depth)
+    _write_reports(rows, out_dir, report_rate, paper)
     return rows
 
 
+def _write_reports(rows: List[Dict[str, object]], out_dir: str, rate: float = 0.01, paper: str = "") -> None:
+    from .report import PAPERS, write_report
+    with open(os.path.join(out_dir, "results.md"), "w") as fh:
+        fh.write(markdown_table(rows))
+    write_report(rows, out_dir, rate, PAPERS.get(paper))
+
+
+def _run_split(docs, taxonomy, feature_settings, model_settings, methods, setting, rate, seed, test_fraction,
+               descriptions, weak_mode, min_similarity, discriminative_c):
+    """All ``methods`` on one (setting, rate, seed) split; yields one result row per method."""
+    from .discriminative import fit_linear
+    roled = assign_roles(docs.where(F.col("labels").isNotNull()), seed, test_fraction, rate).cache()
+    train = roled.where(F.col("role") != "test")
+    test = roled.where(F.col("role") == "test").select("id", "text", "labels").cache()
+    masked = train.select("id", "text", F.when(F.col("role") == "labeled", F.col("labels")).alias("labels"))
+    vocabulary = fit_vocabulary(masked, feature_settings)
+    weak_stats: Dict[str, object] = {}
+    generative = [m for m in methods if m in GENERATIVE]
+    linear = [m for m in methods if m in DISCRIMINATIVE]
+    if setting == "labeled":
+        feats = featurize(masked, vocabulary, feature_settings).cache()
+        blocks = engine.cache_blocks(engine.blocks_from_labels(
+            feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary),
+            model_settings.block_size)) if generative else None
+        linear_train = feats.select("features", _label_path_index(taxonomy).alias("path_index"))
+    else:
+        blocks, weak_stats, feats = _dataless_blocks(train, vocabulary, feature_settings, model_settings,
+                                                     taxonomy, descriptions, weak_mode, min_similarity,
+                                                     keep_weak=bool(linear))
+        linear_train = None if feats is None else feats.select("features",
+                                                               _leaf_path_index(taxonomy).alias("path_index"))
+    n_test = test.count()
+    try:
+        for method in methods:
+            t0 = time.perf_counter()
+            if method in GENERATIVE:
+                ms = replace(model_settings, method=method, seed=seed)
+                model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, ms)
+                n_lab, n_unlab, n_iter = result.n_labeled, result.n_unlabeled, result.n_iter
+            else:
+                model, n_lab = fit_linear(linear_train, method, taxonomy, vocabulary, feature_settings,
+                                          C=discriminative_c, block_size=model_settings.block_size)
+                n_unlab, n_iter = 0, 0
+            t1 = time.perf_counter()
+            pred = model.transform(test).cache()
+            metrics = evaluate_predictions(pred, taxonomy)
+            t2 = time.perf_counter()
+            pred.unpersist()
+            acc = metrics["level_accuracy"]
+            yield {"method": method, "setting": setting, "rate": rate, "seed": seed,
+                   "micro_f1": metrics["micro_f1"], "macro_f1": metrics["macro_f1"],
+                   **{f"level{k}_acc": v for k, v in acc.items()},
+                   "n_labeled": n_lab, "n_unlabeled": n_unlab, "n_test": n_test,
+                   "n_iter": n_iter, "train_seconds": round(t1 - t0, 3),
+                   "predict_seconds": round(t2 - t1, 3), **weak_stats}
+    finally:
+        if blocks is not None:
+            blocks.unpersist()
+        if feats is not None:
+            feats.unpersist()
+        test.unpersist()
+        roled.unpersist()
+
+
 def _dataless_blocks(train: DataFrame, vocabulary, feature_settings, model_settings, taxonomy,
-                     descriptions, weak_mode: str, min_similarity: float):
-    """Blocks whose sampled rows carry weak node scores; plus the weak labels' own quality."""
+                     descriptions, weak_mode: str, min_similarity: float, keep_weak: bool = False):
+    """Blocks whose sampled rows carry weak node scores; plus the weak labels' own quality.
+
+    Returns ``(blocks, stats, weak)``; ``weak`` (the cached featurised table
+    with ``node_scores``) only with ``keep_weak``, else None.
+    """
     from .weak import weak_label
     feats = featurize(train.select("id", "text", "labels", "role"), vocabulary, feature_settings)
     weak = weak_label(feats, vocabulary, feature_settings, taxonomy, descriptions, weak_mode, min_similarity,
@@ -162,8 +256,10 @@ def _dataless_blocks(train: DataFrame, vocabulary, feature_settings, model_setti
     blocks = engine.cache_blocks(engine.blocks_from_node_scores(
         weak, taxonomy.n_nodes, len(vocabulary), model_settings.block_size))
     blocks.count()  # materialise before the weak table is released
+    if keep_weak:
+        return blocks, stats, weak
     weak.unpersist()
-    return blocks, stats
+    return blocks, stats, None
 
 
 def write_csv(rows: List[Dict[str, object]], path: str, depth: int) -> None:
@@ -191,7 +287,7 @@ def summarize(rows: List[Dict[str, object]]) -> List[Dict[str, object]]:
         mac = np.array([float(r["macro_f1"]) for r in rs]) * 100
         secs = np.array([float(r["train_seconds"]) for r in rs])
         weak = {}
-        if all(r.get("weak_coverage") is not None for r in rs):
+        if all(r.get("weak_coverage") not in (None, "") for r in rs):
             levels = sorted(k for k in rs[0] if k.startswith("weak_level"))
             weak = {"weak": " / ".join(f"{100 * np.mean([float(r[k]) for r in rs]):.1f}" for k in levels),
                     "weak_coverage": 100 * np.mean([float(r["weak_coverage"]) for r in rs])}

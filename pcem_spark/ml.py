@@ -29,7 +29,7 @@ class _PathEMParams(Params):
     taxonomy = Param(Params._dummy(), "taxonomy",
                      "taxonomy as JSON {root, children}; empty = inferred from the label paths",
                      TypeConverters.toString)
-    method = Param(Params._dummy(), "method", "pcnb | pcem | flat-nb | flat-em", TypeConverters.toString)
+    method = Param(Params._dummy(), "method", "pcnb | pcem | flat-nb | flat-em | nbmc | emmc | tdnb | tdem | wdnb | wdem", TypeConverters.toString)
     smoothing = Param(Params._dummy(), "smoothing", "Laplace pseudo-count (> 0)", TypeConverters.toFloat)
     maxIter = Param(Params._dummy(), "maxIter", "maximum EM iterations (>= 0)", TypeConverters.toInt)
     tol = Param(Params._dummy(), "tol", "relative log-likelihood change that stops EM", TypeConverters.toFloat)
@@ -45,6 +45,18 @@ class _PathEMParams(Params):
                   TypeConverters.toFloat)
     vocabSize = Param(Params._dummy(), "vocabSize", "most frequent terms kept (0 = all)", TypeConverters.toInt)
     vocabularyDocs = Param(Params._dummy(), "vocabularyDocs", "'all' or 'labeled'", TypeConverters.toString)
+    components = Param(Params._dummy(), "components", "mixture components per leaf (nbmc / emmc)",
+                       TypeConverters.toInt)
+    supervision = Param(Params._dummy(), "supervision",
+                        "labels (labelsCol) | descriptions (weak labels from the descriptions Param) | "
+                        "similarities (weak labels from a map<string,double> column 'similarities')",
+                        TypeConverters.toString)
+    descriptions = Param(Params._dummy(), "descriptions", "JSON object node -> description (supervision = "
+                         "descriptions)", TypeConverters.toString)
+    weakMode = Param(Params._dummy(), "weakMode", "argmax | soft | path (weak supervision)",
+                     TypeConverters.toString)
+    minSimilarity = Param(Params._dummy(), "minSimilarity", "no weak label unless each depth's best "
+                          "similarity is above this", TypeConverters.toFloat)
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -53,7 +65,8 @@ class _PathEMParams(Params):
                          smoothing=ms.smoothing, maxIter=ms.max_iter, tol=ms.tol, blockSize=ms.block_size,
                          posteriorFloor=ms.posterior_floor, tokenPattern=DEFAULT_TOKEN_PATTERN, minTokenLength=fs.min_token_length,
                          stopWords=fs.stop_words, minDF=fs.min_df, maxDF=fs.max_df, vocabSize=fs.vocab_size,
-                         vocabularyDocs=fs.vocabulary_docs)
+                         vocabularyDocs=fs.vocabulary_docs, components=ms.components, supervision="labels",
+                         descriptions="", weakMode="argmax", minSimilarity=0.0)
 
     def feature_settings(self) -> FeatureSettings:
         g = self.getOrDefault
@@ -65,7 +78,7 @@ class _PathEMParams(Params):
         g = self.getOrDefault
         return ModelSettings(method=g(self.method), smoothing=g(self.smoothing), max_iter=g(self.maxIter),
                              tol=g(self.tol), block_size=g(self.blockSize),
-                             posterior_floor=g(self.posteriorFloor))
+                             posterior_floor=g(self.posteriorFloor), components=g(self.components))
 
 
 class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWritable):
@@ -75,20 +88,46 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
     def __init__(self, *, idCol="id", textCol="text", labelsCol="labels", taxonomy="", method="pcem",
                  smoothing=1.0, maxIter=50, tol=1e-5, blockSize=4096, posteriorFloor=0.0, tokenPattern=DEFAULT_TOKEN_PATTERN,
                  minTokenLength=2, stopWords="english", minDF=3.0, maxDF=0.5, vocabSize=20000,
-                 vocabularyDocs="all"):
+                 vocabularyDocs="all", components=2, supervision="labels", descriptions="",
+                 weakMode="argmax", minSimilarity=0.0):
         super().__init__()
         self._set(**self._input_kwargs)
 
     def _fit(self, dataset):
+        import json
+
         from pyspark.sql import functions as F
         g = self.getOrDefault
-        docs = dataset.select(F.col(g(self.idCol)).cast("string").alias("id"),
-                              F.col(g(self.textCol)).alias("text"), F.col(g(self.labelsCol)).alias("labels"))
-        if g(self.taxonomy):
-            taxonomy = Taxonomy.from_json(g(self.taxonomy))
+        kind = g(self.supervision)
+        if kind not in ("labels", "descriptions", "similarities"):
+            raise ValueError(f"PathEM supervision must be labels, descriptions or similarities, got {kind!r}")
+        if kind == "labels":
+            docs = dataset.select(F.col(g(self.idCol)).cast("string").alias("id"),
+                                  F.col(g(self.textCol)).alias("text"), F.col(g(self.labelsCol)).alias("labels"))
+            taxonomy = Taxonomy.from_json(g(self.taxonomy)) if g(self.taxonomy) else infer_taxonomy(docs)
+            path_model, _ = train(docs, taxonomy, self.feature_settings(), self.model_settings())
         else:
-            taxonomy = infer_taxonomy(docs)
-        path_model, _ = train(docs, taxonomy, self.feature_settings(), self.model_settings())
+            from .model import train_weak
+            from .weak import check_descriptions
+            if not g(self.taxonomy):
+                raise ValueError("PathEM with weak supervision needs the taxonomy Param (there are no label "
+                                 "paths to infer it from)")
+            taxonomy = Taxonomy.from_json(g(self.taxonomy))
+            cols = [F.col(g(self.idCol)).cast("string").alias("id"), F.col(g(self.textCol)).alias("text")]
+            descriptions = None
+            if kind == "descriptions":
+                try:
+                    descriptions = check_descriptions(json.loads(g(self.descriptions) or "null"), taxonomy,
+                                                      where="PathEM descriptions Param")
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"PathEM descriptions Param is not JSON: {exc}") from None
+            else:
+                if "similarities" not in dataset.columns:
+                    raise ValueError("PathEM supervision='similarities' needs a map<string,double> column "
+                                     f"'similarities'; columns are {dataset.columns}")
+                cols.append(F.col("similarities"))
+            path_model, _ = train_weak(dataset.select(*cols), taxonomy, descriptions, self.feature_settings(),
+                                       self.model_settings(), g(self.weakMode), g(self.minSimilarity))
         model = PathEMModel(path_model)
         return self._copyValues(model)
 
@@ -131,5 +170,6 @@ class _PathEMModelReader(MLReader):
                    maxIter=ms.max_iter, tol=ms.tol, blockSize=ms.block_size,
                    posteriorFloor=ms.posterior_floor, tokenPattern=fs.token_pattern,
                    minTokenLength=fs.min_token_length, stopWords=fs.stop_words, minDF=fs.min_df,
-                   maxDF=fs.max_df, vocabSize=fs.vocab_size, vocabularyDocs=fs.vocabulary_docs)
+                   maxDF=fs.max_df, vocabSize=fs.vocab_size, vocabularyDocs=fs.vocabulary_docs,
+                   components=ms.components)
         return model

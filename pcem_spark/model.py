@@ -9,6 +9,9 @@ scores):
 ``flat-nb`` multinomial NB with one component per leaf, one-hot leaf counts
 ``flat-em`` its EM version (Nigam et al. 2000)
 =========  ===================================================================
+
+and the generative baselines of the paper's Table 2 (``nbmc``/``emmc``,
+``tdnb``/``tdem``, ``wdnb``/``wdem``), described in :mod:`pcem_spark.methods`.
 """
 
 from __future__ import annotations
@@ -25,13 +28,14 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from . import engine, pathnb
+from .methods import GENERATIVE, MethodSpec, method_spec
 from .features import FeatureSettings, featurize, fit_vocabulary
 from .taxonomy import Taxonomy, TaxonomyError
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-METHODS = ("pcnb", "pcem", "flat-nb", "flat-em")
+METHODS = GENERATIVE
 
 PREDICTION_SCHEMA = T.StructType([
     T.StructField("id", T.StringType(), False),
@@ -51,6 +55,8 @@ class ModelSettings:
     block_size: int = 4096     # documents per CSR block
     posterior_floor: float = 0.0  # posteriors below this count as 0 (0 = exact Eq. 5)
     parameter_dtype: str = "float64"  # "float32" halves broadcast and per-path sums (large M x V)
+    components: int = 2        # mixture components per leaf (nbmc / emmc only)
+    seed: int = 0              # random initial split of those components (nbmc / emmc only)
 
     def validate(self) -> None:
         if self.method not in METHODS:
@@ -67,21 +73,21 @@ class ModelSettings:
             raise ValueError(f"model.posterior_floor must be in [0, 1), got {self.posterior_floor}")
         if self.block_size < 1:
             raise ValueError(f"model.block_size must be >= 1, got {self.block_size}")
+        if self.components < 1:
+            raise ValueError(f"model.components must be >= 1, got {self.components}")
 
     @property
     def uses_em(self) -> bool:
-        return self.method in ("pcem", "flat-em")
+        return self.method in ("pcem", "flat-em", "emmc", "tdem", "wdem")
 
     @property
     def path_cost_sensitive(self) -> bool:
         return self.method in ("pcnb", "pcem")
 
 
-def score_matrix(taxonomy: Taxonomy, method: str) -> np.ndarray:
-    """(M, K) node -> path score matrix: Eq. 2 for PC methods, leaf indicator for flat ones."""
-    if method in ("pcnb", "pcem"):
-        return taxonomy.path_node_matrix()
-    return taxonomy.leaf_node_matrix()
+def score_matrix(taxonomy: Taxonomy, method: str, components: int = 2) -> np.ndarray:
+    """(R, K) node -> component score matrix: Eq. 2 for PC methods, leaf indicator for flat ones."""
+    return method_spec(taxonomy, method, components).score_matrix
 
 
 def check_label_paths(df: DataFrame, taxonomy: Taxonomy, labels_col: str = "labels",
@@ -127,17 +133,19 @@ class PathModel:
     ----------
     taxonomy : Taxonomy
     vocabulary : list of str, length V
-    log_prior : ndarray (M,)
-    log_theta : ndarray (M, V)
+    log_prior : ndarray (R,)
+    log_theta : ndarray (R, V); R = M paths for PCNB/PCEM and flat methods,
+        the baselines' components otherwise (:mod:`pcem_spark.methods`)
     feature_settings, model_settings : the settings it was trained with
     """
 
     def __init__(self, taxonomy: Taxonomy, vocabulary: List[str], log_prior: np.ndarray,
                  log_theta: np.ndarray, feature_settings: FeatureSettings, model_settings: ModelSettings,
                  training_summary: Optional[dict] = None):
-        if log_theta.shape != (taxonomy.n_paths, len(vocabulary)):
+        self.spec: MethodSpec = method_spec(taxonomy, model_settings.method, model_settings.components)
+        if log_theta.shape != (self.spec.n_components, len(vocabulary)):
             raise ValueError(f"log_theta has shape {log_theta.shape}, expected "
-                             f"({taxonomy.n_paths}, {len(vocabulary)})")
+                             f"({self.spec.n_components}, {len(vocabulary)}) for {model_settings.method}")
         self.taxonomy = taxonomy
         self.vocabulary = list(vocabulary)
         self.log_prior = np.asarray(log_prior, dtype=np.float64)
@@ -173,7 +181,7 @@ class PathModel:
         feats = featurize(df, self.vocabulary, self.feature_settings, text_col=text_col,
                           features_col="_pcem_features")
         real_paths = [self.taxonomy.real_path(j) for j in range(self.taxonomy.n_paths)]
-        bc = spark.sparkContext.broadcast((self.log_prior, self.log_theta, real_paths))
+        bc = spark.sparkContext.broadcast((self.log_prior, self.log_theta, real_paths, self.spec.structure))
         block_size = self.model_settings.block_size
         vocab_size = len(self.vocabulary)
         n_keep = len(passthrough)
@@ -182,7 +190,7 @@ class PathModel:
         def predict_batches(batches):
             # Arrow in, Arrow out: one sparse x dense product per block, no per-row Python.
             import pyarrow as pa
-            log_prior, log_theta, paths = bc.value
+            log_prior, log_theta, paths, structure = bc.value
             path_arr = pa.array(paths, pa.list_(pa.string()))
             leaf_arr = pa.array([p[-1] for p in paths], pa.string())
             for batch in batches:
@@ -190,7 +198,7 @@ class PathModel:
                     b = batch.slice(start, block_size)
                     indptr, indices, data = engine.sparse_vector_arrays(b.column(n_keep))
                     X = sp.csr_matrix((data, indices, indptr), shape=(b.num_rows, vocab_size))
-                    best, prob = pathnb.predict_paths(X, log_prior, log_theta)
+                    best, prob = pathnb.predict_paths(X, log_prior, log_theta, structure)
                     take = pa.array(best, pa.int64())
                     cols = [b.column(i) for i in range(n_keep)] + [
                         path_arr.take(take), leaf_arr.take(take), pa.array(prob, pa.float64())]
@@ -228,7 +236,7 @@ class PathModel:
         # log theta rows as little-endian float64 bytes: a Python list per row
         # would cost ~30 bytes per float on the driver (GBs for 1,000 x 2^18).
         rows = [(j, float(self.log_prior[j]), self.log_theta[j].astype("<f8").tobytes())
-                for j in range(self.taxonomy.n_paths)]
+                for j in range(self.log_theta.shape[0])]
         spark.createDataFrame(rows, "path_index int, log_prior double, log_theta binary") \
             .write.mode(mode).parquet(f"{path}/parameters")
 
@@ -319,11 +327,13 @@ def fit_blocks(blocks, taxonomy: Taxonomy, vocabulary: List[str], feature_settin
     model_settings.validate()
     log.info("%s: vocabulary of %d terms, %d paths, taxonomy depth %d",
              model_settings.method, len(vocabulary), taxonomy.n_paths, taxonomy.depth)
-    result = engine.fit(blocks, score_matrix(taxonomy, model_settings.method), len(vocabulary),
-                        em=model_settings.uses_em, smoothing=model_settings.smoothing,
+    spec = method_spec(taxonomy, model_settings.method, model_settings.components)
+    result = engine.fit(blocks, spec.score_matrix, len(vocabulary),
+                        em=spec.iterative, smoothing=model_settings.smoothing,
                         max_iter=model_settings.max_iter, tol=model_settings.tol,
                         label=model_settings.method.upper(), posterior_floor=model_settings.posterior_floor,
-                        dtype=model_settings.parameter_dtype)
+                        dtype=model_settings.parameter_dtype, structure=spec.structure,
+                        use_unlabeled=spec.uses_unlabeled, seed=model_settings.seed)
     summary = {"n_labeled": result.n_labeled, "n_unlabeled": result.n_unlabeled, "n_iter": result.n_iter,
                "converged": result.converged, "loglik_history": result.loglik_history,
                "iter_seconds": result.iter_seconds}

@@ -13,11 +13,110 @@ Equation numbers are those of Xiao, Liu & Song (WWW'19).
 
 from __future__ import annotations
 
-from typing import NamedTuple, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import logsumexp
+
+
+class Structure(NamedTuple):
+    """How a method's ``R`` components relate (pure arrays, cheap to broadcast).
+
+    PCNB/PCEM and the flat methods use one softmax group and decode by Eq. 5;
+    the baselines of :mod:`pcem_spark.methods` use the other fields.
+
+    groups : int ndarray (R,)
+        Components in one group share one softmax (posterior) and one
+        normalised prior; one group = an ordinary mixture.
+    owner : int ndarray (R,)
+        Path of each component (``decoder="posterior"``: ``P(path | x)`` is
+        the sum over its components); -1 where components are nodes.
+    decoder : ``"posterior"`` | ``"win"`` | ``"greedy"``
+        posterior: argmax path of summed component posteriors; win: path of
+        largest sum over depths of its nodes' per-group posteriors; greedy:
+        from the root, the most probable child at each depth.
+    path_nodes : int ndarray (M, D) or None
+        Component of each path's node at each depth (win / greedy).
+    ancestors : ndarray (R, R) or None
+        ``A[c, a] = 1`` iff ``a`` is ``c`` or its ancestor: unlabelled
+        responsibilities are then node marginals ``prod`` of the per-group
+        (local) posteriors along the ancestors (top-down).
+    restrict_labeled : bool
+        A labelled row's fixed score for a path is spread over that path's
+        components by their posterior (multiple components per class).
+    """
+    groups: np.ndarray
+    owner: np.ndarray
+    decoder: str = "posterior"
+    path_nodes: Optional[np.ndarray] = None
+    ancestors: Optional[np.ndarray] = None
+    restrict_labeled: bool = False
+
+
+def group_log_softmax(scores: np.ndarray, groups: Optional[np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
+    """Log-softmax of ``scores`` (n, R) within each group of columns.
+
+    Returns
+    -------
+    log_post : ndarray (n, R)
+    log_evidence : ndarray (n,), the sum over groups of each group's logsumexp
+    """
+    if groups is None or not len(groups) or np.all(groups == groups[0]):
+        log_ev = logsumexp(scores, axis=1)
+        return scores - log_ev[:, None], log_ev
+    out = np.empty_like(scores, dtype=np.float64)
+    log_ev = np.zeros(scores.shape[0])
+    for g in np.unique(groups):
+        cols = np.flatnonzero(groups == g)
+        lse = logsumexp(scores[:, cols], axis=1)
+        out[:, cols] = scores[:, cols] - lse[:, None]
+        log_ev += lse
+    return out, log_ev
+
+
+def responsibilities(jll: np.ndarray, structure: Optional[Structure] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """Posterior responsibilities of unlabelled rows over the R components.
+
+    One group and no ancestors: exactly Eq. 5. Returns ``(resp (n, R),
+    log_evidence (n,))``.
+    """
+    if structure is None:
+        return posterior(jll)
+    log_local, log_ev = group_log_softmax(jll, structure.groups)
+    if structure.ancestors is not None:
+        log_local = log_local @ structure.ancestors.T
+    return np.exp(log_local), log_ev
+
+
+def labeled_responsibilities(fixed: np.ndarray, jll: np.ndarray,
+                             structure: Optional[Structure]) -> Tuple[np.ndarray, float]:
+    """Responsibilities and log-likelihood term of labelled rows.
+
+    Normally the fixed scores themselves, with ``sum_r S_ir jll_ir`` (Eq. 8).
+    With ``restrict_labeled`` each path's fixed score is spread over the
+    path's components by their posterior within the path, and the term is
+    ``sum_path S_i,path logsumexp_{r in path} jll_ir``.
+    """
+    if structure is None or not structure.restrict_labeled:
+        return fixed, float(np.sum(fixed * jll, dtype=np.float64))
+    log_within, _ = group_log_softmax(jll, structure.owner)
+    resp = fixed * np.exp(log_within)
+    loglik = 0.0
+    for j in np.unique(structure.owner):
+        cols = np.flatnonzero(structure.owner == j)
+        loglik += float(np.sum(fixed[:, cols[0]] * logsumexp(jll[:, cols], axis=1)))
+    return resp, loglik
+
+
+def random_component_split(fixed: np.ndarray, owner: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Initial responsibilities: each row's score for a path goes to one random component of it."""
+    u = rng.random(fixed.shape)
+    keep = np.zeros(fixed.shape, dtype=bool)
+    for j in np.unique(owner):
+        cols = np.flatnonzero(owner == j)
+        keep[np.arange(len(fixed)), cols[u[:, cols].argmax(axis=1)]] = True
+    return np.where(keep, fixed, 0.0)
 
 
 def path_scores(node_scores, score_matrix: np.ndarray) -> np.ndarray:
@@ -39,7 +138,7 @@ def path_scores(node_scores, score_matrix: np.ndarray) -> np.ndarray:
 
 
 def log_parameters(word_counts: np.ndarray, path_totals: np.ndarray,
-                   smoothing: float = 1.0) -> Tuple[np.ndarray, np.ndarray]:
+                   smoothing: float = 1.0, groups: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Eqs. 3-4 (and 6-7): Laplace-smoothed path prior and word distributions.
 
     Parameters
@@ -50,6 +149,9 @@ def log_parameters(word_counts: np.ndarray, path_totals: np.ndarray,
         ``sum_i S_ij``.
     smoothing : float
         Pseudo-count added to every event; the paper uses 1.
+    groups : int ndarray (M,) or None
+        Normalise the prior within each group (per-node / per-depth
+        classifiers of the baselines); None = one group (the paper).
 
     Returns
     -------
@@ -58,7 +160,11 @@ def log_parameters(word_counts: np.ndarray, path_totals: np.ndarray,
     """
     path_totals = np.asarray(path_totals, dtype=np.float64)
     prior_num = smoothing + path_totals
-    log_prior = np.log(prior_num) - np.log(prior_num.sum())
+    if groups is None:
+        log_prior = np.log(prior_num) - np.log(prior_num.sum())
+    else:
+        _, group_of = np.unique(groups, return_inverse=True)
+        log_prior = np.log(prior_num) - np.log(np.bincount(group_of, weights=prior_num)[group_of])
     # In place after one copy: with 1,000 paths x 2^18 words every extra
     # (M, V) temporary is another 2 GiB on the driver.
     log_theta = np.add(word_counts, smoothing, dtype=np.float64)
@@ -112,7 +218,8 @@ class BlockStats(NamedTuple):
 
 def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
            log_prior: np.ndarray, log_theta: np.ndarray, use_unlabeled: bool = True,
-           posterior_floor: float = 0.0, sparse_density: float = 0.0) -> BlockStats:
+           posterior_floor: float = 0.0, sparse_density: float = 0.0,
+           structure: Optional[Structure] = None, rng: Optional[np.random.Generator] = None) -> BlockStats:
     """One E-step on a block plus its contribution to the next M-step.
 
     Labelled rows keep their fixed path scores (``S_ij`` from Eq. 2);
@@ -139,6 +246,11 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
         When at most this fraction of the responsibilities is non-zero, the
         word sums are computed and returned as a sparse matrix (0 = always
         dense, the faster choice while M x V is small).
+    structure : :class:`Structure` or None
+        The baselines' component structure (None = PCNB/PCEM, flat).
+    rng : numpy Generator or None
+        Initialisation pass of a ``restrict_labeled`` structure only: each
+        labelled row starts in one random component of its path.
 
     Returns
     -------
@@ -148,13 +260,17 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
     labeled = np.asarray(labeled, dtype=bool)
     resp = np.where(labeled[:, None], fixed_scores, 0.0)
     loglik = 0.0
+    if log_theta is None and rng is not None and structure is not None and structure.restrict_labeled:
+        resp = random_component_split(resp, structure.owner, rng)
     if log_theta is not None:
         # Without parameters (the NB initialisation) there is nothing to score.
         jll = joint_log_likelihood(X, log_prior, log_theta)
         if labeled.any():
-            loglik += float(np.sum(fixed_scores[labeled] * jll[labeled], dtype=np.float64))
+            lab_resp, lab_ll = labeled_responsibilities(fixed_scores[labeled], jll[labeled], structure)
+            resp[labeled] = lab_resp
+            loglik += lab_ll
         if use_unlabeled and (~labeled).any():
-            post, log_ev = posterior(jll[~labeled])
+            post, log_ev = responsibilities(jll[~labeled], structure)
             if posterior_floor > 0:
                 small = post < posterior_floor
                 small[np.arange(len(post)), post.argmax(axis=1)] = False  # a row never empties
@@ -181,15 +297,46 @@ def log_prior_density(log_prior: np.ndarray, log_theta: np.ndarray, smoothing: f
     return float(smoothing * (log_prior.sum() + log_theta.sum()))
 
 
-def predict_paths(X, log_prior: np.ndarray, log_theta: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """Argmax path of Eq. 5 and its posterior probability.
+def predict_paths(X, log_prior: np.ndarray, log_theta: np.ndarray,
+                  structure: Optional[Structure] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """Argmax path of Eq. 5 and its posterior probability (or a baseline's decoding rule).
 
     Returns
     -------
-    best : int ndarray, shape (n,)
-    prob : ndarray, shape (n,)
+    best : int ndarray, shape (n,), path index
+    prob : ndarray, shape (n,); for ``win`` the mean over depths of the
+        path's node probabilities
     """
     jll = joint_log_likelihood(sp.csr_matrix(X), log_prior, log_theta)
-    post, _ = posterior(jll)
-    best = np.argmax(jll, axis=1)
-    return best, post[np.arange(len(best)), best]
+    return decode(jll, structure)
+
+
+def decode(jll: np.ndarray, structure: Optional[Structure] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """Best path and its score from component joint log-likelihoods (n, R); see :class:`Structure`."""
+    n = jll.shape[0]
+    if structure is None:
+        post, _ = posterior(jll)
+        best = np.argmax(jll, axis=1)
+        return best, post[np.arange(n), best]
+    if structure.decoder == "posterior":
+        post, _ = posterior(jll)
+        n_paths = int(structure.owner.max()) + 1
+        path_post = np.zeros((n, n_paths))
+        np.add.at(path_post.T, structure.owner, post.T)
+        best = np.argmax(path_post, axis=1)
+        return best, path_post[np.arange(n), best]
+    log_local, _ = group_log_softmax(jll, structure.groups)
+    pn = structure.path_nodes
+    if structure.decoder == "win":
+        local = np.exp(log_local)
+        win = local[:, pn].sum(axis=2)          # (n, M): sum over depths
+        best = np.argmax(win, axis=1)
+        return best, win[np.arange(n), best] / pn.shape[1]
+    if structure.decoder == "greedy":
+        alive = np.ones((n, pn.shape[0]), dtype=bool)
+        for d in range(pn.shape[1]):
+            s = np.where(alive, log_local[:, pn[:, d]], -np.inf)
+            alive &= s >= s.max(axis=1, keepdims=True)
+        best = np.argmax(alive, axis=1)          # first surviving path on ties
+        return best, np.exp(log_local[:, pn].sum(axis=2)[np.arange(n), best])
+    raise ValueError(f"unknown decoder {structure.decoder!r}")

@@ -34,6 +34,12 @@ def load_descriptions(path: str, taxonomy: Taxonomy) -> Dict[str, str]:
             obj = json.load(fh)
     except (OSError, json.JSONDecodeError) as exc:
         raise TaxonomyError(f"{path}: cannot read label descriptions ({exc})") from None
+    return check_descriptions(obj, taxonomy, where=path)
+
+
+def check_descriptions(obj, taxonomy: Taxonomy, where: str = "descriptions") -> Dict[str, str]:
+    """Validate a parsed node -> description mapping against the taxonomy (see :func:`load_descriptions`)."""
+    path = where
     if not isinstance(obj, dict):
         raise TaxonomyError(f"{path}: expected a JSON object node -> description text")
     unknown = sorted(set(obj) - set(taxonomy.real_nodes))

@@ -56,9 +56,22 @@ def test_settings_file_and_overrides(tmp_path):
 def test_shipped_config_files_load():
     import os
     root = os.path.join(os.path.dirname(__file__), "..", "conf")
-    for name in ("pcem.toml", "20ng.toml"):
+    for name in ("pcem.toml", "20ng.toml", "experiments/20ng.toml", "experiments/20ng_figures.toml"):
         s = load_settings(os.path.join(root, name))
         assert s.spark.master == "local[2]"
+    table2 = load_settings(os.path.join(root, "experiments/20ng.toml")).experiment
+    assert len(table2.methods) == 13 and table2.settings == ["labeled", "dataless"]
+    figures = load_settings(os.path.join(root, "experiments/20ng_figures.toml")).experiment
+    assert figures.rates == [0.01, 0.05, 0.1, 0.3, 0.5, 0.9]
+
+
+def test_experiment_settings_are_validated():
+    with pytest.raises(ConfigError, match=r"unknown method\(s\) \['nbx'\]"):
+        load_settings(None, ["experiment.methods=['pcem', 'nbx']"])
+    with pytest.raises(ConfigError, match="experiment.settings"):
+        load_settings(None, ["experiment.settings=['weak']"])
+    with pytest.raises(ConfigError, match="experiment.rates"):
+        load_settings(None, ["experiment.rates=[0.0]"])
 
 
 def test_supervision_settings():

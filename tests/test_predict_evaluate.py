@@ -173,3 +173,37 @@ def test_float32_parameters_give_the_same_model_within_float32_precision(spark):
     m32, r32 = train(docs, TAX, FS, ModelSettings(method="pcem", max_iter=4, tol=0.0, parameter_dtype="float32"))
     np.testing.assert_allclose(m32.log_theta, m64.log_theta, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(r32.loglik_history, r64.loglik_history, rtol=1e-5)
+
+
+def test_pyspark_ml_estimator_with_weak_supervision(spark):
+    import json
+
+    from pyspark.sql import functions as F
+
+    from pcem_spark.ml import PathEM
+    from pcem_spark.taxonomy import TaxonomyError
+
+    docs = _corpus(spark).drop("labels")
+    desc = {"sport": "sport games", "tech": "technology devices", "football": "goal striker league",
+            "tennis": "racket wimbledon serve", "phones": "android iphone handset", "chips": "silicon wafer fab"}
+    est = PathEM(method="pcem", maxIter=5, minDF=1.0, maxDF=1.0, vocabSize=0, taxonomy=TAX.to_json(),
+                 supervision="descriptions", descriptions=json.dumps(desc))
+    out = est.fit(docs).transform(docs)
+    assert out.count() == docs.count()
+    right = out.where(F.col("leaf") == F.split("id", "-")[0]).count()
+    assert right >= 0.9 * docs.count()
+    # precomputed similarities: a map column, no descriptions needed
+    sims = docs.withColumn("similarities", F.create_map(
+        F.lit("sport"), F.when(F.col("id").rlike("^(football|tennis)"), 0.9).otherwise(0.1),
+        F.lit("tech"), F.when(F.col("id").rlike("^(phones|chips)"), 0.9).otherwise(0.1),
+        *[x for leaf in WORDS for x in (F.lit(leaf), F.when(F.col("id").startswith(leaf), 0.8).otherwise(0.05))]))
+    out2 = PathEM(maxIter=3, minDF=1.0, maxDF=1.0, vocabSize=0, taxonomy=TAX.to_json(),
+                  supervision="similarities").fit(sims).transform(sims)
+    assert out2.where(F.col("leaf") == F.split("id", "-")[0]).count() >= 0.9 * docs.count()
+    with pytest.raises(TaxonomyError, match="not in the taxonomy"):
+        PathEM(taxonomy=TAX.to_json(), supervision="descriptions",
+               descriptions=json.dumps({**desc, "golf": "clubs"})).fit(docs)
+    with pytest.raises(ValueError, match="needs the taxonomy Param"):
+        PathEM(supervision="descriptions", descriptions=json.dumps(desc)).fit(docs)
+    with pytest.raises(ValueError, match="column 'similarities'"):
+        PathEM(taxonomy=TAX.to_json(), supervision="similarities").fit(docs)

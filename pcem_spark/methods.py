@@ -1,0 +1,145 @@
+"""The generative methods of the paper's Table 2 as mixture structures over one engine.
+
+Every generative method is multinomial naive Bayes over ``R`` word
+distributions ("components"); methods differ only in
+
+* ``score_matrix`` (R, K): how a document's node scores (true labels or weak
+  labels) become its fixed responsibilities over the components (Eq. 2 for
+  the path cost-sensitive methods);
+* a :class:`~pcem_spark.pathnb.Structure`: which components compete in one
+  softmax / share one prior, how labelled documents spread over components,
+  and how a path is decoded at prediction time.
+
+So the engine (blocks, broadcast, per-component sums, driver M-step) is the
+same for all of them, and NB vs EM is only whether unlabelled documents
+contribute.
+
+==============  ===============================================================
+``pcnb/pcem``   path cost-sensitive NB / EM (this paper): one component per
+                path, path scores by Eq. 2, argmax of Eq. 5.
+``flat-nb/em``  one component per leaf, one-hot leaf counts (Nigam et al.
+                2000).
+``nbmc/emmc``   ``components`` mixture components per leaf (Nigam et al.
+                2000, Sec. 5.3 "multiple mixture components per class"): a
+                labelled document's weight is spread over its leaf's
+                components by their posterior, components start from a random
+                hard split of the labelled documents (seeded), and
+                ``P(leaf | x)`` is the sum over the leaf's components. NBMC
+                iterates EM over the labelled documents only (the component
+                of a labelled document is latent too); EMMC adds the
+                unlabelled ones. With one component per leaf both equal flat
+                NB / flat EM exactly.
+``tdnb/tdem``   top-down: one NB classifier per internal node over its
+                children, component = node, trained on the documents of each
+                child's subtree (prior normalised among siblings). Prediction
+                routes greedily from the root, taking the most probable child
+                at each depth. TDEM's E-step gives an unlabelled document the
+                node marginals ``P(c | x) = prod_{a on root..c} P(a | parent(a), x)``.
+``wdnb/wdem``   win-driven (Wu, Tygert & LeCun 2017, "hierarchical loss /
+                win"): one NB classifier per depth over all nodes of that
+                depth; the win of a path is the sum over depths of its node's
+                probability, and prediction takes the path of largest win.
+                WDEM's E-step gives each depth's posterior to the unlabelled
+                documents.
+==============  ===============================================================
+
+For top-down and win-driven EM the monitored log-likelihood is the sum of the
+per-classifier log evidences: a convergence signal, not the objective of a
+single generative model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from .pathnb import Structure
+from .taxonomy import Taxonomy
+
+GENERATIVE = ("pcnb", "pcem", "flat-nb", "flat-em", "nbmc", "emmc", "tdnb", "tdem", "wdnb", "wdem")
+EM_METHODS = ("pcem", "flat-em", "emmc", "tdem", "wdem")
+# Methods whose word distributions need EM even without unlabelled data.
+LATENT_COMPONENT_METHODS = ("nbmc", "emmc")
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    score_matrix: np.ndarray   # (R, K) node scores -> fixed component scores
+    structure: Optional[Structure]   # None: one softmax over paths, Eq. 5 (PC and flat methods)
+    uses_unlabeled: bool       # EM over unlabelled documents
+    iterative: bool            # runs EM iterations at all
+
+    @property
+    def n_components(self) -> int:
+        return self.score_matrix.shape[0]
+
+
+def _path_nodes(taxonomy: Taxonomy) -> np.ndarray:
+    """(M, D) node index of each path at each depth (dummies included)."""
+    return np.array([[taxonomy.node_index[n] for n in p] for p in taxonomy.paths], dtype=np.int64)
+
+
+def _padded_parents(taxonomy: Taxonomy) -> np.ndarray:
+    """(K,) index of each node's parent in the padded tree (-1 for the root's children).
+
+    Read off the padded paths, so a dummy node's parent is the shallow leaf it pads.
+    """
+    parent = np.full(taxonomy.n_nodes, -1, dtype=np.int64)
+    for p in taxonomy.paths:
+        for d in range(1, len(p)):
+            parent[taxonomy.node_index[p[d]]] = taxonomy.node_index[p[d - 1]]
+    return parent
+
+
+def _node_parent_groups(taxonomy: Taxonomy) -> np.ndarray:
+    """(K,) softmax group of each node = its parent (0 for the root's children, k+1 under node k)."""
+    return _padded_parents(taxonomy) + 1
+
+
+def _ancestor_matrix(taxonomy: Taxonomy) -> np.ndarray:
+    """(K, K): ``A[c, a] = 1`` iff ``a`` is ``c`` or one of its (non-root) ancestors."""
+    parent = _padded_parents(taxonomy)
+    K = taxonomy.n_nodes
+    anc = np.zeros((K, K))
+    for c in range(K):
+        a = c
+        while a >= 0:
+            anc[c, a] = 1.0
+            a = parent[a]
+    return anc
+
+
+def method_spec(taxonomy: Taxonomy, method: str, components: int = 2) -> MethodSpec:
+    """The components, scoring matrix and structure of a generative ``method`` on ``taxonomy``."""
+    M, K = taxonomy.n_paths, taxonomy.n_nodes
+    uses_unlabeled = method in EM_METHODS
+    iterative = uses_unlabeled or method in LATENT_COMPONENT_METHODS
+    if method in ("pcnb", "pcem"):
+        return MethodSpec(method, taxonomy.path_node_matrix(), None, uses_unlabeled, iterative)
+    if method in ("flat-nb", "flat-em"):
+        return MethodSpec(method, taxonomy.leaf_node_matrix(), None, uses_unlabeled, iterative)
+    if method in ("nbmc", "emmc"):
+        if components < 1:
+            raise ValueError(f"model.components must be >= 1, got {components}")
+        owner = np.repeat(np.arange(M), components)
+        return MethodSpec(method, np.repeat(taxonomy.leaf_node_matrix(), components, axis=0),
+                          Structure(np.zeros(M * components, np.int64), owner, restrict_labeled=components > 1),
+                          uses_unlabeled, uses_unlabeled or components > 1)
+    node_owner = np.full(K, -1, dtype=np.int64)  # nodes are not paths; decoding uses path_nodes
+    if method in ("tdnb", "tdem"):
+        return MethodSpec(method, np.eye(K),
+                          Structure(_node_parent_groups(taxonomy), node_owner, decoder="greedy",
+                                    path_nodes=_path_nodes(taxonomy), ancestors=_ancestor_matrix(taxonomy)),
+                          uses_unlabeled, iterative)
+    if method in ("wdnb", "wdem"):
+        depth = np.zeros(K, dtype=np.int64)
+        for p in taxonomy.paths:
+            for d, n in enumerate(p, start=1):
+                depth[taxonomy.node_index[n]] = d
+        return MethodSpec(method, np.eye(K),
+                          Structure(depth, node_owner, decoder="win", path_nodes=_path_nodes(taxonomy)),
+                          uses_unlabeled, iterative)
+    raise ValueError(f"unknown generative method {method!r}; known: {GENERATIVE}")
