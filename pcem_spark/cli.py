@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-similarity", type=float,
                    help="no weak label when the best similarity at some depth is not above this")
     p.add_argument("--no-resume", action="store_true",
-                   help="recompute every run even if results.csv already has it (the file is rewritten)")
+                   help="recompute the planned runs even if results.csv already has them (its other runs "
+                        "are kept unless they were made with other settings)")
     _common(p)
 
     p = sub.add_parser("report", help="rebuild table2.md, efficiency.md and the figures from a results.csv")

@@ -16,7 +16,10 @@ a consistent root-to-leaf path.
                its own leaf and the classifier's leaf (the "TrD" costs,
                scaled to (0, 1] by the largest distance; positives cost 1),
                predicting the leaf whose classifier scores highest.
-               Costs enter MLlib as ``weightCol``.
+               Costs enter MLlib as ``weightCol``; MLlib divides the
+               weighted loss by the sum of the weights, so HierCost's
+               effective ``C`` is ``C n / sum(costs)`` (within ~5% of ``C``
+               on 20NG, where most negatives cost 1).
 =============  ================================================================
 
 Regularisation follows LibLinear's defaults: ``C = 1`` and no bias term.

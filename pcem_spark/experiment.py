@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 ALL_METHODS = GENERATIVE + DISCRIMINATIVE
 
 CSV_FIELDS = ["method", "setting", "rate", "seed", "micro_f1", "macro_f1",
-              "n_labeled", "n_unlabeled", "n_test", "n_iter", "train_seconds", "predict_seconds"]
+              "n_labeled", "n_unlabeled", "n_test", "n_iter", "train_seconds", "predict_seconds", "config"]
 
 
 def assign_roles(df: DataFrame, seed: int, test_fraction: float, label_rate: float,
@@ -68,6 +68,23 @@ def _run_key(method: str, setting: str, rate, seed) -> Tuple[str, str, float, in
     return (str(method), str(setting), round(float(rate), 6), int(seed))
 
 
+def settings_fingerprint(feature_settings, model_settings, test_fraction, weak_mode, min_similarity,
+                         discriminative_c, descriptions, setting: str = "labeled") -> str:
+    """Short hash of every setting that changes a run's result, except the grid (method, setting,
+    rate, seed): runs are only resumed into a CSV made with the same fingerprint. The weak-label
+    settings count only for the dataless setting."""
+    import hashlib
+    import json
+    from dataclasses import asdict
+    ms = {k: v for k, v in asdict(model_settings).items() if k not in ("method", "seed", "block_size")}
+    weak = ({"weak_mode": weak_mode, "min_similarity": min_similarity, "descriptions": descriptions or {}}
+            if setting == "dataless" else {})
+    blob = json.dumps({"features": asdict(feature_settings), "model": ms, "test_fraction": test_fraction,
+                       "discriminative_c": discriminative_c, "setting": setting, **weak},
+                      sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:10]
+
+
 def read_csv(path: str) -> List[Dict[str, object]]:
     """Rows of an earlier ``results.csv`` (empty list if there is none)."""
     if not os.path.exists(path):
@@ -84,7 +101,11 @@ def read_csv(path: str) -> List[Dict[str, object]]:
 
 def _leaf_path_index(taxonomy: Taxonomy, scores_col: str = "node_scores"):
     """Column: the path whose leaf has the largest node score (null if none is > 0) -- the leaf
-    label the flat methods count, used to train the discriminative baselines on weak labels."""
+    label the flat methods count, used to train the discriminative baselines on weak labels.
+
+    Ties (possible only with shallow leaves, whose padded leaf inherits a
+    shallower depth's score) go to the first path in taxonomy order.
+    """
     leaf_nodes = taxonomy.leaf_node_matrix().argmax(axis=1)
     leaf_scores = F.array(*[F.col(scores_col)[int(k)] for k in leaf_nodes])
     best = F.array_max(leaf_scores)
@@ -127,9 +148,28 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
             raise ValueError(f"unknown method {m!r}; known: {', '.join(ALL_METHODS)}")
     os.makedirs(out_dir, exist_ok=True)
     csv_path = os.path.join(out_dir, "results.csv")
-    rows: List[Dict[str, object]] = read_csv(csv_path) if resume else []
-    done = {_run_key(r["method"], r["setting"], r["rate"], r["seed"]) for r in rows}
+    configs = {st: settings_fingerprint(feature_settings, model_settings, test_fraction, weak_mode,
+                                        min_similarity, discriminative_c, descriptions, st)
+               for st in ("labeled", "dataless")}
     planned = [(st, rate, seed, m) for st in settings_list for rate in rates for seed in seeds for m in methods]
+    planned_keys = {_run_key(p[3], p[0], p[1], p[2]) for p in planned}
+    rows: List[Dict[str, object]] = read_csv(csv_path)
+    def same_config(r) -> bool:
+        # Rows written before fingerprints existed have none and are trusted; so
+        # are rows of a setting this call does not run (it has no say on them).
+        return (not r.get("config") or r["setting"] not in settings_list
+                or r.get("config") == configs.get(r["setting"]))
+
+    other = sorted({f"{r['setting']} {r['config']}" for r in rows if not same_config(r)})
+    if other and resume:
+        raise ValueError(f"{csv_path} holds runs made with other settings ({', '.join(other)}; these settings "
+                         f"are {', '.join(f'{k} {v}' for k, v in configs.items())}): averaging them would mix "
+                         "experiments. Use another --output-dir, or --no-resume to recompute the planned runs")
+    if not resume:
+        # Recompute what is planned; keep the CSV's other runs (e.g. Table 2 next to the figures).
+        rows = [r for r in rows if _run_key(r["method"], r["setting"], r["rate"], r["seed"]) not in planned_keys
+                and same_config(r)]
+    done = {_run_key(r["method"], r["setting"], r["rate"], r["seed"]) for r in rows}
     todo = [p for p in planned if _run_key(p[3], p[0], p[1], p[2]) not in done]
     log.info("experiment: %d runs planned, %d already in %s, %d to run", len(planned), len(planned) - len(todo),
              csv_path, len(todo))
@@ -150,7 +190,8 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
                 if not pending:
                     continue
                 for row in _run_split(docs, taxonomy, feature_settings, model_settings, pending, st, rate, seed,
-                                      test_fraction, descriptions, weak_mode, min_similarity, discriminative_c):
+                                      test_fraction, descriptions, weak_mode, min_similarity, discriminative_c,
+                                      configs[st]):
                     rows.append(row)
                     n_done += 1
                     elapsed = time.perf_counter() - t_start
@@ -172,7 +213,7 @@ def _write_reports(rows: List[Dict[str, object]], out_dir: str, rate: float = 0.
 
 
 def _run_split(docs, taxonomy, feature_settings, model_settings, methods, setting, rate, seed, test_fraction,
-               descriptions, weak_mode, min_similarity, discriminative_c):
+               descriptions, weak_mode, min_similarity, discriminative_c, config=""):
     """All ``methods`` on one (setting, rate, seed) split; yields one result row per method."""
     from .discriminative import fit_linear
     roled = assign_roles(docs.where(F.col("labels").isNotNull()), seed, test_fraction, rate).cache()
@@ -218,7 +259,7 @@ def _run_split(docs, taxonomy, feature_settings, model_settings, methods, settin
                    **{f"level{k}_acc": v for k, v in acc.items()},
                    "n_labeled": n_lab, "n_unlabeled": n_unlab, "n_test": n_test,
                    "n_iter": n_iter, "train_seconds": round(t1 - t0, 3),
-                   "predict_seconds": round(t2 - t1, 3), **weak_stats}
+                   "predict_seconds": round(t2 - t1, 3), **weak_stats, "config": config}
     finally:
         if blocks is not None:
             blocks.unpersist()
@@ -267,6 +308,9 @@ def write_csv(rows: List[Dict[str, object]], path: str, depth: int) -> None:
     fields = CSV_FIELDS[:6] + [f"level{k}_acc" for k in range(1, depth + 1)] + CSV_FIELDS[6:]
     if any("weak_coverage" in r for r in rows):
         fields += ["weak_coverage"] + [f"weak_level{k}_acc" for k in range(1, depth + 1)]
+    # Columns of older rows (another taxonomy depth, ...) are kept, never dropped.
+    for r in rows:
+        fields += [k for k in r if k is not None and k not in fields]
     tmp = path + ".tmp"
     with open(tmp, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=fields, restval="")
@@ -280,7 +324,8 @@ def summarize(rows: List[Dict[str, object]]) -> List[Dict[str, object]]:
     """Mean and std (over seeds) of micro/macro F1 per (setting, rate, method)."""
     groups: Dict[tuple, List[Dict[str, object]]] = {}
     for r in rows:
-        groups.setdefault((r["setting"], r["rate"], r["method"]), []).append(r)
+        # Rows read back from results.csv hold strings ("0.01"): group on the number.
+        groups.setdefault((r["setting"], round(float(r["rate"]), 6), r["method"]), []).append(r)
     out = []
     for (setting, rate, method), rs in groups.items():
         mic = np.array([float(r["micro_f1"]) for r in rs]) * 100

@@ -99,19 +99,6 @@ def _node_parent_groups(taxonomy: Taxonomy) -> np.ndarray:
     return _padded_parents(taxonomy) + 1
 
 
-def _ancestor_matrix(taxonomy: Taxonomy) -> np.ndarray:
-    """(K, K): ``A[c, a] = 1`` iff ``a`` is ``c`` or one of its (non-root) ancestors."""
-    parent = _padded_parents(taxonomy)
-    K = taxonomy.n_nodes
-    anc = np.zeros((K, K))
-    for c in range(K):
-        a = c
-        while a >= 0:
-            anc[c, a] = 1.0
-            a = parent[a]
-    return anc
-
-
 def method_spec(taxonomy: Taxonomy, method: str, components: int = 2) -> MethodSpec:
     """The components, scoring matrix and structure of a generative ``method`` on ``taxonomy``."""
     M, K = taxonomy.n_paths, taxonomy.n_nodes
@@ -132,7 +119,7 @@ def method_spec(taxonomy: Taxonomy, method: str, components: int = 2) -> MethodS
     if method in ("tdnb", "tdem"):
         return MethodSpec(method, np.eye(K),
                           Structure(_node_parent_groups(taxonomy), node_owner, decoder="greedy",
-                                    path_nodes=_path_nodes(taxonomy), ancestors=_ancestor_matrix(taxonomy)),
+                                    path_nodes=_path_nodes(taxonomy), parents=_padded_parents(taxonomy)),
                           uses_unlabeled, iterative)
     if method in ("wdnb", "wdem"):
         depth = np.zeros(K, dtype=np.int64)

@@ -75,6 +75,10 @@ class ModelSettings:
             raise ValueError(f"model.block_size must be >= 1, got {self.block_size}")
         if self.components < 1:
             raise ValueError(f"model.components must be >= 1, got {self.components}")
+        if self.posterior_floor > 0 and self.method in ("tdem", "wdem"):
+            # Their responsibilities are per-node / per-depth distributions, not one per document.
+            raise ValueError(f"model.posterior_floor must be 0 for {self.method} (it applies to methods with "
+                             "one posterior distribution per document)")
 
     @property
     def uses_em(self) -> bool:

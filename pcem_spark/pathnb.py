@@ -38,10 +38,11 @@ class Structure(NamedTuple):
         from the root, the most probable child at each depth.
     path_nodes : int ndarray (M, D) or None
         Component of each path's node at each depth (win / greedy).
-    ancestors : ndarray (R, R) or None
-        ``A[c, a] = 1`` iff ``a`` is ``c`` or its ancestor: unlabelled
-        responsibilities are then node marginals ``prod`` of the per-group
-        (local) posteriors along the ancestors (top-down).
+    parents : int ndarray (R,) or None
+        Parent component of each component (-1 at the top), components
+        ordered so parents come first: unlabelled responsibilities are then
+        node marginals, the product of the per-group (local) posteriors from
+        the top down to the node (top-down methods).
     restrict_labeled : bool
         A labelled row's fixed score for a path is spread over that path's
         components by their posterior (multiple components per class).
@@ -50,8 +51,13 @@ class Structure(NamedTuple):
     owner: np.ndarray
     decoder: str = "posterior"
     path_nodes: Optional[np.ndarray] = None
-    ancestors: Optional[np.ndarray] = None
+    parents: Optional[np.ndarray] = None
     restrict_labeled: bool = False
+
+    @property
+    def single_softmax(self) -> bool:
+        """True when the responsibilities of a row are one distribution (sum to 1)."""
+        return self.parents is None and (not len(self.groups) or bool(np.all(self.groups == self.groups[0])))
 
 
 def group_log_softmax(scores: np.ndarray, groups: Optional[np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
@@ -65,14 +71,19 @@ def group_log_softmax(scores: np.ndarray, groups: Optional[np.ndarray]) -> Tuple
     if groups is None or not len(groups) or np.all(groups == groups[0]):
         log_ev = logsumexp(scores, axis=1)
         return scores - log_ev[:, None], log_ev
-    out = np.empty_like(scores, dtype=np.float64)
-    log_ev = np.zeros(scores.shape[0])
-    for g in np.unique(groups):
-        cols = np.flatnonzero(groups == g)
-        lse = logsumexp(scores[:, cols], axis=1)
-        out[:, cols] = scores[:, cols] - lse[:, None]
-        log_ev += lse
-    return out, log_ev
+    # Vectorised over groups (a top-down tree has one group per internal node):
+    # sort the columns by group and reduce each contiguous run.
+    order = np.argsort(groups, kind="stable")
+    g_sorted = groups[order]
+    starts = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]])
+    run_of = np.cumsum(np.r_[False, g_sorted[1:] != g_sorted[:-1]])   # run index of each sorted column
+    s_sorted = np.asarray(scores, dtype=np.float64)[:, order]
+    top = np.maximum.reduceat(s_sorted, starts, axis=1) if s_sorted.shape[0] else np.zeros((0, len(starts)))
+    shifted = s_sorted - top[:, run_of]
+    lse = top + np.log(np.add.reduceat(np.exp(shifted), starts, axis=1)) if s_sorted.shape[0] else top
+    out = np.empty_like(s_sorted)
+    out[:, order] = s_sorted - lse[:, run_of]
+    return out, lse.sum(axis=1)
 
 
 def responsibilities(jll: np.ndarray, structure: Optional[Structure] = None) -> Tuple[np.ndarray, np.ndarray]:
@@ -84,9 +95,28 @@ def responsibilities(jll: np.ndarray, structure: Optional[Structure] = None) -> 
     if structure is None:
         return posterior(jll)
     log_local, log_ev = group_log_softmax(jll, structure.groups)
-    if structure.ancestors is not None:
-        log_local = log_local @ structure.ancestors.T
+    if structure.parents is not None:
+        log_local = top_down_log_marginals(log_local, structure.parents)
     return np.exp(log_local), log_ev
+
+
+def top_down_log_marginals(log_local: np.ndarray, parents: np.ndarray) -> np.ndarray:
+    """``log P(c | x) = log P(c | parent(c), x) + log P(parent(c) | x)``, from the top down.
+
+    ``parents`` (R,) gives each column's parent column (-1 at the top);
+    parents must come before their children in column order (taxonomy nodes
+    are sorted by depth), so one pass per depth suffices.
+    """
+    out = np.array(log_local, dtype=np.float64, copy=True)
+    depth = np.zeros(len(parents), dtype=np.int64)
+    for c, p in enumerate(parents):
+        if p >= c:
+            raise ValueError("top-down structure: a parent must come before its children")
+        depth[c] = 0 if p < 0 else depth[p] + 1
+    for d in range(1, int(depth.max(initial=0)) + 1):
+        cols = np.flatnonzero(depth == d)
+        out[:, cols] += out[:, parents[cols]]
+    return out
 
 
 def labeled_responsibilities(fixed: np.ndarray, jll: np.ndarray,
@@ -100,12 +130,12 @@ def labeled_responsibilities(fixed: np.ndarray, jll: np.ndarray,
     """
     if structure is None or not structure.restrict_labeled:
         return fixed, float(np.sum(fixed * jll, dtype=np.float64))
-    log_within, _ = group_log_softmax(jll, structure.owner)
+    log_within = group_log_softmax(jll, structure.owner)[0]
     resp = fixed * np.exp(log_within)
-    loglik = 0.0
-    for j in np.unique(structure.owner):
-        cols = np.flatnonzero(structure.owner == j)
-        loglik += float(np.sum(fixed[:, cols[0]] * logsumexp(jll[:, cols], axis=1)))
+    # fixed * (jll - log_within) is the path's logsumexp on each of its columns;
+    # weight each path once (1 / its number of components).
+    n_comp = np.bincount(structure.owner)[structure.owner]
+    loglik = float(np.sum(fixed * (jll - log_within) / n_comp[None, :], dtype=np.float64))
     return resp, loglik
 
 
@@ -271,6 +301,9 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
             loglik += lab_ll
         if use_unlabeled and (~labeled).any():
             post, log_ev = responsibilities(jll[~labeled], structure)
+            if posterior_floor > 0 and structure is not None and not structure.single_softmax:
+                raise ValueError("posterior_floor applies to methods whose responsibilities are one "
+                                 "distribution per document (not top-down / win-driven)")
             if posterior_floor > 0:
                 small = post < posterior_floor
                 small[np.arange(len(post)), post.argmax(axis=1)] = False  # a row never empties

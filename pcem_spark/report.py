@@ -4,9 +4,11 @@ Everything here reads the rows of ``results.csv`` (dicts of strings or
 numbers), so a report can be rebuilt from a CSV alone (``pcem report``).
 
 * ``table2.md``: mean micro/macro F1 over seeds per method (rows, in the
-  paper's order) and setting (columns) at one label rate, each marked with a
-  paired t-test against PCEM over the seeds both ran (``scipy.stats.ttest_rel``):
-  ``†`` p < 0.05, ``‡`` p < 0.001, as in the paper.
+  paper's order) and setting (columns) at one label rate. As in the paper, a
+  method is marked when PCEM is significantly better than it in a two-sided
+  paired t-test over the seeds both ran (``scipy.stats.ttest_rel``): ``†``
+  p < 0.05, ``‡`` p < 0.001; a method significantly *better* than PCEM is
+  marked ``(+)`` instead. The best mean of each column is bold.
 * ``figure_<setting>.png``: micro and macro F1 against label rate for the EM
   methods (the paper's Figures 2 and 3).
 * ``efficiency.png`` / ``efficiency.md``: mean train and predict seconds per method.
@@ -100,10 +102,14 @@ def table2(rows: List[dict], rate: float = 0.01, reference: str = "pcem",
     if paper:
         head += " " + " | ".join(f"paper {s} micro / macro" for s in settings) + " |"
     cols = 1 + 2 * len(settings) + (len(settings) if paper else 0)
-    lines = [f"F1 (%) at label rate {100 * rate:g}%: mean over seeds (n = number of seeds); "
-             f"† p < 0.05, ‡ p < 0.001 in a paired t-test against {DISPLAY.get(reference, reference)} "
-             "over the same seeds.", "", head, "|" + "---|" * cols]
+    ref = DISPLAY.get(reference, reference)
+    lines = [f"F1 (%) at label rate {100 * rate:g}%: mean over seeds (n = number of seeds). "
+             f"† / ‡: {ref} is better with p < 0.05 / p < 0.001 (two-sided paired t-test over the same "
+             f"seeds); (+): significantly better than {ref} (p < 0.05). Bold: best in the column.",
+             "", head, "|" + "---|" * cols]
     data = {s: {metric: _scores(rows, s, rate, metric) for metric in ("micro_f1", "macro_f1")} for s in settings}
+    best = {(s, metric): max((np.mean(list(v.values())) for v in data[s][metric].values() if v), default=None)
+            for s in settings for metric in ("micro_f1", "macro_f1")}
     for m in order:
         cells = []
         for s in settings:
@@ -112,10 +118,18 @@ def table2(rows: List[dict], rate: float = 0.01, reference: str = "pcem",
                 if not sc:
                     cells.append("–")
                     continue
-                mark = "" if m == reference else significance_mark(
-                    paired_p_value(sc, data[s][metric].get(reference, {})))
-                cell = f"{mark}{np.mean(list(sc.values())):.2f}"
-                cells.append(f"**{cell}**" if m == reference else cell)
+                mean = np.mean(list(sc.values()))
+                mark = ""
+                ref_sc = data[s][metric].get(reference, {})
+                if m != reference and ref_sc:
+                    p = paired_p_value(sc, ref_sc)
+                    ref_mean = np.mean([ref_sc[k] for k in sc if k in ref_sc]) if set(sc) & set(ref_sc) else None
+                    if ref_mean is not None and ref_mean > np.mean([sc[k] for k in sc if k in ref_sc]):
+                        mark = significance_mark(p)
+                    elif p is not None and p < 0.05:
+                        mark = "(+)"
+                cell = f"{mark}{mean:.2f}"
+                cells.append(f"**{cell}**" if np.isclose(mean, best[(s, metric)]) else cell)
         name = DISPLAY.get(m, m)
         n = max((len(data[s]["micro_f1"].get(m, {})) for s in settings), default=0)
         line = f"| {name} (n={n}) | " + " | ".join(cells) + " |"

@@ -176,7 +176,8 @@ def test_greedy_routing_can_differ_from_the_best_path():
     best, prob = pathnb.decode(jll, spec.structure)
     assert tax.real_path(best[0])[0] == "a"
     assert prob[0] == pytest.approx(0.3)
-    # the win-driven rule on the same per-depth scores picks b1 (0.4 + 0.99 > 0.6 + 0.5)
+    # the win-driven rule on the same scores, with depth 2 normalised over all four
+    # leaves, picks b1 (0.4 + 0.495 > 0.6 + 0.25)
     wd = method_spec(tax, "wdnb")
     jll_wd = np.log([[local[n] / (1.0 if n in ("a", "b") else 2.0) for n in tax.nodes]])
     best_wd, _ = pathnb.decode(jll_wd, wd.structure)
@@ -259,6 +260,77 @@ def test_multi_component_initial_split_puts_each_document_in_one_component():
     # different seeds give different splits of the same documents
     other = pathnb.random_component_split(fixed, owner, np.random.default_rng(2))
     assert not np.array_equal(split, other)
+
+
+@pytest.mark.parametrize("use_unlabeled", [False, True])
+def test_multi_component_pass_on_spark_matches_reference(deep, use_unlabeled):
+    """One distributed pass of NBMC (labelled only) / EMMC from given parameters, 3 components."""
+    c, C = deep, 3
+    spec = method_spec(c.tax, "emmc" if use_unlabeled else "nbmc", C)
+    rng = np.random.default_rng(11)
+    R = spec.n_components
+    lp = np.log(rng.dirichlet(np.ones(R)))
+    lt = np.log(rng.dirichlet(np.ones(c.V), size=R))
+    wc, totals, ll, n_lab, n_unlab = engine.sufficient_stats(c.blocks, lp, lt, spec.score_matrix, c.V,
+                                                             use_unlabeled, structure=spec.structure)
+    resp = np.zeros((c.X.shape[0], R))
+    ref_ll = 0.0
+    for i in range(c.X.shape[0]):
+        jll = lp + c.X[i] @ lt.T
+        if c.labeled[i]:
+            cols = list(range(c.true[i] * C, c.true[i] * C + C))   # components of its leaf
+        elif use_unlabeled:
+            cols = list(range(R))
+        else:
+            continue
+        m = jll[cols].max()
+        e = np.exp(jll[cols] - m)
+        resp[i, cols] = e / e.sum()
+        ref_ll += m + np.log(e.sum())
+    np.testing.assert_allclose(totals, resp.sum(axis=0), rtol=1e-9)
+    np.testing.assert_allclose(wc, resp.T @ c.X, rtol=1e-9, atol=1e-9)
+    assert ll == pytest.approx(ref_ll, rel=1e-9)
+    assert n_lab == int(c.labeled.sum())
+
+
+def test_multi_component_initial_pass_on_spark_splits_each_document_once(deep):
+    c, C = deep, 2
+    spec = method_spec(c.tax, "nbmc", C)
+    counts = []
+    for seed in (1, 2):
+        wc, totals, _, _, _ = engine.sufficient_stats(c.blocks, None, None, spec.score_matrix, c.V, False,
+                                                      structure=spec.structure, init_seed=seed)
+        # every labelled document went, whole, to one component of its own leaf
+        per_leaf = totals.reshape(-1, C).sum(axis=1)
+        np.testing.assert_array_equal(per_leaf, np.bincount(c.true[c.labeled], minlength=c.M))
+        np.testing.assert_allclose(wc.reshape(c.M, C, c.V).sum(axis=1),
+                                   np.vstack([c.X[c.labeled & (c.true == j)].sum(axis=0) for j in range(c.M)]))
+        assert set(np.unique(totals)) <= set(range(c.X.shape[0] + 1))
+        counts.append(totals)
+    assert not np.array_equal(counts[0], counts[1])   # the seed decides the split
+
+
+def test_posterior_floor_is_refused_for_per_depth_structures():
+    from pcem_spark.model import ModelSettings
+    with pytest.raises(ValueError, match="posterior_floor must be 0 for tdem"):
+        ModelSettings(method="tdem", posterior_floor=1e-6).validate()
+    tax = Taxonomy({"R": ["a", "b"], "a": ["a1", "a2"]})
+    spec = method_spec(tax, "wdem")
+    X = sp.csr_matrix(np.ones((2, 3)))
+    lp = np.zeros(spec.n_components)
+    lt = np.log(np.full((spec.n_components, 3), 1 / 3))
+    with pytest.raises(ValueError, match="posterior_floor applies"):
+        pathnb.e_step(X, np.zeros((2, spec.n_components)), np.zeros(2, bool), lp, lt, posterior_floor=0.01,
+                      structure=spec.structure)
+
+
+def test_top_down_marginals_are_products_down_the_tree():
+    parents = np.array([-1, -1, 0, 0, 1, 2])
+    log_local = np.log(np.array([[0.7, 0.3, 0.4, 0.6, 1.0, 1.0]]))
+    got = np.exp(pathnb.top_down_log_marginals(log_local, parents))
+    np.testing.assert_allclose(got, [[0.7, 0.3, 0.28, 0.42, 0.3, 0.28]])
+    with pytest.raises(ValueError, match="parent must come before"):
+        pathnb.top_down_log_marginals(log_local, np.array([1, -1, 0, 0, 1, 2]))
 
 
 def test_multi_component_em_is_seeded_and_reproducible(deep):

@@ -49,6 +49,10 @@ def test_table2_marks_methods_against_pcem():
     assert "**72.00**" in pcem and "70.73 / 60.02" in pcem
     # rows follow the paper's order: discriminative, NB, EM
     assert md.index("| Flat-EM") < md.index("| PCEM")
+    # a method significantly better than PCEM is not marked as if PCEM won
+    better = rows + _rows("lr", "labeled", [80, 81.5, 82, 83.1, 84.2], [70, 71, 72, 73, 74])
+    lr = next(x for x in table2(better).splitlines() if x.startswith("| LR"))
+    assert "**(+)82.16**" in lr and "‡" not in lr and "†" not in lr
 
 
 def test_curves_average_seeds_per_rate():
@@ -130,6 +134,14 @@ def test_experiment_runs_every_method_and_resumes(spark, tmp_path, monkeypatch):
     assert len(again) == len(rows) + 2
     first = {(r["method"], r["setting"], int(r["seed"])): float(r["micro_f1"]) for r in again}
     assert first[("pcem", "labeled", 0)] == pytest.approx(lab["pcem"])
+    # read-back rows (strings) and new rows summarise together: one line per method, 2 seeds
+    md = open(os.path.join(out, "results.md")).read()
+    assert md.count("| labeled | 20% | pcem | 2 |") == 1
+
+    # Other settings into the same CSV are refused instead of mixed.
+    with pytest.raises(ValueError, match="other settings"):
+        experiment.run_experiment(docs, tax, fs, ModelSettings(max_iter=5, smoothing=0.5), ["pcem"], [0.2],
+                                  [0], 0.2, out)
 
 
 def test_experiment_rejects_unknown_methods_and_settings(spark, tmp_path):
