@@ -68,7 +68,8 @@ def significance_mark(p: Optional[float]) -> str:
 def paired_p_value(a: Dict[int, float], b: Dict[int, float]) -> Optional[float]:
     """Two-sided paired t-test p-value over the seeds present in both (None with < 2 pairs).
 
-    Identical score lists give p = 1 (no evidence of a difference), not NaN.
+    Identical score lists give p = 1 (no evidence of a difference) and a
+    constant non-zero difference p = 0, instead of scipy's NaN / warning.
     """
     from scipy import stats
     seeds = sorted(set(a) & set(b))
@@ -76,8 +77,11 @@ def paired_p_value(a: Dict[int, float], b: Dict[int, float]) -> Optional[float]:
         return None
     x = np.array([a[s] for s in seeds])
     y = np.array([b[s] for s in seeds])
-    if np.allclose(x, y):
-        return 1.0
+    d = x - y
+    if np.allclose(d, d[0]):
+        # No spread in the differences: the t statistic is 0/0 (identical
+        # scores, no evidence) or infinite (a constant non-zero gap).
+        return 1.0 if np.isclose(d[0], 0.0) else 0.0
     return float(stats.ttest_rel(x, y).pvalue)
 
 

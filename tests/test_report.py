@@ -32,6 +32,7 @@ def test_paired_p_value_is_scipys_paired_t_test_over_common_seeds():
     assert paired_p_value(a, b) == pytest.approx(want)
     assert paired_p_value({0: 1.0}, {0: 2.0}) is None          # one pair: no test
     assert paired_p_value({0: 1.0, 1: 2.0}, {0: 1.0, 1: 2.0}) == 1.0
+    assert paired_p_value({0: 3.0, 1: 4.0}, {0: 1.0, 1: 2.0}) == 0.0      # constant gap
 
 
 def test_table2_marks_methods_against_pcem():
