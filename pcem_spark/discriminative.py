@@ -43,17 +43,18 @@ import logging
 from typing import List, Tuple
 
 import numpy as np
-import scipy.sparse as sp
 from pyspark.ml.classification import LinearSVC, LogisticRegression, OneVsRest
 from pyspark.ml.feature import IDF
 from pyspark.ml.feature import Normalizer
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from . import engine
+from . import engine, pathnb
 from .features import FeatureSettings, featurize
-from .model import PREDICTION_SCHEMA
+from .model import PREDICTION_SCHEMA, prediction_source
 from .taxonomy import Taxonomy
+from .weak import tfidf_rows
 
 log = logging.getLogger(__name__)
 
@@ -90,21 +91,6 @@ def hiercost_costs(distance: np.ndarray, target: int) -> np.ndarray:
     return cost
 
 
-def l2_tfidf(X: sp.csr_matrix, idf: np.ndarray) -> sp.csr_matrix:
-    """Rows of ``X`` (counts, (n, V)) times ``idf`` (V,), scaled to unit L2 norm (zero rows stay 0)."""
-    Y = sp.csr_matrix(X, dtype=np.float64, copy=True)
-    Y.data *= idf[Y.indices]
-    norms = np.sqrt(np.asarray(Y.multiply(Y).sum(axis=1)).ravel())
-    norms[norms == 0] = 1.0
-    return sp.csr_matrix(sp.diags(1.0 / norms) @ Y)
-
-
-def softmax_rows(scores: np.ndarray) -> np.ndarray:
-    z = scores - scores.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
-
-
 class LinearLeafModel:
     """A linear classifier over the leaves: ``score = tfidf(x) @ W.T + b``; prediction = best leaf's path.
 
@@ -128,34 +114,24 @@ class LinearLeafModel:
     def transform(self, df: DataFrame, id_col: str = "id", text_col: str = "text",
                   labels_col: str = "labels") -> DataFrame:
         """The predictions table (id, path, leaf, probability, labels), one row per input row."""
-        has_labels = labels_col in df.columns
-        src = df.select(F.col(id_col).cast("string").alias("id"), F.col(text_col).alias("text"),
-                        (F.col(labels_col) if has_labels else F.lit(None).cast("array<string>")).alias("labels"))
+        src = prediction_source(df, id_col, text_col, labels_col)
         feats = featurize(src, self.vocabulary, self.feature_settings, features_col="_features")
         real_paths = [self.taxonomy.real_path(int(j)) for j in self.leaf_paths]
         bc = df.sparkSession.sparkContext.broadcast((self.idf, self.coefficients, self.intercepts, real_paths))
         block_size, vocab_size = self.block_size, len(self.vocabulary)
-        names = [f.name for f in PREDICTION_SCHEMA.fields]
+        out_schema = T.StructType([PREDICTION_SCHEMA[c] for c in ("id", "labels", "path", "leaf", "probability")])
+
+        def score(X, idf, W, b):
+            # The shared decoder: argmax of the leaf scores and their softmax there.
+            return pathnb.decode(np.asarray(tfidf_rows(X, idf) @ W.T) + b[None, :])
 
         def predict_batches(batches):
-            import pyarrow as pa
             idf, W, b, paths = bc.value
-            path_arr = pa.array(paths, pa.list_(pa.string()))
-            leaf_arr = pa.array([p[-1] for p in paths], pa.string())
-            for batch in batches:
-                for start in range(0, batch.num_rows, block_size):
-                    blk = batch.slice(start, block_size)
-                    indptr, indices, data = engine.sparse_vector_arrays(blk.column(2))
-                    X = l2_tfidf(sp.csr_matrix((data, indices, indptr), shape=(blk.num_rows, vocab_size)), idf)
-                    scores = np.asarray(X @ W.T) + b[None, :]
-                    best = scores.argmax(axis=1)
-                    prob = softmax_rows(scores)[np.arange(len(best)), best] if len(best) else np.zeros(0)
-                    take = pa.array(best, pa.int64())
-                    yield pa.RecordBatch.from_arrays(
-                        [blk.column(0), path_arr.take(take), leaf_arr.take(take),
-                         pa.array(prob, pa.float64()), blk.column(1)], names=names)
+            return engine.predicted_path_batches(batches, 2, vocab_size, block_size, paths, out_schema.names,
+                                                 lambda X: score(X, idf, W, b))
 
-        return feats.select("id", "labels", "_features").mapInArrow(predict_batches, PREDICTION_SCHEMA)
+        return feats.select("id", "labels", "_features").mapInArrow(predict_batches, out_schema).select(
+            PREDICTION_SCHEMA.names)
 
 
 def fit_linear(train: DataFrame, method: str, taxonomy: Taxonomy, vocabulary: List[str],
@@ -173,18 +149,23 @@ def fit_linear(train: DataFrame, method: str, taxonomy: Taxonomy, vocabulary: Li
     """
     if method not in DISCRIMINATIVE:
         raise ValueError(f"unknown discriminative method {method!r}; known: {DISCRIMINATIVE}")
-    lab = train.where(F.col("path_index").isNotNull()).select("features", "path_index")
+    # Cached: IDF fitting and the training matrix below would each rerun the
+    # tokenisation / weak-labelling plan that produced ``train``.
+    lab = train.where(F.col("path_index").isNotNull()).select("features", "path_index").cache()
     idf_model = IDF(inputCol="features", outputCol="tfidf").fit(lab)
     idf = idf_model.idf.toArray()
     # The same L2-normalised TF-IDF the predictor computes per block.
     data = Normalizer(inputCol="tfidf", outputCol="x", p=2.0).transform(idf_model.transform(lab)) \
         .select("x", F.col("path_index").cast("double").alias("label"))
-    counts = {int(r["label"]): r["count"] for r in data.groupBy("label").count().collect()}
+    # Class counts only (L rows reach the driver).
+    counts = {int(r["path_index"]): r["count"] for r in lab.groupBy("path_index").count().collect()}
     n = sum(counts.values())
     # Every optimiser iteration is a Spark job over these rows: a few labelled
     # documents in many partitions would make each job's task overhead the
     # whole cost, so use about one partition per 50k documents.
     data = data.coalesce(max(1, min(data.rdd.getNumPartitions(), n // 50000 + 1))).cache()
+    data.count()
+    lab.unpersist()
     if n == 0:
         raise ValueError(f"{method}: no labelled document to train on")
     classes = sorted(counts)

@@ -100,6 +100,39 @@ def sparse_vector_arrays(vectors) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     return indptr, indices, data
 
 
+def arrow_blocks(batches, block_size: int):
+    """Slices of at most ``block_size`` rows of each Arrow batch (a block = one matrix product)."""
+    for batch in batches:
+        for start in range(0, batch.num_rows, block_size):
+            yield batch.slice(start, block_size)
+
+
+def csr_of(vectors, vocab_size: int) -> sp.csr_matrix:
+    """(n, V) CSR matrix of an Arrow column of ml SparseVectors."""
+    indptr, indices, data = sparse_vector_arrays(vectors)
+    return sp.csr_matrix((data, indices, indptr), shape=(len(vectors), vocab_size))
+
+
+def predicted_path_batches(batches, n_keep: int, vocab_size: int, block_size: int, paths, names, predict):
+    """mapInArrow body shared by every model's prediction: Arrow in, Arrow out.
+
+    Each batch has ``n_keep`` passthrough columns, then the term-count
+    vectors. Per block of ``block_size`` rows, ``predict(X)`` (X: CSR
+    (n, V)) returns ``(best, prob)``: an index into ``paths`` (real label
+    paths) and a score per row. Yields the passthrough columns plus path,
+    leaf and probability; rows are never dropped or reordered.
+    """
+    import pyarrow as pa
+    path_arr = pa.array(paths, pa.list_(pa.string()))
+    leaf_arr = pa.array([p[-1] for p in paths], pa.string())
+    for b in arrow_blocks(batches, block_size):
+        best, prob = predict(csr_of(b.column(n_keep), vocab_size))
+        take = pa.array(best, pa.int64())
+        cols = [b.column(i) for i in range(n_keep)] + [
+            path_arr.take(take), leaf_arr.take(take), pa.array(prob, pa.float64())]
+        yield pa.RecordBatch.from_arrays(cols, names=names)
+
+
 def label_path_index(labels, path_keys) -> np.ndarray:
     """Path index of each label list (``-1`` for null = unlabelled), vectorised with Arrow compute."""
     import pyarrow as pa
@@ -142,16 +175,14 @@ def weak_score_rows(scores):
 def _pack_arrow_partition(batches, supervision, block_size: int):
     """mapInArrow body: each slice of <= block_size rows becomes one row of CSR bytes."""
     import pyarrow as pa
-    for batch in batches:
-        for start in range(0, batch.num_rows, block_size):
-            b = batch.slice(start, block_size)
-            indptr, indices, data = sparse_vector_arrays(b.column(0))
-            ns_indptr, ns_indices, ns_data = supervision(b.column(1))
-            cols = [pa.array([b.num_rows], pa.int32())] + [
-                pa.array([a.tobytes()], pa.binary())
-                for a in (indptr, indices, data, ns_indptr, ns_indices, ns_data)]
-            yield pa.RecordBatch.from_arrays(cols, names=["n", "indptr", "indices", "data", "ns_indptr",
-                                                          "ns_indices", "ns_data"])
+    for b in arrow_blocks(batches, block_size):
+        indptr, indices, data = sparse_vector_arrays(b.column(0))
+        ns_indptr, ns_indices, ns_data = supervision(b.column(1))
+        cols = [pa.array([b.num_rows], pa.int32())] + [
+            pa.array([a.tobytes()], pa.binary())
+            for a in (indptr, indices, data, ns_indptr, ns_indices, ns_data)]
+        yield pa.RecordBatch.from_arrays(cols, names=["n", "indptr", "indices", "data", "ns_indptr",
+                                                      "ns_indices", "ns_data"])
 
 
 def _block_from_row(row, vocab_size: int, n_nodes: int) -> Block:

@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
-import scipy.sparse as sp
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -130,6 +129,14 @@ def infer_taxonomy(df: DataFrame, labels_col: str = "labels", max_paths: int = 1
     return tax
 
 
+def prediction_source(df: DataFrame, id_col: str = "id", text_col: str = "text",
+                      labels_col: str = "labels") -> DataFrame:
+    """``id`` (string), ``text`` and ``labels`` (null when ``df`` has no labels column) of a table to predict."""
+    labels = F.col(labels_col) if labels_col in df.columns else F.lit(None).cast("array<string>")
+    return df.select(F.col(id_col).cast("string").alias("id"), F.col(text_col).alias("text"),
+                     labels.alias("labels"))
+
+
 class PathModel:
     """A fitted PCNB / PCEM / flat NB / flat EM model.
 
@@ -165,9 +172,7 @@ class PathModel:
 
         A document with no known word gets the prior-only prediction.
         """
-        has_labels = labels_col in df.columns
-        src = df.select(F.col(id_col).cast("string").alias("id"), F.col(text_col).alias("text"),
-                        (F.col(labels_col) if has_labels else F.lit(None).cast("array<string>")).alias("labels"))
+        src = prediction_source(df, id_col, text_col, labels_col)
         return self.predict_columns(src, passthrough=["id", "labels"]).select(
             [f.name for f in PREDICTION_SCHEMA.fields])
 
@@ -193,20 +198,10 @@ class PathModel:
 
         def predict_batches(batches):
             # Arrow in, Arrow out: one sparse x dense product per block, no per-row Python.
-            import pyarrow as pa
             log_prior, log_theta, paths, structure = bc.value
-            path_arr = pa.array(paths, pa.list_(pa.string()))
-            leaf_arr = pa.array([p[-1] for p in paths], pa.string())
-            for batch in batches:
-                for start in range(0, batch.num_rows, block_size):
-                    b = batch.slice(start, block_size)
-                    indptr, indices, data = engine.sparse_vector_arrays(b.column(n_keep))
-                    X = sp.csr_matrix((data, indices, indptr), shape=(b.num_rows, vocab_size))
-                    best, prob = pathnb.predict_paths(X, log_prior, log_theta, structure)
-                    take = pa.array(best, pa.int64())
-                    cols = [b.column(i) for i in range(n_keep)] + [
-                        path_arr.take(take), leaf_arr.take(take), pa.array(prob, pa.float64())]
-                    yield pa.RecordBatch.from_arrays(cols, names=names)
+            return engine.predicted_path_batches(
+                batches, n_keep, vocab_size, block_size, paths, names,
+                lambda X: pathnb.predict_paths(X, log_prior, log_theta, structure))
 
         return feats.select(*passthrough, "_pcem_features").mapInArrow(predict_batches, T.StructType(out_fields))
 

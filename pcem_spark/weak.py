@@ -20,6 +20,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 import scipy.sparse as sp
 
+from .engine import arrow_blocks, csr_of
 from .taxonomy import Taxonomy, TaxonomyError
 
 
@@ -245,18 +246,16 @@ def weak_label_from_similarities(df, taxonomy: Taxonomy, mode: str = "argmax", m
     def score(batches):
         import pyarrow as pa
         by_depth = [np.flatnonzero(np.asarray(depths) == lvl) for lvl in range(1, max(depths) + 1)]
-        for batch in batches:
-            for start in range(0, batch.num_rows, block_size):
-                b = batch.slice(start, block_size)
-                col = b.column(pos)
-                valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False))
-                flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
-                sims_np = np.zeros((b.num_rows, C))
-                sims_np[valid] = flat.reshape(-1, C)
-                scores, paths = weak_columns(sims_np, nodes, depths, by_depth, taxonomy, mode, min_similarity)
-                keep = [b.column(i) for i in range(b.num_columns) if i != pos]
-                yield pa.RecordBatch.from_arrays(keep + [scores, paths],
-                                                 names=[f.name for f in out_schema.fields])
+        for b in arrow_blocks(batches, block_size):
+            col = b.column(pos)
+            valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False))
+            flat = np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
+            sims_np = np.zeros((b.num_rows, C))
+            sims_np[valid] = flat.reshape(-1, C)
+            scores, paths = weak_columns(sims_np, nodes, depths, by_depth, taxonomy, mode, min_similarity)
+            keep = [b.column(i) for i in range(b.num_columns) if i != pos]
+            yield pa.RecordBatch.from_arrays(keep + [scores, paths],
+                                             names=[f.name for f in out_schema.fields])
 
     return src.mapInArrow(score, out_schema)
 
@@ -272,7 +271,6 @@ def weak_label(df, vocabulary: List[str], feature_settings, taxonomy: Taxonomy,
     from pyspark.ml.feature import IDF
     from pyspark.sql import types as T
 
-    from .engine import sparse_vector_arrays
 
     if mode not in ("argmax", "soft", "path"):
         raise ValueError(f"weak labels: mode must be 'argmax', 'soft' or 'path', got {mode!r}")
@@ -294,14 +292,11 @@ def weak_label(df, vocabulary: List[str], feature_settings, taxonomy: Taxonomy,
         import pyarrow as pa
         idf_b, desc_b, nodes_b, depths_b = bc.value
         by_depth = [np.flatnonzero(np.asarray(depths_b) == lvl) for lvl in range(1, max(depths_b) + 1)]
-        for batch in batches:
-            for start in range(0, batch.num_rows, block_size):
-                b = batch.slice(start, block_size)
-                indptr, indices, data = sparse_vector_arrays(b.column(feat_pos))
-                X = sp.csr_matrix((data, indices, indptr), shape=(b.num_rows, V))
-                sims = np.asarray((tfidf_rows(X, idf_b) @ desc_b.T).todense())
-                scores, paths = weak_columns(sims, nodes_b, depths_b, by_depth, taxonomy, mode, min_similarity)
-                yield pa.RecordBatch.from_arrays(list(b.columns) + [scores, paths],
-                                                 names=[f.name for f in out_schema.fields])
+        for b in arrow_blocks(batches, block_size):
+            X = csr_of(b.column(feat_pos), V)
+            sims = np.asarray((tfidf_rows(X, idf_b) @ desc_b.T).todense())
+            scores, paths = weak_columns(sims, nodes_b, depths_b, by_depth, taxonomy, mode, min_similarity)
+            yield pa.RecordBatch.from_arrays(list(b.columns) + [scores, paths],
+                                             names=[f.name for f in out_schema.fields])
 
     return df.mapInArrow(score, out_schema)

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from chispa import assert_df_equality
 
 from pcem_spark import engine, pathnb
-from pcem_spark.discriminative import hiercost_costs, l2_tfidf, tree_distance_matrix
+from pcem_spark.discriminative import hiercost_costs, tree_distance_matrix
 from pcem_spark.methods import GENERATIVE, method_spec
 from pcem_spark.taxonomy import Taxonomy
 from test_reference import make_corpus, to_blocks
@@ -144,17 +144,21 @@ def test_td_wd_one_em_iteration_matches_reference(deep, kind):
     np.testing.assert_allclose(res.log_theta, np.vstack([lt1[n] for n in order]), rtol=1e-8, atol=1e-8)
 
 
+def fitted_and_predicted(c, method):
+    """Fit ``method`` on corpus ``c``; its parameters keyed by reference node, and the library's predictions."""
+    res, spec = fit(c, method)
+    parent, depth = ref_nodes(c.padded)
+    order = lib_node_order(c)
+    best, prob = pathnb.predict_paths(sp.csr_matrix(c.X), res.log_prior, res.log_theta, spec.structure)
+    return (parent, depth, list(parent), dict(zip(order, res.log_prior)), dict(zip(order, res.log_theta)),
+            best, prob)
+
+
 def test_top_down_routing_follows_the_tree(deep):
     """Greedy routing: the most probable child at each depth, from the root --
     even when another path has the larger product of probabilities."""
     c = deep
-    res, spec = fit(c, "tdnb")
-    parent, depth = ref_nodes(c.padded)
-    nodes = list(parent)
-    order = lib_node_order(c)
-    lp = dict(zip(order, res.log_prior))
-    lt = dict(zip(order, res.log_theta))
-    best, prob = pathnb.predict_paths(sp.csr_matrix(c.X), res.log_prior, res.log_theta, spec.structure)
+    parent, depth, nodes, lp, lt, best, prob = fitted_and_predicted(c, "tdnb")
     for i in range(c.X.shape[0]):
         local = ref_local_posteriors(c.X[i], nodes, parent, lp, lt)
         route, cur = [], None
@@ -186,13 +190,7 @@ def test_greedy_routing_can_differ_from_the_best_path():
 
 def test_win_driven_picks_the_path_of_largest_summed_win(deep):
     c = deep
-    res, spec = fit(c, "wdnb")
-    parent, depth = ref_nodes(c.padded)
-    nodes = list(parent)
-    order = lib_node_order(c)
-    lp = dict(zip(order, res.log_prior))
-    lt = dict(zip(order, res.log_theta))
-    best, prob = pathnb.predict_paths(sp.csr_matrix(c.X), res.log_prior, res.log_theta, spec.structure)
+    parent, depth, nodes, lp, lt, best, prob = fitted_and_predicted(c, "wdnb")
     for i in range(c.X.shape[0]):
         local = ref_local_posteriors(c.X[i], nodes, depth, lp, lt)
         wins = [sum(local[n] for n in p) for p in c.padded]
@@ -375,10 +373,11 @@ def test_tree_distance_and_hiercost_costs():
     assert cost[j["b1"]] == pytest.approx(1.0)       # than a far branch
 
 
-def test_l2_tfidf_rows():
+def test_discriminative_features_are_l2_tfidf_rows():
+    from pcem_spark.weak import tfidf_rows
     X = sp.csr_matrix(np.array([[1.0, 0, 2], [0, 0, 0]]))
     idf = np.array([2.0, 1.0, 0.5])
-    Y = l2_tfidf(X, idf).toarray()
+    Y = tfidf_rows(X, idf).toarray()
     np.testing.assert_allclose(Y[0], np.array([2.0, 0, 1.0]) / np.sqrt(5))
     np.testing.assert_array_equal(Y[1], 0.0)
 

@@ -110,7 +110,8 @@ def test_experiment_runs_every_method_and_resumes(spark, tmp_path, monkeypatch):
     assert {(r["method"], r["setting"]) for r in rows} == {(m, s) for m in methods
                                                           for s in ("labeled", "dataless")}
     for r in rows:
-        assert 0.0 <= r["micro_f1"] <= 1.0 and r["n_test"] == 12 and r["train_seconds"] >= 0
+        assert 0.0 <= r["micro_f1"] <= 1.0 and r["n_test"] == 12
+        assert {"train_seconds", "predict_seconds"} <= set(r)  # recorded; speed lives in scripts/
     # a separable corpus: every method learns it from true labels
     lab = {r["method"]: r["micro_f1"] for r in rows if r["setting"] == "labeled"}
     assert min(lab.values()) >= 0.75, lab
