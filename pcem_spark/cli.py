@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weak-mode", default=None, choices=["argmax", "soft", "path"])
     p.add_argument("--min-similarity", type=float, default=None)
     p.add_argument("--rejects", help="where to write rejected rows (default: MODEL_rejects)")
+    p.add_argument("--tune", action="store_true",
+                   help="also cross-validate the [tune] grid (e.g. tune.grid.smoothing = [0.03, 0.1, 0.3]) on "
+                        "the labelled documents; settings left at \"auto\" are always cross-validated")
     p.add_argument("--overwrite", action="store_true")
     _common(p)
 
@@ -217,7 +220,9 @@ def cmd_train(args, settings) -> int:
         if args.label_rate is not None:
             docs = docs.withColumn("_weak", F.rand(args.seed) < args.label_rate)
             weak_col = "_weak"
-        model, result = train_weak(docs, taxonomy, descriptions, settings.features, settings.model,
+        if args.tune:
+            raise ValueError("--tune cross-validates against true labels; it does not apply to weak supervision")
+        model, result = train_weak(docs, taxonomy, descriptions, settings.features, settings.model.resolved(),
                                    args.weak_mode, args.min_similarity, weak_col)
     else:
         if args.label_rate is not None:
@@ -226,7 +231,17 @@ def cmd_train(args, settings) -> int:
                                 F.when(F.col("role") == "labeled", F.col("labels")).alias("labels"))
             log.info("train: --label-rate %g (seed %d) keeps the labels of a stratified sample",
                      args.label_rate, args.seed)
-        model, result = train(docs, taxonomy, settings.features, settings.model)
+        if args.tune and not settings.tune.grid and not settings.model.auto_params():
+            raise ValueError("--tune: nothing to tune; set [tune] grid (e.g. --set 'tune.grid={\"smoothing\": "
+                             "[0.03, 0.1, 0.3]}') or leave model.unlabeled_weight / path_weight at \"auto\"")
+        model, result = train(docs, taxonomy, settings.features, settings.model, tune=settings.tune,
+                              seed=args.seed, extra_grid=settings.tune.grid if args.tune else None)
+        tuning = model.training_summary.get("tuning")
+        if tuning and tuning.get("tuned"):
+            log.info("train: cross-validation (%d folds, %s) chose %s", tuning["folds"], tuning["metric"],
+                     tuning["chosen"])
+    log.info("train: smoothing %g, unlabeled_weight %s, path_weight %s", model.model_settings.smoothing,
+             model.model_settings.unlabeled_weight, model.model_settings.path_weight)
     model.save(args.model, overwrite=args.overwrite)
     its = result.iter_seconds
     log.info("train: %s on %d labelled + %d unlabelled documents, %d EM iterations (%s), "
@@ -321,7 +336,7 @@ def cmd_experiment(args, settings) -> int:
                           descriptions=descriptions, weak_mode=weak_mode,
                           min_similarity=min_similarity, resume=not args.no_resume,
                           discriminative_c=exp.discriminative_c, report_rate=exp.report_rate,
-                          paper=exp.paper_reference)
+                          paper=exp.paper_reference, tune=settings.tune)
     from .report import table2
     print(table2(rows, exp.report_rate))
     return 0

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional
 
 from .features import FeatureSettings
 from .model import ModelSettings
+from .tuning import TuneSettings
 
 
 class ConfigError(ValueError):
@@ -74,10 +75,11 @@ class Settings:
     model: ModelSettings = field(default_factory=ModelSettings)
     experiment: ExperimentSettings = field(default_factory=ExperimentSettings)
     supervision: SupervisionSettings = field(default_factory=SupervisionSettings)
+    tune: TuneSettings = field(default_factory=TuneSettings)
 
 
 _SECTIONS = {"spark": SparkSettings, "features": FeatureSettings, "model": ModelSettings,
-             "experiment": ExperimentSettings, "supervision": SupervisionSettings}
+             "experiment": ExperimentSettings, "supervision": SupervisionSettings, "tune": TuneSettings}
 
 
 def _build(cls, values: Dict[str, Any], where: str):
@@ -92,6 +94,14 @@ def _build(cls, values: Dict[str, Any], where: str):
             raise ConfigError(f"{where}.{key}: expected true/false, got {value!r}")
         if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
+        if default == "auto":
+            # A number or "auto" (model.smoothing, unlabeled_weight, path_weight).
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            if isinstance(value, bool) or not isinstance(value, (float, str)):
+                raise ConfigError(f"{where}.{key}: expected a number or \"auto\", got {value!r}")
+            setattr(obj, key, value)
+            continue
         if default is not None and not isinstance(value, type(default)):
             raise ConfigError(f"{where}.{key}: expected {type(default).__name__}, got {value!r}")
         setattr(obj, key, value)
@@ -137,4 +147,8 @@ def load_settings(path: Optional[str] = None, overrides: Optional[List[str]] = N
     settings.model.validate()
     settings.supervision.validate()
     settings.experiment.validate()
+    try:
+        settings.tune.validate()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     return settings

@@ -240,6 +240,8 @@ class FitResult:
     iter_seconds: List[float] = field(default_factory=list)
     n_labeled: int = 0
     n_unlabeled: int = 0
+    smoothing: float = 1.0                 # the word pseudo-count used (chosen when "auto")
+    smoothing_evidence: Optional[Dict[str, float]] = None   # grid value -> log evidence ("auto")
 
 
 def _add(a, b):
@@ -274,14 +276,16 @@ def _accumulate(acc, x):
 
 
 def _pass_partition(index: int, blocks: Iterable[Block], bc, use_unlabeled: bool, n_paths: int,
-                    posterior_floor: float, init_seed: Optional[int] = None):
+                    posterior_floor: float, init_seed: Optional[int] = None, unlabeled_weight: float = 1.0,
+                    doc_length: float = 0.0):
     log_prior, log_theta_t, score_matrix, structure = bc.value
     dtype = np.float64 if log_theta_t is None else log_theta_t.dtype
     # Broadcast as (V, M) C-ordered, so X @ log_theta.T needs no per-block copy.
     log_theta = None if log_theta_t is None else log_theta_t.T
     word_counts = None
     totals = np.zeros(n_paths)
-    scalars = np.zeros(3)  # loglik, n labelled, n unlabelled
+    # loglik, n labelled, n unlabelled, labelled tokens as counted, labelled tokens before doc_length
+    scalars = np.zeros(5)
     sparse_density = None
     # Random initial split of multi-component classes: seeded per partition, so
     # a rerun on the same cached blocks gives the same model.
@@ -292,13 +296,19 @@ def _pass_partition(index: int, blocks: Iterable[Block], bc, use_unlabeled: bool
             # iteration; with 1,000 x 2^18 only sparse sums fit in memory.
             sparse_density = 0.1 if n_paths * blk.X.shape[1] >= SPARSE_SUMS_MIN_CELLS else 0.0
         fixed = pathnb.path_scores(blk.node_scores, score_matrix).astype(dtype, copy=False)
-        X = blk.X if dtype == np.float64 else blk.X.astype(dtype)
+        X = blk.X
+        raw_tokens = float(X[blk.labeled].sum()) if log_theta is None else 0.0
+        if doc_length > 0:
+            X = pathnb.length_normalize(X, doc_length)
+        if dtype != np.float64:
+            X = X.astype(dtype)
         st = pathnb.e_step(X, fixed, blk.labeled, log_prior, log_theta, use_unlabeled, posterior_floor,
-                           sparse_density, structure, rng)
+                           sparse_density, structure, rng, unlabeled_weight)
         word_counts = _accumulate(word_counts, st.word_counts)
         totals += st.path_totals
         n_lab = int(blk.labeled.sum())
-        scalars += (st.loglik, n_lab, len(blk.labeled) - n_lab)
+        counted = float(X[blk.labeled].sum()) if log_theta is None else 0.0
+        scalars += (st.loglik, n_lab, len(blk.labeled) - n_lab, counted, raw_tokens)
     if word_counts is None:
         return
     vocab_size = word_counts.shape[1]
@@ -319,7 +329,8 @@ def _pass_partition(index: int, blocks: Iterable[Block], bc, use_unlabeled: bool
 def sufficient_stats(blocks: RDD, log_prior: Optional[np.ndarray], log_theta: Optional[np.ndarray],
                      score_matrix: np.ndarray, vocab_size: int, use_unlabeled: bool,
                      posterior_floor: float = 0.0, dtype: str = "float64",
-                     structure: Optional[pathnb.Structure] = None, init_seed: Optional[int] = None):
+                     structure: Optional[pathnb.Structure] = None, init_seed: Optional[int] = None,
+                     unlabeled_weight: float = 1.0, doc_length: float = 0.0, stats: Optional[dict] = None):
     """One distributed pass: returns (word_counts (M,V), path_totals (M,), loglik, n_lab, n_unlab).
 
     With ``log_theta=None`` only labelled rows count (the NB initialisation)
@@ -339,14 +350,15 @@ def sufficient_stats(blocks: RDD, log_prior: Optional[np.ndarray], log_theta: Op
     try:
         n_reducers = max(1, min(n_paths + 1, sc.defaultParallelism))
         records = (blocks.mapPartitionsWithIndex(
-            lambda i, it: _pass_partition(i, it, bc, use_unlabeled, n_paths, posterior_floor, init_seed))
+            lambda i, it: _pass_partition(i, it, bc, use_unlabeled, n_paths, posterior_floor, init_seed,
+                                          unlabeled_weight, doc_length))
                    .reduceByKey(_add, numPartitions=n_reducers)
                    .collect())  # M + 1 summed records: O(M x V) on the driver, never documents
     finally:
         bc.unpersist()
     word_counts = np.zeros((n_paths, vocab_size))
     totals = np.zeros(n_paths)
-    scalars = np.zeros(3)
+    scalars = np.zeros(5)
     while records:
         key, arr = records.pop()  # each record is freed once copied into the matrix
         if key == _SCALARS:
@@ -356,13 +368,16 @@ def sufficient_stats(blocks: RDD, log_prior: Optional[np.ndarray], log_theta: Op
             arr = arr.toarray().ravel()
         word_counts[key] = arr[:-1]
         totals[key] = arr[-1]
+    if stats is not None:
+        stats.update(labeled_tokens=float(scalars[3]), labeled_raw_tokens=float(scalars[4]))
     return word_counts, totals, float(scalars[0]), int(scalars[1]), int(scalars[2])
 
 
-def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True, smoothing: float = 1.0,
+def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True, smoothing=1.0,
         max_iter: int = 50, tol: float = 1e-5, label: str = "PCEM", posterior_floor: float = 0.0,
         dtype: str = "float64", structure: Optional[pathnb.Structure] = None, use_unlabeled: Optional[bool] = None,
-        seed: int = 0) -> FitResult:
+        seed: int = 0, unlabeled_weight: float = 1.0, prior_smoothing: Optional[float] = None,
+        smoothing_grid=pathnb.DEFAULT_SMOOTHING_GRID, doc_length: float = 0.0) -> FitResult:
     """PCNB (``em=False``) or PCEM (Algorithm 1) on cached blocks -- or a baseline.
 
     ``score_matrix`` (M, K) turns node scores into path scores (Eq. 2): the
@@ -375,21 +390,51 @@ def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True,
     unlabelled rows take part (False for NBMC, whose iterations only move
     labelled documents between a class's components, started from a split
     drawn with ``seed``).
+
+    ``smoothing="auto"``: the word pseudo-count of ``smoothing_grid`` with the
+    largest Dirichlet-multinomial evidence of the labelled counts
+    (:func:`pcem_spark.pathnb.choose_smoothing`), fixed for all EM
+    iterations; the path prior then keeps Laplace's 1 unless
+    ``prior_smoothing`` says otherwise. ``unlabeled_weight`` (EM-lambda)
+    scales the unlabelled documents' share of the M-step; 0 returns the naive
+    Bayes parameters without iterating. ``doc_length`` > 0 scales longer
+    documents down to that many tokens (:func:`pcem_spark.pathnb.length_normalize`);
+    the "auto" smoothing is then chosen on the labelled counts scaled back to
+    their raw token total, so the evidence sees counts on the scale it models.
     """
     t0 = time.perf_counter()
     if use_unlabeled is None:
         use_unlabeled = em
     groups = None if structure is None else structure.groups
     init_seed = seed if structure is not None and structure.restrict_labeled else None
+    init_stats: Dict[str, float] = {}
     wc, totals, _, n_lab, n_unlab = sufficient_stats(blocks, None, None, score_matrix, vocab_size, False,
-                                                     structure=structure, init_seed=init_seed)
+                                                     structure=structure, init_seed=init_seed,
+                                                     doc_length=doc_length, stats=init_stats)
     if n_lab == 0:
         raise ValueError(f"{label}: no labelled document in the training data; "
                          "naive Bayes needs at least one labelled document")
-    log_prior, log_theta = pathnb.log_parameters(wc, totals, smoothing, groups)
-    result = FitResult(log_prior, log_theta, n_labeled=n_lab, n_unlabeled=n_unlab)
+    evidence = None
+    if smoothing == "auto":
+        counted, raw = init_stats.get("labeled_tokens", 0.0), init_stats.get("labeled_raw_tokens", 0.0)
+        scale = raw / counted if doc_length > 0 and counted > 0 else 1.0
+        smoothing, ev = pathnb.choose_smoothing(wc * scale if scale != 1.0 else wc, smoothing_grid)
+        evidence = {f"{a:g}": float(e) for a, e in zip(sorted(smoothing_grid), ev)}
+        if prior_smoothing is None:
+            prior_smoothing = 1.0
+        log.info("%s: smoothing %g chosen by Dirichlet-multinomial evidence of the labelled counts "
+                 "(grid %s)", label, smoothing, ", ".join(f"{a}: {e:.4g}" for a, e in evidence.items()))
+    smoothing = float(smoothing)
+    if not 0.0 <= unlabeled_weight <= 1.0:
+        raise ValueError(f"unlabeled_weight must be in [0, 1], got {unlabeled_weight}")
+    log_prior, log_theta = pathnb.log_parameters(wc, totals, smoothing, groups, prior_smoothing)
+    del wc
+    result = FitResult(log_prior, log_theta, n_labeled=n_lab, n_unlabeled=n_unlab, smoothing=smoothing,
+                       smoothing_evidence=evidence)
     log.info("%s: naive Bayes initialisation on %d labelled documents (%d unlabelled) in %.2fs",
              label, n_lab, n_unlab, time.perf_counter() - t0)
+    if use_unlabeled and unlabeled_weight == 0.0 and structure is None:
+        em = False  # EM-lambda with lambda = 0: the unlabelled documents never count, naive Bayes it is
     if not em:
         result.converged = True
         return result
@@ -400,10 +445,10 @@ def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True,
         t_it = time.perf_counter()
         wc, totals, data_ll, _, _ = sufficient_stats(
             blocks, log_prior, log_theta, score_matrix, vocab_size, use_unlabeled, posterior_floor, dtype,
-            structure)
-        loglik = data_ll + pathnb.log_prior_density(log_prior, log_theta, smoothing)
-        log_theta = None  # let the old (M, V) parameters go before the new ones exist
-        log_prior, log_theta = pathnb.log_parameters(wc, totals, smoothing, groups)
+            structure, unlabeled_weight=unlabeled_weight, doc_length=doc_length)
+        loglik = data_ll + pathnb.log_prior_density(log_prior, log_theta, smoothing, prior_smoothing)
+        log_theta = result.log_theta = None  # let the old (M, V) parameters go before the new ones exist
+        log_prior, log_theta = pathnb.log_parameters(wc, totals, smoothing, groups, prior_smoothing)
         del wc
         if not (np.isfinite(loglik) and np.isfinite(log_prior).all()):
             raise FloatingPointError(f"{label}: EM iteration {it} produced non-finite parameters "

@@ -10,7 +10,7 @@ with TP = 0 but some FP or FN scores 0.
 
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Iterable, List, Tuple
 
 import numpy as np
 from pyspark.sql import DataFrame
@@ -34,6 +34,53 @@ def f1_scores(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> Dict[str, float
             "micro_recall": float(r)}
 
 
+def node_confusion(pred: DataFrame, path_col: str = "path", labels_col: str = "labels"
+                   ) -> Tuple[Dict[str, int], Dict[str, int], Dict[str, int]]:
+    """Per-node counts ``(n_pred, n_true, n_tp)`` of a predictions DataFrame.
+
+    Over the rows whose ``labels_col`` is not null: ``n_pred[c]`` is how often
+    node ``c`` occurs in ``path_col`` (the predicted path), ``n_true[c]`` in
+    ``labels_col`` (the true path) and ``n_tp[c]`` in both (their array
+    intersection). Nodes that never occur are absent. One Spark job (explode +
+    groupBy); only one row per node reaches the driver, never a document.
+    Then ``fp = n_pred - n_tp`` and ``fn = n_true - n_tp``.
+    """
+    p = F.coalesce(F.col(path_col), F.array().cast("array<string>"))  # null path: no predicted node
+    t = F.col(labels_col)
+
+    def tagged(arr, i_pred: int, i_true: int, i_tp: int):
+        return F.transform(arr, lambda x: F.struct(x.alias("node"), F.lit(i_pred).alias("np"),
+                                                   F.lit(i_true).alias("nt"), F.lit(i_tp).alias("ntp")))
+
+    rows = (pred.where(F.col(labels_col).isNotNull())
+            .select(p.alias("p"), t.alias("t"))
+            .select(F.explode(F.concat(tagged(F.col("p"), 1, 0, 0), tagged(F.col("t"), 0, 1, 0),
+                                       tagged(F.array_intersect("p", "t"), 0, 0, 1))).alias("e"))
+            .groupBy(F.col("e.node").alias("node"))
+            .agg(F.sum("e.np").alias("np"), F.sum("e.nt").alias("nt"), F.sum("e.ntp").alias("ntp"))
+            .collect())  # <= one row per node
+
+    def pick(field: str) -> Dict[str, int]:
+        return {r["node"]: int(r[field]) for r in rows if r[field]}
+
+    return pick("np"), pick("nt"), pick("ntp")
+
+
+def confusion_arrays(nodes: Iterable[str], n_pred: Dict[str, int], n_true: Dict[str, int],
+                     n_tp: Dict[str, int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(tp, fp, fn)`` arrays over ``nodes`` (in that order) from :func:`node_confusion`."""
+    nodes = list(nodes)
+    tp = np.array([n_tp.get(c, 0) for c in nodes], dtype=np.int64)
+    fp = np.array([n_pred.get(c, 0) for c in nodes], dtype=np.int64) - tp
+    fn = np.array([n_true.get(c, 0) for c in nodes], dtype=np.int64) - tp
+    return tp, fp, fn
+
+
+def metric_nodes(taxonomy: Taxonomy) -> List[str]:
+    """The nodes the metrics count: the taxonomy's real non-root nodes, by depth then name."""
+    return sorted(taxonomy.real_nodes, key=lambda n: (taxonomy.node_depth(n), n))
+
+
 def evaluate_predictions(pred: DataFrame, taxonomy: Taxonomy, path_col: str = "path",
                          labels_col: str = "labels") -> Dict[str, object]:
     """Metrics of a predictions DataFrame (columns ``path`` and ``labels``).
@@ -43,29 +90,23 @@ def evaluate_predictions(pred: DataFrame, taxonomy: Taxonomy, path_col: str = "p
     """
     scored = pred.where(F.col(labels_col).isNotNull()).select(
         F.col(path_col).alias("p"), F.col(labels_col).alias("t"))
-    real = sorted(taxonomy.real_nodes, key=lambda n: (taxonomy.node_depth(n), n))
+    real = metric_nodes(taxonomy)
     depth = taxonomy.depth
     agg_exprs = [F.count(F.lit(1)).alias("n")]
     for k in range(1, depth + 1):
         has_k = F.size("t") >= k
         agg_exprs.append(F.sum(F.when(has_k, 1).otherwise(0)).alias(f"n{k}"))
-        agg_exprs.append(F.sum(F.when(has_k & (F.element_at("p", k) == F.element_at("t", k)), 1)
-                               .otherwise(0)).alias(f"c{k}"))
+        # try_element_at: a predicted path shallower than k (a shallow leaf) is wrong at level k,
+        # not an ANSI index error.
+        same_k = F.try_element_at("p", F.lit(k)) == F.try_element_at("t", F.lit(k))
+        agg_exprs.append(F.sum(F.when(has_k & same_k, 1).otherwise(0)).alias(f"c{k}"))
     totals = scored.agg(*agg_exprs).first()
     n_scored = int(totals["n"])
     n_unscored = pred.where(F.col(labels_col).isNull()).count()
 
-    def node_counts(col) -> Dict[str, int]:
-        rows = scored.select(F.explode(col).alias("node")).groupBy("node").count().collect()
-        return {r["node"]: int(r["count"]) for r in rows}  # <= one row per node
-
-    n_pred = node_counts(F.col("p"))
-    n_true = node_counts(F.col("t"))
-    n_tp = node_counts(F.array_intersect("p", "t"))
+    n_pred, n_true, n_tp = node_confusion(pred, path_col, labels_col)
     unknown = sorted(set(n_true) - taxonomy.real_nodes)
-    tp = np.array([n_tp.get(c, 0) for c in real])
-    fp = np.array([n_pred.get(c, 0) for c in real]) - tp
-    fn = np.array([n_true.get(c, 0) for c in real]) - tp
+    tp, fp, fn = confusion_arrays(real, n_pred, n_true, n_tp)
     out: Dict[str, object] = dict(f1_scores(tp, fp, fn))
     out["n_documents"] = n_scored
     out["n_without_labels"] = int(n_unscored)

@@ -69,7 +69,7 @@ def _run_key(method: str, setting: str, rate, seed) -> Tuple[str, str, float, in
 
 
 def settings_fingerprint(feature_settings, model_settings, test_fraction, weak_mode, min_similarity,
-                         discriminative_c, descriptions, setting: str = "labeled") -> str:
+                         discriminative_c, descriptions, setting: str = "labeled", tune=None) -> str:
     """Short hash of every setting that changes a run's result, except the grid (method, setting,
     rate, seed): runs are only resumed into a CSV made with the same fingerprint. The weak-label
     settings count only for the dataless setting."""
@@ -79,6 +79,8 @@ def settings_fingerprint(feature_settings, model_settings, test_fraction, weak_m
     ms = {k: v for k, v in asdict(model_settings).items() if k not in ("method", "seed", "block_size")}
     weak = ({"weak_mode": weak_mode, "min_similarity": min_similarity, "descriptions": descriptions or {}}
             if setting == "dataless" else {})
+    if tune is not None and setting == "labeled" and model_settings.auto_params():
+        ms["tune"] = asdict(tune)
     blob = json.dumps({"features": asdict(feature_settings), "model": ms, "test_fraction": test_fraction,
                        "discriminative_c": discriminative_c, "setting": setting, **weak},
                       sort_keys=True, default=str)
@@ -126,7 +128,7 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
                    setting="labeled", descriptions: Optional[Dict[str, str]] = None,
                    weak_mode: str = "argmax", min_similarity: float = 0.0,
                    resume: bool = True, discriminative_c: float = 1.0, report_rate: float = 0.01,
-                   paper: str = "") -> List[Dict[str, object]]:
+                   paper: str = "", tune=None) -> List[Dict[str, object]]:
     """Run settings x rates x seeds x methods; write ``results.csv`` and ``results.md`` in ``out_dir``.
 
     ``setting`` is ``"labeled"``, ``"dataless"`` or a list of both.
@@ -149,7 +151,7 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
     os.makedirs(out_dir, exist_ok=True)
     csv_path = os.path.join(out_dir, "results.csv")
     configs = {st: settings_fingerprint(feature_settings, model_settings, test_fraction, weak_mode,
-                                        min_similarity, discriminative_c, descriptions, st)
+                                        min_similarity, discriminative_c, descriptions, st, tune)
                for st in ("labeled", "dataless")}
     planned = [(st, rate, seed, m) for st in settings_list for rate in rates for seed in seeds for m in methods]
     planned_keys = {_run_key(p[3], p[0], p[1], p[2]) for p in planned}
@@ -191,7 +193,7 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
                     continue
                 for row in _run_split(docs, taxonomy, feature_settings, model_settings, pending, st, rate, seed,
                                       test_fraction, descriptions, weak_mode, min_similarity, discriminative_c,
-                                      configs[st]):
+                                      configs[st], tune):
                     rows.append(row)
                     n_done += 1
                     elapsed = time.perf_counter() - t_start
@@ -213,7 +215,7 @@ def _write_reports(rows: List[Dict[str, object]], out_dir: str, rate: float = 0.
 
 
 def _run_split(docs, taxonomy, feature_settings, model_settings, methods, setting, rate, seed, test_fraction,
-               descriptions, weak_mode, min_similarity, discriminative_c, config=""):
+               descriptions, weak_mode, min_similarity, discriminative_c, config="", tune=None):
     """All ``methods`` on one (setting, rate, seed) split; yields one result row per method."""
     from .discriminative import fit_linear
     roled = assign_roles(docs.where(F.col("labels").isNotNull()), seed, test_fraction, rate).cache()
@@ -244,8 +246,18 @@ def _run_split(docs, taxonomy, feature_settings, model_settings, methods, settin
             t0 = time.perf_counter()
             if method in GENERATIVE:
                 ms = replace(model_settings, method=method, seed=seed)
-                model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, ms)
-                n_lab, n_unlab, n_iter = result.n_labeled, result.n_unlabeled, result.n_iter
+                tuned = None
+                if ms.auto_params() and setting == "labeled":
+                    # "auto" weights: cross-validated on this split's labelled documents only.
+                    from .tuning import resolve_auto
+                    ms, _, tuned = resolve_auto(feats, taxonomy, vocabulary, feature_settings, ms, tune, seed=seed)
+                if tuned is not None:
+                    model, summary = tuned, tuned.training_summary
+                    n_lab, n_unlab, n_iter = summary["n_labeled"], summary["n_unlabeled"], summary["n_iter"]
+                else:
+                    # Dataless: no true labels to cross-validate on; "auto" weights take the paper's 1.
+                    model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, ms.resolved())
+                    n_lab, n_unlab, n_iter = result.n_labeled, result.n_unlabeled, result.n_iter
             else:
                 model, n_lab = fit_linear(linear_train, method, taxonomy, vocabulary, feature_settings,
                                           C=discriminative_c, block_size=model_settings.block_size)

@@ -55,7 +55,7 @@ from typing import Optional
 
 import numpy as np
 
-from .pathnb import Structure
+from .pathnb import Structure, weighted_score_matrix
 from .taxonomy import Taxonomy
 
 GENERATIVE = ("pcnb", "pcem", "flat-nb", "flat-em", "nbmc", "emmc", "tdnb", "tdem", "wdnb", "wdem")
@@ -99,13 +99,18 @@ def _node_parent_groups(taxonomy: Taxonomy) -> np.ndarray:
     return _padded_parents(taxonomy) + 1
 
 
-def method_spec(taxonomy: Taxonomy, method: str, components: int = 2) -> MethodSpec:
-    """The components, scoring matrix and structure of a generative ``method`` on ``taxonomy``."""
+def method_spec(taxonomy: Taxonomy, method: str, components: int = 2, path_weight: float = 1.0) -> MethodSpec:
+    """The components, scoring matrix and structure of a generative ``method`` on ``taxonomy``.
+
+    ``path_weight`` (PCNB / PCEM only): 1 = Eq. 2, 0 = flat counts, in
+    between see :func:`pcem_spark.pathnb.weighted_score_matrix`.
+    """
     M, K = taxonomy.n_paths, taxonomy.n_nodes
     uses_unlabeled = method in EM_METHODS
     iterative = uses_unlabeled or method in LATENT_COMPONENT_METHODS
     if method in ("pcnb", "pcem"):
-        return MethodSpec(method, taxonomy.path_node_matrix(), None, uses_unlabeled, iterative)
+        return MethodSpec(method, weighted_score_matrix(taxonomy.path_node_matrix(), taxonomy.leaf_node_matrix(),
+                                                        path_weight), None, uses_unlabeled, iterative)
     if method in ("flat-nb", "flat-em"):
         return MethodSpec(method, taxonomy.leaf_node_matrix(), None, uses_unlabeled, iterative)
     if method in ("nbmc", "emmc"):

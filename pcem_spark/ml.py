@@ -5,6 +5,13 @@
 >>> model.transform(new_docs)          # + path, leaf, probability columns
 >>> model.write().overwrite().save(p); PathEMModel.load(p)
 
+or after Spark ML's own featurisation, tuned by Spark ML's own tuner::
+
+    Pipeline(stages=[RegexTokenizer(...), StopWordsRemover(...), CountVectorizer(outputCol="tf"),
+                     PathEM(featuresCol="tf", taxonomy=..., unlabeledWeight=1.0, pathWeight=1.0)])
+    CrossValidator(estimator=pipeline, estimatorParamMaps=ParamGridBuilder()...,
+                   evaluator=HierarchicalF1Evaluator(metricName="macroF1"))
+
 The estimator's Params map one to one onto ``[features]`` / ``[model]`` of
 ``conf/pcem.toml``; the heavy lifting is :func:`pcem_spark.model.train`.
 """
@@ -17,25 +24,58 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable, MLReadable, MLReader, MLWritable, MLWriter
 
 from .features import DEFAULT_TOKEN_PATTERN, FeatureSettings
-from .model import ModelSettings, PathModel, infer_taxonomy, train
+from .model import AUTO, ModelSettings, PathModel, infer_taxonomy, train
 from .taxonomy import Taxonomy
+from .tuning import TuneSettings
+
+
+def _number_or_auto(value):
+    """Param converter: a float, or the string "auto" (chosen from the data when fitting)."""
+    if isinstance(value, str):
+        if value.strip().lower() == AUTO:
+            return AUTO
+        try:
+            return float(value)
+        except ValueError:
+            raise TypeError(f"expected a number or 'auto', got {value!r}") from None
+    return TypeConverters.toFloat(value)
 
 
 class _PathEMParams(Params):
     idCol = Param(Params._dummy(), "idCol", "document id column", TypeConverters.toString)
     textCol = Param(Params._dummy(), "textCol", "document text column", TypeConverters.toString)
+    featuresCol = Param(Params._dummy(), "featuresCol",
+                        "term-count vectors (e.g. a CountVectorizer stage's output); empty = tokenise textCol "
+                        "with this estimator's own feature Params", TypeConverters.toString)
     labelsCol = Param(Params._dummy(), "labelsCol", "label path column (array<string>, null = unlabelled)",
                       TypeConverters.toString)
     taxonomy = Param(Params._dummy(), "taxonomy",
                      "taxonomy as JSON {root, children}; empty = inferred from the label paths",
                      TypeConverters.toString)
     method = Param(Params._dummy(), "method", "pcnb | pcem | flat-nb | flat-em | nbmc | emmc | tdnb | tdem | wdnb | wdem", TypeConverters.toString)
-    smoothing = Param(Params._dummy(), "smoothing", "Laplace pseudo-count (> 0)", TypeConverters.toFloat)
+    smoothing = Param(Params._dummy(), "smoothing", "word pseudo-count (> 0), or 'auto': the largest "
+                      "Dirichlet-multinomial evidence of the labelled counts", _number_or_auto)
+    unlabeledWeight = Param(Params._dummy(), "unlabeledWeight", "EM-lambda: weight of unlabelled documents in "
+                            "the M-step, in [0, 1] (1 = the paper, 0 = naive Bayes), or 'auto' (cross-validated)",
+                            _number_or_auto)
+    pathWeight = Param(Params._dummy(), "pathWeight", "share of a labelled document for the other paths through "
+                       "its ancestors, in [0, 1] (1 = Eq. 2, 0 = flat), or 'auto' (cross-validated)",
+                       _number_or_auto)
+    docLength = Param(Params._dummy(), "docLength", "documents longer than this many tokens count as this long "
+                      "(0 = raw counts, the paper)", TypeConverters.toFloat)
     maxIter = Param(Params._dummy(), "maxIter", "maximum EM iterations (>= 0)", TypeConverters.toInt)
     tol = Param(Params._dummy(), "tol", "relative log-likelihood change that stops EM", TypeConverters.toFloat)
     blockSize = Param(Params._dummy(), "blockSize", "documents per CSR block", TypeConverters.toInt)
     posteriorFloor = Param(Params._dummy(), "posteriorFloor", "posteriors below this count as 0 (0 = exact)",
                            TypeConverters.toFloat)
+    parameterDtype = Param(Params._dummy(), "parameterDtype", "float64 | float32 (broadcast and per-path sums)",
+                           TypeConverters.toString)
+    seed = Param(Params._dummy(), "seed", "random seed (multi-component start, cross-validation folds)",
+                 TypeConverters.toInt)
+    unlabeledTable = Param(Params._dummy(), "unlabeledTable",
+                           "name of a table / temporary view whose rows are added to every fit as unlabelled "
+                           "documents (same feature / text column; cross-validation keeps them in every "
+                           "fold's training set); empty = none", TypeConverters.toString)
     tokenPattern = Param(Params._dummy(), "tokenPattern", "Java regex of a token", TypeConverters.toString)
     minTokenLength = Param(Params._dummy(), "minTokenLength", "shortest token kept", TypeConverters.toInt)
     stopWords = Param(Params._dummy(), "stopWords", "stop-word language or 'none'", TypeConverters.toString)
@@ -57,16 +97,23 @@ class _PathEMParams(Params):
                      TypeConverters.toString)
     minSimilarity = Param(Params._dummy(), "minSimilarity", "no weak label unless each depth's best "
                           "similarity is above this", TypeConverters.toFloat)
+    tuneFolds = Param(Params._dummy(), "tuneFolds", "folds of the cross-validation that resolves 'auto' "
+                      "unlabeledWeight / pathWeight", TypeConverters.toInt)
+    tuneMetric = Param(Params._dummy(), "tuneMetric", "microF1 | macroF1 | meanF1 (that cross-validation's metric)",
+                       TypeConverters.toString)
 
     def __init__(self, *args):
         super().__init__(*args)
-        fs, ms = FeatureSettings(), ModelSettings()
-        self._setDefault(idCol="id", textCol="text", labelsCol="labels", taxonomy="", method=ms.method,
-                         smoothing=ms.smoothing, maxIter=ms.max_iter, tol=ms.tol, blockSize=ms.block_size,
-                         posteriorFloor=ms.posterior_floor, tokenPattern=DEFAULT_TOKEN_PATTERN, minTokenLength=fs.min_token_length,
-                         stopWords=fs.stop_words, minDF=fs.min_df, maxDF=fs.max_df, vocabSize=fs.vocab_size,
-                         vocabularyDocs=fs.vocabulary_docs, components=ms.components, supervision="labels",
-                         descriptions="", weakMode="argmax", minSimilarity=0.0)
+        fs, ms, ts = FeatureSettings(), ModelSettings(), TuneSettings()
+        self._setDefault(idCol="id", textCol="text", featuresCol="", labelsCol="labels", taxonomy="",
+                         method=ms.method, smoothing=ms.smoothing, unlabeledWeight=ms.unlabeled_weight,
+                         pathWeight=ms.path_weight, docLength=ms.doc_length, maxIter=ms.max_iter, tol=ms.tol, blockSize=ms.block_size,
+                         posteriorFloor=ms.posterior_floor, parameterDtype=ms.parameter_dtype, seed=ms.seed,
+                         unlabeledTable="", tokenPattern=DEFAULT_TOKEN_PATTERN,
+                         minTokenLength=fs.min_token_length, stopWords=fs.stop_words, minDF=fs.min_df,
+                         maxDF=fs.max_df, vocabSize=fs.vocab_size, vocabularyDocs=fs.vocabulary_docs,
+                         components=ms.components, supervision="labels", descriptions="", weakMode="argmax",
+                         minSimilarity=0.0, tuneFolds=ts.folds, tuneMetric=ts.metric)
 
     def feature_settings(self) -> FeatureSettings:
         g = self.getOrDefault
@@ -76,22 +123,196 @@ class _PathEMParams(Params):
 
     def model_settings(self) -> ModelSettings:
         g = self.getOrDefault
-        return ModelSettings(method=g(self.method), smoothing=g(self.smoothing), max_iter=g(self.maxIter),
-                             tol=g(self.tol), block_size=g(self.blockSize),
-                             posterior_floor=g(self.posteriorFloor), components=g(self.components))
+        return ModelSettings(method=g(self.method), smoothing=g(self.smoothing),
+                             unlabeled_weight=g(self.unlabeledWeight), path_weight=g(self.pathWeight),
+                             doc_length=g(self.docLength),
+                             max_iter=g(self.maxIter), tol=g(self.tol), block_size=g(self.blockSize),
+                             posterior_floor=g(self.posteriorFloor), parameter_dtype=g(self.parameterDtype),
+                             components=g(self.components), seed=g(self.seed))
+
+    def tune_settings(self) -> TuneSettings:
+        g = self.getOrDefault
+        return TuneSettings(folds=g(self.tuneFolds), metric=g(self.tuneMetric))
+
+    def _set_from_model(self, pm: PathModel) -> None:
+        fs, ms = pm.feature_settings, pm.model_settings
+        self._set(taxonomy=pm.taxonomy.to_json(), method=ms.method, smoothing=ms.smoothing,
+                  unlabeledWeight=ms.unlabeled_weight, pathWeight=ms.path_weight, docLength=ms.doc_length,
+                  maxIter=ms.max_iter,
+                  tol=ms.tol, blockSize=ms.block_size, posteriorFloor=ms.posterior_floor,
+                  parameterDtype=ms.parameter_dtype, seed=ms.seed, tokenPattern=fs.token_pattern,
+                  minTokenLength=fs.min_token_length, stopWords=fs.stop_words, minDF=fs.min_df,
+                  maxDF=fs.max_df, vocabSize=fs.vocab_size, vocabularyDocs=fs.vocabulary_docs,
+                  components=ms.components)
+        if pm.features_col:
+            self._set(featuresCol=pm.features_col)
+
+
+# Params that change neither the documents nor their packing: fitMultiple packs a
+# fold's blocks once and fits every grid point that differs only in these.
+_SHARED_BLOCK_PARAMS = ("method", "smoothing", "unlabeledWeight", "pathWeight", "docLength", "maxIter", "tol",
+                        "posteriorFloor", "parameterDtype", "seed", "components")
+
+
+class _FitMultipleOnBlocks:
+    """Thread-safe iterator of (index, model) over param maps that share one packing of the data."""
+
+    def __init__(self, fit_one, n_models: int, release):
+        import threading
+        self.fit_one, self.n, self.release = fit_one, n_models, release
+        self.lock = threading.Lock()
+        self.counter = 0
+        self.done = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        with self.lock:
+            index = self.counter
+            if index >= self.n:
+                raise StopIteration("No models remaining.")
+            self.counter += 1
+        try:
+            return index, self.fit_one(index)
+        finally:
+            with self.lock:
+                self.done += 1
+                if self.done == self.n:
+                    self.release()
+
+    def next(self):
+        return self.__next__()
 
 
 class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWritable):
-    """Estimator for PCNB / PCEM / flat NB / flat EM (see :mod:`pcem_spark.model`)."""
+    """Estimator for PCNB / PCEM and the generative baselines (see :mod:`pcem_spark.model`).
+
+    Input: ``textCol`` (tokenised with the feature Params) or ``featuresCol``
+    (term-count vectors from Spark ML's own ``RegexTokenizer`` ->
+    ``StopWordsRemover`` -> ``CountVectorizer``), plus ``labelsCol``.
+    ``smoothing`` / ``unlabeledWeight`` / ``pathWeight`` default to
+    ``"auto"``: the first is chosen by evidence inside the fit, the other two
+    by a stratified cross-validation on the labelled rows
+    (:func:`pcem_spark.tuning.resolve_auto`). Give numbers to skip that, e.g.
+    inside your own ``CrossValidator``.
+    """
 
     @keyword_only
-    def __init__(self, *, idCol="id", textCol="text", labelsCol="labels", taxonomy="", method="pcem",
-                 smoothing=1.0, maxIter=50, tol=1e-5, blockSize=4096, posteriorFloor=0.0, tokenPattern=DEFAULT_TOKEN_PATTERN,
-                 minTokenLength=2, stopWords="english", minDF=3.0, maxDF=0.5, vocabSize=20000,
-                 vocabularyDocs="all", components=2, supervision="labels", descriptions="",
-                 weakMode="argmax", minSimilarity=0.0):
+    def __init__(self, *, idCol="id", textCol="text", featuresCol="", labelsCol="labels", taxonomy="",
+                 method="pcem", smoothing=AUTO, unlabeledWeight=AUTO, pathWeight=AUTO, docLength=100.0, maxIter=50,
+                 tol=1e-5,
+                 blockSize=4096, posteriorFloor=0.0, parameterDtype="float64", seed=0, unlabeledTable="",
+                 tokenPattern=DEFAULT_TOKEN_PATTERN, minTokenLength=2, stopWords="english", minDF=3.0, maxDF=0.5,
+                 vocabSize=20000, vocabularyDocs="all", components=2, supervision="labels", descriptions="",
+                 weakMode="argmax", minSimilarity=0.0, tuneFolds=3, tuneMetric="meanF1"):
         super().__init__()
         self._set(**self._input_kwargs)
+
+    # -------------------------------------------------------------- features mode
+    def _feature_docs(self, dataset):
+        """``id, features, labels`` of the dataset plus the unlabelled table; and V and the term names."""
+        from pyspark.sql import functions as F
+
+        from .model import vector_size
+        g = self.getOrDefault
+        fcol, lcol, icol = g(self.featuresCol), g(self.labelsCol), g(self.idCol)
+        for c in (fcol, lcol):
+            if c not in dataset.columns:
+                raise ValueError(f"PathEM: column {c!r} not found; columns are {dataset.columns}")
+        ids = F.col(icol).cast("string") if icol in dataset.columns else F.monotonically_increasing_id().cast("string")
+        docs = dataset.select(ids.alias("id"), F.col(fcol).alias("features"), F.col(lcol).alias("labels"))
+        if g(self.unlabeledTable):
+            extra = dataset.sparkSession.table(g(self.unlabeledTable))
+            if fcol not in extra.columns:
+                raise ValueError(f"PathEM: unlabeledTable {g(self.unlabeledTable)!r} has no column {fcol!r}")
+            ids = F.col(icol).cast("string") if icol in extra.columns else F.lit(None).cast("string")
+            docs = docs.unionByName(extra.select(ids.alias("id"), F.col(fcol).alias("features"),
+                                                 F.lit(None).cast("array<string>").alias("labels")))
+        size = vector_size(dataset, fcol)
+        if size is None:
+            first = dataset.select(fcol).where(F.col(fcol).isNotNull()).first()
+            if first is None:
+                raise ValueError("PathEM: no documents to fit")
+            size = int(first[0].size)
+        meta = dataset.schema[fcol].metadata.get("ml_attr", {}).get("attrs", {})
+        names = [a.get("name") for kind in meta.values() for a in kind]
+        vocabulary = names if len(names) == size and all(names) else [f"#{i}" for i in range(size)]
+        return docs, vocabulary
+
+    def _taxonomy_of(self, docs):
+        g = self.getOrDefault
+        return Taxonomy.from_json(g(self.taxonomy)) if g(self.taxonomy) else infer_taxonomy(docs)
+
+    def _fit_features(self, dataset):
+        from . import engine
+        from .model import check_label_paths, fit_blocks
+        g = self.getOrDefault
+        docs, vocabulary = self._feature_docs(dataset)
+        taxonomy = self._taxonomy_of(docs)
+        check_label_paths(docs, taxonomy)
+        ms = self.model_settings()
+        if ms.auto_params():
+            return self._fit_auto(docs, taxonomy, vocabulary, ms)
+        blocks = engine.cache_blocks(engine.blocks_from_labels(
+            docs, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary), ms.block_size))
+        try:
+            pm, _ = fit_blocks(blocks, taxonomy, vocabulary, self.feature_settings(), ms)
+        finally:
+            blocks.unpersist()
+        pm.features_col = g(self.featuresCol)
+        return pm
+
+    def _fit_auto(self, feats, taxonomy, vocabulary, ms):
+        """The "auto" Params by cross-validation (pcem_spark.tuning), then the model refitted with them."""
+        from .tuning import resolve_auto
+        g = self.getOrDefault
+        _, info, pm = resolve_auto(feats, taxonomy, vocabulary, self.feature_settings(), ms, self.tune_settings(),
+                                   seed=g(self.seed))
+        if pm is None:  # nothing to tune after all (e.g. too few labelled documents): plain fit
+            from . import engine
+            from .model import fit_blocks
+            blocks = engine.cache_blocks(engine.blocks_from_labels(
+                feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary), ms.block_size))
+            try:
+                pm, _ = fit_blocks(blocks, taxonomy, vocabulary, self.feature_settings(), ms.resolved())
+            finally:
+                blocks.unpersist()
+            pm.training_summary["tuning"] = info
+        pm.features_col = g(self.featuresCol) or None
+        return pm
+
+    def fitMultiple(self, dataset, paramMaps):
+        """Fit every param map; those that differ only in model Params share one packing of the data.
+
+        Called by CrossValidator / TrainValidationSplit once per fold: the
+        fold's documents are packed into CSR blocks once, not once per grid
+        point. Falls back to pyspark's one-fit-per-map otherwise.
+        """
+        from . import engine
+        from .model import check_label_paths, fit_blocks
+        shareable = bool(self.getOrDefault(self.featuresCol)) and all(
+            p.name in _SHARED_BLOCK_PARAMS for pm in paramMaps for p in pm)
+        if not shareable or self.getOrDefault(self.supervision) != "labels":
+            return super().fitMultiple(dataset, paramMaps)
+        docs, vocabulary = self._feature_docs(dataset)
+        taxonomy = self._taxonomy_of(docs)
+        check_label_paths(docs, taxonomy)
+        blocks = engine.cache_blocks(engine.blocks_from_labels(
+            docs, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary),
+            self.getOrDefault(self.blockSize)))
+
+        def fit_one(index):
+            est = self.copy(paramMaps[index])
+            ms = est.model_settings()
+            if ms.auto_params():
+                raise ValueError(f"PathEM.fitMultiple: {', '.join(ms.auto_params())} is 'auto' in a grid point; "
+                                 "give numbers when tuning with your own grid")
+            pm, _ = fit_blocks(blocks, taxonomy, vocabulary, est.feature_settings(), ms)
+            pm.features_col = est.getOrDefault(est.featuresCol)
+            return est._copyValues(PathEMModel(pm))
+
+        return _FitMultipleOnBlocks(fit_one, len(paramMaps), blocks.unpersist)
 
     def _fit(self, dataset):
         import json
@@ -101,11 +322,22 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         kind = g(self.supervision)
         if kind not in ("labels", "descriptions", "similarities"):
             raise ValueError(f"PathEM supervision must be labels, descriptions or similarities, got {kind!r}")
+        if g(self.featuresCol):
+            if kind != "labels":
+                raise ValueError("PathEM: featuresCol works with supervision='labels'; weak supervision "
+                                 "tokenises textCol itself")
+            return self._copyValues(PathEMModel(self._fit_features(dataset)))
         if kind == "labels":
             docs = dataset.select(F.col(g(self.idCol)).cast("string").alias("id"),
                                   F.col(g(self.textCol)).alias("text"), F.col(g(self.labelsCol)).alias("labels"))
-            taxonomy = Taxonomy.from_json(g(self.taxonomy)) if g(self.taxonomy) else infer_taxonomy(docs)
-            path_model, _ = train(docs, taxonomy, self.feature_settings(), self.model_settings())
+            if g(self.unlabeledTable):
+                extra = dataset.sparkSession.table(g(self.unlabeledTable))
+                docs = docs.unionByName(extra.select(F.col(g(self.idCol)).cast("string").alias("id"),
+                                                     F.col(g(self.textCol)).alias("text"),
+                                                     F.lit(None).cast("array<string>").alias("labels")))
+            taxonomy = self._taxonomy_of(docs)
+            path_model, _ = train(docs, taxonomy, self.feature_settings(), self.model_settings(),
+                                  tune=self.tune_settings())
         else:
             from .model import train_weak
             from .weak import check_descriptions
@@ -127,7 +359,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
                                      f"'similarities'; columns are {dataset.columns}")
                 cols.append(F.col("similarities"))
             path_model, _ = train_weak(dataset.select(*cols), taxonomy, descriptions, self.feature_settings(),
-                                       self.model_settings(), g(self.weakMode), g(self.minSimilarity))
+                                       self.model_settings().resolved(), g(self.weakMode), g(self.minSimilarity))
         model = PathEMModel(path_model)
         return self._copyValues(model)
 
@@ -140,8 +372,9 @@ class PathEMModel(Model, _PathEMParams, MLWritable, MLReadable):
         self.path_model = path_model
 
     def _transform(self, dataset):
+        fcol = self.getOrDefault(self.featuresCol) or None
         return self.path_model.predict_columns(dataset, passthrough=list(dataset.columns),
-                                               text_col=self.getOrDefault(self.textCol))
+                                               text_col=self.getOrDefault(self.textCol), features_col=fcol)
 
     def write(self) -> MLWriter:
         return _PathEMModelWriter(self)
@@ -165,11 +398,5 @@ class _PathEMModelReader(MLReader):
     def load(self, path: str) -> PathEMModel:
         pm = PathModel.load(path)
         model = PathEMModel(pm)
-        fs, ms = pm.feature_settings, pm.model_settings
-        model._set(taxonomy=pm.taxonomy.to_json(), method=ms.method, smoothing=ms.smoothing,
-                   maxIter=ms.max_iter, tol=ms.tol, blockSize=ms.block_size,
-                   posteriorFloor=ms.posterior_floor, tokenPattern=fs.token_pattern,
-                   minTokenLength=fs.min_token_length, stopWords=fs.stop_words, minDF=fs.min_df,
-                   maxDF=fs.max_df, vocabSize=fs.vocab_size, vocabularyDocs=fs.vocabulary_docs,
-                   components=ms.components)
+        model._set_from_model(pm)
         return model

@@ -45,10 +45,38 @@ PREDICTION_SCHEMA = T.StructType([
 ])
 
 
+AUTO = "auto"
+
+
+def _number_or_auto(name: str, value, low: float, high: float, low_open: bool = False):
+    """Validate a setting that is a number in [low, high] (or (low, high]) or the string "auto"."""
+    if isinstance(value, str):
+        if value != AUTO:
+            raise ValueError(f"model.{name} must be a number or \"auto\", got {value!r}")
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"model.{name} must be a number or \"auto\", got {value!r}")
+    if (value <= low if low_open else value < low) or value > high:
+        bound = (f"> {low:g}" if high == float("inf") else
+                 f"in {'(' if low_open else '['}{low:g}, {high:g}]")
+        raise ValueError(f"model.{name} must be {bound} or \"auto\", got {value}")
+
+
 @dataclass
 class ModelSettings:
     method: str = "pcem"
-    smoothing: float = 1.0     # Laplace pseudo-count (the paper: 1)
+    # Word pseudo-count: "auto" = Dirichlet-multinomial evidence of the labelled
+    # counts over pathnb.DEFAULT_SMOOTHING_GRID; a number = Laplace/Lidstone (the paper: 1).
+    smoothing: object = AUTO
+    # EM-lambda: weight of the unlabelled documents in the M-step (1 = the paper,
+    # 0 = naive Bayes); "auto" = cross-validated on the labelled documents ([tune]).
+    unlabeled_weight: object = AUTO
+    # Share of a labelled document for the other paths through its ancestors
+    # (1 = Eq. 2, 0 = flat); "auto" = cross-validated ([tune]). PCNB / PCEM only.
+    path_weight: object = AUTO
+    # Documents longer than this many tokens count as this long (0 = raw counts, the paper):
+    # tempers naive Bayes' over-confident posteriors on long documents (pathnb.length_normalize).
+    doc_length: float = 100.0
     max_iter: int = 50
     tol: float = 1e-5          # relative change of the log-likelihood
     block_size: int = 4096     # documents per CSR block
@@ -60,8 +88,11 @@ class ModelSettings:
     def validate(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"model.method must be one of {METHODS}, got {self.method!r}")
-        if self.smoothing <= 0:
-            raise ValueError(f"model.smoothing must be > 0, got {self.smoothing}")
+        _number_or_auto("smoothing", self.smoothing, 0.0, float("inf"), low_open=True)
+        _number_or_auto("unlabeled_weight", self.unlabeled_weight, 0.0, 1.0)
+        _number_or_auto("path_weight", self.path_weight, 0.0, 1.0)
+        if isinstance(self.doc_length, bool) or not isinstance(self.doc_length, (int, float)) or self.doc_length < 0:
+            raise ValueError(f"model.doc_length must be a number >= 0 (0 = raw counts), got {self.doc_length!r}")
         if self.max_iter < 0:
             raise ValueError(f"model.max_iter must be >= 0, got {self.max_iter}")
         if self.tol < 0:
@@ -79,18 +110,52 @@ class ModelSettings:
             raise ValueError(f"model.posterior_floor must be 0 for {self.method} (it applies to methods with "
                              "one posterior distribution per document)")
 
-    @property
-    def uses_em(self) -> bool:
-        return self.method in ("pcem", "flat-em", "emmc", "tdem", "wdem")
+    def auto_params(self) -> List[str]:
+        """The settings left to cross-validation ("auto") that matter for this method."""
+        out = []
+        if self.unlabeled_weight == AUTO and self.method in ("pcem", "flat-em", "emmc", "tdem", "wdem"):
+            out.append("unlabeled_weight")
+        if self.path_weight == AUTO and self.method in ("pcnb", "pcem"):
+            out.append("path_weight")
+        return out
 
-    @property
-    def path_cost_sensitive(self) -> bool:
-        return self.method in ("pcnb", "pcem")
+    def resolved(self, **values) -> "ModelSettings":
+        """A copy with ``values`` set and every remaining cross-validated "auto" at the paper's value (1)."""
+        out = replace(self, **values)
+        for name in ("unlabeled_weight", "path_weight"):
+            if getattr(out, name) == AUTO:
+                setattr(out, name, 1.0)
+        return out
 
 
-def score_matrix(taxonomy: Taxonomy, method: str, components: int = 2) -> np.ndarray:
+PAPER_MODEL_SETTINGS = dict(smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, doc_length=0.0)
+
+
+def score_matrix(taxonomy: Taxonomy, method: str, components: int = 2, path_weight: float = 1.0) -> np.ndarray:
     """(R, K) node -> component score matrix: Eq. 2 for PC methods, leaf indicator for flat ones."""
-    return method_spec(taxonomy, method, components).score_matrix
+    return method_spec(taxonomy, method, components, path_weight).score_matrix
+
+
+def _weight(value) -> float:
+    """A path / unlabelled weight as a number ("auto" not yet resolved counts as the paper's 1)."""
+    return 1.0 if value == AUTO else float(value)
+
+
+def vector_size(df: DataFrame, features_col: str) -> Optional[int]:
+    """Length of the vectors in ``features_col`` from the column's ML metadata (None if absent)."""
+    meta = df.schema[features_col].metadata.get("ml_attr", {})
+    n = meta.get("num_attrs")
+    if n is None and meta.get("attrs"):
+        n = sum(len(v) for v in meta["attrs"].values())
+    return None if n is None else int(n)
+
+
+def check_vector_size(df: DataFrame, features_col: str, expected: int) -> None:
+    """Refuse a features column whose ML metadata says another vector length than the model's vocabulary."""
+    n = vector_size(df, features_col)
+    if n is not None and n != expected:
+        raise ValueError(f"features column {features_col!r} holds vectors of length {n}, the model's vocabulary "
+                         f"has {expected} terms: featurise with the same CountVectorizer model")
 
 
 def check_label_paths(df: DataFrame, taxonomy: Taxonomy, labels_col: str = "labels",
@@ -153,7 +218,8 @@ class PathModel:
     def __init__(self, taxonomy: Taxonomy, vocabulary: List[str], log_prior: np.ndarray,
                  log_theta: np.ndarray, feature_settings: FeatureSettings, model_settings: ModelSettings,
                  training_summary: Optional[dict] = None):
-        self.spec: MethodSpec = method_spec(taxonomy, model_settings.method, model_settings.components)
+        self.spec: MethodSpec = method_spec(taxonomy, model_settings.method, model_settings.components,
+                                            _weight(model_settings.path_weight))
         if log_theta.shape != (self.spec.n_components, len(vocabulary)):
             raise ValueError(f"log_theta has shape {log_theta.shape}, expected "
                              f"({self.spec.n_components}, {len(vocabulary)}) for {model_settings.method}")
@@ -164,6 +230,9 @@ class PathModel:
         self.feature_settings = feature_settings
         self.model_settings = model_settings
         self.training_summary = training_summary or {}
+        # Set when the model was fitted on a term-count vector column (PathEM featuresCol):
+        # it then predicts from that column, and ``vocabulary`` names its indices.
+        self.features_col: Optional[str] = None
 
     # ------------------------------------------------------------- predict
     def transform(self, df: DataFrame, id_col: str = "id", text_col: str = "text",
@@ -177,20 +246,30 @@ class PathModel:
             [f.name for f in PREDICTION_SCHEMA.fields])
 
     def predict_columns(self, df: DataFrame, passthrough: List[str], text_col: str = "text",
-                        prefix: str = "") -> DataFrame:
+                        prefix: str = "", features_col: Optional[str] = None) -> DataFrame:
         """``passthrough`` columns of ``df`` plus ``path``, ``leaf``, ``probability``.
 
         The posterior is computed per CSR block of ``block_size`` rows; rows
-        are never dropped or reordered within a partition.
+        are never dropped or reordered within a partition. With
+        ``features_col`` the documents are already term-count vectors over
+        this model's vocabulary (e.g. a Spark ML ``CountVectorizer`` stage)
+        and ``text_col`` is not read.
         """
         spark = df.sparkSession
         out_fields = [df.schema[c] for c in passthrough] + [
             T.StructField(prefix + f.name, f.dataType, f.nullable) for f in PREDICTION_SCHEMA.fields
             if f.name in ("path", "leaf", "probability")]
-        feats = featurize(df, self.vocabulary, self.feature_settings, text_col=text_col,
-                          features_col="_pcem_features")
+        if features_col is not None:
+            if features_col not in df.columns:
+                raise ValueError(f"features column {features_col!r} not found; columns are {df.columns}")
+            check_vector_size(df, features_col, len(self.vocabulary))
+            feats = df.withColumn("_pcem_features", F.col(features_col))
+        else:
+            feats = featurize(df, self.vocabulary, self.feature_settings, text_col=text_col,
+                              features_col="_pcem_features")
         real_paths = [self.taxonomy.real_path(j) for j in range(self.taxonomy.n_paths)]
         bc = spark.sparkContext.broadcast((self.log_prior, self.log_theta, real_paths, self.spec.structure))
+        doc_length = float(self.model_settings.doc_length)
         block_size = self.model_settings.block_size
         vocab_size = len(self.vocabulary)
         n_keep = len(passthrough)
@@ -201,7 +280,7 @@ class PathModel:
             log_prior, log_theta, paths, structure = bc.value
             return engine.predicted_path_batches(
                 batches, n_keep, vocab_size, block_size, paths, names,
-                lambda X: pathnb.predict_paths(X, log_prior, log_theta, structure))
+                lambda X: pathnb.predict_paths(X, log_prior, log_theta, structure, doc_length))
 
         return feats.select(*passthrough, "_pcem_features").mapInArrow(predict_batches, T.StructType(out_fields))
 
@@ -226,6 +305,7 @@ class PathModel:
             "model_settings": asdict(self.model_settings),
             "n_paths": self.taxonomy.n_paths,
             "vocab_size": len(self.vocabulary),
+            "features_col": self.features_col,
             "training_summary": self.training_summary,
         }
         spark.createDataFrame([(json.dumps(meta),)], "value string").coalesce(1) \
@@ -258,18 +338,26 @@ class PathModel:
         param_rows = spark.read.parquet(f"{path}/parameters").orderBy("path_index").collect()
         log_prior = np.array([r["log_prior"] for r in param_rows])
         log_theta = np.vstack([np.frombuffer(r["log_theta"], dtype="<f8") for r in param_rows])
-        return cls(taxonomy, vocabulary, log_prior, log_theta,
-                   FeatureSettings(**meta["feature_settings"]), ModelSettings(**meta["model_settings"]),
-                   meta.get("training_summary"))
+        # Models written before unlabeled_weight / path_weight existed were trained with the paper's 1.
+        model_settings = ModelSettings(**meta["model_settings"]).resolved()
+        model = cls(taxonomy, vocabulary, log_prior, log_theta, FeatureSettings(**meta["feature_settings"]),
+                    model_settings, meta.get("training_summary"))
+        model.features_col = meta.get("features_col")
+        return model
 
 
 def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings,
           model_settings: ModelSettings, vocabulary: Optional[List[str]] = None,
-          featurized: Optional[DataFrame] = None) -> Tuple[PathModel, engine.FitResult]:
+          featurized: Optional[DataFrame] = None, tune=None, seed: Optional[int] = None,
+          extra_grid: Optional[Dict[str, list]] = None) -> Tuple[PathModel, engine.FitResult]:
     """Fit a model on a validated documents DataFrame (``id, text, labels``).
 
     ``vocabulary``/``featurized`` let several methods share one featurisation
     (the experiment runner); by default the vocabulary is fitted on ``docs``.
+    Settings left at ``"auto"`` (unlabelled weight, path weight) and any
+    ``extra_grid`` (``pcem train --tune``) are chosen by cross-validation on
+    the labelled documents (:func:`pcem_spark.tuning.resolve_auto`, settings
+    ``tune``); the chosen values and CV scores go into the training summary.
     """
     model_settings.validate()
     feature_settings.validate()
@@ -278,13 +366,40 @@ def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings
         if vocabulary is None:
             vocabulary = fit_vocabulary(docs, feature_settings)
         featurized = featurize(docs.select("id", "text", "labels"), vocabulary, feature_settings)
+    info = None
+    if model_settings.auto_params() or extra_grid:
+        from .tuning import resolve_auto
+        featurized = featurized.cache()
+        try:
+            model_settings, info, tuned = resolve_auto(
+                featurized, taxonomy, vocabulary, feature_settings, model_settings, tune,
+                seed=model_settings.seed if seed is None else seed, extra_grid=extra_grid)
+        except BaseException:
+            featurized.unpersist()
+            raise
+        if tuned is not None:
+            featurized.unpersist()
+            summary = tuned.training_summary
+            result = engine.FitResult(tuned.log_prior, tuned.log_theta, n_iter=summary.get("n_iter", 0),
+                                      converged=summary.get("converged", False),
+                                      loglik_history=summary.get("loglik_history", []),
+                                      iter_seconds=summary.get("iter_seconds", []),
+                                      n_labeled=summary.get("n_labeled", 0),
+                                      n_unlabeled=summary.get("n_unlabeled", 0),
+                                      smoothing=summary.get("smoothing", 1.0))
+            return tuned, result
     blocks = engine.cache_blocks(engine.blocks_from_labels(
         featurized, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary),
         model_settings.block_size))
     try:
-        return fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings)
+        model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings)
+        if info is not None:
+            model.training_summary["tuning"] = info
+        return model, result
     finally:
         blocks.unpersist()
+        if info is not None:
+            featurized.unpersist()
 
 
 def train_weak(docs: DataFrame, taxonomy: Taxonomy, descriptions: Optional[Dict[str, str]],
@@ -324,18 +439,27 @@ def fit_blocks(blocks, taxonomy: Taxonomy, vocabulary: List[str], feature_settin
                model_settings: ModelSettings) -> Tuple[PathModel, engine.FitResult]:
     """Fit one method on already packed (and cached) blocks of the training documents."""
     model_settings.validate()
+    if model_settings.auto_params():
+        raise ValueError(f"{model_settings.method}: {', '.join(model_settings.auto_params())} = \"auto\" is chosen "
+                         "by cross-validation on the documents (pcem_spark.tuning.resolve_auto / "
+                         "model.train), not on packed blocks; pass numbers here")
+    model_settings = model_settings.resolved()
     log.info("%s: vocabulary of %d terms, %d paths, taxonomy depth %d",
              model_settings.method, len(vocabulary), taxonomy.n_paths, taxonomy.depth)
-    spec = method_spec(taxonomy, model_settings.method, model_settings.components)
+    spec = method_spec(taxonomy, model_settings.method, model_settings.components, model_settings.path_weight)
     result = engine.fit(blocks, spec.score_matrix, len(vocabulary),
                         em=spec.iterative, smoothing=model_settings.smoothing,
                         max_iter=model_settings.max_iter, tol=model_settings.tol,
                         label=model_settings.method.upper(), posterior_floor=model_settings.posterior_floor,
                         dtype=model_settings.parameter_dtype, structure=spec.structure,
-                        use_unlabeled=spec.uses_unlabeled, seed=model_settings.seed)
+                        use_unlabeled=spec.uses_unlabeled, seed=model_settings.seed,
+                        unlabeled_weight=float(model_settings.unlabeled_weight),
+                        doc_length=float(model_settings.doc_length))
     summary = {"n_labeled": result.n_labeled, "n_unlabeled": result.n_unlabeled, "n_iter": result.n_iter,
                "converged": result.converged, "loglik_history": result.loglik_history,
-               "iter_seconds": result.iter_seconds}
+               "iter_seconds": result.iter_seconds, "smoothing": result.smoothing}
+    if result.smoothing_evidence is not None:
+        summary["smoothing_evidence"] = result.smoothing_evidence
     model = PathModel(taxonomy, vocabulary, result.log_prior, result.log_theta,
-                      feature_settings, model_settings, summary)
+                      feature_settings, replace(model_settings, smoothing=result.smoothing), summary)
     return model, result

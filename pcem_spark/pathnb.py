@@ -17,7 +17,13 @@ from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.special import logsumexp
+from scipy.special import gammaln, logsumexp
+
+# Pseudo-counts tried by ``smoothing = "auto"`` (log-spaced, 0.01 .. 1): below
+# 0.01 a word unseen in a class costs more than ~10 nats per occurrence and one
+# stray token decides a document; above 1 the labelled counts of a small
+# class are swamped by the V pseudo-counts (measured in docs/RESULTS.md).
+DEFAULT_SMOOTHING_GRID = tuple(float(x) for x in np.round(np.logspace(-2, 0, 9), 6))
 
 
 class Structure(NamedTuple):
@@ -167,8 +173,120 @@ def path_scores(node_scores, score_matrix: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
+def length_normalize(X, doc_length: float = 0.0) -> sp.csr_matrix:
+    """Scale the term counts of every document longer than ``doc_length`` tokens down to ``doc_length``.
+
+    Naive Bayes multiplies one factor per token, so a 2,000-token document
+    gets a posterior of 1.0 for some path whatever its evidence, and in EM it
+    outweighs a hundred short documents in the M-step. Scaling long documents
+    to a common length (Rennie et al. 2003, "Tackling the poor assumptions of
+    naive Bayes", Sec. 4) tempers both; shorter documents are left as they
+    are, so short-text corpora are unchanged. ``doc_length = 0``: raw counts
+    (the paper).
+
+    Parameters
+    ----------
+    X : sparse matrix (n, V) of term counts
+    doc_length : float >= 0
+
+    Returns
+    -------
+    csr_matrix (n, V), float64
+    """
+    X = sp.csr_matrix(X, dtype=np.float64)
+    if doc_length <= 0 or X.shape[0] == 0:
+        return X
+    lengths = np.asarray(X.sum(axis=1)).ravel()
+    scale = np.ones_like(lengths)
+    long_rows = lengths > doc_length
+    scale[long_rows] = doc_length / lengths[long_rows]
+    out = X.copy()
+    out.data *= np.repeat(scale, np.diff(out.indptr))
+    return out
+
+
+def weighted_score_matrix(path_node: np.ndarray, leaf_node: np.ndarray, path_weight: float = 1.0) -> np.ndarray:
+    """Score matrix (M, K) between flat counts (``path_weight = 0``) and Eq. 2 (``path_weight = 1``).
+
+    ``(1 - g) * leaf_node + g * path_node``: a labelled document on path j
+    scores ``(1 - g) + g * D`` for its own path and ``g * d`` for a path that
+    shares d nodes with it. ``g = 1`` is the paper's Eq. 2 exactly, ``g = 0``
+    one-hot leaf counts (flat NB / EM) exactly; in between, the share a
+    labelled document gives its leaf's siblings shrinks linearly, which is
+    what plentiful labels need (docs/RESULTS.md, "No-regret defaults").
+
+    Parameters
+    ----------
+    path_node, leaf_node : ndarray (M, K)
+        ``Taxonomy.path_node_matrix()`` and ``Taxonomy.leaf_node_matrix()``.
+    path_weight : float in [0, 1]
+    """
+    if not 0.0 <= path_weight <= 1.0:
+        raise ValueError(f"path_weight must be in [0, 1], got {path_weight}")
+    if path_weight == 1.0:
+        return np.array(path_node, dtype=np.float64)
+    if path_weight == 0.0:
+        return np.array(leaf_node, dtype=np.float64)
+    return (1.0 - path_weight) * np.asarray(leaf_node, np.float64) + path_weight * np.asarray(path_node, np.float64)
+
+
+def dirichlet_log_evidence(word_counts, alphas) -> np.ndarray:
+    """Log evidence of each row of counts under a symmetric Dirichlet-multinomial, per pseudo-count.
+
+    For row j with counts ``c_j`` (length V, total ``N_j``) and pseudo-count
+    ``a``: ``log G(V a) - log G(V a + N_j) + sum_w [log G(a + c_jw) - log G(a)]``
+    (the multinomial coefficient does not depend on ``a`` and is left out).
+    This is the marginal likelihood of the counts with theta integrated out,
+    i.e. how well ``a`` predicts a class's words from its other words -- the
+    quantity Laplace / Lidstone smoothing with ``a`` is the posterior mean of.
+    Only non-zero counts enter the sum, so the cost is ``O(nnz)`` per ``a``;
+    fractional counts (path scores of Eq. 2, posteriors) are fine.
+
+    Parameters
+    ----------
+    word_counts : ndarray or sparse matrix, shape (M, V)
+    alphas : sequence of float > 0
+
+    Returns
+    -------
+    ndarray, shape (len(alphas),): sum over rows of the log evidence
+    """
+    if sp.issparse(word_counts):
+        wc = sp.csr_matrix(word_counts)
+        nz = wc.data[wc.data > 0]
+        row_totals = np.asarray(wc.sum(axis=1)).ravel()
+        V = wc.shape[1]
+    else:
+        wc = np.asarray(word_counts, dtype=np.float64)
+        nz = wc[wc > 0]
+        row_totals = wc.sum(axis=1)
+        V = wc.shape[1]
+    row_totals = row_totals[row_totals > 0]
+    out = np.empty(len(alphas))
+    for i, a in enumerate(alphas):
+        if a <= 0:
+            raise ValueError(f"pseudo-counts must be > 0, got {a}")
+        out[i] = (np.sum(gammaln(V * a) - gammaln(V * a + row_totals))
+                  + np.sum(gammaln(a + nz)) - nz.size * gammaln(a))
+    return out
+
+
+def choose_smoothing(word_counts, grid=DEFAULT_SMOOTHING_GRID) -> Tuple[float, np.ndarray]:
+    """The pseudo-count of ``grid`` with the largest Dirichlet-multinomial evidence of ``word_counts``.
+
+    Deterministic (ties go to the larger pseudo-count, the safer side). Returns
+    ``(smoothing, log_evidence per grid value)``; with no counts at all the
+    largest grid value is returned.
+    """
+    grid = np.asarray(sorted(grid), dtype=np.float64)
+    ev = dirichlet_log_evidence(word_counts, grid)
+    best = len(grid) - 1 - int(np.argmax(ev[::-1]))
+    return float(grid[best]), ev
+
+
 def log_parameters(word_counts: np.ndarray, path_totals: np.ndarray,
-                   smoothing: float = 1.0, groups: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
+                   smoothing: float = 1.0, groups: Optional[np.ndarray] = None,
+                   prior_smoothing: Optional[float] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Eqs. 3-4 (and 6-7): Laplace-smoothed path prior and word distributions.
 
     Parameters
@@ -178,10 +296,12 @@ def log_parameters(word_counts: np.ndarray, path_totals: np.ndarray,
     path_totals : ndarray, shape (M,)
         ``sum_i S_ij``.
     smoothing : float
-        Pseudo-count added to every event; the paper uses 1.
+        Pseudo-count added to every word count; the paper uses 1.
     groups : int ndarray (M,) or None
         Normalise the prior within each group (per-node / per-depth
         classifiers of the baselines); None = one group (the paper).
+    prior_smoothing : float or None
+        Pseudo-count of the path prior (None: ``smoothing``, the paper).
 
     Returns
     -------
@@ -189,7 +309,7 @@ def log_parameters(word_counts: np.ndarray, path_totals: np.ndarray,
     log_theta : ndarray, shape (M, V)
     """
     path_totals = np.asarray(path_totals, dtype=np.float64)
-    prior_num = smoothing + path_totals
+    prior_num = (smoothing if prior_smoothing is None else prior_smoothing) + path_totals
     if groups is None:
         log_prior = np.log(prior_num) - np.log(prior_num.sum())
     else:
@@ -249,7 +369,8 @@ class BlockStats(NamedTuple):
 def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
            log_prior: np.ndarray, log_theta: np.ndarray, use_unlabeled: bool = True,
            posterior_floor: float = 0.0, sparse_density: float = 0.0,
-           structure: Optional[Structure] = None, rng: Optional[np.random.Generator] = None) -> BlockStats:
+           structure: Optional[Structure] = None, rng: Optional[np.random.Generator] = None,
+           unlabeled_weight: float = 1.0) -> BlockStats:
     """One E-step on a block plus its contribution to the next M-step.
 
     Labelled rows keep their fixed path scores (``S_ij`` from Eq. 2);
@@ -281,6 +402,10 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
     rng : numpy Generator or None
         Initialisation pass of a ``restrict_labeled`` structure only: each
         labelled row starts in one random component of its path.
+    unlabeled_weight : float in [0, 1]
+        Nigam et al. (2000)'s EM-lambda: unlabelled rows' responsibilities
+        (and their log-evidence term of Eq. 8) are scaled by it; 1 = the
+        paper, 0 = unlabelled rows contribute nothing (naive Bayes).
 
     Returns
     -------
@@ -299,7 +424,7 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
             lab_resp, lab_ll = labeled_responsibilities(fixed_scores[labeled], jll[labeled], structure)
             resp[labeled] = lab_resp
             loglik += lab_ll
-        if use_unlabeled and (~labeled).any():
+        if use_unlabeled and unlabeled_weight > 0 and (~labeled).any():
             post, log_ev = responsibilities(jll[~labeled], structure)
             if posterior_floor > 0 and structure is not None and not structure.single_softmax:
                 raise ValueError("posterior_floor applies to methods whose responsibilities are one "
@@ -309,9 +434,10 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
                 small[np.arange(len(post)), post.argmax(axis=1)] = False  # a row never empties
                 post[small] = 0.0
                 post /= post.sum(axis=1, keepdims=True)
-            resp[~labeled] = post
-            loglik += float(log_ev.sum(dtype=np.float64))
-    resp = resp.astype(X.dtype, copy=False)  # float32 blocks give float32 sums
+            resp[~labeled] = post if unlabeled_weight == 1.0 else unlabeled_weight * post
+            loglik += unlabeled_weight * float(log_ev.sum(dtype=np.float64))
+    # float32 blocks give float32 sums; an integer count matrix gives float64 ones.
+    resp = resp.astype(np.result_type(X.dtype, np.float32), copy=False)
     if resp.size and np.count_nonzero(resp) <= sparse_density * resp.size:
         # Few (document, path) pairs carry weight: sum only those.
         word_counts = (sp.csr_matrix(resp).T @ X).tocsr()
@@ -320,18 +446,20 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
     return BlockStats(word_counts, resp.sum(axis=0, dtype=np.float64), loglik)
 
 
-def log_prior_density(log_prior: np.ndarray, log_theta: np.ndarray, smoothing: float = 1.0) -> float:
+def log_prior_density(log_prior: np.ndarray, log_theta: np.ndarray, smoothing: float = 1.0,
+                      prior_smoothing: Optional[float] = None) -> float:
     """``log P(theta)`` of Eq. 8 for the Dirichlet prior that Laplace smoothing implies.
 
     Adding ``smoothing`` pseudo-counts is the MAP estimate under a Dirichlet
     with exponents ``smoothing``, so ``log P(theta) = smoothing * (sum_j log theta_j
     + sum_jt log theta_t|j)`` up to a constant.
     """
-    return float(smoothing * (log_prior.sum() + log_theta.sum()))
+    ps = smoothing if prior_smoothing is None else prior_smoothing
+    return float(ps * log_prior.sum() + smoothing * log_theta.sum())
 
 
 def predict_paths(X, log_prior: np.ndarray, log_theta: np.ndarray,
-                  structure: Optional[Structure] = None) -> Tuple[np.ndarray, np.ndarray]:
+                  structure: Optional[Structure] = None, doc_length: float = 0.0) -> Tuple[np.ndarray, np.ndarray]:
     """Argmax path of Eq. 5 and its posterior probability (or a baseline's decoding rule).
 
     Returns
@@ -340,7 +468,8 @@ def predict_paths(X, log_prior: np.ndarray, log_theta: np.ndarray,
     prob : ndarray, shape (n,); for ``win`` the mean over depths of the
         path's node probabilities
     """
-    jll = joint_log_likelihood(sp.csr_matrix(X), log_prior, log_theta)
+    X = length_normalize(X, doc_length) if doc_length > 0 else sp.csr_matrix(X)
+    jll = joint_log_likelihood(X, log_prior, log_theta)
     return decode(jll, structure)
 
 

@@ -1,0 +1,277 @@
+"""No-regret benchmark: PCEM's defaults against the paper's settings and the classifiers a user would pick.
+
+For each taxonomy (20NG's two levels, and 20NG's dotted group names as a
+variable-depth tree: comp -> comp.sys -> comp.sys.mac -> comp.sys.mac.hardware),
+label rate and seed, on the paper protocol's split (``assign_roles``: pooled
+corpus, stratified 80/20, rate r of each leaf's training documents labelled):
+
+* our generative models on one shared featurisation (``--variants``):
+  ``pcem-default`` (this package's defaults: smoothing, unlabelled weight and
+  path weight chosen from the data), ``pcem-paper`` (smoothing 1, lambda 1,
+  gamma 1), ``flat-em`` and ``emmc`` (at the package's default smoothing, so
+  the baselines get the same help), plus any ``name:method:key=value,...``;
+* scikit-learn on the same split (the ``bench`` extra, never a runtime
+  dependency): ``TfidfVectorizer(sublinear_tf, english stop words, 20k
+  features, min_df 2)`` fitted on all training texts + ``LogisticRegression(C=10)``
+  on the labelled rows; ``CountVectorizer`` with the same limits +
+  ``MultinomialNB(alpha=0.1)``; ``SelfTrainingClassifier(LogisticRegression)``
+  on labelled + unlabelled rows. Their predicted leaf becomes a path and is
+  scored by the same hierarchical F1 as ``pcem evaluate``.
+
+Rows are appended to ``OUT/results.csv`` as they finish (a rerun skips the
+rows already there); ``OUT/summary.md`` has the means over seeds and the
+"done when" checks of issue 9. Example (20NG, ~2 h on 2 cores)::
+
+    pip install -e ".[bench]"
+    python scripts/bench_noregret.py --docs out/20ng.jsonl.gz --out out/noregret \\
+        --rates 0.01,0.05,0.1,0.3,0.9 --seeds 0,1,2
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import replace
+from typing import Dict, List
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+log = logging.getLogger("bench_noregret")
+
+SK_METHODS = ("sk-lr", "sk-mnb", "sk-selftrain")
+DEFAULT_VARIANTS = ["pcem-default", "pcem-paper", "flat-em", "emmc"]
+FIELDS = ["taxonomy", "rate", "seed", "method", "micro_f1", "macro_f1", "train_seconds", "n_labeled",
+          "n_unlabeled", "n_test", "chosen"]
+
+
+def dotted_labels(labels: List[str]) -> List[str]:
+    """20NG's 2-level path -> the prefixes of its dotted group name (depth 2-5)."""
+    parts = labels[-1].split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def variant_settings(name: str, base):
+    """(method, ModelSettings) of a variant name."""
+    from pcem_spark.model import PAPER_MODEL_SETTINGS
+    if name == "pcem-default":
+        return replace(base, method="pcem")
+    if name == "pcem-paper":
+        return replace(base, method="pcem", **PAPER_MODEL_SETTINGS)
+    if ":" in name:
+        _, method, kv = (name.split(":", 2) + [""])[:3]
+        values = {}
+        for item in filter(None, kv.split(";")):
+            k, v = item.split("=")
+            values[k] = v if v == "auto" else float(v)
+        return replace(base, method=method, **values)
+    return replace(base, method=name)
+
+
+def sklearn_runs(train_pdf, test_pdf, methods, seed):
+    """scikit-learn peers on one split: yields (method, predicted leaf list, seconds)."""
+    from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.naive_bayes import MultinomialNB
+    from sklearn.semi_supervised import SelfTrainingClassifier
+    lab = train_pdf["leaf"].notna().to_numpy()
+    texts = train_pdf["text"].tolist()
+    y = train_pdf["leaf"].to_numpy()
+    limits = dict(stop_words="english", max_features=20000, min_df=2)
+    for m in methods:
+        t0 = time.perf_counter()
+        if m in ("sk-lr", "sk-selftrain"):
+            vec = TfidfVectorizer(sublinear_tf=True, **limits).fit(texts)
+            X, Xt = vec.transform(texts), vec.transform(test_pdf["text"].tolist())
+            if m == "sk-lr":
+                clf = LogisticRegression(C=10, max_iter=1000).fit(X[lab], y[lab])
+            else:
+                y_semi = np.where(lab, y, None)
+                classes = sorted(set(y[lab]))
+                code = {c: i for i, c in enumerate(classes)}
+                y_int = np.array([code[v] if v is not None else -1 for v in y_semi])
+                st = SelfTrainingClassifier(LogisticRegression(C=10, max_iter=1000)).fit(X, y_int)
+                pred = [classes[i] for i in st.predict(Xt)]
+                yield m, pred, time.perf_counter() - t0
+                continue
+        else:
+            vec = CountVectorizer(**limits).fit(texts)
+            X, Xt = vec.transform(texts), vec.transform(test_pdf["text"].tolist())
+            clf = MultinomialNB(alpha=0.1).fit(X[lab], y[lab])
+        yield m, list(clf.predict(Xt)), time.perf_counter() - t0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--docs", default="out/20ng.jsonl.gz")
+    ap.add_argument("--out", default="out/noregret")
+    ap.add_argument("--taxonomies", default="20ng,dotted")
+    ap.add_argument("--rates", default="0.01,0.05,0.1,0.3,0.9")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                    help="generative variants (pcem-default, pcem-paper, a method name, or name:method:k=v;k=v)")
+    ap.add_argument("--sklearn", default=",".join(SK_METHODS), help="scikit-learn peers ('' for none)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    ap.add_argument("--config", default="conf/pcem.toml")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from pcem_spark import engine
+    from pcem_spark.config import load_settings
+    from pcem_spark.documents import read_documents, split_rejects
+    from pcem_spark.evaluate import evaluate_predictions
+    from pcem_spark.experiment import assign_roles
+    from pcem_spark.features import featurize, fit_vocabulary
+    from pcem_spark.model import fit_blocks
+    from pcem_spark.session import build_session
+    from pcem_spark.taxonomy import Taxonomy
+    from pcem_spark import tuning
+
+    settings = load_settings(args.config, args.overrides)
+    spark = build_session(settings.spark)
+    spark.sparkContext.setLogLevel("WARN")
+    os.makedirs(args.out, exist_ok=True)
+    csv_path = os.path.join(args.out, "results.csv")
+    rows: List[Dict[str, object]] = []
+    if os.path.exists(csv_path):
+        with open(csv_path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    done = {(r["taxonomy"], float(r["rate"]), int(r["seed"]), r["method"]) for r in rows}
+
+    def save():
+        tmp = csv_path + ".tmp"
+        with open(tmp, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=FIELDS, restval="")
+            w.writeheader()
+            w.writerows(rows)
+        os.replace(tmp, csv_path)
+
+    base_docs, _ = split_rejects(read_documents(spark, args.docs))
+    base_docs = base_docs.where(F.col("labels").isNotNull()).select("id", "text", "labels").cache()
+    dotted_udf = F.udf(dotted_labels, T.ArrayType(T.StringType()))
+    variants = [v for v in args.variants.split(",") if v]
+    sk_methods = [m for m in args.sklearn.split(",") if m]
+    for tax_name in args.taxonomies.split(","):
+        docs = base_docs if tax_name == "20ng" else \
+            base_docs.withColumn("labels", dotted_udf("labels")).cache()
+        paths = [r[0] for r in docs.select("labels").distinct().collect()]
+        taxonomy = Taxonomy.from_label_paths(paths)
+        log.info("taxonomy %s: %r", tax_name, taxonomy)
+        for rate in [float(r) for r in args.rates.split(",")]:
+            for seed in [int(s) for s in args.seeds.split(",")]:
+                todo = [m for m in variants + sk_methods if (tax_name, rate, seed, m) not in done]
+                if not todo:
+                    continue
+                roled = assign_roles(docs, seed, 0.2, rate).cache()
+                train = roled.where(F.col("role") != "test")
+                test = roled.where(F.col("role") == "test").select("id", "text", "labels").cache()
+                masked = train.select("id", "text",
+                                      F.when(F.col("role") == "labeled", F.col("labels")).alias("labels")).cache()
+                n_lab = masked.where(F.col("labels").isNotNull()).count()
+                n_unlab = masked.count() - n_lab
+                n_test = test.count()
+                vocabulary = fit_vocabulary(masked, settings.features)
+                feats = featurize(masked, vocabulary, settings.features).cache()
+                blocks = None
+
+                def record(method, metrics, secs, chosen=""):
+                    row = {"taxonomy": tax_name, "rate": rate, "seed": seed, "method": method,
+                           "micro_f1": round(100 * metrics["micro_f1"], 3),
+                           "macro_f1": round(100 * metrics["macro_f1"], 3), "train_seconds": round(secs, 2),
+                           "n_labeled": n_lab, "n_unlabeled": n_unlab, "n_test": n_test, "chosen": chosen}
+                    rows.append(row)
+                    save()
+                    log.info("%s rate=%g seed=%d %-14s micro %.2f macro %.2f (%.1fs) %s", tax_name, rate, seed,
+                             method, row["micro_f1"], row["macro_f1"], secs, chosen)
+
+                for v in [m for m in todo if m in variants]:
+                    ms = variant_settings(v, settings.model)
+                    t0 = time.perf_counter()
+                    model = None
+                    if ms.auto_params():
+                        ms, info, model = tuning.resolve_auto(feats, taxonomy, vocabulary, settings.features, ms,
+                                                              settings.tune, seed=seed)
+                    if model is None:
+                        if blocks is None:
+                            blocks = engine.cache_blocks(engine.blocks_from_labels(
+                                feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary),
+                                settings.model.block_size))
+                        model, _ = fit_blocks(blocks, taxonomy, vocabulary, settings.features, ms.resolved())
+                    secs = time.perf_counter() - t0
+                    summary = model.training_summary
+                    chosen = json.dumps({**summary.get("tuning", {}).get("chosen", {}),
+                                         "smoothing": model.model_settings.smoothing,
+                                         "n_iter": summary.get("n_iter")})
+                    pred = model.transform(test).cache()
+                    record(v, evaluate_predictions(pred, taxonomy), secs, chosen)
+                    pred.unpersist()
+                if any(m in sk_methods for m in todo):
+                    # scikit-learn is single-process: the split's texts go to the driver (benchmark only).
+                    train_pdf = masked.select("text", F.element_at("labels", -1).alias("leaf")).toPandas()
+                    test_pdf = test.select("id", "text", "labels").toPandas()
+                    path_of_leaf = {p[-1]: list(p) for p in paths}
+                    for m, leaves, secs in sklearn_runs(train_pdf, test_pdf, [m for m in todo if m in sk_methods],
+                                                        seed):
+                        pred = spark.createDataFrame(
+                            [(i, path_of_leaf[leaf], list(lab)) for i, leaf, lab in
+                             zip(test_pdf["id"], leaves, test_pdf["labels"])],
+                            "id string, path array<string>, labels array<string>")
+                        record(m, evaluate_predictions(pred, taxonomy), secs)
+                if blocks is not None:
+                    blocks.unpersist()
+                for df in (feats, masked, test, roled):
+                    df.unpersist()
+        write_summary(rows, os.path.join(args.out, "summary.md"))
+    write_summary(rows, os.path.join(args.out, "summary.md"))
+    return 0
+
+
+def write_summary(rows, path: str) -> None:
+    """Means over seeds per (taxonomy, rate, method) and issue 9's done-when checks."""
+    groups: Dict[tuple, List[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["taxonomy"], float(r["rate"]), r["method"]), []).append(r)
+    mean = {k: (np.mean([float(r["micro_f1"]) for r in v]), np.mean([float(r["macro_f1"]) for r in v]), len(v))
+            for k, v in groups.items()}
+    methods = sorted({k[2] for k in mean}, key=lambda m: (m.startswith("sk-"), m))
+    lines = []
+    for tax in sorted({k[0] for k in mean}):
+        lines += [f"### {tax}: micro / macro F1 (%), mean over seeds (n)", "",
+                  "| rate | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+        for rate in sorted({k[1] for k in mean if k[0] == tax}):
+            cells = []
+            for m in methods:
+                v = mean.get((tax, rate, m))
+                cells.append("" if v is None else f"{v[0]:.2f} / {v[1]:.2f} ({v[2]})")
+            lines.append(f"| {100 * rate:g}% | " + " | ".join(cells) + " |")
+        lines.append("")
+        lines += ["Gap of pcem-default to each peer (micro / macro; positive = default ahead):", "",
+                  "| rate | " + " | ".join(m for m in methods if m != "pcem-default") + " |",
+                  "|---|" + "---|" * (len(methods) - 1)]
+        for rate in sorted({k[1] for k in mean if k[0] == tax}):
+            d = mean.get((tax, rate, "pcem-default"))
+            cells = []
+            for m in methods:
+                if m == "pcem-default":
+                    continue
+                v = mean.get((tax, rate, m))
+                cells.append("" if v is None or d is None else f"{d[0] - v[0]:+.2f} / {d[1] - v[1]:+.2f}")
+            lines.append(f"| {100 * rate:g}% | " + " | ".join(cells) + " |")
+        lines.append("")
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

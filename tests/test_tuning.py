@@ -1,0 +1,170 @@
+"""Settings chosen from the data: Spark ML's CrossValidator over PathEM, featuresCol pipelines, folds."""
+
+import json
+
+import numpy as np
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+
+from pcem_spark.features import FeatureSettings, featurize, fit_vocabulary
+from pcem_spark.model import ModelSettings, train
+from pcem_spark.taxonomy import Taxonomy
+from pcem_spark.tuning import TuneSettings, resolve_auto, stratified_folds
+
+TAX = Taxonomy({"ROOT": ["sport", "tech"], "sport": ["football", "tennis"], "tech": ["phones", "chips"]})
+WORDS = {
+    "football": "goal striker penalty league referee offside",
+    "tennis": "serve racket wimbledon volley deuce baseline",
+    "phones": "android iphone screen battery camera handset",
+    "chips": "silicon transistor wafer nanometer fab lithography",
+}
+SHARED = "match player score device power market"   # words every class uses: a harder problem
+FS = FeatureSettings(min_df=1, max_df=1.0, vocab_size=0)
+
+
+def _corpus(spark, n_per_leaf=16, n_labeled=6, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for leaf, words in WORDS.items():
+        parent = "sport" if leaf in ("football", "tennis") else "tech"
+        vocab = words.split() + SHARED.split() * 2
+        for i in range(n_per_leaf):
+            text = " ".join(rng.choice(vocab, size=6))
+            rows.append((f"{leaf}-{i}", text, [parent, leaf] if i < n_labeled else None))
+    return spark.createDataFrame(rows, "id string, text string, labels array<string>")
+
+
+def _features(spark, docs):
+    vocab = fit_vocabulary(docs, FS)
+    return featurize(docs, vocab, FS).cache(), vocab
+
+
+def test_stratified_folds_cover_every_leaf_and_are_deterministic(spark):
+    docs = _corpus(spark).where(F.col("labels").isNotNull())
+    a = stratified_folds(docs, 3, seed=7)
+    b = stratified_folds(docs, 3, seed=7)
+    assert_df_equality(a, b, ignore_row_order=True)
+    counts = {(r["leaf"], r["fold"]): r["n"] for r in
+              a.groupBy(F.element_at("labels", -1).alias("leaf"), "fold").agg(F.count("*").alias("n")).collect()}
+    # 6 labelled per leaf, 3 folds: every leaf twice in every fold
+    assert counts == {(leaf, f): 2 for leaf in WORDS for f in range(3)}
+    c = stratified_folds(docs, 3, seed=8)
+    assert sorted(r["fold"] for r in c.orderBy("id").collect()) == sorted(r["fold"] for r in a.orderBy("id").collect())
+    assert [r["fold"] for r in c.orderBy("id").collect()] != [r["fold"] for r in a.orderBy("id").collect()]
+
+
+def test_cross_validator_over_a_spark_ml_pipeline_with_path_em(spark):
+    """RegexTokenizer -> StopWordsRemover -> CountVectorizer -> PathEM, tuned by Spark ML's CrossValidator."""
+    from pyspark.ml import Pipeline
+    from pyspark.ml.feature import CountVectorizer, RegexTokenizer, StopWordsRemover
+    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+
+    from pcem_spark.evaluation import HierarchicalF1Evaluator
+    from pcem_spark.ml import PathEM, PathEMModel
+
+    docs = _corpus(spark).where(F.col("labels").isNotNull())
+    tok = RegexTokenizer(inputCol="text", outputCol="words", pattern=r"\w+", gaps=False)
+    stop = StopWordsRemover(inputCol="words", outputCol="tokens")
+    cv_stage = CountVectorizer(inputCol="tokens", outputCol="tf", minDF=1.0)
+    est = PathEM(featuresCol="tf", taxonomy=TAX.to_json(), maxIter=5, smoothing=0.5, unlabeledWeight=1.0,
+                 pathWeight=1.0)
+    pipe = Pipeline(stages=[tok, stop, cv_stage, est])
+    grid = (ParamGridBuilder().addGrid(est.pathWeight, [0.0, 1.0]).addGrid(est.smoothing, [0.1, 1.0])
+            .addGrid(stop.stopWords, [StopWordsRemover.loadDefaultStopWords("english"), []]).build())
+    ev = HierarchicalF1Evaluator(metricName="macroF1", taxonomy=TAX.to_json())
+    cv = CrossValidator(estimator=pipe, estimatorParamMaps=grid, evaluator=ev, numFolds=2, seed=1)
+    model = cv.fit(docs)
+    assert len(model.avgMetrics) == 8 and all(0 <= m <= 1 for m in model.avgMetrics)
+    best = model.bestModel.stages[-1]
+    assert isinstance(best, PathEMModel) and best.path_model.features_col == "tf"
+    out = model.transform(docs)
+    assert out.count() == docs.count()
+    assert ev.evaluate(out) > 0.9
+
+
+def test_resolve_auto_keeps_unlabelled_docs_in_every_fold_and_is_deterministic(spark):
+    docs = _corpus(spark)
+    feats, vocab = _features(spark, docs)
+    n_unlabeled = docs.where(F.col("labels").isNull()).count()
+    tune = TuneSettings(folds=3, unlabeled_weights=[0.0, 1.0], path_weights=[0.0, 1.0])
+    ms = ModelSettings(method="pcem", max_iter=5)
+    s1, info1, model1 = resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=3)
+    s2, info2, _ = resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=3)
+    assert info1["chosen"] == info2["chosen"]
+    assert [g["cv_score"] for g in info1["grid"]] == [g["cv_score"] for g in info2["grid"]]
+    assert len(info1["grid"]) == 4 and info1["folds"] == 3 and info1["metric"] == "meanF1"
+    assert (s1.unlabeled_weight, s1.path_weight) == (info1["chosen"]["unlabeled_weight"],
+                                                      info1["chosen"]["path_weight"])
+    best = max(info1["grid"], key=lambda g: g["cv_score"])
+    assert info1["chosen"] == {k: best[k] for k in ("unlabeled_weight", "path_weight")}
+    # the refitted model saw every labelled and every unlabelled document
+    assert model1.training_summary["n_unlabeled"] == n_unlabeled
+    assert model1.training_summary["n_labeled"] == 24
+    assert model1.vocabulary == vocab and model1.training_summary["tuning"]["chosen"] == info1["chosen"]
+
+
+def test_every_fold_model_trains_on_all_unlabelled_documents(spark):
+    """Spark's CrossValidator with the fold column and the unlabelled view that resolve_auto sets up."""
+    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+
+    from pcem_spark.evaluation import HierarchicalF1Evaluator
+    from pcem_spark.ml import PathEM
+
+    docs = _corpus(spark)
+    feats, _ = _features(spark, docs)
+    unl = feats.where(F.col("labels").isNull())
+    unl.createOrReplaceTempView("test_unlabeled_docs")
+    labeled = stratified_folds(feats.where(F.col("labels").isNotNull()), 3, seed=0)
+    est = PathEM(featuresCol="features", taxonomy=TAX.to_json(), maxIter=3, smoothing=1.0, unlabeledWeight=1.0,
+                 pathWeight=1.0, unlabeledTable="test_unlabeled_docs")
+    grid = ParamGridBuilder().addGrid(est.unlabeledWeight, [0.5, 1.0]).build()
+    cv = CrossValidator(estimator=est, estimatorParamMaps=grid, evaluator=HierarchicalF1Evaluator(),
+                        numFolds=3, foldCol="fold", collectSubModels=True)
+    model = cv.fit(labeled)
+    for fold_models in model.subModels:
+        for m in fold_models:
+            s = m.path_model.training_summary
+            assert s["n_unlabeled"] == unl.count() and s["n_labeled"] == 16   # 2 of 3 folds of 24
+    spark.catalog.dropTempView("test_unlabeled_docs")
+
+
+def test_path_em_defaults_choose_weights_by_cross_validation(spark):
+    from pcem_spark.ml import PathEM
+    docs = _corpus(spark)
+    model = PathEM(taxonomy=TAX.to_json(), maxIter=5, minDF=1.0, maxDF=1.0, vocabSize=0, tuneFolds=2).fit(docs)
+    tuning = model.path_model.training_summary["tuning"]
+    assert tuning["tuned"] and set(tuning["chosen"]) == {"unlabeled_weight", "path_weight"}
+    ms = model.path_model.model_settings
+    assert ms.unlabeled_weight == tuning["chosen"]["unlabeled_weight"]
+    assert isinstance(ms.smoothing, float) and ms.smoothing > 0   # "auto" smoothing resolved by evidence
+    assert model.transform(docs).count() == docs.count()
+
+
+def test_too_few_labels_fall_back_to_the_paper_weights(spark):
+    docs = _corpus(spark, n_labeled=1)   # 4 labelled documents, 3 folds x 2 needed
+    feats, vocab = _features(spark, docs)
+    ms, info, model = resolve_auto(feats, TAX, vocab, FS, ModelSettings(method="pcem", max_iter=3),
+                                   TuneSettings(folds=3))
+    assert model is None and not info["tuned"]
+    assert (ms.unlabeled_weight, ms.path_weight) == (1.0, 1.0)
+
+
+def test_pcem_train_tune_records_the_choice_in_the_model(spark, tmp_path):
+    from pcem_spark.cli import main
+    from pcem_spark.model import PathModel
+    rows = _corpus(spark).collect()
+    src = tmp_path / "docs.jsonl"
+    with open(src, "w") as fh:
+        for r in rows:
+            fh.write(json.dumps({"id": r["id"], "text": r["text"], "labels": r["labels"]}) + "\n")
+    out = str(tmp_path / "model")
+    rc = main(["train", "--docs", str(src), "--model", out, "--tune", "--set", "model.max_iter=4",
+               "--set", "model.unlabeled_weight=1.0", "--set", "model.path_weight=1.0",
+               "--set", "tune.grid={'smoothing': [0.1, 1.0]}", "--set", "tune.folds=2",
+               "--set", "features.min_df=1.0", "--set", "features.max_df=1.0"])
+    assert rc == 0
+    tuning = PathModel.load(out).training_summary["tuning"]
+    assert tuning["tuned"] and set(tuning["chosen"]) == {"smoothing"}
+    assert [g["smoothing"] for g in tuning["grid"]] == [0.1, 1.0]
+    assert PathModel.load(out).model_settings.smoothing == tuning["chosen"]["smoothing"]
