@@ -16,7 +16,10 @@ setup(
     install_requires=["pyspark>=4.0", "numpy>=1.24", "scipy>=1.10", "pyarrow>=11", "pandas>=2.2,<3"],
     # matplotlib only draws the experiment report's figures (Figures 2-3 and
     # the efficiency chart); the tests cover them, so the test extra has it.
+    # scikit-learn only for scripts/bench_noregret.py's peers (LogisticRegression, MultinomialNB,
+    # SelfTrainingClassifier): what users compare against, never a runtime dependency.
     extras_require={"plots": ["matplotlib>=3.7"],
+                    "bench": ["scikit-learn>=1.3"],
                     "test": ["pytest>=7", "chispa>=0.10", "matplotlib>=3.7"]},
     entry_points={"console_scripts": ["pcem=pcem_spark.cli:main"]},
 )

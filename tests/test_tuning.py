@@ -9,16 +9,10 @@ from pyspark.sql import functions as F
 
 from pcem_spark.features import FeatureSettings, featurize, fit_vocabulary
 from pcem_spark.model import ModelSettings, train
-from pcem_spark.taxonomy import Taxonomy
 from pcem_spark.tuning import TuneSettings, resolve_auto, stratified_folds
 
-TAX = Taxonomy({"ROOT": ["sport", "tech"], "sport": ["football", "tennis"], "tech": ["phones", "chips"]})
-WORDS = {
-    "football": "goal striker penalty league referee offside",
-    "tennis": "serve racket wimbledon volley deuce baseline",
-    "phones": "android iphone screen battery camera handset",
-    "chips": "silicon transistor wafer nanometer fab lithography",
-}
+from test_predict_evaluate import TAX, WORDS  # noqa: E402 (the same four-topic corpus)
+
 SHARED = "match player score device power market"   # words every class uses: a harder problem
 FS = FeatureSettings(min_df=1, max_df=1.0, vocab_size=0)
 
