@@ -23,6 +23,7 @@ the Dirichlet-multinomial evidence of the labelled counts
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -38,6 +39,7 @@ from .taxonomy import Taxonomy
 log = logging.getLogger(__name__)
 
 METRICS = ("microF1", "macroF1", "meanF1")
+SELECTIONS = ("one_se", "best")
 
 # ModelSettings field -> PathEM Param name, for the [tune] grid.
 PARAM_OF_SETTING = {"smoothing": "smoothing", "unlabeled_weight": "unlabeledWeight", "path_weight": "pathWeight",
@@ -57,6 +59,11 @@ class TuneSettings:
     # Extra grid of `pcem train --tune`: model setting -> values, e.g. {smoothing = [0.03, 0.1, 0.3]}.
     grid: Dict[str, list] = field(default_factory=dict)
     parallelism: int = 1             # models fitted at once by CrossValidator
+    # "one_se": the most preferred grid point (earliest in the lists above) whose CV score is within one
+    # standard error of the best (Hastie et al., ESL 7.10); "best": the highest CV score. With few labelled
+    # documents the folds are small and CV scores differ by noise: "best" then flips between grid points
+    # from seed to seed (docs/RESULTS.md, 20NG at 1%).
+    selection: str = "one_se"
     min_labeled_per_fold: int = 2    # fewer labelled documents per fold: no CV, the paper's values
 
     def validate(self) -> None:
@@ -73,6 +80,8 @@ class TuneSettings:
                 raise ValueError(f"tune.grid: {key!r} cannot be tuned; tunable: {sorted(PARAM_OF_SETTING)}")
             if not isinstance(values, list) or not values:
                 raise ValueError(f"tune.grid.{key} must be a non-empty list, got {values!r}")
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"tune.selection must be one of {SELECTIONS}, got {self.selection!r}")
         if self.parallelism < 1:
             raise ValueError(f"tune.parallelism must be >= 1, got {self.parallelism}")
 
@@ -90,6 +99,38 @@ def stratified_folds(labeled: DataFrame, n_folds: int, seed: int, labels_col: st
     order = Window.partitionBy(leaf).orderBy(F.xxhash64(F.col(id_col), F.lit(seed)), F.col(id_col))
     offset = F.pmod(F.xxhash64(leaf, F.lit(seed + 1)), F.lit(n_folds))
     return labeled.withColumn(fold_col, F.pmod(F.row_number().over(order) - 1 + offset, F.lit(n_folds)).cast("int"))
+
+
+def select_grid_point(scores: List[float], stds: List[float], preference: List[int], n_folds: int,
+                      selection: str = "one_se") -> int:
+    """Index of the chosen grid point.
+
+    ``scores``/``stds``: mean and (population) standard deviation over the
+    folds of each grid point's CV metric (larger is better), as
+    CrossValidatorModel's ``avgMetrics``/``stdMetrics``. ``preference``: a
+    rank per grid point, lower = preferred. ``"best"`` returns the argmax
+    (ties: lowest index); ``"one_se"`` returns the most preferred point whose
+    score is at least the best score minus the best point's standard error
+    ``std / sqrt(n_folds - 1)``.
+    """
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
+    best = max(range(len(scores)), key=lambda i: (scores[i], -i))
+    if selection == "best":
+        return best
+    se = stds[best] / math.sqrt(max(n_folds - 1, 1))
+    within = [i for i in range(len(scores)) if scores[i] >= scores[best] - se]
+    return min(within, key=lambda i: (preference[i], -scores[i], i))
+
+
+def _preference(grid_rows: List[dict], grid_spec: Dict[str, list]) -> List[int]:
+    """Rank of each grid point: by the sum of its values' positions in their lists, then lexicographically."""
+    keys = [tuple(values.index(row[k]) for k, values in grid_spec.items()) for row in grid_rows]
+    order = sorted(range(len(keys)), key=lambda i: (sum(keys[i]), keys[i]))
+    rank = [0] * len(keys)
+    for r, i in enumerate(order):
+        rank[i] = r
+    return rank
 
 
 def _estimator(taxonomy: Taxonomy, model_settings: ModelSettings, features_col: str, unlabeled_view: Optional[str]):
@@ -162,25 +203,35 @@ def resolve_auto(feats: DataFrame, taxonomy: Taxonomy, vocabulary: List[str], fe
     log.info("tuning %s by %d-fold cross-validation on %d labelled documents (metric %s, %d grid points)",
              ", ".join(f"{k} in {v}" for k, v in grid_spec.items()), tune.folds, n_labeled, tune.metric,
              len(param_maps))
+    grid_rows = []
     try:
         cv_model = cv.fit(folded)
+        scores = [float(v) for v in cv_model.avgMetrics]
+        stds = [float(v) for v in (cv_model.stdMetrics or [0.0] * len(scores))]
+        for pm, score, std in zip(param_maps, scores, stds):
+            grid_rows.append({**{k: pm[est.getParam(PARAM_OF_SETTING[k])] for k in grid_spec}, "cv_score": score,
+                              "cv_std": std})
+        best = max(range(len(scores)), key=lambda i: (scores[i], -i))
+        pick = select_grid_point(scores, stds, _preference(grid_rows, grid_spec), tune.folds, tune.selection)
+        best_model = cv_model.bestModel
+        if pick != best:
+            # CrossValidator refitted its argmax; the one-SE choice needs its own refit on all the data.
+            best_model = est.fit(folded, params=param_maps[pick])
     finally:
         spark.catalog.dropTempView(view)
         unlabeled.unpersist()
         folded.unpersist()
-    scores = list(cv_model.avgMetrics)
-    best = max(range(len(scores)), key=lambda i: (scores[i], -i))
-    grid_rows = []
-    for pm, score in zip(param_maps, scores):
-        grid_rows.append({**{k: pm[est.getParam(PARAM_OF_SETTING[k])] for k in grid_spec}, "cv_score": score})
-    chosen = {k: grid_rows[best][k] for k in grid_spec}
+    chosen = {k: grid_rows[pick][k] for k in grid_spec}
     secs = time.perf_counter() - t0
     info = {"tuned": True, "chosen": chosen, "metric": tune.metric, "folds": tune.folds, "n_labeled": n_labeled,
+            "selection": tune.selection, "best_cv": {k: grid_rows[best][k] for k in grid_spec},
             "grid": grid_rows, "seconds": round(secs, 2)}
-    log.info("tuning chose %s (CV %s %.4f) in %.1fs; grid: %s", chosen, tune.metric, scores[best], secs,
-             "; ".join(f"{ {k: r[k] for k in grid_spec} }: {r['cv_score']:.4f}" for r in grid_rows))
+    log.info("tuning chose %s (CV %s %.4f, %s; highest %.4f at %s) in %.1fs; grid: %s", chosen, tune.metric,
+             scores[pick], tune.selection, scores[best], info["best_cv"], secs,
+             "; ".join(f"{ {k: r[k] for k in grid_spec} }: {r['cv_score']:.4f} +- {r['cv_std']:.4f}"
+                       for r in grid_rows))
     resolved = model_settings.resolved(**chosen)
-    fitted = cv_model.bestModel.path_model
+    fitted = best_model.path_model
     model = PathModel(taxonomy, vocabulary, fitted.log_prior, fitted.log_theta, feature_settings,
                       replace(resolved, smoothing=fitted.model_settings.smoothing),
                       {**fitted.training_summary, "tuning": info})

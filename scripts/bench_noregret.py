@@ -117,6 +117,9 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                     help="generative variants (pcem-default, pcem-paper, a method name, or name:method:k=v;k=v)")
     ap.add_argument("--sklearn", default=",".join(SK_METHODS), help="scikit-learn peers ('' for none)")
+    ap.add_argument("--emmc-rates", default="0.3,0.9",
+                    help="rates at which the emmc variant runs (issue 9 compares with EMMC at 30%% and 90%%; "
+                         "'all' for every rate)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--config", default="conf/pcem.toml")
     args = ap.parse_args(argv)
@@ -170,7 +173,9 @@ def main(argv=None) -> int:
         log.info("taxonomy %s: %r", tax_name, taxonomy)
         for rate in [float(r) for r in args.rates.split(",")]:
             for seed in [int(s) for s in args.seeds.split(",")]:
-                todo = [m for m in variants + sk_methods if (tax_name, rate, seed, m) not in done]
+                todo = [m for m in variants + sk_methods if (tax_name, rate, seed, m) not in done
+                        and (m != "emmc" or args.emmc_rates == "all"
+                             or rate in [float(r) for r in args.emmc_rates.split(",") if r])]
                 if not todo:
                     continue
                 roled = assign_roles(docs, seed, 0.2, rate).cache()

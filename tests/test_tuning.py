@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 from pcem_spark.features import FeatureSettings, featurize, fit_vocabulary
 from pcem_spark.model import ModelSettings, train
-from pcem_spark.tuning import TuneSettings, resolve_auto, stratified_folds
+from pcem_spark.tuning import TuneSettings, _preference, resolve_auto, select_grid_point, stratified_folds
 
 from test_predict_evaluate import TAX, WORDS  # noqa: E402 (the same four-topic corpus)
 
@@ -81,7 +81,7 @@ def test_resolve_auto_keeps_unlabelled_docs_in_every_fold_and_is_deterministic(s
     docs = _corpus(spark)
     feats, vocab = _features(spark, docs)
     n_unlabeled = docs.where(F.col("labels").isNull()).count()
-    tune = TuneSettings(folds=3, unlabeled_weights=[0.0, 1.0], path_weights=[0.0, 1.0])
+    tune = TuneSettings(folds=3, unlabeled_weights=[0.0, 1.0], path_weights=[0.0, 1.0], selection="best")
     ms = ModelSettings(method="pcem", max_iter=5)
     s1, info1, model1 = resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=3)
     s2, info2, _ = resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=3)
@@ -162,3 +162,52 @@ def test_pcem_train_tune_records_the_choice_in_the_model(spark, tmp_path):
     assert tuning["tuned"] and set(tuning["chosen"]) == {"smoothing"}
     assert [g["smoothing"] for g in tuning["grid"]] == [0.1, 1.0]
     assert PathModel.load(out).model_settings.smoothing == tuning["chosen"]["smoothing"]
+
+
+def test_select_grid_point_one_standard_error_rule():
+    scores, stds = [0.7266, 0.7250, 0.6956, 0.7301], [0.02, 0.02, 0.02, 0.02]
+    pref = [0, 1, 2, 3]
+    assert select_grid_point(scores, stds, pref, 3, "best") == 3
+    # SE of the best = 0.02 / sqrt(2) = 0.0141: points 0, 1 and 3 are within it; 0 is preferred
+    assert select_grid_point(scores, stds, pref, 3, "one_se") == 0
+    assert select_grid_point(scores, stds, [3, 2, 1, 0], 3, "one_se") == 3
+    # a clear winner beats preference
+    assert select_grid_point([0.60, 0.70], [0.01, 0.01], [0, 1], 3, "one_se") == 1
+    # zero spread: one_se is the argmax, ties go to the preferred point
+    assert select_grid_point([0.5, 0.5], [0.0, 0.0], [1, 0], 3, "one_se") == 1
+    with pytest.raises(ValueError, match="selection"):
+        select_grid_point(scores, stds, pref, 3, "median")
+    with pytest.raises(ValueError, match="selection"):
+        TuneSettings(selection="median").validate()
+
+
+def test_preference_follows_the_order_of_the_configured_lists():
+    spec = {"unlabeled_weight": [0.3, 1.0], "path_weight": [0.0, 1.0]}
+    rows = [{"unlabeled_weight": u, "path_weight": g} for u in (0.3, 1.0) for g in (0.0, 1.0)]
+    # first values preferred; then fewer steps away from them; ties lexicographic
+    assert _preference(rows, spec) == [0, 1, 2, 3]
+    spec = {"unlabeled_weight": [1.0, 0.3], "path_weight": [1.0, 0.0]}
+    assert _preference(rows, spec) == [3, 2, 1, 0]
+
+
+def test_one_se_choice_is_refitted_and_recorded(spark):
+    docs = _corpus(spark, seed=1)
+    feats, vocab = _features(spark, docs)
+    # the preferred point (lambda 0, gamma 0) is listed first
+    tune = TuneSettings(folds=3, unlabeled_weights=[0.0, 1.0], path_weights=[0.0, 1.0])
+    settings, info, model = resolve_auto(feats, TAX, vocab, FS, ModelSettings(method="pcem", max_iter=5), tune,
+                                         seed=5)
+    grid = info["grid"]
+    best = max(grid, key=lambda g: g["cv_score"])
+    se = best["cv_std"] / np.sqrt(2)
+    within = [g for g in grid if g["cv_score"] >= best["cv_score"] - se]
+    expected = min(within, key=lambda g: (g["unlabeled_weight"] + g["path_weight"], g["unlabeled_weight"]))
+    assert info["selection"] == "one_se"
+    assert info["chosen"] == {"unlabeled_weight": expected["unlabeled_weight"],
+                              "path_weight": expected["path_weight"]}
+    assert info["best_cv"] == {"unlabeled_weight": best["unlabeled_weight"], "path_weight": best["path_weight"]}
+    # the returned model was fitted with the chosen values, on every document
+    assert (model.model_settings.unlabeled_weight, model.model_settings.path_weight) == \
+        (settings.unlabeled_weight, settings.path_weight) == (expected["unlabeled_weight"], expected["path_weight"])
+    assert model.training_summary["n_labeled"] == 24
+    assert model.training_summary["n_unlabeled"] == docs.where(F.col("labels").isNull()).count()
