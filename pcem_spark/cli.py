@@ -2,8 +2,17 @@
 
 Every command reads its settings from a TOML file (``--config``, default
 ``conf/pcem.toml`` when present) with ``--set section.key=value`` overrides.
-Exit codes: 0 success, 2 bad input or settings (the message says what and
-where), 1 anything else.
+Exit codes, for schedulers (Airflow, cron, spark-submit wrappers):
+
+* 0  done;
+* 2  bad input or settings: the request itself is wrong (the message names the
+  file, row, field or setting); retrying will not help;
+* 75 (``EX_TEMPFAIL``) a runtime failure -- Spark tasks failing after their
+  retries, a lost executor or JVM, an I/O error: retry;
+* 1  a bug in pcem-spark (a traceback is printed).
+
+The message on stderr names the root cause (the Python exception raised in a
+Spark worker, or the Java cause), never only the py4j call that carried it.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import time
 from typing import List, Optional
@@ -19,6 +29,8 @@ from typing import List, Optional
 log = logging.getLogger("pcem")
 
 DEFAULT_CONFIG = "conf/pcem.toml"
+
+EXIT_OK, EXIT_BUG, EXIT_BAD_INPUT, EXIT_TRANSIENT = 0, 1, 2, 75
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -42,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="fit PCNB / PCEM / flat NB / flat EM and save the model")
     p.add_argument("--docs", required=True, help="documents table (Parquet or JSON Lines)")
+    p.add_argument("--format", dest="docs_format", choices=["json", "parquet"],
+                   help="format of --docs (default: from the file names; a folder from the files in it)")
     p.add_argument("--model", required=True, help="output model directory")
     p.add_argument("--taxonomy", help="taxonomy file (TSV parent<TAB>child or JSON); inferred from labels if omitted")
     p.add_argument("--method", help="pcnb | pcem | flat-nb | flat-em | nbmc | emmc | tdnb | tdem | wdnb | wdem "
@@ -68,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="write predictions (Parquet) with a saved model")
     p.add_argument("--model", required=True)
     p.add_argument("--docs", required=True)
+    p.add_argument("--format", dest="docs_format", choices=["json", "parquet"],
+                   help="format of --docs (default: from the file names; a folder from the files in it)")
     p.add_argument("--output", required=True, help="Parquet output directory")
     p.add_argument("--split", help="predict only documents with this split value")
     p.add_argument("--rejects", help="where to write rejected rows (default: OUTPUT_rejects)")
@@ -83,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("experiment", help="the paper's protocol: methods x settings x label rates x seeds")
     p.add_argument("--docs", required=True)
+    p.add_argument("--format", dest="docs_format", choices=["json", "parquet"],
+                   help="format of --docs (default: from the file names; a folder from the files in it)")
     p.add_argument("--output-dir", required=True,
                    help="results.csv (resumed: runs already in it are skipped), results.md, table2.md, "
                         "efficiency.md and the PNG figures")
@@ -127,35 +145,56 @@ def _taxonomy(args, docs=None):
     from .taxonomy import load_taxonomy
     if getattr(args, "taxonomy", None):
         return load_taxonomy(args.taxonomy)
+    from .checks import warn_singleton_leaves
     from .model import infer_taxonomy
-    return infer_taxonomy(docs)
+    taxonomy = infer_taxonomy(docs)
+    # Before --label-rate hides labels: sampling would make false singletons.
+    warn_singleton_leaves(docs, taxonomy, where=getattr(args, "docs", None))
+    return taxonomy
 
 
 def _ensure_writable(spark, path: str, overwrite: bool) -> None:
     """Fail before any work if an output exists and --overwrite was not given."""
-    if overwrite:
-        return
-    jvm = spark.sparkContext._jvm
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    if fs.exists(hpath):
-        raise FileExistsError(f"output {path!r} already exists; pass --overwrite to replace it")
+    from .outputs import check_writable
+    check_writable(spark, path, overwrite)
 
 
-def _read_valid(spark, path: str, rejects_path: str, split: Optional[str], overwrite: bool):
-    """Read documents, write the rejects table, log counts; return the valid rows (cached).
+def _check_label_rate(rate: Optional[float]) -> None:
+    if rate is not None and not 0.0 < rate <= 1.0:
+        raise ValueError(f"--label-rate must be in (0, 1], got {rate}")
+
+
+def _read_valid(spark, path: str, rejects_path: str, split: Optional[str], counts: Optional[dict] = None,
+                fmt: Optional[str] = None):
+    """Read documents, write the rejects table (atomically), log counts; return the valid rows.
 
     Rejects are decided on the whole table before ``--split`` filters, so a
-    malformed row (whose split is unknown) is never lost to the filter.
+    malformed row (whose split is unknown) is never lost to the filter. The
+    rejects table belongs to the run's main output, whose existence the
+    caller has checked, so a leftover of a failed run is replaced; its marker
+    holds the counts (rows read = valid + rejected). ``counts`` (a dict) is
+    filled with them for the main output's marker.
     """
     from pyspark.sql import functions as F
-    from .documents import log_counts, read_documents, split_rejects
-    _ensure_writable(spark, rejects_path, overwrite)
-    raw = read_documents(spark, path)
+    from .documents import count_input_rows, detect_format, log_counts, read_documents, split_rejects
+    from .outputs import atomic_output
+    fmt = fmt or detect_format(spark, path)
+    raw = read_documents(spark, path, fmt)
     good, rejects = split_rejects(raw)  # both read one persisted, fully parsed copy
-    n_in, n_good = raw.count(), good.count()
-    rejects.write.mode("overwrite" if overwrite else "errorifexists").parquet(rejects_path)
-    log_counts(path, n_in, n_good, rejects)
+    # Counted from the stored rows (lines), not from the parser's output: the check below then proves
+    # that every input row is either valid or rejected.
+    n_in, n_good = count_input_rows(spark, path, fmt), good.count()
+    with atomic_output(spark, rejects_path, "rejects", overwrite=True) as staged:
+        rejects.write.parquet(staged.tmp)
+        by_reason = log_counts(path, n_in, n_good, rejects)
+        n_rej = spark.read.parquet(staged.tmp).count()
+        if n_rej != n_in - n_good:  # the contract: every input row is valid or rejected, never lost
+            raise RuntimeError(f"{path}: {n_in} rows read, {n_good} valid, but {n_rej} rejects written")
+        summary = {"source": path, "rows_read": n_in, "valid": n_good, "rejected": n_rej,
+                   "rejected_by_reason": by_reason}
+        staged.info.update(summary)
+    if counts is not None:
+        counts.update({**summary, "rejects": rejects_path})
     if n_in != n_good:
         log.warning("%d rejected rows written to %s", n_in - n_good, rejects_path)
     if split is not None:
@@ -164,8 +203,11 @@ def _read_valid(spark, path: str, rejects_path: str, split: Optional[str], overw
         log.info("%s: %d valid documents with split=%r, %d valid documents with another split left out",
                  path, n_split, split, n_good - n_split)
         n_good = n_split
+        if counts is not None:
+            counts["split"], counts["selected"] = split, n_split
     if n_good == 0:
-        raise ValueError(f"{path}: no valid documents" + (f" with split={split!r}" if split else ""))
+        raise ValueError(f"{path}: no valid documents" + (f" with split={split!r}" if split else "")
+                         + f" (the rejects, with their reasons, are in {rejects_path})")
     return good
 
 
@@ -197,12 +239,19 @@ def cmd_train(args, settings) -> int:
     if args.method:
         settings.model.method = args.method
         settings.model.validate()
+    _check_label_rate(args.label_rate)
+    # Cheap checks before the read: a wrong taxonomy or descriptions path fails in a second.
+    given_taxonomy = _taxonomy(args) if args.taxonomy else None
+    for path in (args.descriptions,):
+        if path and "://" not in path and not os.path.exists(path):
+            raise FileNotFoundError(f"--descriptions {path!r} does not exist")
     spark = build_session(settings.spark)
     t0 = time.perf_counter()
     _ensure_writable(spark, args.model, args.overwrite)
-    docs = _read_valid(spark, args.docs, args.rejects or args.model.rstrip("/") + "_rejects",
-                       args.split, args.overwrite)
-    taxonomy = _taxonomy(args, docs)
+    counts: dict = {}
+    docs = _read_valid(spark, args.docs, args.rejects or args.model.rstrip("/") + "_rejects", args.split, counts,
+                       args.docs_format)
+    taxonomy = given_taxonomy or _taxonomy(args, docs)
     sup = settings.supervision
     args.supervision = args.supervision or sup.kind
     args.descriptions = args.descriptions or sup.descriptions or None
@@ -242,6 +291,7 @@ def cmd_train(args, settings) -> int:
                      tuning["chosen"])
     log.info("train: smoothing %g, unlabeled_weight %s, path_weight %s", model.model_settings.smoothing,
              model.model_settings.unlabeled_weight, model.model_settings.path_weight)
+    model.training_summary = {**(model.training_summary or {}), "input": counts}
     model.save(args.model, overwrite=args.overwrite)
     its = result.iter_seconds
     log.info("train: %s on %d labelled + %d unlabelled documents, %d EM iterations (%s), "
@@ -253,19 +303,27 @@ def cmd_train(args, settings) -> int:
 
 def cmd_predict(args, settings) -> int:
     from .model import PathModel
+    from .outputs import atomic_output
+    from .progress import log_progress
     from .session import build_session
     spark = build_session(settings.spark)
     t0 = time.perf_counter()
-    model = PathModel.load(args.model)
     _ensure_writable(spark, args.output, args.overwrite)
-    docs = _read_valid(spark, args.docs, args.rejects or args.output.rstrip("/") + "_rejects",
-                       args.split, args.overwrite)
-    pred = model.transform(docs)
-    pred.write.mode("overwrite" if args.overwrite else "errorifexists").parquet(args.output)
-    n_out = spark.read.parquet(args.output).count()
+    model = PathModel.load(args.model)
+    counts: dict = {}
+    docs = _read_valid(spark, args.docs, args.rejects or args.output.rstrip("/") + "_rejects", args.split,
+                       counts, args.docs_format).cache()
     n_in = docs.count()
-    if n_out != n_in:  # the contract: exactly one row per valid input document
-        raise RuntimeError(f"predict wrote {n_out} rows for {n_in} valid documents")
+    pred = model.transform(docs)
+    # Written to a temporary sibling and moved into place with its marker: --overwrite keeps the old
+    # predictions until the new ones are complete, and a killed run never leaves part files to be read.
+    with atomic_output(spark, args.output, "predictions", overwrite=args.overwrite) as staged:
+        with log_progress(spark, "predict", n_in):
+            pred.write.parquet(staged.tmp)
+        n_out = spark.read.parquet(staged.tmp).count()
+        if n_out != n_in:  # the contract: exactly one row per valid input document
+            raise RuntimeError(f"predict wrote {n_out} rows for {n_in} valid documents")
+        staged.info.update({"rows": n_out, "model": args.model, "input": counts})
     log.info("predict: %d predictions -> %s in %.1fs", n_out, args.output, time.perf_counter() - t0)
     return 0
 
@@ -275,23 +333,32 @@ def cmd_evaluate(args, settings) -> int:
     from .model import PathModel
     from .session import build_session
     from .taxonomy import load_taxonomy
+    from pyspark.sql import functions as F
+    from .outputs import atomic_write_text, require_complete
+    if not (args.taxonomy or args.model):
+        raise ValueError("evaluate needs --model or --taxonomy (the set of nodes to score)")
     spark = build_session(settings.spark)
+    require_complete(spark, args.predictions, "predictions")
     if args.taxonomy:
         taxonomy = load_taxonomy(args.taxonomy)
-    elif args.model:
-        taxonomy = PathModel.load(args.model).taxonomy
     else:
-        raise ValueError("evaluate needs --model or --taxonomy (the set of nodes to score)")
+        taxonomy = PathModel.load(args.model).taxonomy
     pred = spark.read.parquet(args.predictions)
     for col in ("path", "labels"):
         if col not in pred.columns:
             raise ValueError(f"{args.predictions}: column {col!r} is missing (found {pred.columns})")
+    n_rows, n_labeled = pred.select(F.count(F.lit(1)), F.count("labels")).first()
+    if n_labeled == 0:
+        raise ValueError(f"{args.predictions}: none of the {n_rows} predictions has true labels to score "
+                         "against (predict documents that carry a 'labels' path)")
+    if n_labeled < n_rows:
+        log.warning("evaluate: %d of %d predictions have no true labels; they are not scored",
+                    n_rows - n_labeled, n_rows)
+        pred = pred.where(F.col("labels").isNotNull())
     metrics = evaluate_predictions(pred, taxonomy)
     print(format_metrics(metrics))
     if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        with open(args.output, "w") as fh:
-            json.dump(metrics, fh, indent=2)
+        atomic_write_text(args.output, json.dumps(metrics, indent=2))
         log.info("evaluate: metrics -> %s", args.output)
     return 0
 
@@ -323,10 +390,11 @@ def cmd_experiment(args, settings) -> int:
     if "dataless" in setting_list and not desc_path:
         raise ValueError("the dataless setting needs --descriptions FILE (JSON node -> description) "
                          "or [supervision] descriptions in the settings")
+    given_taxonomy = _taxonomy(args) if args.taxonomy else None
     spark = build_session(settings.spark)
     os.makedirs(args.output_dir, exist_ok=True)
-    docs = _read_valid(spark, args.docs, os.path.join(args.output_dir, "rejects"), None, True)
-    taxonomy = _taxonomy(args, docs)
+    docs = _read_valid(spark, args.docs, os.path.join(args.output_dir, "rejects"), None, None, args.docs_format)
+    taxonomy = given_taxonomy or _taxonomy(args, docs)
     descriptions = None
     if "dataless" in setting_list:
         from .weak import load_descriptions
@@ -365,26 +433,94 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     from .session import setup_logging
     setup_logging(args.log_level)
-    from .config import ConfigError
-    from .documents import DocumentsError
-    from .taxonomy import TaxonomyError
-    import tarfile
-
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
     try:
         settings = _settings(args)
         return COMMANDS[args.command](args, settings)
-    except (ConfigError, DocumentsError, TaxonomyError, ValueError, OSError, tarfile.TarError) as exc:
-        log.error("%s", exc)
-        print(f"pcem {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except (PySparkException, Py4JJavaError) as exc:
-        # Spark's own message (missing path, bad regex, ...) without the JVM stack.
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        log.error("Spark error: %s", exc)
-        print(f"pcem {args.command}: error: {first}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print(f"pcem {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BaseException as exc:  # noqa: BLE001 - the one place that turns exceptions into exit codes
+        if isinstance(exc, SystemExit):
+            raise
+        code, message = classify_failure(exc)
+        if code == EXIT_BUG:
+            log.exception("unexpected error (a bug in pcem-spark; please report it)")
+        else:
+            log.error("%s", message)
+            log.debug("details", exc_info=exc)
+        kind = {EXIT_BAD_INPUT: "error", EXIT_TRANSIENT: "runtime failure (retry)", EXIT_BUG: "internal error"}[code]
+        print(f"pcem {args.command}: {kind}: {message}", file=sys.stderr)
+        return code
+
+
+_PY_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Fault)):\s?(.*)$")
+_JAVA_CAUSE = re.compile(r"^\s*Caused by: (\S+?)(?:: (.*))?$")
+
+
+def root_cause(exc: BaseException) -> str:
+    """The innermost cause of a Spark failure, in one line.
+
+    A Python exception raised in a worker reaches the driver inside a Java
+    stack trace inside a py4j error: the last Python ``Traceback`` block's
+    final ``Type: message`` line is what went wrong. Without one, the
+    deepest Java ``Caused by:`` line; without that, the first line.
+    """
+    text = str(exc)
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            text = text + "\n" + str(java.toString())
+        except Exception:  # the JVM may be gone
+            pass
+    if "Traceback (most recent call last)" in text:
+        tail = text.rsplit("Traceback (most recent call last)", 1)[1].splitlines()
+        for line in reversed(tail):
+            m = _PY_ERROR_LINE.match(line.strip())
+            if m and m.group(1) not in ("org.apache.spark.api.python.PythonException",):
+                return f"{m.group(1)}: {m.group(2)}".strip()
+    causes = [m for m in (_JAVA_CAUSE.match(line) for line in text.splitlines()) if m]
+    if causes:
+        name, msg = causes[-1].group(1), (causes[-1].group(2) or "").strip()
+        return f"{name}: {msg}" if msg else name
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    return first
+
+
+# Java causes that mean the stored bytes are bad, not that the run was unlucky.
+_CORRUPT_DATA = ("ChecksumException", "ZipException", "EOFException: Unexpected end of input stream",
+                 "ParquetDecodingException", "CorruptedFileException")
+
+
+def classify_failure(exc: BaseException):
+    """(exit code, one-line message) of an exception: bad input (2), transient runtime failure (75), bug (1)."""
+    import tarfile
+    from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
+    from pyspark.errors import AnalysisException, IllegalArgumentException, PySparkException
+
+    from .config import ConfigError
+    from .documents import DocumentsError
+    from .outputs import IncompleteOutputError
+    from .taxonomy import TaxonomyError
+    if isinstance(exc, (ConfigError, DocumentsError, TaxonomyError, IncompleteOutputError, FileExistsError,
+                        FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
+                        tarfile.TarError, json.JSONDecodeError, ValueError)):
+        return EXIT_BAD_INPUT, str(exc)
+    if isinstance(exc, (AnalysisException, IllegalArgumentException)):
+        # The query itself is wrong: a missing path, column or table (Spark's message names it).
+        return EXIT_BAD_INPUT, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, (Py4JNetworkError, ConnectionError, EOFError)) or \
+            (isinstance(exc, Py4JError) and "Answer from Java side is empty" in str(exc)):
+        return EXIT_TRANSIENT, f"lost the connection to the Spark driver JVM ({type(exc).__name__}: {exc})"
+    if isinstance(exc, (Py4JJavaError, PySparkException)):
+        cause = root_cause(exc)
+        if any(marker in cause for marker in _CORRUPT_DATA):
+            # The bytes on disk are wrong: every retry reads the same bytes.
+            return EXIT_BAD_INPUT, f"corrupt input: {cause}"
+        # Tasks that failed after Spark's own retries, lost executors, I/O errors: worth a retry.
+        return EXIT_TRANSIENT, f"Spark job failed: {cause}"
+    if isinstance(exc, (OSError, MemoryError)):
+        return EXIT_TRANSIENT, f"{type(exc).__name__}: {exc}"
+    return EXIT_BUG, f"{type(exc).__name__}: {exc}"
 
 
 if __name__ == "__main__":

@@ -278,6 +278,8 @@ def _accumulate(acc, x):
 def _pass_partition(index: int, blocks: Iterable[Block], bc, use_unlabeled: bool, n_paths: int,
                     posterior_floor: float, init_seed: Optional[int] = None, unlabeled_weight: float = 1.0,
                     doc_length: float = 0.0):
+    from .faults import maybe_fail
+    maybe_fail("em_pass")  # no-op unless a test sets PCEM_INJECT_FAULT
     log_prior, log_theta_t, score_matrix, structure = bc.value
     dtype = np.float64 if log_theta_t is None else log_theta_t.dtype
     # Broadcast as (V, M) C-ordered, so X @ log_theta.T needs no per-block copy.

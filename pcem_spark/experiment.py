@@ -209,8 +209,8 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
 
 def _write_reports(rows: List[Dict[str, object]], out_dir: str, rate: float = 0.01, paper: str = "") -> None:
     from .report import PAPERS, write_report
-    with open(os.path.join(out_dir, "results.md"), "w") as fh:
-        fh.write(markdown_table(rows))
+    from .outputs import atomic_write_text
+    atomic_write_text(os.path.join(out_dir, "results.md"), markdown_table(rows))
     write_report(rows, out_dir, rate, PAPERS.get(paper))
 
 
@@ -325,13 +325,14 @@ def write_csv(rows: List[Dict[str, object]], path: str, depth: int) -> None:
     # Columns of older rows (another taxonomy depth, ...) are kept, never dropped.
     for r in rows:
         fields += [k for k in r if k is not None and k not in fields]
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields, restval="")
-        writer.writeheader()
-        for r in rows:
-            writer.writerow(r)
-    os.replace(tmp, path)
+    import io
+    from .outputs import atomic_write_text
+    buf = io.StringIO(newline="")
+    writer = csv.DictWriter(buf, fieldnames=fields, restval="")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow(r)
+    atomic_write_text(path, buf.getvalue())
 
 
 def summarize(rows: List[Dict[str, object]]) -> List[Dict[str, object]]:

@@ -159,28 +159,14 @@ def check_vector_size(df: DataFrame, features_col: str, expected: int) -> None:
 
 
 def check_label_paths(df: DataFrame, taxonomy: Taxonomy, labels_col: str = "labels",
-                      max_errors: int = 5) -> None:
-    """Raise a :class:`TaxonomyError` naming documents whose labels are not a path of the tree.
+                      max_errors: int = 10) -> None:
+    """Raise a :class:`TaxonomyError` naming label paths that are not paths of the tree (pcem_spark.checks).
 
-    Only the distinct label paths (with one example id and a count) reach the
-    driver, never the documents.
+    Only the distinct wrong label paths (with one example id and a count)
+    reach the driver, never the documents.
     """
-    distinct = (df.where(F.col(labels_col).isNotNull())
-                .groupBy(labels_col).agg(F.min("id").alias("example_id"), F.count(F.lit(1)).alias("n"))
-                .limit(100001).collect())
-    if len(distinct) > 100000:
-        raise TaxonomyError("more than 100,000 distinct label paths: the labels column does not look "
-                            "like paths of a taxonomy (expected array<string> from level 1 to the leaf)")
-    errors = []
-    for row in distinct:
-        try:
-            taxonomy.path_of_labels(row[labels_col], doc=row["example_id"])
-        except TaxonomyError as exc:
-            errors.append(f"{exc} ({row['n']} document(s) with these labels)")
-    if errors:
-        more = f"\n  ... and {len(errors) - max_errors} more label paths" if len(errors) > max_errors else ""
-        raise TaxonomyError("labels that are not paths of the taxonomy:\n  "
-                            + "\n  ".join(errors[:max_errors]) + more)
+    from .checks import require_known_label_paths
+    require_known_label_paths(df, taxonomy, labels_col, max_listed=max_errors)
 
 
 def infer_taxonomy(df: DataFrame, labels_col: str = "labels", max_paths: int = 100000) -> Taxonomy:
@@ -292,10 +278,10 @@ class PathModel:
         settings, summary); ``vocabulary/`` Parquet (index, term);
         ``parameters/`` Parquet (path index, log_prior, log_theta as float64 bytes).
         """
+        from .outputs import atomic_output
         spark = SparkSession.getActiveSession()
         if spark is None:
             raise RuntimeError("PathModel.save needs an active SparkSession")
-        mode = "overwrite" if overwrite else "errorifexists"
         meta = {
             "format_version": FORMAT_VERSION,
             # pyspark.ml's PipelineModel reader loads a stage by this class name.
@@ -308,43 +294,66 @@ class PathModel:
             "features_col": self.features_col,
             "training_summary": self.training_summary,
         }
-        spark.createDataFrame([(json.dumps(meta),)], "value string").coalesce(1) \
-            .write.mode(mode).text(f"{path}/metadata")
-        spark.createDataFrame(list(enumerate(self.vocabulary)), "index int, term string") \
-            .write.mode(mode).parquet(f"{path}/vocabulary")
-        # log theta rows as little-endian float64 bytes: a Python list per row
-        # would cost ~30 bytes per float on the driver (GBs for 1,000 x 2^18).
-        rows = [(j, float(self.log_prior[j]), self.log_theta[j].astype("<f8").tobytes())
-                for j in range(self.log_theta.shape[0])]
-        spark.createDataFrame(rows, "path_index int, log_prior double, log_theta binary") \
-            .write.mode(mode).parquet(f"{path}/parameters")
+        # Built in a temporary sibling and moved into place with its completion
+        # marker (pcem_spark.outputs): a killed save never leaves new metadata
+        # beside old parameters, and load() refuses a directory without it.
+        with atomic_output(spark, path, "model", overwrite=overwrite) as staged:
+            spark.createDataFrame([(json.dumps(meta),)], "value string").coalesce(1) \
+                .write.text(f"{staged.tmp}/metadata")
+            spark.createDataFrame(list(enumerate(self.vocabulary)), "index int, term string") \
+                .write.parquet(f"{staged.tmp}/vocabulary")
+            # log theta rows as little-endian float64 bytes: a Python list per row
+            # would cost ~30 bytes per float on the driver (GBs for 1,000 x 2^18).
+            rows = [(j, float(self.log_prior[j]), self.log_theta[j].astype("<f8").tobytes())
+                    for j in range(self.log_theta.shape[0])]
+            spark.createDataFrame(rows, "path_index int, log_prior double, log_theta binary") \
+                .write.parquet(f"{staged.tmp}/parameters")
+            staged.info.update({"n_paths": int(self.log_theta.shape[0]), "vocab_size": len(self.vocabulary)})
 
     @classmethod
     def load(cls, path: str) -> "PathModel":
+        """Read a model directory written by :meth:`save`; refuse an incomplete or corrupt one (ValueError)."""
+        from .outputs import require_complete
         spark = SparkSession.getActiveSession()
         if spark is None:
             raise RuntimeError("PathModel.load needs an active SparkSession")
+        require_complete(spark, path, "model")
+        meta_rows = spark.read.text(f"{path}/metadata").collect()
         try:
-            meta_rows = spark.read.text(f"{path}/metadata").collect()
-        except Exception as exc:  # AnalysisException: path does not exist
-            raise FileNotFoundError(f"{path} is not a pcem model directory (no metadata/): {exc}") from None
-        meta = json.loads(meta_rows[0]["value"])
-        version = meta.get("format_version")
+            meta = json.loads(meta_rows[0]["value"])
+            version = meta.get("format_version")
+        except (IndexError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}/metadata: not a pcem-spark model metadata line ({type(exc).__name__}: "
+                             f"{exc}); the model directory is damaged, retrain it") from None
         if version != FORMAT_VERSION:
             raise ValueError(f"{path}: model format version {version}, this pcem-spark reads {FORMAT_VERSION}")
-        taxonomy = Taxonomy(meta["taxonomy"]["children"], root=meta["taxonomy"]["root"])
-        vocab_rows = spark.read.parquet(f"{path}/vocabulary").orderBy("index").collect()
-        vocabulary = [r["term"] for r in vocab_rows]
-        param_rows = spark.read.parquet(f"{path}/parameters").orderBy("path_index").collect()
-        log_prior = np.array([r["log_prior"] for r in param_rows])
-        log_theta = np.vstack([np.frombuffer(r["log_theta"], dtype="<f8") for r in param_rows])
-        # Models written before unlabeled_weight / path_weight existed were trained with the paper's 1.
-        model_settings = ModelSettings(**meta["model_settings"]).resolved()
-        model = cls(taxonomy, vocabulary, log_prior, log_theta, FeatureSettings(**meta["feature_settings"]),
+        try:
+            taxonomy = Taxonomy(meta["taxonomy"]["children"], root=meta["taxonomy"]["root"])
+            vocab_rows = spark.read.parquet(f"{path}/vocabulary").orderBy("index").collect()
+            vocabulary = [r["term"] for r in vocab_rows]
+            param_rows = spark.read.parquet(f"{path}/parameters").orderBy("path_index").collect()
+            log_prior = np.array([r["log_prior"] for r in param_rows])
+            log_theta = np.vstack([np.frombuffer(r["log_theta"], dtype="<f8") for r in param_rows])
+            # Models written before unlabeled_weight / path_weight existed were trained with the paper's 1.
+            model_settings = ModelSettings(**meta["model_settings"]).resolved()
+            feature_settings = _feature_settings_of(meta["feature_settings"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: damaged model ({type(exc).__name__}: {exc}); retrain it") from None
+        if log_theta.shape[1] != len(vocabulary) or len(vocabulary) != meta.get("vocab_size", len(vocabulary)) \
+                or log_prior.shape[0] != log_theta.shape[0]:
+            raise ValueError(f"{path}: damaged model: parameters are {log_theta.shape[0]} x {log_theta.shape[1]} "
+                             f"with {log_prior.shape[0]} priors, the vocabulary has {len(vocabulary)} terms and "
+                             f"the metadata says {meta.get('vocab_size')}; retrain it")
+        model = cls(taxonomy, vocabulary, log_prior, log_theta, feature_settings,
                     model_settings, meta.get("training_summary"))
         model.features_col = meta.get("features_col")
         return model
 
+
+def _feature_settings_of(d: dict) -> FeatureSettings:
+    """FeatureSettings of saved metadata; keys a newer version added map to the behaviour of the old one."""
+    from_dict = getattr(FeatureSettings, "from_dict", None)
+    return from_dict(d) if from_dict is not None else FeatureSettings(**d)
 
 def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings,
           model_settings: ModelSettings, vocabulary: Optional[List[str]] = None,
@@ -363,6 +372,8 @@ def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings
     feature_settings.validate()
     if featurized is None:
         check_label_paths(docs, taxonomy)
+        from .checks import label_coverage, warn_label_coverage
+        warn_label_coverage(label_coverage(docs, taxonomy), taxonomy)
         if vocabulary is None:
             vocabulary = fit_vocabulary(docs, feature_settings)
         featurized = featurize(docs.select("id", "text", "labels"), vocabulary, feature_settings)

@@ -199,9 +199,18 @@ def _plot_curves(rows, setting: str, path: str) -> bool:
     axes[0].legend()
     fig.suptitle(f"20NG-style evaluation, {setting}: EM methods vs label rate")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save_figure(fig, path)
     plt.close(fig)
     return True
+
+
+def _save_figure(fig, path: str) -> None:
+    """PNG bytes in memory, then one atomic replace: a killed report never leaves a truncated image."""
+    import io
+    from .outputs import atomic_write_bytes
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def _plot_efficiency(rows, path: str, rate: float = 0.01, setting: str = "labeled") -> bool:
@@ -220,7 +229,7 @@ def _plot_efficiency(rows, path: str, rate: float = 0.01, setting: str = "labele
     ax.set_title(f"Training time per method ({setting}, {100 * rate:g}% labels)")
     ax.tick_params(axis="x", rotation=45)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save_figure(fig, path)
     plt.close(fig)
     return True
 
@@ -228,11 +237,10 @@ def _plot_efficiency(rows, path: str, rate: float = 0.01, setting: str = "labele
 def write_report(rows: List[dict], out_dir: str, rate: float = 0.01, paper=None) -> List[str]:
     """Write table2.md, efficiency.md and (with matplotlib) the PNG figures; returns the files written."""
     written = []
-    with open(os.path.join(out_dir, "table2.md"), "w") as fh:
-        fh.write(table2(rows, rate, paper=paper))
+    from .outputs import atomic_write_text
+    atomic_write_text(os.path.join(out_dir, "table2.md"), table2(rows, rate, paper=paper))
     written.append("table2.md")
-    with open(os.path.join(out_dir, "efficiency.md"), "w") as fh:
-        fh.write(efficiency_table(rows, rate))
+    atomic_write_text(os.path.join(out_dir, "efficiency.md"), efficiency_table(rows, rate))
     written.append("efficiency.md")
     try:
         import matplotlib  # noqa: F401

@@ -15,6 +15,7 @@ Everything here is plain Python/numpy; nothing needs Spark.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections import OrderedDict
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -243,6 +244,28 @@ class Taxonomy:
             dummy_name(leaf, lvl) for lvl in range(len(labels) + 1, self.depth + 1))
         return self.path_index[padded]
 
+    def suggest_path(self, labels: Sequence[str]) -> Optional[List[str]]:
+        """The real path a wrong label path most likely meant, or None.
+
+        Cheap on purpose (used only for the few paths an error message lists):
+        a known leaf in the wrong place -> that leaf's real path; an unknown
+        last label -> the real path of the most similar leaf name (difflib,
+        :func:`closest_name`). A path that stops at an inner node gets None:
+        its error already lists the children to choose from.
+        """
+        if not labels:
+            return None
+        last = str(labels[-1]).strip()
+        leaf_path = {leaf: j for j, leaf in enumerate(self.leaves)}  # self.leaves is aligned with self.paths
+        if last in self.real_nodes:
+            j = leaf_path.get(last)
+            if j is None:
+                return None
+            real = self.real_path(j)
+            return real if real != list(labels) else None
+        guess = closest_name(last, list(leaf_path))
+        return None if guess is None else self.real_path(leaf_path[guess])
+
     def path_lookup(self) -> Dict[Tuple[str, ...], int]:
         """Map real label path (tuple) -> path index, for fast per-row lookup."""
         return {tuple(self.real_path(j)): j for j in range(self.n_paths)}
@@ -301,6 +324,17 @@ class Taxonomy:
     def __repr__(self) -> str:
         return (f"Taxonomy(root={self.root!r}, depth={self.depth}, "
                 f"nodes={len(self.real_nodes)}, paths={self.n_paths})")
+
+
+def closest_name(name: str, candidates: Sequence[str], cutoff: float = 0.6) -> Optional[str]:
+    """The candidate most similar to ``name`` (difflib ratio >= ``cutoff``), or None.
+
+    For "did you mean" hints only: O(len(candidates)) string comparisons, so
+    callers use it for the handful of names a message shows.
+    """
+    others = [c for c in candidates if c != name]
+    match = difflib.get_close_matches(name, others, n=1, cutoff=cutoff)
+    return match[0] if match else None
 
 
 def _check_name(node: object) -> str:

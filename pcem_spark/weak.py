@@ -15,21 +15,23 @@ and each Arrow batch of documents is scored as one sparse x dense product.
 from __future__ import annotations
 
 import json
-from typing import Dict, List, Sequence
+import logging
+from typing import Collection, Dict, List, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from .engine import arrow_blocks, csr_of
-from .taxonomy import Taxonomy, TaxonomyError
+from .taxonomy import Taxonomy, TaxonomyError, closest_name
+
+log = logging.getLogger(__name__)
+
+# Node names listed in one message at most (the count of the rest follows).
+_MAX_NAMES = 20
 
 
 def load_descriptions(path: str, taxonomy: Taxonomy) -> Dict[str, str]:
-    """Read a JSON object node -> description and check it against the taxonomy.
-
-    Every real (non-dummy, non-root) node needs a non-empty description; a
-    node that is not in the taxonomy is an error naming it.
-    """
+    """Read a JSON object node -> description and check it against the taxonomy (:func:`check_descriptions`)."""
     try:
         with open(path, "r", encoding="utf-8") as fh:
             obj = json.load(fh)
@@ -39,17 +41,60 @@ def load_descriptions(path: str, taxonomy: Taxonomy) -> Dict[str, str]:
 
 
 def check_descriptions(obj, taxonomy: Taxonomy, where: str = "descriptions") -> Dict[str, str]:
-    """Validate a parsed node -> description mapping against the taxonomy (see :func:`load_descriptions`)."""
-    path = where
+    """Validate a parsed node -> description mapping against the taxonomy.
+
+    Returns a dict node -> description text for the described nodes of the
+    taxonomy (``where`` names the file or Param in every message):
+
+    * a node that is not in the taxonomy (e.g. a class the training data
+      lacks when the taxonomy is inferred): logged warning, ignored;
+    * an inner node with no description: logged warning; its vector is then
+      its descendants' descriptions only (:func:`description_matrix` always
+      adds those, so the node still has words -- unlike in the paper, where
+      every node has its own description);
+    * a leaf with no description: :class:`TaxonomyError` naming the leaves.
+      Such a leaf could never get a weak label, and the fix is one line of
+      the file, so failing before training is the cheaper outcome.
+    """
     if not isinstance(obj, dict):
-        raise TaxonomyError(f"{path}: expected a JSON object node -> description text")
-    unknown = sorted(set(obj) - set(taxonomy.real_nodes))
+        raise TaxonomyError(f"{where}: expected a JSON object node -> description text")
+    known = set(taxonomy.real_nodes)
+    if taxonomy.root in obj:
+        # The root is not a class (no similarity column): nothing to warn about.
+        log.info("%s: the description of the root %r is not used (the root is not a class)", where, taxonomy.root)
+    unknown = sorted(set(obj) - known - {taxonomy.root})
     if unknown:
-        raise TaxonomyError(f"{path}: description for node(s) not in the taxonomy: {unknown[:10]}")
-    missing = sorted(n for n in taxonomy.real_nodes if not str(obj.get(n) or "").strip())
-    if missing:
-        raise TaxonomyError(f"{path}: no description for node(s) {missing[:10]}")
-    return {n: str(obj[n]) for n in obj}
+        hints = [f"{n!r}" + (f" (did you mean {g!r}?)" if (g := closest_name(n, sorted(known))) else "")
+                 for n in unknown[:_MAX_NAMES]]
+        log.warning("%s: %d description(s) for node(s) that are not in the taxonomy are ignored: %s%s. "
+                    "Correct the node name in %s if it is a typo. A taxonomy inferred from the labels lacks "
+                    "the classes no document is labelled with: pass --taxonomy FILE to keep them.",
+                    where, len(unknown), ", ".join(hints), _more(unknown), where)
+    missing = sorted((n for n in known if not _text(obj.get(n))), key=lambda n: (taxonomy.node_depth(n), n))
+    leaves = set(taxonomy.leaves)
+    missing_leaves = [n for n in missing if n in leaves]
+    if missing_leaves:
+        raise TaxonomyError(
+            f"{where}: no description for leaf node(s) {missing_leaves[:_MAX_NAMES]}{_more(missing_leaves)} "
+            f"({len(missing_leaves)} of {len(leaves)} leaves): a leaf without a description can never get a "
+            f"weak label. Add a line \"{missing_leaves[0]}\": \"a few words typical of its documents\" for each "
+            f"to {where}, or remove those leaves from the taxonomy")
+    missing_inner = [n for n in missing if n not in leaves]
+    if missing_inner:
+        log.warning("%s: no description for inner node(s) %s%s: each is described by its descendants' "
+                    "descriptions only. Add own descriptions to %s to follow the paper's setup.",
+                    where, missing_inner[:_MAX_NAMES], _more(missing_inner), where)
+    return {n: _text(v) for n, v in obj.items() if n in known and _text(v)}
+
+
+def _text(value) -> str:
+    """A description as stripped text ("" for null/blank)."""
+    return str(value).strip() if value is not None else ""
+
+
+def _more(names: Sequence) -> str:
+    """The suffix ``" (+N more)"`` when a message lists only the first ``_MAX_NAMES`` of ``names``."""
+    return f" (+{len(names) - _MAX_NAMES} more)" if len(names) > _MAX_NAMES else ""
 
 
 def idf_weights(doc_freq: np.ndarray, n_docs: int) -> np.ndarray:
@@ -137,21 +182,51 @@ def to_taxonomy_columns(node_scores: np.ndarray, nodes: List[str], taxonomy: Tax
 
 def description_matrix(spark, descriptions: Dict[str, str], vocabulary: List[str], feature_settings,
                        nodes: List[str], taxonomy: Taxonomy) -> sp.csr_matrix:
-    """(C, V) term counts of each node's description plus its descendants' descriptions."""
+    """(C, V) term counts of each node's description plus its descendants' descriptions.
+
+    ``nodes`` (length C) are the real nodes; a node absent from
+    ``descriptions`` contributes no words of its own. A row with no word of
+    the vocabulary is logged as a warning naming the node and stays all
+    zero: that node gets no weak label (its similarity is 0 for every
+    document) while the rest of the run goes on. Raises a
+    :class:`TaxonomyError` only when some depth has no usable node, since the
+    per-depth rule would then leave every document without a weak label.
+    """
+    out = _add_descendants(_own_description_counts(spark, descriptions, vocabulary, feature_settings, nodes),
+                           nodes, taxonomy)
+    empty = empty_description_nodes(out, nodes)
+    if empty:
+        _warn_empty_descriptions(empty, descriptions, feature_settings)
+        _require_usable_node_per_depth(empty, nodes, taxonomy)
+    return out
+
+
+def _own_description_counts(spark, descriptions: Dict[str, str], vocabulary: List[str], feature_settings,
+                            nodes: List[str]) -> sp.csr_matrix:
+    """(C, V) term counts of each node's own description (zero row when it has none)."""
     from .features import featurize
-    rows = [(n, descriptions[n]) for n in nodes]
+    rows = [(n, descriptions[n]) for n in nodes if n in descriptions]
+    out = sp.lil_matrix((len(nodes), len(vocabulary)))
+    if not rows:
+        return out.tocsr()
     df = featurize(spark.createDataFrame(rows, "id string, text string"), vocabulary, feature_settings)
     vecs = {r["id"]: r["features"] for r in df.collect()}  # C description rows, never documents
-    out = sp.lil_matrix((len(nodes), len(vocabulary)))
     for i, n in enumerate(nodes):
-        v = vecs[n]
-        out[i, v.indices] = v.values
-    out = out.tocsr()
-    # A class means its subclasses too: a node's vector is its own description
-    # plus its descendants' (measured on 20NG, 1%: coverage of the weak labels
-    # rises from 49% with own descriptions only; see docs/RESULTS.md).
+        v = vecs.get(n)
+        if v is not None:
+            out[i, v.indices] = v.values
+    return out.tocsr()
+
+
+def _add_descendants(own: sp.csr_matrix, nodes: List[str], taxonomy: Taxonomy) -> sp.csr_matrix:
+    """Each row plus the rows of the node's descendants, shape (C, V).
+
+    A class means its subclasses too (measured on 20NG, 1%: coverage of the
+    weak labels rises from 49% with own descriptions only; see
+    docs/RESULTS.md). A leaf has no descendants, so an empty leaf stays empty.
+    """
     index = {n: i for i, n in enumerate(nodes)}
-    agg = sp.lil_matrix(out.shape)
+    agg = sp.lil_matrix(own.shape)
     for i, n in enumerate(nodes):
         stack, rows = [n], []
         while stack:
@@ -159,24 +234,61 @@ def description_matrix(spark, descriptions: Dict[str, str], vocabulary: List[str
             if cur in index:
                 rows.append(index[cur])
             stack.extend(taxonomy.children(cur))
-        agg[i] = out[rows].sum(axis=0)
-    out = agg.tocsr()
-    empty = [n for i, n in enumerate(nodes) if out[i].nnz == 0]
-    if empty:
-        raise TaxonomyError(f"descriptions of {empty[:10]} have no word of the vocabulary; "
-                            "use words that occur in the corpus")
-    return out
+        agg[i] = own[rows].sum(axis=0)
+    return agg.tocsr()
+
+
+def empty_description_nodes(D: sp.csr_matrix, nodes: List[str]) -> List[str]:
+    """Nodes whose row of the (C, V) description matrix has no word (they can get no weak label)."""
+    total = np.asarray(abs(sp.csr_matrix(D)).sum(axis=1)).ravel()
+    return [n for n, t in zip(nodes, total) if t == 0]
+
+
+def _warn_empty_descriptions(empty: List[str], descriptions: Dict[str, str], feature_settings) -> None:
+    """One warning naming the nodes without a vocabulary word, their text, and the settings that dropped it."""
+    shown = ", ".join(f"{n!r} ({_clip(descriptions.get(n, ''))!r})" for n in empty[:_MAX_NAMES])
+    log.warning(
+        "label descriptions: %d node(s) have no word of the vocabulary in their description (nor in their "
+        "descendants'): %s%s. They get no weak label and the run goes on without them, so the model learns "
+        "them (if at all) only through EM. To fix: use words in those descriptions that occur in at least "
+        "features.min_df=%g and at most features.max_df=%g of the documents (e.g. frequent words of those "
+        "classes' documents), or relax features.min_df / max_df / vocab_size=%d.",
+        len(empty), shown, _more(empty), feature_settings.min_df, feature_settings.max_df,
+        feature_settings.vocab_size)
+
+
+def _clip(text: str, width: int = 60) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _require_usable_node_per_depth(empty: List[str], nodes: List[str], taxonomy: Taxonomy) -> None:
+    """Raise when every node of some depth is in ``empty``.
+
+    The per-depth rule (:func:`argmax_node_scores`) gives a weak label only
+    to a document with a similar node at *every* depth, so such a depth
+    means no weak label at all -- a run that would train on nothing.
+    """
+    dead = set(empty)
+    for level in range(1, taxonomy.depth + 1):
+        at_level = [n for n in nodes if taxonomy.node_depth(n) == level]
+        if at_level and all(n in dead for n in at_level):
+            raise TaxonomyError(
+                f"label descriptions: no node of depth {level} ({at_level[:_MAX_NAMES]}{_more(at_level)}) has a "
+                "word of the vocabulary in its description, so no document can get a weak label. Use words "
+                "that occur in the corpus in those descriptions, or lower features.min_df")
 
 
 def weak_columns(sims: np.ndarray, nodes: List[str], depths: Sequence[int], by_depth, taxonomy: Taxonomy,
-                 mode: str, min_similarity: float):
+                 mode: str, min_similarity: float, excluded: Collection[str] = ()):
     """Arrow columns ``node_scores`` (list<double> over taxonomy.nodes) and ``weak_path`` from (n, C)
-    similarities; rows without a confident weak label are null in both."""
+    similarities; rows without a confident weak label are null in both. ``excluded`` nodes (no usable
+    description) are never on a ``path``-mode weak label."""
     import pyarrow as pa
     hard = argmax_node_scores(sims, depths, min_similarity)
     has = hard.sum(axis=1) > 0
     if mode == "path":
-        cols_k, best_path = best_path_node_scores(sims, nodes, taxonomy)
+        cols_k, best_path = best_path_node_scores(sims, nodes, taxonomy, excluded)
         cols_k[~has] = 0.0
     else:
         node_sc = hard if mode == "argmax" else soft_node_scores(sims, depths, min_similarity)
@@ -199,18 +311,25 @@ def weak_columns(sims: np.ndarray, nodes: List[str], depths: Sequence[int], by_d
     return scores, paths
 
 
-def best_path_node_scores(sims: np.ndarray, nodes: List[str], taxonomy: Taxonomy):
+def best_path_node_scores(sims: np.ndarray, nodes: List[str], taxonomy: Taxonomy,
+                          excluded: Collection[str] = ()):
     """The ``path`` option: the path whose real nodes have the largest summed similarity.
 
     Unlike the per-depth argmax, the chosen nodes always form one path of the
-    tree. Returns ((n, K) node scores of that path, (n,) path index).
+    tree. Paths through an ``excluded`` node are never chosen: without that,
+    a leaf with an empty description would still win ties through its parent's
+    similarity. Returns ((n, K) node scores of that path, (n,) path index).
     """
     col = {nd: i for i, nd in enumerate(nodes)}
     member = np.zeros((len(nodes), taxonomy.n_paths))
     for j in range(taxonomy.n_paths):
         for nd in taxonomy.real_path(j):
             member[col[nd], j] = 1.0
-    best = np.argmax(sims @ member, axis=1)
+    path_sims = sims @ member
+    if excluded:
+        dead = [j for j in range(taxonomy.n_paths) if any(nd in excluded for nd in taxonomy.real_path(j))]
+        path_sims[:, dead] = -np.inf
+    best = np.argmax(path_sims, axis=1)
     return taxonomy.path_node_matrix()[best], best
 
 
@@ -280,8 +399,9 @@ def weak_label(df, vocabulary: List[str], feature_settings, taxonomy: Taxonomy,
     nodes = sorted(taxonomy.real_nodes, key=lambda n: (taxonomy.node_depth(n), n))
     depths = [taxonomy.node_depth(n) for n in nodes]
     D = description_matrix(spark, descriptions, vocabulary, feature_settings, nodes, taxonomy)
+    excluded = frozenset(empty_description_nodes(D, nodes))
     desc_unit = tfidf_rows(D, idf)
-    bc = spark.sparkContext.broadcast((idf, desc_unit, nodes, depths))
+    bc = spark.sparkContext.broadcast((idf, desc_unit, nodes, depths, excluded))
     out_schema = T.StructType(list(df.schema.fields) + [
         T.StructField("node_scores", T.ArrayType(T.DoubleType(), False), True),
         T.StructField("weak_path", T.ArrayType(T.StringType(), False), True)])
@@ -290,12 +410,13 @@ def weak_label(df, vocabulary: List[str], feature_settings, taxonomy: Taxonomy,
 
     def score(batches):
         import pyarrow as pa
-        idf_b, desc_b, nodes_b, depths_b = bc.value
+        idf_b, desc_b, nodes_b, depths_b, excluded_b = bc.value
         by_depth = [np.flatnonzero(np.asarray(depths_b) == lvl) for lvl in range(1, max(depths_b) + 1)]
         for b in arrow_blocks(batches, block_size):
             X = csr_of(b.column(feat_pos), V)
             sims = np.asarray((tfidf_rows(X, idf_b) @ desc_b.T).todense())
-            scores, paths = weak_columns(sims, nodes_b, depths_b, by_depth, taxonomy, mode, min_similarity)
+            scores, paths = weak_columns(sims, nodes_b, depths_b, by_depth, taxonomy, mode, min_similarity,
+                                         excluded_b)
             yield pa.RecordBatch.from_arrays(list(b.columns) + [scores, paths],
                                              names=[f.name for f in out_schema.fields])
 

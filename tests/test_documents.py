@@ -49,9 +49,9 @@ def test_bad_rows_go_to_rejects_with_a_reason_and_nothing_is_dropped(spark, tmp_
     assert ("dup", "duplicate id") in reasons
     assert (None, "field 'id' is missing or empty") in reasons
     assert ("notext", "field 'text' is missing (null)") in reasons
-    malformed = [r for r in rejects.collect() if r["reason"].startswith("malformed record")]
-    assert len(malformed) == 2  # truncated JSON and labels of the wrong type
-    assert any('"badlabels"' in r["record"] for r in malformed)
+    assert ("badlabels", "field 'labels'") in reasons  # labels of the wrong type: never coerced
+    (broken,) = [r for r in rejects.collect() if r["reason"].startswith("invalid JSON")]
+    assert broken["record"] == '{"id": "broken", "text": ' and broken["line"] == 6
     assert all(r["source_file"].endswith("docs.jsonl") for r in rejects.collect())
     # Every input row is either valid or rejected.
     assert good.count() + rejects.count() == raw.count() == 7

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from pcem_spark.taxonomy import Taxonomy, TaxonomyError, dummy_name, load_taxonomy
+from pcem_spark.taxonomy import Taxonomy, TaxonomyError, closest_name, dummy_name, load_taxonomy
 
 # The paper's Figure 1 shape: two level-1 nodes with three children each.
 FIG1 = {"ROOT": ["c1", "c2"], "c1": ["c11", "c12", "c13"], "c2": ["c21", "c22", "c23"]}
@@ -99,3 +99,20 @@ def test_bad_tsv_line_names_file_and_line(tmp_path):
     tsv.write_text("ROOT\tc1\nROOT c2\n")
     with pytest.raises(TaxonomyError, match=r"bad.tsv:2: expected 'parent<TAB>child'"):
         load_taxonomy(str(tsv))
+
+
+def test_suggest_path_for_wrong_labels():
+    t = Taxonomy({"ROOT": ["sci", "rec", "misc"], "sci": ["sci.space", "sci.med"], "rec": ["rec.autos"]})
+    assert t.suggest_path(["sci", "sci.spcae"]) == ["sci", "sci.space"]   # typo of a leaf
+    assert t.suggest_path(["rec", "sci.med"]) == ["sci", "sci.med"]       # known leaf, wrong parent
+    assert t.suggest_path(["misk"]) == ["misc"]                          # shallow leaf
+    assert t.suggest_path(["sci"]) is None                               # stops at an inner node
+    assert t.suggest_path(["sci", "sci.space"]) is None                  # already right
+    assert t.suggest_path(["zzz", "qqqqqq"]) is None                     # nothing similar
+    assert t.suggest_path([]) is None
+
+
+def test_closest_name_cutoff_and_self():
+    assert closest_name("comp.graphcis", ["comp.graphics", "comp.windows.x"]) == "comp.graphics"
+    assert closest_name("tech", ["text"], cutoff=0.8) is None
+    assert closest_name("a", ["a"]) is None  # never itself

@@ -1,6 +1,7 @@
 """Weak-supervision building blocks (issue 4) against dense numpy computations."""
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -58,18 +59,33 @@ def test_argmax_per_depth_and_no_weak_label_without_known_words():
     assert cols.shape == (3, 5) and cols[0].sum() == 2
 
 
-def test_descriptions_file_checks(tmp_path):
+def test_descriptions_file_checks(tmp_path, caplog):
     ok = {n: f"about {n}" for n in FIG1.real_nodes}
     path = tmp_path / "d.json"
     path.write_text(json.dumps(ok))
     assert load_descriptions(str(path), FIG1)["c12"] == "about c12"
-    path.write_text(json.dumps({**ok, "c99": "nope"}))
-    with pytest.raises(TaxonomyError, match=r"not in the taxonomy: \['c99'\]"):
-        load_descriptions(str(path), FIG1)
+    # A node the taxonomy lacks (e.g. a class absent from the data the taxonomy was inferred from):
+    # warned about by name, with a hint, and ignored.
+    path.write_text(json.dumps({**ok, "c99": "nope", "c2x3": "typo of c23"}))
+    with caplog.at_level(logging.WARNING, logger="pcem_spark.weak"):
+        got = load_descriptions(str(path), FIG1)
+    assert set(got) == set(FIG1.real_nodes)
+    assert f"{path}: 2 description(s) for node(s) that are not in the taxonomy are ignored" in caplog.text
+    assert "'c2x3' (did you mean 'c23'?)" in caplog.text and "'c99'" in caplog.text
+    # An inner node without a description: described by its descendants, with a warning.
+    caplog.clear()
+    path.write_text(json.dumps({n: d for n, d in ok.items() if n != "c1"}))
+    with caplog.at_level(logging.WARNING, logger="pcem_spark.weak"):
+        assert "c1" not in load_descriptions(str(path), FIG1)
+    assert "no description for inner node(s) ['c1']" in caplog.text
+    # A leaf without one could never get a weak label: an error naming it, the file and the fix.
     del ok["c23"]
+    ok["c22"] = "   "
     path.write_text(json.dumps(ok))
-    with pytest.raises(TaxonomyError, match=r"no description for node\(s\) \['c23'\]"):
+    with pytest.raises(TaxonomyError, match=r"d.json: no description for leaf node\(s\) \['c22', 'c23'\] "
+                                            r"\(2 of 6 leaves\).*Add a line \"c22\"") as err:
         load_descriptions(str(path), FIG1)
+    assert "or remove those leaves from the taxonomy" in str(err.value)
 
 
 def test_shipped_20ng_descriptions_cover_the_taxonomy_in_at_most_12_words():
@@ -202,3 +218,77 @@ def test_path_mode_always_picks_one_consistent_path():
     scores, best = best_path_node_scores(sims, nodes, tax)
     assert tax.real_path(int(best[0])) == ["a", "a1"]  # 0.8 beats b/b1 = 0.35
     assert scores[0, tax.node_index["a"]] == 1 and scores[0, tax.node_index["a1"]] == 1 and scores.sum() == 2
+
+
+WOOL_TAX = Taxonomy({"ROOT": ["sport", "textiles"], "sport": ["football", "tennis"],
+                     "textiles": ["cotton", "wool"]})
+WOOL_DESC = {"sport": "sport games", "textiles": "textiles fabric", "football": "football goal striker",
+             "tennis": "tennis racket serve", "cotton": "cotton fabric yarn", "wool": "wool sheep"}
+# "wool" and "sheep" are not in the vocabulary (as when min_df drops a rare class's words).
+WOOL_VOCAB = ["goal", "striker", "racket", "serve", "cotton", "fabric", "yarn", "football", "tennis",
+              "sport", "games", "textiles"]
+
+
+def test_description_without_a_vocabulary_word_warns_and_gets_no_weak_label(spark, caplog):
+    from pcem_spark.features import FeatureSettings, featurize
+    from pcem_spark.weak import weak_label
+
+    fs = FeatureSettings(min_df=3.0, max_df=1.0, vocab_size=0)
+    docs = spark.createDataFrame([("f", "goal striker football"), ("t", "racket serve tennis"),
+                                  ("c", "cotton yarn fabric"), ("w", "sheep wool fabric")],
+                                 "id string, text string")
+    feats = featurize(docs, WOOL_VOCAB, fs)
+    for mode in ("argmax", "path", "soft"):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="pcem_spark.weak"):
+            weak = weak_label(feats, WOOL_VOCAB, fs, WOOL_TAX, WOOL_DESC, mode=mode)
+            rows = {r["id"]: r for r in weak.collect()}
+        assert "1 node(s) have no word of the vocabulary" in caplog.text
+        assert "'wool' ('wool sheep')" in caplog.text and "features.min_df=3" in caplog.text
+        assert rows["f"]["weak_path"] == ["sport", "football"]
+        # The wool document matches "fabric" (textiles, cotton), never the undescribable "wool".
+        assert "wool" not in (rows["w"]["weak_path"] or [])
+        wool = WOOL_TAX.node_index["wool"]
+        assert all(r["node_scores"] is None or r["node_scores"][wool] == 0 for r in rows.values())
+
+
+def test_path_mode_never_picks_a_path_through_an_excluded_leaf():
+    from pcem_spark.weak import best_path_node_scores
+
+    nodes = ["sport", "textiles", "cotton", "football", "tennis", "wool"]
+    nodes = sorted(WOOL_TAX.real_nodes, key=lambda n: (WOOL_TAX.node_depth(n), n))
+    sims = np.zeros((1, len(nodes)))
+    sims[0, nodes.index("textiles")] = 0.9   # parent similar, no leaf similar: ties among its leaves
+    sims[0, nodes.index("football")] = 0.2
+    _, best = best_path_node_scores(sims, nodes, WOOL_TAX)
+    assert WOOL_TAX.real_path(int(best[0]))[0] == "textiles"
+    _, best = best_path_node_scores(sims, nodes, WOOL_TAX, excluded={"cotton"})
+    assert WOOL_TAX.real_path(int(best[0])) == ["textiles", "wool"]
+    _, best = best_path_node_scores(sims, nodes, WOOL_TAX, excluded={"wool"})
+    assert WOOL_TAX.real_path(int(best[0])) == ["textiles", "cotton"]
+
+
+def test_description_matrix_uses_descendants_for_an_undescribed_inner_node(spark):
+    from pcem_spark.features import FeatureSettings
+    from pcem_spark.weak import description_matrix
+
+    fs = FeatureSettings(min_df=1.0, max_df=1.0, vocab_size=0)
+    desc = {n: d for n, d in WOOL_DESC.items() if n != "sport"}
+    nodes = sorted(WOOL_TAX.real_nodes, key=lambda n: (WOOL_TAX.node_depth(n), n))
+    D = description_matrix(spark, desc, WOOL_VOCAB, fs, nodes, WOOL_TAX).toarray()
+    sport = D[nodes.index("sport")]
+    np.testing.assert_array_equal(sport, D[nodes.index("football")] + D[nodes.index("tennis")])
+    assert sport.sum() > 0
+
+
+def test_a_depth_without_any_usable_description_is_an_error(spark):
+    from pcem_spark.features import FeatureSettings
+    from pcem_spark.weak import description_matrix
+
+    fs = FeatureSettings(min_df=1.0, max_df=1.0, vocab_size=0)
+    tax = Taxonomy({"R": ["a", "b"], "a": ["a1"], "b": ["b1"]})
+    desc = {"a": "goal", "b": "racket", "a1": "zzz", "b1": "qqq"}
+    nodes = ["a", "b", "a1", "b1"]
+    with pytest.raises(TaxonomyError, match=r"no node of depth 2 \(\['a1', 'b1'\]\) has a word of the "
+                                            r"vocabulary.*no document can get a weak label"):
+        description_matrix(spark, desc, WOOL_VOCAB, fs, nodes, tax)

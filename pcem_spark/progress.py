@@ -1,0 +1,61 @@
+"""Progress of a long Spark action, in the log: tasks done / total and the rows they stand for."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
+log = logging.getLogger(__name__)
+
+
+def _task_counts(tracker, group: str):
+    """(tasks done, tasks total) over the stages of the jobs in job group ``group``."""
+    done = total = 0
+    for job_id in tracker.getJobIdsForGroup(group):
+        job = tracker.getJobInfo(job_id)
+        if job is None:
+            continue
+        for stage_id in job.stageIds:
+            stage = tracker.getStageInfo(stage_id)
+            if stage is not None:
+                done += stage.numCompletedTasks
+                total += stage.numTasks
+    return done, total
+
+
+@contextmanager
+def log_progress(spark, what: str, n_rows: Optional[int] = None, interval: float = 10.0) -> Iterator[None]:
+    """Log ``what``'s progress every ``interval`` seconds while the block runs Spark jobs.
+
+    The jobs started inside the block are tagged with a job group; a daemon
+    thread polls Spark's status tracker (no listener, no extra job) and logs
+    tasks done / total and, given ``n_rows``, the approximate rows done.
+    """
+    sc = spark.sparkContext
+    group = f"pcem-progress-{what}-{time.time_ns()}"
+    sc.setJobGroup(group, what, interruptOnCancel=False)
+    stop = threading.Event()
+    t0 = time.perf_counter()
+
+    def poll():
+        while not stop.wait(interval):
+            try:
+                done, total = _task_counts(sc.statusTracker(), group)
+            except Exception:  # the context is stopping: nothing to report
+                return
+            if total:
+                rows = f", ~{int(n_rows * done / total):,} of {n_rows:,} rows" if n_rows else ""
+                log.info("%s: %d/%d tasks done%s, %.0fs", what, done, total, rows, time.perf_counter() - t0)
+
+    thread = threading.Thread(target=poll, name=f"progress-{what}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=1.0)
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)

@@ -1,0 +1,303 @@
+"""Atomic outputs and scheduler-friendly exit codes.
+
+Kill tests start the real ``pcem`` command in a subprocess and SIGKILL it at
+each write stage (``PCEM_KILL_AT``, pcem_spark.faults): the output is then the
+old complete one or the new complete one, loads or is refused, and a plain
+rerun succeeds.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from chispa import assert_df_equality
+
+from pcem_spark.cli import EXIT_BAD_INPUT, EXIT_TRANSIENT, classify_failure, main, root_cause
+from pcem_spark.model import PathModel
+from pcem_spark.outputs import (MARKER, IncompleteOutputError, atomic_output, atomic_write_text, read_marker,
+                                recover, require_complete)
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+FAST = ["--set", "model.smoothing=1.0", "--set", "model.unlabeled_weight=1.0", "--set", "model.path_weight=1.0",
+        "--set", "model.max_iter=3", "--set", "features.min_df=1",
+        "--log-level", "WARNING"]
+
+WORDS = {("sport", "football"): "goal keeper striker league pitch referee",
+         ("sport", "tennis"): "serve racket volley court deuce wimbledon",
+         ("tech", "phones"): "android screen battery camera apps mobile",
+         ("tech", "chips"): "silicon transistor wafer foundry nanometer cpu"}
+
+
+def _write_corpus(path, n_per_leaf=10, seed=0):
+    rng = np.random.default_rng(seed)
+    with open(path, "w") as fh:
+        for (parent, leaf), words in WORDS.items():
+            for i in range(n_per_leaf):
+                text = " ".join(rng.choice(words.split(), size=8))
+                labels = [parent, leaf] if i < 4 else None
+                fh.write(json.dumps({"id": f"{leaf}-{i}", "text": text, "labels": labels}) + "\n")
+    return str(path)
+
+
+def _pcem(args, kill_at=None, fault=None, check=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("PCEM_KILL_AT", "PCEM_INJECT_FAULT")}
+    env["PYSPARK_PYTHON"] = sys.executable
+    if kill_at:
+        env["PCEM_KILL_AT"] = kill_at
+    if fault:
+        env["PCEM_INJECT_FAULT"] = fault
+    proc = subprocess.run([sys.executable, "-m", "pcem_spark.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    if check is not None:
+        assert proc.returncode == check, proc.stderr[-3000:]
+    return proc
+
+
+def _run(args):
+    """A run that is not killed: in this process, on the test session's SparkSession (no JVM start)."""
+    assert main(list(args)) == 0
+
+
+def _leftovers(path):
+    parent, name = os.path.split(path.rstrip("/"))
+    return sorted(n for n in os.listdir(parent) if n.startswith(f".{name}.pcem-"))
+
+
+# ----------------------------------------------------------------- unit level
+
+def test_atomic_output_replaces_only_when_complete(spark, tmp_path):
+    out = str(tmp_path / "out")
+    with atomic_output(spark, out, "predictions") as staged:
+        spark.range(3).write.parquet(staged.tmp)
+        staged.info["rows"] = 3
+    marker = require_complete(spark, out, "predictions")
+    assert marker["rows"] == 3 and marker["complete"] is True
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        with atomic_output(spark, out, "predictions"):
+            pass
+    # a failure while writing the new one leaves the old one, and no temporary directory
+    with pytest.raises(RuntimeError, match="boom"):
+        with atomic_output(spark, out, "predictions", overwrite=True) as staged:
+            spark.range(5).write.parquet(staged.tmp)
+            raise RuntimeError("boom")
+    assert spark.read.parquet(out).count() == 3 and _leftovers(out) == []
+    with atomic_output(spark, out, "predictions", overwrite=True) as staged:
+        spark.range(5).write.parquet(staged.tmp)
+    assert_df_equality(spark.read.parquet(out), spark.range(5), ignore_row_order=True, ignore_nullable=True)
+    assert _leftovers(out) == []
+    with pytest.raises(IncompleteOutputError, match="is a pcem-spark predictions output, expected model"):
+        require_complete(spark, out, "model")
+
+
+def test_readers_refuse_a_directory_without_the_marker(spark, tmp_path):
+    out = str(tmp_path / "plain")
+    spark.range(3).write.parquet(out)           # Spark's own write: _SUCCESS but no pcem marker
+    with pytest.raises(IncompleteOutputError, match="no completion marker"):
+        require_complete(spark, out)
+    marker_file = tmp_path / "plain" / MARKER
+    marker_file.write_text("{not json")
+    assert read_marker(spark, out) is None
+
+
+def test_recover_finishes_an_interrupted_swap_or_restores_the_old_output(spark, tmp_path):
+    out = str(tmp_path / "o")
+    with atomic_output(spark, out, "rejects") as staged:
+        spark.range(2).write.parquet(staged.tmp)
+    # killed between the two renames: the old output aside, the new complete one not yet in place
+    os.rename(out, str(tmp_path / ".o.pcem-old-1"))
+    with atomic_output(spark, str(tmp_path / "new"), "rejects") as staged:
+        spark.range(7).write.parquet(staged.tmp)
+    os.rename(str(tmp_path / "new"), str(tmp_path / ".o.pcem-tmp-2"))
+    recover(spark, out)
+    assert spark.read.parquet(out).count() == 7
+    # only the old copy left: it comes back
+    os.rename(out, str(tmp_path / ".o.pcem-old-3"))
+    recover(spark, out, cleanup=False)
+    assert spark.read.parquet(out).count() in (2, 7)
+    recover(spark, out, cleanup=True)
+    assert _leftovers(out) == []
+
+
+def test_atomic_write_text_replaces_whole_files(tmp_path):
+    path = str(tmp_path / "sub" / "a.md")
+    atomic_write_text(path, "one")
+    atomic_write_text(path, "two")
+    assert open(path).read() == "two" and os.listdir(tmp_path / "sub") == ["a.md"]
+
+
+def test_exit_code_classification_and_root_cause():
+    from py4j.protocol import Py4JNetworkError
+    from pyspark.errors import AnalysisException, PythonException
+    from pcem_spark.documents import DocumentsError
+    assert classify_failure(DocumentsError("x.jsonl: bad"))[0] == EXIT_BAD_INPUT
+    assert classify_failure(FileExistsError("output exists"))[0] == EXIT_BAD_INPUT
+    assert classify_failure(AnalysisException("[PATH_NOT_FOUND] Path does not exist: /nope."))[0] == EXIT_BAD_INPUT
+    assert classify_failure(Py4JNetworkError("gone"))[0] == EXIT_TRANSIENT
+    worker = ("An exception was thrown from the Python worker. Please see the stack trace below.\n"
+              "Traceback (most recent call last):\n  File \"engine.py\", line 3, in _pass_partition\n"
+              "    maybe_fail()\npcem_spark.faults.InjectedFault: injected permanent fault in em_pass\n")
+    code, message = classify_failure(PythonException(worker))
+    assert code == EXIT_TRANSIENT
+    assert message == "Spark job failed: pcem_spark.faults.InjectedFault: injected permanent fault in em_pass"
+
+    class FakeJava(Exception):
+        pass
+    java = FakeJava("An error occurred while calling o6650.count.\norg.apache.spark.SparkException: Job aborted\n"
+                    "\tat org.apache...\nCaused by: java.io.IOException: No space left on device\n\tat x")
+    assert root_cause(java) == "java.io.IOException: No space left on device"
+    assert classify_failure(KeyError("bug"))[0] == 1
+
+
+# ------------------------------------------------------- kill at every stage
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A corpus and a complete model (method pcnb) to be replaced by the kill tests."""
+    d = tmp_path_factory.mktemp("kill")
+    docs = _write_corpus(d / "docs.jsonl")
+    model = str(d / "model")
+    _run(["train", "--docs", docs, "--model", model, "--method", "pcnb", *FAST])
+    return d, docs, model
+
+
+def test_train_killed_at_each_write_stage_leaves_old_or_new_model(spark, trained):
+    d, docs, model = trained
+    current = "pcnb"
+    for point, replaced in (("staged", False), ("marked", False), ("old_moved", True), ("committed", True)):
+        new = "flat-nb" if current == "pcnb" else "pcnb"
+        proc = _pcem(["train", "--docs", docs, "--model", model, "--method", new, "--overwrite", *FAST],
+                     kill_at=f"model:{point}")
+        assert proc.returncode == -9, proc.stderr[-2000:]
+        loaded = PathModel.load(model)      # complete, whichever it is (recover() runs first)
+        assert loaded.model_settings.method == (new if replaced else current), point
+        assert len(loaded.vocabulary) == loaded.log_theta.shape[1]
+        current = loaded.model_settings.method
+    # a plain rerun works and leaves no temporary siblings behind
+    _run(["train", "--docs", docs, "--model", model, "--method", "pcnb", "--overwrite", *FAST])
+    assert PathModel.load(model).model_settings.method == "pcnb" and _leftovers(model) == []
+
+
+def test_predict_killed_at_each_write_stage_then_rerun(spark, trained):
+    d, docs, model = trained
+    out = str(d / "pred")
+    _run(["predict", "--model", model, "--docs", docs, "--output", out, *FAST])
+    old_run = read_marker(spark, out)["run_id"]
+    for point, same in (("staged", True), ("marked", True), ("old_moved", False), ("committed", False)):
+        proc = _pcem(["predict", "--model", model, "--docs", docs, "--output", out, "--overwrite", *FAST],
+                     kill_at=f"predictions:{point}")
+        assert proc.returncode == -9, proc.stderr[-2000:]
+        marker = require_complete(spark, out, "predictions")
+        assert (marker["run_id"] == old_run) == same, point
+        assert spark.read.parquet(out).count() == marker["rows"] == 40
+        old_run = marker["run_id"]
+    # evaluate reads it; a plain rerun with --overwrite works and cleans up
+    _run(["evaluate", "--predictions", out, "--model", model, *FAST])
+    _run(["predict", "--model", model, "--docs", docs, "--output", out, "--overwrite", *FAST])
+    assert _leftovers(out) == [] and _leftovers(out + "_rejects") == []
+
+
+def test_killed_first_predict_leaves_nothing_and_rerun_needs_no_overwrite(spark, trained):
+    d, docs, model = trained
+    out = str(d / "pred_first")
+    proc = _pcem(["predict", "--model", model, "--docs", docs, "--output", out, *FAST],
+                 kill_at="predictions:staged")
+    assert proc.returncode == -9
+    assert not os.path.exists(out)
+    # leftovers (rejects of the killed run, its temporary directory) do not block the plain rerun
+    assert os.path.exists(out + "_rejects")
+    _run(["predict", "--model", model, "--docs", docs, "--output", out, *FAST])
+    assert _leftovers(out) == []
+
+
+def test_evaluate_and_predict_refuse_outputs_without_the_marker(spark, trained, tmp_path, capsys):
+    d, docs, model = trained
+    # Spark-written predictions, e.g. a partial or foreign write: refused, exit 2
+    pred = spark.createDataFrame([("a", ["sport", "tennis"], ["sport", "tennis"])],
+                                 "id string, path array<string>, labels array<string>")
+    plain = str(tmp_path / "plain")
+    pred.write.parquet(plain)
+    assert main(["evaluate", "--predictions", plain, "--model", model]) == EXIT_BAD_INPUT
+    assert "no completion marker" in capsys.readouterr().err
+    # a half-replaced model (issue: new metadata beside old parameters) has no marker: refused
+    broken = str(tmp_path / "broken")
+    import shutil
+    shutil.copytree(model, broken)
+    os.remove(os.path.join(broken, MARKER))
+    assert main(["predict", "--model", broken, "--docs", docs, "--output", str(tmp_path / "p")]) == EXIT_BAD_INPUT
+    assert "no completion marker" in capsys.readouterr().err
+    # corrupt metadata: a clear error, not a traceback
+    corrupt = str(tmp_path / "corrupt")
+    shutil.copytree(model, corrupt)
+    meta_dir = os.path.join(corrupt, "metadata")
+    for name in os.listdir(meta_dir):
+        if name.endswith(".crc"):
+            os.remove(os.path.join(meta_dir, name))   # an edited file, not a bit flip (that is below)
+        elif name.startswith("part-"):
+            with open(os.path.join(meta_dir, name), "w") as fh:
+                fh.write('{"format_version": 1}\n')
+    assert main(["predict", "--model", corrupt, "--docs", docs, "--output", str(tmp_path / "p2")]) == 2
+    assert "damaged model" in capsys.readouterr().err
+    # a bit flip that the checksum catches: corrupt data, also exit 2 (a retry reads the same bytes)
+    flipped = str(tmp_path / "flipped")
+    shutil.copytree(model, flipped)
+    part = next(n for n in os.listdir(os.path.join(flipped, "metadata")) if n.startswith("part-"))
+    with open(os.path.join(flipped, "metadata", part), "r+b") as fh:
+        fh.seek(5)
+        fh.write(b"#")
+    assert main(["predict", "--model", flipped, "--docs", docs, "--output", str(tmp_path / "p3")]) == 2
+    assert "ChecksumException" in capsys.readouterr().err
+    # predictions without labels cannot be scored
+    unlabeled = str(tmp_path / "unl_docs.jsonl")
+    with open(unlabeled, "w") as fh:
+        fh.write(json.dumps({"id": "x", "text": "goal keeper striker"}) + "\n")
+    out = str(tmp_path / "unl_pred")
+    assert main(["predict", "--model", model, "--docs", unlabeled, "--output", out]) == 0
+    assert main(["evaluate", "--predictions", out, "--model", model]) == EXIT_BAD_INPUT
+    assert "none of the 1 predictions has true labels" in capsys.readouterr().err
+
+
+def test_experiment_outputs_survive_a_kill_and_resume(spark, tmp_path):
+    docs = _write_corpus(tmp_path / "docs.jsonl", n_per_leaf=12)
+    out = str(tmp_path / "exp")
+    args = ["experiment", "--docs", docs, "--output-dir", out, "--methods", "pcnb", "--rates", "0.5",
+            "--seeds", "1", *FAST]
+    _run(args)
+    before = open(os.path.join(out, "results.csv")).read()
+    proc = _pcem(args + ["--no-resume"], kill_at="rejects:old_moved")
+    assert proc.returncode == -9
+    assert open(os.path.join(out, "results.csv")).read() == before   # untouched: complete
+    _run(args)                                                        # rerun recovers and resumes
+    assert require_complete(spark, os.path.join(out, "rejects"), "rejects")["rows_read"] == 48
+    assert _leftovers(os.path.join(out, "rejects")) == []
+
+
+# ------------------------------------------------------------- retries, codes
+
+def test_worker_failure_is_retried_to_the_identical_model_and_a_permanent_one_exits_75(spark, trained, tmp_path):
+    d, docs, _ = trained
+    em = ["--method", "pcem", *FAST]
+    ref, retried, failed = (str(tmp_path / n) for n in ("ref", "retried", "failed"))
+    _pcem(["train", "--docs", docs, "--model", ref, *em], check=0)   # same master and partitions as below
+    proc = _pcem(["train", "--docs", docs, "--model", retried, *em], fault=f"em_pass:once:{tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert os.path.exists(tmp_path / "fault-em_pass")           # the fault did fire once
+    a, b = PathModel.load(ref), PathModel.load(retried)
+    np.testing.assert_array_equal(a.log_theta, b.log_theta)
+    np.testing.assert_array_equal(a.log_prior, b.log_prior)
+    proc = _pcem(["train", "--docs", docs, "--model", failed, *em], fault="em_pass:always:")
+    assert proc.returncode == EXIT_TRANSIENT, proc.stderr[-3000:]
+    assert "runtime failure (retry)" in proc.stderr
+    assert "InjectedFault: injected permanent fault in em_pass" in proc.stderr
+    assert not os.path.exists(failed) and _leftovers(failed) == []
+
+
+def test_cheap_checks_run_before_reading(tmp_path, capsys):
+    docs = _write_corpus(tmp_path / "docs.jsonl")
+    assert main(["train", "--docs", docs, "--model", str(tmp_path / "m"), "--label-rate", "1.5"]) == 2
+    assert "--label-rate must be in (0, 1]" in capsys.readouterr().err
+    assert main(["train", "--docs", docs, "--model", str(tmp_path / "m"), "--taxonomy",
+                 str(tmp_path / "missing.tsv")]) == 2
+    assert not os.path.exists(str(tmp_path / "m_rejects"))      # failed before any read or write

@@ -1,0 +1,220 @@
+"""Strict JSON Lines input: every malformed line is a reject with a reason, nothing is coerced.
+
+``tests/data/malformed.jsonl`` is a catalogue with one line per kind of
+problem (plus valid lines); ``tests/data/malformed_expected.json`` maps each
+rejected line number to the reject's id and a reason substring.
+"""
+
+import gzip
+import json
+import math
+import os
+import shutil
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from pcem_spark.documents import DOCUMENT_SCHEMA, DocumentsError, read_documents, split_rejects
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+CATALOGUE = os.path.join(DATA, "malformed.jsonl")
+
+
+def _expected_rejects():
+    with open(os.path.join(DATA, "malformed_expected.json"), encoding="utf-8") as fh:
+        expected = json.load(fh)
+    return {int(line): want for line, want in expected.items() if not line.startswith("_")}
+
+
+def _raw_lines(path=CATALOGUE):
+    with open(path, "rb") as fh:
+        return fh.read().splitlines()
+
+
+@pytest.fixture(scope="module")
+def catalogue(spark):
+    """(raw, good, rejects) of the catalogue, read once for the module's tests."""
+    raw = read_documents(spark, CATALOGUE)
+    good, rejects = split_rejects(raw)
+    return raw, good, rejects
+
+
+def test_every_malformed_line_is_rejected_with_its_reason(catalogue):
+    _, _, rejects = catalogue
+    expected = _expected_rejects()
+    got = {r["line"]: r for r in rejects.collect()}
+    assert sorted(got) == sorted(expected)
+    for line, want in expected.items():
+        row = got[line]
+        assert want["reason"] in row["reason"], f"line {line}: {row['reason']!r}"
+        assert row["id"] == want["id"], f"line {line}: id {row['id']!r}"
+        assert row["source_file"].endswith("malformed.jsonl")
+
+
+def test_a_rejected_line_keeps_its_raw_text(catalogue):
+    _, _, rejects = catalogue
+    raw = _raw_lines()
+    records = {r["line"]: r["record"] for r in rejects.collect()}
+    assert records[3] == raw[2].decode()                      # both objects, as written
+    assert records[21] == ""                                   # the empty line
+    assert records[23] == '{"id": "bad-utf8", "text": "caf\\xe9"}'  # the bad byte, visible
+    # Rejected after parsing (duplicate id): the parsed row as JSON.
+    assert json.loads(records[28]) == {"id": "dup-id", "text": "one"}
+
+
+def test_valid_lines_come_through_with_exact_values(spark, catalogue):
+    _, good, _ = catalogue
+    expected = spark.createDataFrame([
+        ("ok-1", "a valid document", ["sci", "sci.space"], "train", None),
+        ("ok-2", "unlabelled, with scores", None, None, {"sci": 0.5, "rec": 1.0}),
+        ("ok-3", "line one\nline two \u2014 \u00fcn\u00efcode", ["rec"], "test", None),
+        ("ok-crlf", "windows line end", ["sci", "sci.space"], None, None),
+    ], DOCUMENT_SCHEMA)
+    # Sorted by id rather than ignore_row_order: chispa's sort cannot hash a map column.
+    assert_df_equality(good.orderBy("id"), expected.orderBy("id"), ignore_nullable=True)
+
+
+def test_rows_in_equal_valid_plus_rejects(catalogue):
+    raw, good, rejects = catalogue
+    n_lines = len(_raw_lines())
+    assert n_lines == 39
+    assert raw.count() == n_lines == good.count() + rejects.count()
+
+
+def test_gzip_input_gives_the_same_verdicts(spark, tmp_path, catalogue):
+    _, _, plain_rejects = catalogue
+    path = str(tmp_path / "malformed.jsonl.gz")
+    with open(CATALOGUE, "rb") as src, gzip.open(path, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    good, rejects = split_rejects(read_documents(spark, path))
+    assert good.count() == 4
+    assert_df_equality(rejects.drop("source_file"), plain_rejects.drop("source_file"), ignore_row_order=True)
+
+
+def test_lines_of_a_split_file_are_all_read_once(spark, tmp_path):
+    """A plain file split in several parts: every line read once; line numbers only for the first split."""
+    path = str(tmp_path / "big.jsonl")
+    lines = [json.dumps({"id": f"d{i}", "text": "x" * 40}) for i in range(300)]
+    lines[0] = lines[-1] = "oops"
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+    old = spark.conf.get("spark.sql.files.maxPartitionBytes")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "4096")
+    try:
+        raw = read_documents(spark, path)
+        good, rejects = split_rejects(raw)
+        assert raw.rdd.getNumPartitions() > 1
+        assert raw.count() == good.count() + rejects.count() == 300
+        assert good.count() == 298
+        assert sorted(r["id"] for r in good.collect()) == sorted(f"d{i}" for i in range(1, 299))
+        assert {r["line"] for r in rejects.collect()} == {1, None}  # first line: exact; last: unknown
+    finally:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", old)
+
+
+def _write_gz(path, docs):
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        fh.write("".join(json.dumps(d) + "\n" for d in docs))
+
+
+def test_a_folder_of_jsonl_gz_files_is_json(spark, tmp_path):
+    folder = tmp_path / "docs"  # no extension on the folder
+    folder.mkdir()
+    _write_gz(str(folder / "part-0.jsonl.gz"), [{"id": "a", "text": "x"}, {"id": "b", "text": 1}])
+    _write_gz(str(folder / "part-1.jsonl.gz"), [{"id": "c", "text": "y"}])
+    (folder / "_SUCCESS").write_text("")
+    (folder / ".part-0.jsonl.gz.crc").write_bytes(b"\x00\x01")
+    good, rejects = split_rejects(read_documents(spark, str(folder)))
+    assert sorted(r["id"] for r in good.collect()) == ["a", "c"]
+    (bad,) = rejects.collect()
+    assert (bad["id"], bad["line"], bad["reason"]) == ("b", 2, "field 'text': expected a string, got number")
+    assert bad["source_file"].endswith("part-0.jsonl.gz")
+
+
+def test_a_folder_of_parquet_files_is_parquet(spark, tmp_path):
+    folder = str(tmp_path / "docs")
+    spark.createDataFrame([("a", "x", ["sci"])], "id string, text string, labels array<string>") \
+        .write.parquet(folder)
+    good, rejects = split_rejects(read_documents(spark, folder))
+    assert [r["id"] for r in good.collect()] == ["a"] and rejects.count() == 0
+
+
+def test_extensionless_parquet_is_recognised_by_its_magic(spark, tmp_path):
+    folder = tmp_path / "docs"
+    spark.createDataFrame([("a", "x")], "id string, text string").coalesce(1).write.parquet(str(folder))
+    hive = tmp_path / "hive"
+    hive.mkdir()
+    (part,) = [p for p in folder.iterdir() if p.name.endswith(".parquet")]
+    shutil.copy(part, hive / "000000_0")
+    good, _ = split_rejects(read_documents(spark, str(hive)))
+    assert [r["id"] for r in good.collect()] == ["a"]
+
+
+def test_a_mixed_folder_is_an_error_naming_it(spark, tmp_path):
+    folder = tmp_path / "mixed"
+    spark.createDataFrame([("a", "x")], "id string, text string").write.parquet(str(folder))
+    _write_gz(str(folder / "more.jsonl.gz"), [{"id": "b", "text": "y"}])
+    with pytest.raises(DocumentsError, match=r"mixed'? mixes JSON Lines files .* and Parquet files"):
+        read_documents(spark, str(folder))
+
+
+def test_unknown_files_need_an_explicit_format(spark, tmp_path):
+    folder = tmp_path / "txt"
+    folder.mkdir()
+    (folder / "docs.txt").write_text('{"id": "a", "text": "x"}\n')
+    with pytest.raises(DocumentsError, match=r"cannot tell the format of .*docs.txt"):
+        read_documents(spark, str(folder))
+    good, _ = split_rejects(read_documents(spark, str(folder), fmt="json"))
+    assert [r["id"] for r in good.collect()] == ["a"]
+
+
+def test_parquet_rows_get_the_element_checks_parquet_types_do_not_make(spark, tmp_path):
+    path = str(tmp_path / "docs.parquet")
+    schema = T.StructType([f for f in DOCUMENT_SCHEMA.fields if f.name != "split"])
+    spark.createDataFrame([
+        ("ok", "x", ["sci", "sci.space"], {"sci": 0.5}),
+        ("null-label", "x", ["sci", None], None),
+        ("empty-labels", "x", [], None),
+        ("padded", "x", ["sci", "space "], None),
+        ("empty-label", "x", ["", "sci"], None),
+        ("null-score", "x", None, {"sci": None}),
+        ("nan-score", "x", None, {"sci": math.nan}),
+        ("", "empty id", None, None),
+    ], schema).write.parquet(path)
+    raw = read_documents(spark, path)
+    good, rejects = split_rejects(raw)
+    assert [r["id"] for r in good.collect()] == ["ok"]
+    got = {r["id"]: r["reason"] for r in rejects.collect()}
+    assert got == {
+        "null-label": "labels[1]: expected a non-empty string, got null",
+        "empty-labels": "field 'labels': expected a non-empty array of strings (null for unlabelled), "
+                        "got an empty array",
+        "padded": 'labels[1]: "space " has leading or trailing whitespace',
+        "empty-label": "labels[0]: expected a non-empty string, got an empty string",
+        "null-score": 'similarities["sci"]: expected a finite number, got null',
+        "nan-score": 'similarities["sci"]: expected a finite number, got NaN',
+        "": "field 'id' is missing or empty",
+    }
+    assert rejects.where(F.col("line").isNotNull()).count() == 0
+    assert raw.count() == good.count() + rejects.count() == 8
+
+
+def test_a_byte_order_mark_is_accepted_on_line_1_only(spark, tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"id": "a", "text": "x"}\n\xef\xbb\xbf{"id": "b", "text": "y"}\n')
+    good, rejects = split_rejects(read_documents(spark, str(path)))
+    assert [r["id"] for r in good.collect()] == ["a"]
+    assert [(r["line"], r["reason"]) for r in rejects.collect()] == [
+        (2, "byte-order mark (U+FEFF) at the start of a line other than line 1")]
+
+
+def test_an_id_shared_with_a_malformed_line_is_a_duplicate(spark, tmp_path):
+    """No copy is more authoritative: fixing the malformed line must not silently add a duplicate."""
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": 5}\n')
+    good, rejects = split_rejects(read_documents(spark, str(path)))
+    assert good.count() == 0
+    assert sorted((r["line"], r["reason"]) for r in rejects.collect()) == [
+        (1, "duplicate id: 2 rows share this id"), (2, "field 'text': expected a string, got number")]
