@@ -301,3 +301,21 @@ def test_cheap_checks_run_before_reading(tmp_path, capsys):
     assert main(["train", "--docs", docs, "--model", str(tmp_path / "m"), "--taxonomy",
                  str(tmp_path / "missing.tsv")]) == 2
     assert not os.path.exists(str(tmp_path / "m_rejects"))      # failed before any read or write
+
+
+def test_progress_is_logged_while_a_long_job_runs(spark, caplog):
+    import logging
+    import time as _time
+    from pcem_spark.progress import log_progress
+
+    def slow(rows):
+        for r in rows:
+            _time.sleep(0.02)
+            yield r
+    with caplog.at_level(logging.INFO, logger="pcem_spark.progress"):
+        with log_progress(spark, "predict", n_rows=100, interval=0.2):
+            assert spark.sparkContext.parallelize(range(100), 4).mapPartitions(slow).count() == 100
+    lines = [r.getMessage() for r in caplog.records if r.name == "pcem_spark.progress"]
+    assert lines and all(line.startswith("predict: ") and "of 100 rows" in line for line in lines)
+    # the job group is cleared afterwards: later jobs are not counted as predict's
+    assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None
