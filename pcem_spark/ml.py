@@ -389,6 +389,11 @@ class _PathEMModelWriter(MLWriter):
         super().__init__()
         self.instance = instance
 
+    def save(self, path: str) -> None:
+        # MLWriter.save deletes an existing path before saveImpl; PathModel.save replaces it atomically
+        # instead (pcem_spark.outputs), so the old model survives a killed save.
+        self.saveImpl(path)
+
     def saveImpl(self, path: str) -> None:
         self.instance.path_model.save(path, overwrite=self.shouldOverwrite,
                                       class_name="pcem_spark.ml.PathEMModel")
