@@ -58,7 +58,7 @@ def test_shipped_config_files_load():
     root = os.path.join(os.path.dirname(__file__), "..", "conf")
     for name in ("pcem.toml", "20ng.toml", "experiments/20ng.toml", "experiments/20ng_figures.toml"):
         s = load_settings(os.path.join(root, name))
-        assert s.spark.master == "local[2]"
+        assert s.spark.master == "local[2,3]"  # task retries on
     table2 = load_settings(os.path.join(root, "experiments/20ng.toml")).experiment
     assert len(table2.methods) == 13 and table2.settings == ["labeled", "dataless"]
     figures = load_settings(os.path.join(root, "experiments/20ng_figures.toml")).experiment
