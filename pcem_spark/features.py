@@ -1,16 +1,17 @@
 """Text -> term-count vectors with Spark ML transformers.
 
-Tokenisation, in this order, all on the executors' JVMs (no Python worker):
+Tokenisation, in this order, on the executors' JVMs (no Python worker):
 
 1. ``normalize = "nfkc"``: Unicode NFKC, so fullwidth ``ＡＢＣ`` reads ``ABC``,
    ``e`` + combining acute reads ``é``, the ligature ``ﬁ`` reads ``fi`` and
    halfwidth katakana read as fullwidth.
 2. ``cjk``: Chinese, Japanese and Korean are written without spaces between
    words, so a run of Han / Hiragana / Katakana / Hangul would otherwise be
-   one "word" that occurs in one document only. ``"bigrams"`` (default) makes
-   the overlapping character bigrams of each such run (a lone character stays
-   a unigram), ``"chars"`` one token per character (what Lucene's
-   StandardTokenizer does for Han), ``"none"`` leaves the runs whole.
+   one "word" that occurs in one document only. ``"chars"`` (default) makes
+   one token per character (what Lucene's StandardTokenizer does for Han),
+   ``"bigrams"`` the overlapping character bigrams of each such run (a lone
+   character stays a unigram; Lucene's CJKAnalyzer), ``"none"`` leaves the
+   runs whole. docs/TOKENIZATION.md measures the three.
 3. Lower-case, word tokens of ``token_pattern`` (letters/digits holding at
    least one letter: purely numeric tokens are dropped), minimum length
    ``min_token_length`` (CJK tokens are exempt: one Han character is a word),
@@ -54,10 +55,10 @@ CJK_MODES = ("bigrams", "chars", "none")
 # where the script lookups alone made the bigram pass 7x slower on 20NG.
 CJK_CHAR = r"[\x{1100}-\x{10FFFF}&&[\p{IsHan}\p{IsHiragana}\p{IsKatakana}\p{IsHangul}\x{30FC}\x{FF70}]]"
 
-# Overlapping bigrams in one regexp_replace, tried left to right at each character:
-#   (1) a CJK char followed by another -> " $1$2 " (the bigram starting here);
-#   (3) a CJK char with no CJK neighbour -> " $3 " (kept as a unigram);
-#   otherwise the last char of a run (its bigram was made one step earlier) -> " ".
+# Overlapping bigrams in one regexp_replace; its alternatives, tried in order at each character:
+#   groups 1, 2: a CJK char followed by another -> " $1$2 ", the bigram starting here;
+#   group 3: a CJK char with no CJK neighbour -> " $3 ", kept as a unigram;
+#   else the last char of a run (its bigram was made one step earlier) -> " ".
 # Groups that did not take part are replaced by "" (java.util.regex.Matcher).
 _BIGRAM_REGEX = (f"({CJK_CHAR})(?=({CJK_CHAR}))"
                  f"|(?<!{CJK_CHAR})({CJK_CHAR})(?!{CJK_CHAR})"
@@ -84,7 +85,7 @@ class FeatureSettings:
     vocab_size: int = 20000            # keep the most frequent terms (0 = no cap)
     vocabulary_docs: str = "all"       # fit the vocabulary on "all" training docs or only "labeled" ones
     normalize: str = "nfkc"            # Unicode normalisation before tokenising: "nfkc" or "none"
-    cjk: str = "bigrams"               # Han/kana/Hangul runs: "bigrams", "chars" (unigrams) or "none" (whole runs)
+    cjk: str = "chars"                 # Han/kana/Hangul: one token per "chars", "bigrams", or "none" (whole runs)
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "FeatureSettings":
@@ -123,7 +124,12 @@ class FeatureSettings:
 
 
 def nfkc(text: Column) -> Column:
-    """``text`` in Unicode NFKC, computed on the executors' JVMs (null stays null)."""
+    """``text`` in Unicode NFKC, computed on the executors' JVMs (null stays null).
+
+    Spark marks reflect() nondeterministic: a column of it cannot sit directly
+    inside an aggregate function, and filters are not pushed below it, which
+    :func:`tokenize` (a column of its own, read by the tokenizer) never needs.
+    """
     # ICU throws on null; reflect() would fail the task, so nulls skip the call.
     return F.when(text.isNotNull(),
                   F.reflect(F.lit(_ICU_NORMALIZER), F.lit("compose"), text, F.lit(True)))
@@ -152,6 +158,12 @@ def _with_nfkc(df: DataFrame, text_col: str, out_col: str) -> DataFrame:
         out.schema  # Spark Connect analyses lazily: make a refused reflect() fail here
         return out
     except AnalysisException as exc:
+        # Refused (allow list: DATATYPE_MISMATCH.METHOD_NOT_ALLOWED; restricted mode:
+        # UNSUPPORTED_FEATURE) or no ICU on the class path; anything else (a missing
+        # column, ...) is the caller's error and stays one.
+        condition = exc.getCondition() or ""
+        if not condition.startswith(("DATATYPE_MISMATCH", "UNSUPPORTED_FEATURE")):
+            raise
         log.warning("reflect() is not allowed here (%s); Unicode NFKC runs in a Python UDF instead",
                     str(exc).splitlines()[0])
         return df.withColumn(out_col, nfkc_python(F.col(text_col)))

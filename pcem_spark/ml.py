@@ -85,6 +85,11 @@ class _PathEMParams(Params):
                   TypeConverters.toFloat)
     vocabSize = Param(Params._dummy(), "vocabSize", "most frequent terms kept (0 = all)", TypeConverters.toInt)
     vocabularyDocs = Param(Params._dummy(), "vocabularyDocs", "'all' or 'labeled'", TypeConverters.toString)
+    normalize = Param(Params._dummy(), "normalize", "Unicode normalisation before tokenising: 'nfkc' or 'none'",
+                      TypeConverters.toString)
+    cjk = Param(Params._dummy(), "cjk", "Chinese / Japanese / Korean text: 'chars' (one token per character), "
+                "'bigrams' (overlapping character bigrams) or 'none' (a run of such characters is one token)",
+                TypeConverters.toString)
     components = Param(Params._dummy(), "components", "mixture components per leaf (nbmc / emmc)",
                        TypeConverters.toInt)
     supervision = Param(Params._dummy(), "supervision",
@@ -112,14 +117,16 @@ class _PathEMParams(Params):
                          unlabeledTable="", tokenPattern=DEFAULT_TOKEN_PATTERN,
                          minTokenLength=fs.min_token_length, stopWords=fs.stop_words, minDF=fs.min_df,
                          maxDF=fs.max_df, vocabSize=fs.vocab_size, vocabularyDocs=fs.vocabulary_docs,
-                         components=ms.components, supervision="labels", descriptions="", weakMode="argmax",
-                         minSimilarity=0.0, tuneFolds=ts.folds, tuneMetric=ts.metric)
+                         normalize=fs.normalize, cjk=fs.cjk, components=ms.components, supervision="labels",
+                         descriptions="", weakMode="argmax", minSimilarity=0.0, tuneFolds=ts.folds,
+                         tuneMetric=ts.metric)
 
     def feature_settings(self) -> FeatureSettings:
         g = self.getOrDefault
         return FeatureSettings(token_pattern=g(self.tokenPattern), min_token_length=g(self.minTokenLength),
                                stop_words=g(self.stopWords), min_df=g(self.minDF), max_df=g(self.maxDF),
-                               vocab_size=g(self.vocabSize), vocabulary_docs=g(self.vocabularyDocs))
+                               vocab_size=g(self.vocabSize), vocabulary_docs=g(self.vocabularyDocs),
+                               normalize=g(self.normalize), cjk=g(self.cjk))
 
     def model_settings(self) -> ModelSettings:
         g = self.getOrDefault
@@ -143,7 +150,7 @@ class _PathEMParams(Params):
                   parameterDtype=ms.parameter_dtype, seed=ms.seed, tokenPattern=fs.token_pattern,
                   minTokenLength=fs.min_token_length, stopWords=fs.stop_words, minDF=fs.min_df,
                   maxDF=fs.max_df, vocabSize=fs.vocab_size, vocabularyDocs=fs.vocabulary_docs,
-                  components=ms.components)
+                  normalize=fs.normalize, cjk=fs.cjk, components=ms.components)
         if pm.features_col:
             self._set(featuresCol=pm.features_col)
 
@@ -204,8 +211,9 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
                  tol=1e-5,
                  blockSize=4096, posteriorFloor=0.0, parameterDtype="float64", seed=0, unlabeledTable="",
                  tokenPattern=DEFAULT_TOKEN_PATTERN, minTokenLength=2, stopWords="english", minDF=3.0, maxDF=0.5,
-                 vocabSize=20000, vocabularyDocs="all", components=2, supervision="labels", descriptions="",
-                 weakMode="argmax", minSimilarity=0.0, tuneFolds=3, tuneMetric="meanF1"):
+                 vocabSize=20000, vocabularyDocs="all", normalize="nfkc", cjk="chars", components=2,
+                 supervision="labels", descriptions="", weakMode="argmax", minSimilarity=0.0, tuneFolds=3,
+                 tuneMetric="meanF1"):
         super().__init__()
         self._set(**self._input_kwargs)
 

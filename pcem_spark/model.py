@@ -352,8 +352,7 @@ class PathModel:
 
 def _feature_settings_of(d: dict) -> FeatureSettings:
     """FeatureSettings of saved metadata; keys a newer version added map to the behaviour of the old one."""
-    from_dict = getattr(FeatureSettings, "from_dict", None)
-    return from_dict(d) if from_dict is not None else FeatureSettings(**d)
+    return FeatureSettings.from_dict(d)
 
 def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings,
           model_settings: ModelSettings, vocabulary: Optional[List[str]] = None,
