@@ -20,6 +20,23 @@ setup(
     # SelfTrainingClassifier): what users compare against, never a runtime dependency.
     extras_require={"plots": ["matplotlib>=3.7"],
                     "bench": ["scikit-learn>=1.3"],
-                    "test": ["pytest>=7", "chispa>=0.10", "matplotlib>=3.7"]},
+                    # venv-pack packs the executors' env for --archives (scripts/package.sh):
+                    # the tool Spark's Python packaging guide names for plain virtualenvs;
+                    # the cluster test builds that env, so the test extra has it too.
+                    "cluster": ["venv-pack>=0.2"],
+                    # Spark Connect's client (pyspark 4's "connect" extra minus what we already
+                    # require): only tests/test_connect.py uses it, to show what works over Connect.
+                    "connect": ["grpcio>=1.76.0", "grpcio-status>=1.76.0", "googleapis-common-protos>=1.71.0",
+                                "zstandard>=0.25.0"],
+                    "test": ["pytest>=7", "chispa>=0.10", "matplotlib>=3.7", "venv-pack>=0.2",
+                             "grpcio>=1.76.0", "grpcio-status>=1.76.0", "googleapis-common-protos>=1.71.0",
+                             "zstandard>=0.25.0"],
+                    # dags/pcem_dag.py and tests/dags (scripts/test_airflow.sh installs it in its own
+                    # venv). Floors = what tests/dags passed with end to end: airflow 3.3.2 + provider
+                    # 6.3.4 (3.0.6 + 6.0.0 install and import the DAG, but dag.test() fails inside
+                    # Airflow there). The provider pulls in pyspark-client, whose files overwrite
+                    # pyspark's: reinstall pyspark after it (pip install --force-reinstall --no-deps
+                    # pyspark==<its version>; the script does).
+                    "airflow": ["apache-airflow>=3.3", "apache-airflow-providers-apache-spark>=6.3"]},
     entry_points={"console_scripts": ["pcem=pcem_spark.cli:main"]},
 )

@@ -218,14 +218,23 @@ def cmd_ingest(args, settings) -> int:
     if out.rstrip("/").endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz")):
         n, per_split = write_jsonl(iter_20ng(args.archive, args.headers), out)
     else:
-        import tempfile
-        from .session import build_session
-        tmp = tempfile.mkdtemp(prefix="pcem-ingest-")
-        jl = os.path.join(tmp, "docs.jsonl.gz")
-        n, per_split = write_jsonl(iter_20ng(args.archive, args.headers), jl)
-        spark = build_session(settings.spark)
         from .documents import DOCUMENT_SCHEMA
-        spark.read.schema(DOCUMENT_SCHEMA).json(jl).write.mode("overwrite").parquet(out)
+        from .outputs import atomic_output
+        from .session import build_session
+        # The archive is read on the driver; the rows reach the executors inside
+        # their tasks (parallelize), so no file has to be visible to every node,
+        # and the Parquet folder appears whole, with its marker, or not at all.
+        rows, per_split = [], {}
+        for doc in iter_20ng(args.archive, args.headers):
+            rows.append((doc["id"], doc["text"], doc["labels"], doc["split"], None))
+            per_split[doc["split"]] = per_split.get(doc["split"], 0) + 1
+        n = len(rows)
+        spark = build_session(settings.spark)
+        slices = max(spark.sparkContext.defaultParallelism, n // 2000 + 1)  # ~2,000 messages per task
+        df = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), DOCUMENT_SCHEMA)
+        with atomic_output(spark, out, "documents", overwrite=True) as staged:
+            df.write.parquet(staged.tmp)
+            staged.info.update({"rows": n, "per_split": per_split})
     log.info("ingest-20ng: %d documents (%s) -> %s in %.1fs", n,
              ", ".join(f"{k}: {v}" for k, v in sorted(per_split.items())), out, time.perf_counter() - t0)
     return 0
@@ -455,6 +464,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 _PY_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Fault)):\s?(.*)$")
 _JAVA_CAUSE = re.compile(r"^\s*Caused by: (\S+?)(?:: (.*))?$")
+_JAVA_THROWN = re.compile(r"^:\s*((?:java|javax|org|scala)\.[\w.$]+(?:Exception|Error))(?::|$)")
 
 
 def root_cause(exc: BaseException) -> str:
@@ -482,11 +492,20 @@ def root_cause(exc: BaseException) -> str:
     if causes:
         name, msg = causes[-1].group(1), (causes[-1].group(2) or "").strip()
         return f"{name}: {msg}" if msg else name
+    # A Java exception thrown by the call itself ("An error occurred while
+    # calling o79.getFileStatus.\n: java.io.FileNotFoundException: ..."): its own line.
+    for line in text.splitlines():
+        m = _JAVA_THROWN.match(line)
+        if m:
+            return line.strip().lstrip(": ").strip()
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
     return first
 
 
 # Java causes that mean the stored bytes are bad, not that the run was unlucky.
+# Java causes that mean the input is not where or what the command was told: no retry helps.
+_MISSING_INPUT = ("java.io.FileNotFoundException", "org.apache.hadoop.mapred.InvalidInputException",
+                  "org.apache.hadoop.security.AccessControlException")
 _CORRUPT_DATA = ("ChecksumException", "ZipException", "EOFException: Unexpected end of input stream",
                  "ParquetDecodingException", "CorruptedFileException")
 
@@ -516,6 +535,18 @@ def classify_failure(exc: BaseException):
         if any(marker in cause for marker in _CORRUPT_DATA):
             # The bytes on disk are wrong: every retry reads the same bytes.
             return EXIT_BAD_INPUT, f"corrupt input: {cause}"
+        if any(marker in cause for marker in _MISSING_INPUT):
+            return EXIT_BAD_INPUT, f"input not found or not readable: {cause}"
+        if "ModuleNotFoundError" in cause or "No module named" in cause:
+            # The executors' Python lacks a dependency: a deployment problem, not a flaky task.
+            return EXIT_BAD_INPUT, (f"the executors cannot import a dependency: {cause}; ship them with "
+                                    f"--py-files dist/pcem_spark.zip --archives dist/pcem_env.tar.gz#environment "
+                                    f"--conf spark.pyspark.python=./environment/bin/python (bash scripts/package.sh; "
+                                    f"docs/CLUSTER.md)")
+        if "spark.driver.maxResultSize" in cause:
+            # A setting too small for the model: every retry fails the same way.
+            return EXIT_BAD_INPUT, (f"results too large for the driver: {cause} (raise "
+                                    f"--conf spark.driver.maxResultSize and spark.driver.memory)")
         # Tasks that failed after Spark's own retries, lost executors, I/O errors: worth a retry.
         return EXIT_TRANSIENT, f"Spark job failed: {cause}"
     if isinstance(exc, (OSError, MemoryError)):

@@ -151,6 +151,9 @@ def _is_ignored(relative: str) -> bool:
 
 def _hadoop_fs(spark: SparkSession, path: str):
     """(FileSystem, Path) for ``path`` -- local or remote alike, as Spark will read it."""
+    from .session import require_classic_session
+    require_classic_session(spark, "Detecting the documents format (read_documents / count_input_rows without fmt)",
+                            "the driver JVM's Hadoop FileSystem")
     jvm = spark.sparkContext._jvm
     hpath = jvm.org.apache.hadoop.fs.Path(path)
     return hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hpath
@@ -159,6 +162,8 @@ def _hadoop_fs(spark: SparkSession, path: str):
 def _data_files(spark: SparkSession, path: str) -> List[str]:
     """The data files under ``path`` (itself if it is a file), ignoring hidden files and checksums."""
     fs, hpath = _hadoop_fs(spark, path)
+    if not fs.exists(hpath):
+        raise DocumentsError(f"documents input {path!r} does not exist")
     if not fs.getFileStatus(hpath).isDirectory():
         return [hpath.toString()]
     # Compared as URI paths: the listing's scheme/authority spelling may differ from the argument's.

@@ -26,6 +26,8 @@ from pyspark import RDD, StorageLevel
 from pyspark.sql import DataFrame
 
 from . import pathnb
+from .limits import check_result_size
+from .session import require_classic_session
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,9 @@ SPARSE_SUMS_MIN_CELLS = 1 << 22
 
 # Key of the scalar record (log-likelihood, counts) next to the path keys 0..M-1.
 _SCALARS = -1
+
+# What the EM passes use that a Spark Connect session lacks (pcem_spark.session.require_classic_session).
+RDD_NEEDS = "the RDD API (packed blocks cached as an RDD, log theta broadcast to mapPartitions, reduceByKey)"
 
 
 def _compact(values: np.ndarray) -> np.ndarray:
@@ -206,6 +211,7 @@ def blocks_from_labels(df: DataFrame, path_lookup: Dict[Tuple[str, ...], int], p
     Rows go to Python as Arrow batches and are packed with numpy only; each
     block crosses back as one row of bytes.
     """
+    require_classic_session(df, "engine.blocks_from_labels", RDD_NEEDS)
     n_paths, n_nodes = path_node.shape
     keys = [None] * n_paths
     for labels, j in path_lookup.items():
@@ -223,6 +229,8 @@ def blocks_from_node_scores(df: DataFrame, n_nodes: int, vocab_size: int, block_
                             features_col: str = "features", scores_col: str = "node_scores") -> RDD:
     """RDD of :class:`Block` from weak supervision: ``node_scores`` is array<double> of the
     taxonomy's K node columns (``Taxonomy.nodes`` order) or null for an unlabelled row."""
+    require_classic_session(df, "engine.blocks_from_node_scores", RDD_NEEDS)
+
     def pack(batches):
         return _pack_arrow_partition(batches, weak_score_rows, block_size)
 
@@ -343,6 +351,10 @@ def sufficient_stats(blocks: RDD, log_prior: Optional[np.ndarray], log_theta: Op
     """
     sc = blocks.context
     n_paths = score_matrix.shape[0]
+    # The summed records come back to the driver in one collect: (M + 1) rows
+    # of V + 1 cells at the pass's dtype (dense when M x V is small).
+    check_result_size(sc, (n_paths + 1) * (vocab_size + 1) * np.dtype(dtype).itemsize,
+                      f"the per-path sums of {n_paths:,} paths x {vocab_size:,} terms ({dtype})")
     # float32 halves the broadcast, the per-block products and the shuffled
     # per-path sums; the driver keeps float64 for the M-step.
     theta_t = None if log_theta is None else np.ascontiguousarray(log_theta.T, dtype=dtype)

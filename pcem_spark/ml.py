@@ -25,6 +25,7 @@ from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable, MLRead
 
 from .features import DEFAULT_TOKEN_PATTERN, FeatureSettings
 from .model import AUTO, ModelSettings, PathModel, infer_taxonomy, train
+from .session import require_classic_session
 from .taxonomy import Taxonomy
 from .tuning import TuneSettings
 
@@ -299,6 +300,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         """
         from . import engine
         from .model import check_label_paths, fit_blocks
+        require_classic_session(dataset, "PathEM.fitMultiple", engine.RDD_NEEDS)
         shareable = bool(self.getOrDefault(self.featuresCol)) and all(
             p.name in _SHARED_BLOCK_PARAMS for pm in paramMaps for p in pm)
         if not shareable or self.getOrDefault(self.supervision) != "labels":
@@ -326,6 +328,10 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         import json
 
         from pyspark.sql import functions as F
+
+        from .engine import RDD_NEEDS
+        # Before any Spark job: the vocabulary and label checks would run for minutes first.
+        require_classic_session(dataset, "PathEM.fit", RDD_NEEDS)
         g = self.getOrDefault
         kind = g(self.supervision)
         if kind not in ("labels", "descriptions", "similarities"):

@@ -29,6 +29,8 @@ from pyspark.sql import types as T
 from . import engine, pathnb
 from .methods import GENERATIVE, MethodSpec, method_spec
 from .features import FeatureSettings, featurize, fit_vocabulary
+from .limits import check_result_size
+from .session import require_classic_session
 from .taxonomy import Taxonomy, TaxonomyError
 
 log = logging.getLogger(__name__)
@@ -241,6 +243,8 @@ class PathModel:
         this model's vocabulary (e.g. a Spark ML ``CountVectorizer`` stage)
         and ``text_col`` is not read.
         """
+        require_classic_session(df, "PathModel.transform / predict_columns",
+                                "a broadcast variable of the model's parameters (SparkContext.broadcast)")
         spark = df.sparkSession
         out_fields = [df.schema[c] for c in passthrough] + [
             T.StructField(prefix + f.name, f.dataType, f.nullable) for f in PREDICTION_SCHEMA.fields
@@ -331,7 +335,11 @@ class PathModel:
             taxonomy = Taxonomy(meta["taxonomy"]["children"], root=meta["taxonomy"]["root"])
             vocab_rows = spark.read.parquet(f"{path}/vocabulary").orderBy("index").collect()
             vocabulary = [r["term"] for r in vocab_rows]
-            param_rows = spark.read.parquet(f"{path}/parameters").orderBy("path_index").collect()
+            params = spark.read.parquet(f"{path}/parameters")
+            n_rows = params.count()
+            check_result_size(spark.sparkContext, n_rows * len(vocabulary) * 8.0,
+                              f"{path}: the model's parameters ({n_rows:,} rows x {len(vocabulary):,} terms)")
+            param_rows = params.orderBy("path_index").collect()
             log_prior = np.array([r["log_prior"] for r in param_rows])
             log_theta = np.vstack([np.frombuffer(r["log_theta"], dtype="<f8") for r in param_rows])
             # Models written before unlabeled_weight / path_weight existed were trained with the paper's 1.
@@ -367,6 +375,7 @@ def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings
     the labelled documents (:func:`pcem_spark.tuning.resolve_auto`, settings
     ``tune``); the chosen values and CV scores go into the training summary.
     """
+    require_classic_session(docs, "model.train", engine.RDD_NEEDS)
     model_settings.validate()
     feature_settings.validate()
     if featurized is None:
@@ -424,6 +433,7 @@ def train_weak(docs: DataFrame, taxonomy: Taxonomy, descriptions: Optional[Dict[
     ``docs`` are ignored.
     """
     from .weak import weak_label, weak_label_from_similarities
+    require_classic_session(docs, "model.train_weak", engine.RDD_NEEDS)
     model_settings.validate()
     feature_settings.validate()
     cols = ["id", "text"] + ([] if descriptions else ["similarities"]) + ([weak_col] if weak_col else [])

@@ -67,6 +67,9 @@ class _FS:
     """The few Hadoop FileSystem calls needed, for any URI Spark can write (file, hdfs, s3a, ...)."""
 
     def __init__(self, spark, path: str):
+        from .session import require_classic_session
+        require_classic_session(spark, "Saving / loading models and writing outputs atomically (pcem_spark.outputs)",
+                                "the driver JVM's Hadoop FileSystem (rename, completion markers)")
         sc = spark.sparkContext
         self._jvm = sc._jvm
         self.path = self._jvm.org.apache.hadoop.fs.Path(path)

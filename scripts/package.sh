@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Build what a cluster needs (see docs/CLUSTER.md):
+#   dist/pcem_spark.zip    this package, for spark-submit --py-files
+#   dist/pcem_env.tar.gz   numpy/scipy/pyarrow/pandas at the driver's versions (venv-pack),
+#                          for --archives dist/pcem_env.tar.gz#environment
+#                          with --conf spark.pyspark.python=./environment/bin/python
+# Usage: bash scripts/package.sh [--out dist] [--no-env] [--force] [--python python3.11]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+"$PY" -m pip install --quiet -e ".[cluster]"
+exec "$PY" -m pcem_spark.packaging "$@"
