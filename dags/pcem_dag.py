@@ -193,6 +193,9 @@ class PcemSparkSubmitOperator(SparkSubmitOperator):
         self._conn_id = str(self.pcem_conn_id or "").strip() or str(DEFAULTS["conn_id"])
         conf = dict(self.conf or {})
         conf.update(parse_spark_conf(self.pcem_spark_conf))
+        # A driver JVM out of heap exits (the task fails and is retried) instead of hanging
+        # with a dead result-getter thread until the task's timeout.
+        conf.setdefault("spark.driver.extraJavaOptions", "-XX:+ExitOnOutOfMemoryError")
         env_archive = str(self.pcem_env_archive or "").strip()
         driver_python = str(self.pcem_driver_python or "").strip()
         if env_archive:

@@ -1,14 +1,22 @@
-"""The Spark engine: CSR blocks, broadcast parameters, EM passes.
+"""The EM loop on Spark: broadcast sparse parameters, sum per executor, M-step on the driver.
 
 Execution shape (DESIGN.md):
 
-* each partition's rows are packed once into scipy CSR blocks and cached;
-* each pass broadcasts ``(log_prior, log_theta, score_matrix)``;
-* ``mapPartitions`` runs the E-step of :mod:`pcem_spark.pathnb` per block and
-  emits per-path sums, combined by ``reduceByKey`` (key = path id) into the
-  M x V count matrix on the driver;
-* the driver updates theta (Eqs. 6-7), tracks the log-likelihood (Eq. 8),
-  tests convergence and unpersists the old broadcast.
+* the documents are packed once into CSR blocks and cached
+  (:mod:`pcem_spark.blocks`, via :mod:`pcem_spark.arrow_io`);
+* each pass broadcasts the parameters as :class:`pcem_spark.pathnb.ScoringTables`
+  -- sized by the non-zero counts, not by paths x vocabulary -- plus the score
+  matrix once per fit;
+* ``mapPartitions`` runs the E-step of :mod:`pcem_spark.pathnb` per block;
+  the cached partitions are coalesced to one task per core, so each task
+  combines the sums of all the blocks it reads before anything is shuffled
+  (the shuffle grows with cores, not with partitions);
+* the per-path sums travel as row chunks (sparse when the posteriors are
+  truncated or M x V is large), are summed by ``reduceByKey`` and collected
+  after a check against ``spark.driver.maxResultSize``;
+* the driver builds the next sparse parameters (Eqs. 6-7) in
+  ``O(nnz + M)``, tracks the log-likelihood (Eq. 8), tests convergence and
+  unpersists the old broadcast.
 
 Spark only moves blocks, broadcasts and sums; the math is in ``pathnb``.
 """
@@ -18,230 +26,62 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Union
 
 import numpy as np
 import scipy.sparse as sp
-from pyspark import RDD, StorageLevel
-from pyspark.sql import DataFrame
+from pyspark import RDD
 
 from . import pathnb
+from .arrow_io import (arrow_blocks, csr_of, label_path_index, node_score_rows,  # noqa: F401 (re-exported)
+                       predicted_path_batches, sparse_vector_arrays, weak_score_rows)
+from .blocks import (_BLOCK_ROW, RDD_NEEDS, Block, _block_from_row, _pack_arrow_partition,  # noqa: F401
+                     blocks_from_labels, blocks_from_node_scores, cache_blocks)
 from .limits import check_result_size
-from .session import require_classic_session
 
 log = logging.getLogger(__name__)
 
-# Per-path sums may travel sparse only when M x V has at least this many cells.
+# Per-path sums travel sparse when M x V has at least this many cells (or the
+# posteriors are truncated). Measured: with 20 paths x 20k words dense sums are
+# ~30% faster per iteration; with 1,000 x 2^18 only sparse sums fit in memory.
 SPARSE_SUMS_MIN_CELLS = 1 << 22
 
-# Key of the scalar record (log-likelihood, counts) next to the path keys 0..M-1.
+# The E-step of a block runs on row slices of at most this many (document, path)
+# cells: the (n, M) scores are dense, so 4,096 documents x 10,000 paths would be
+# 330 MB per slice; 2^22 cells are 32 MB.
+E_STEP_MAX_CELLS = 1 << 22
+
+# Coalesce the cached partitions to one task per core before each pass, so every
+# task combines the sums of all the blocks it reads (see sufficient_stats).
+COALESCE_TO_CORES = True
+
+# Key of the scalar record next to the row-chunk keys 0..n_chunks-1.
 _SCALARS = -1
+# loglik, n labelled, n unlabelled, labelled tokens as counted, labelled tokens
+# before doc_length, non-zeros of the term counts
+_N_SCALARS = 6
 
-# What the EM passes use that a Spark Connect session lacks (pcem_spark.session.require_classic_session).
-RDD_NEEDS = "the RDD API (packed blocks cached as an RDD, log theta broadcast to mapPartitions, reduceByKey)"
-
-
-def _compact(values: np.ndarray) -> np.ndarray:
-    """The smallest dtype that holds ``values`` exactly (term counts fit in uint8/uint16)."""
-    if values.size and np.all(values >= 0) and np.all(values == np.floor(values)):
-        top = values.max()
-        for dtype in (np.uint8, np.uint16):
-            if top <= np.iinfo(dtype).max:
-                return values.astype(dtype)
-    return values
+# What the EM options mean for a method: "off" = naive Bayes (one pass),
+# "labeled" = iterate over the labelled documents only (NBMC: latent
+# components), "all" = EM over labelled and unlabelled documents.
+EM_MODES = ("off", "labeled", "all")
 
 
-class Block:
-    """A partition's documents as matrices.
-
-    X : csr_matrix (n, V) term counts; node_scores : csr_matrix (n, K) of
-    ``S_i(c)``; labeled : bool (n,) -- rows with any supervision.
-
-    Pickled compactly (counts as uint8/uint16 when exact, int32 indices):
-    cached blocks cross from the JVM to Python every EM iteration, and the
-    bytes moved are the main cost of an iteration after the math.
-    """
-
-    __slots__ = ("X", "node_scores", "labeled")
-
-    def __init__(self, X: sp.csr_matrix, node_scores: sp.csr_matrix, labeled: np.ndarray):
-        self.X = X
-        self.node_scores = node_scores
-        self.labeled = labeled
-
-    def __getstate__(self):
-        X = self.X
-        return (X.shape, X.indptr, X.indices.astype(np.int32, copy=False), _compact(X.data),
-                self.node_scores, self.labeled)
-
-    def __setstate__(self, state):
-        shape, indptr, indices, data, node_scores, labeled = state
-        self.X = sp.csr_matrix((data.astype(np.float64, copy=False), indices, indptr), shape=shape)
-        self.node_scores = node_scores
-        self.labeled = labeled
-
-
-_BLOCK_ROW = ("n int, indptr binary, indices binary, data binary, "
-              "ns_indptr binary, ns_indices binary, ns_data binary")
-
-
-def sparse_vector_arrays(vectors) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """CSR ``(indptr, indices, data)`` of an Arrow column of ml SparseVectors.
-
-    Spark sends a VectorUDT column to Arrow as its SQL struct
-    ``{type, size, indices, values}``; the list offsets are the CSR row
-    pointers, so no Python object is made per row.
-    """
-    import pyarrow.compute as pc
-    kinds = np.asarray(pc.struct_field(vectors, "type").to_numpy(zero_copy_only=False))
-    if kinds.size and kinds.max() != 0:
-        raise ValueError("expected sparse term-count vectors, got dense vectors")
-    idx = pc.struct_field(vectors, "indices")
-    vals = pc.struct_field(vectors, "values")
-    offsets = np.asarray(idx.offsets, dtype=np.int64)
-    indptr = offsets - offsets[0]
-    indices = np.asarray(idx.flatten().to_numpy(zero_copy_only=False), dtype=np.int32)
-    data = np.asarray(vals.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
-    return indptr, indices, data
-
-
-def arrow_blocks(batches, block_size: int):
-    """Slices of at most ``block_size`` rows of each Arrow batch (a block = one matrix product)."""
-    for batch in batches:
-        for start in range(0, batch.num_rows, block_size):
-            yield batch.slice(start, block_size)
-
-
-def csr_of(vectors, vocab_size: int) -> sp.csr_matrix:
-    """(n, V) CSR matrix of an Arrow column of ml SparseVectors."""
-    indptr, indices, data = sparse_vector_arrays(vectors)
-    return sp.csr_matrix((data, indices, indptr), shape=(len(vectors), vocab_size))
-
-
-def predicted_path_batches(batches, n_keep: int, vocab_size: int, block_size: int, paths, names, predict):
-    """mapInArrow body shared by every model's prediction: Arrow in, Arrow out.
-
-    Each batch has ``n_keep`` passthrough columns, then the term-count
-    vectors. Per block of ``block_size`` rows, ``predict(X)`` (X: CSR
-    (n, V)) returns ``(best, prob)``: an index into ``paths`` (real label
-    paths) and a score per row. Yields the passthrough columns plus path,
-    leaf and probability; rows are never dropped or reordered.
-    """
-    import pyarrow as pa
-    path_arr = pa.array(paths, pa.list_(pa.string()))
-    leaf_arr = pa.array([p[-1] for p in paths], pa.string())
-    for b in arrow_blocks(batches, block_size):
-        best, prob = predict(csr_of(b.column(n_keep), vocab_size))
-        take = pa.array(best, pa.int64())
-        cols = [b.column(i) for i in range(n_keep)] + [
-            path_arr.take(take), leaf_arr.take(take), pa.array(prob, pa.float64())]
-        yield pa.RecordBatch.from_arrays(cols, names=names)
-
-
-def label_path_index(labels, path_keys) -> np.ndarray:
-    """Path index of each label list (``-1`` for null = unlabelled), vectorised with Arrow compute."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    # Spark marks the element type non-nullable, which binary_join has no kernel for.
-    joined = pc.binary_join(labels.cast(pa.list_(pa.string())), "\x1f")
-    found = pc.index_in(joined, value_set=pa.array(path_keys, pa.string()))
-    idx = np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
-    unknown = np.asarray(labels.is_valid().to_numpy(zero_copy_only=False)) & (idx < 0)
-    if unknown.any():
-        bad = labels[int(np.flatnonzero(unknown)[0])].as_py()
-        raise ValueError(f"label path {bad} is not a path of the taxonomy (validate labels before packing)")
-    return idx
-
-
-def node_score_rows(labels, path_keys, path_nodes: np.ndarray):
-    """CSR ``(indptr, indices, data)`` node scores of true label paths (null = no row entries)."""
-    d = path_nodes.shape[1]
-    q = label_path_index(labels, path_keys)
-    lab = q >= 0
-    indptr = np.concatenate([[0], np.cumsum(np.where(lab, d, 0))]).astype(np.int64)
-    indices = path_nodes[q[lab]].ravel().astype(np.int32)
-    return indptr, indices, np.ones(len(indices))
-
-
-def weak_score_rows(scores):
-    """CSR node scores from an Arrow list<double> column of K scores per row (null = unlabelled)."""
-    import pyarrow.compute as pc
-    lengths = np.asarray(pc.list_value_length(scores).fill_null(0).to_numpy(zero_copy_only=False))
-    flat = np.asarray(scores.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
-    k = int(lengths.max()) if lengths.size else 0
-    dense = np.zeros((len(lengths), k))
-    rows = lengths > 0
-    if rows.any():
-        dense[rows] = flat.reshape(-1, k)
-    m = sp.csr_matrix(dense)
-    return m.indptr.astype(np.int64), m.indices.astype(np.int32), m.data
-
-
-def _pack_arrow_partition(batches, supervision, block_size: int):
-    """mapInArrow body: each slice of <= block_size rows becomes one row of CSR bytes."""
-    import pyarrow as pa
-    for b in arrow_blocks(batches, block_size):
-        indptr, indices, data = sparse_vector_arrays(b.column(0))
-        ns_indptr, ns_indices, ns_data = supervision(b.column(1))
-        cols = [pa.array([b.num_rows], pa.int32())] + [
-            pa.array([a.tobytes()], pa.binary())
-            for a in (indptr, indices, data, ns_indptr, ns_indices, ns_data)]
-        yield pa.RecordBatch.from_arrays(cols, names=["n", "indptr", "indices", "data", "ns_indptr",
-                                                      "ns_indices", "ns_data"])
-
-
-def _block_from_row(row, vocab_size: int, n_nodes: int) -> Block:
-    n = row[0]
-    indptr, indices, data, ns_indptr, ns_indices, ns_data = (
-        np.frombuffer(row[i], dtype=t) for i, t in
-        zip(range(1, 7), (np.int64, np.int32, np.float64, np.int64, np.int32, np.float64)))
-    X = sp.csr_matrix((data, indices, indptr), shape=(n, vocab_size))
-    ns = sp.csr_matrix((ns_data, ns_indices, ns_indptr), shape=(n, n_nodes))
-    return Block(X, ns, np.diff(ns_indptr) > 0)
-
-
-def blocks_from_labels(df: DataFrame, path_lookup: Dict[Tuple[str, ...], int], path_node: np.ndarray,
-                       vocab_size: int, block_size: int = 4096, features_col: str = "features",
-                       labels_col: str = "labels") -> RDD:
-    """RDD of :class:`Block` from a featurised DataFrame with true label paths.
-
-    ``labels`` must already be validated against the taxonomy (see
-    :func:`pcem_spark.model.check_label_paths`); null labels = unlabelled.
-    The node scores of a labelled row are the nodes of its (padded) path.
-    Rows go to Python as Arrow batches and are packed with numpy only; each
-    block crosses back as one row of bytes.
-    """
-    require_classic_session(df, "engine.blocks_from_labels", RDD_NEEDS)
-    n_paths, n_nodes = path_node.shape
-    keys = [None] * n_paths
-    for labels, j in path_lookup.items():
-        keys[j] = "\x1f".join(labels)
-    path_nodes = np.array([np.flatnonzero(path_node[j]) for j in range(n_paths)], dtype=np.int32)
-
-    def pack(batches):
-        return _pack_arrow_partition(batches, lambda col: node_score_rows(col, keys, path_nodes), block_size)
-
-    packed = df.select(features_col, labels_col).mapInArrow(pack, _BLOCK_ROW)
-    return packed.rdd.map(lambda row: _block_from_row(row, vocab_size, n_nodes))
-
-
-def blocks_from_node_scores(df: DataFrame, n_nodes: int, vocab_size: int, block_size: int = 4096,
-                            features_col: str = "features", scores_col: str = "node_scores") -> RDD:
-    """RDD of :class:`Block` from weak supervision: ``node_scores`` is array<double> of the
-    taxonomy's K node columns (``Taxonomy.nodes`` order) or null for an unlabelled row."""
-    require_classic_session(df, "engine.blocks_from_node_scores", RDD_NEEDS)
-
-    def pack(batches):
-        return _pack_arrow_partition(batches, weak_score_rows, block_size)
-
-    packed = df.select(features_col, scores_col).mapInArrow(pack, _BLOCK_ROW)
-    return packed.rdd.map(lambda row: _block_from_row(row, vocab_size, n_nodes))
+def em_mode(em: Union[bool, str]) -> str:
+    """Normalise ``em`` (True = "all", False = "off", or one of :data:`EM_MODES`)."""
+    if em is True:
+        return "all"
+    if em is False:
+        return "off"
+    if em not in EM_MODES:
+        raise ValueError(f"em must be True, False or one of {EM_MODES}, got {em!r}")
+    return em
 
 
 @dataclass
 class FitResult:
-    log_prior: np.ndarray
-    log_theta: np.ndarray
+    """A fitted model's parameters (sparse, :class:`pcem_spark.pathnb.PathParameters`) and its run."""
+    params: pathnb.PathParameters
     n_iter: int = 0
     converged: bool = False
     loglik_history: List[float] = field(default_factory=list)
@@ -250,148 +90,286 @@ class FitResult:
     n_unlabeled: int = 0
     smoothing: float = 1.0                 # the word pseudo-count used (chosen when "auto")
     smoothing_evidence: Optional[Dict[str, float]] = None   # grid value -> log evidence ("auto")
+    loglik_decreases: int = 0              # iterations whose log-likelihood fell (truncated E-steps)
+
+    @property
+    def log_prior(self) -> np.ndarray:
+        return self.params.log_prior
+
+    @property
+    def log_theta(self) -> np.ndarray:
+        """Dense (R, V) log theta -- O(R x V): small models, tests and inspection only."""
+        return self.params.log_theta()
+
+
+class PassSettings(NamedTuple):
+    """What every partition of one pass needs besides the broadcast (small, pickled with the closure)."""
+    n_paths: int
+    vocab_size: int
+    use_unlabeled: bool
+    posterior_floor: float = 0.0
+    top_k: int = 0
+    init_seed: Optional[int] = None
+    unlabeled_weight: float = 1.0
+    doc_length: float = 0.0
+    sparse_sums: bool = False
+    n_chunks: int = 1
+    dtype: str = "float64"
 
 
 def _add(a, b):
-    """Sum of two per-path records, each a dense ndarray or a sparse (1, V+1) row."""
+    """Sum of two records: per-path row chunks (dense ndarray or sparse) or scalar vectors."""
     if sp.issparse(a) and sp.issparse(b):
-        return a + b
+        return (a + b).tocsr()
     if sp.issparse(a):
         a, b = b, a
     if sp.issparse(b):
-        out = a.copy()
-        out[b.indices] += b.data
+        out = np.array(a, copy=True)
+        coo = b.tocoo()
+        out[coo.row, coo.col] += coo.data
         return out
     return a + b
 
 
-def _accumulate(acc, x):
-    """``acc + x`` for per-path word sums that may be dense ndarrays or sparse matrices."""
-    if acc is None:
-        return x
-    if sp.issparse(acc) and sp.issparse(x):
-        acc = (acc + x).tocsr()
-        # Past ~30% fill a dense array is cheaper to add to and to ship.
-        return acc.toarray() if acc.nnz > 0.3 * acc.shape[0] * acc.shape[1] else acc
-    if sp.issparse(acc):
-        acc, x = x.copy(), acc  # never write into the caller's block result
-    if sp.issparse(x):
-        x = x.tocoo()
-        acc[x.row, x.col] += x.data  # coo from csr has no duplicate entries
-        return acc
-    acc += x
-    return acc
+class _SumAccumulator:
+    """Per-path word sums of many blocks, dense or sparse.
+
+    Sparse block sums are kept in a list and merged once they hold as many
+    entries as the running total (amortised ``O(nnz log)``, never one
+    re-sort of the total per block).
+    """
+
+    def __init__(self, n_paths: int, vocab_size: int, sparse_sums: bool, dtype):
+        self.shape = (n_paths, vocab_size)
+        self.sparse_sums = sparse_sums
+        self.dtype = np.dtype(dtype)
+        self.dense = None if sparse_sums else np.zeros(self.shape, dtype=self.dtype)
+        self.total: Optional[sp.csr_matrix] = None
+        self.pending: List[sp.csr_matrix] = []
+        self.pending_nnz = 0
+
+    def add(self, word_counts) -> None:
+        if not self.sparse_sums:
+            if sp.issparse(word_counts):
+                coo = word_counts.tocoo()
+                self.dense[coo.row, coo.col] += coo.data
+            else:
+                self.dense += word_counts
+            return
+        wc = sp.csr_matrix(word_counts)
+        self.pending.append(wc)
+        self.pending_nnz += wc.nnz
+        if self.pending_nnz >= max(1 << 16, 0 if self.total is None else self.total.nnz):
+            self._merge()
+
+    def _merge(self) -> None:
+        parts = ([] if self.total is None else [self.total]) + self.pending
+        if parts:
+            coo = sp.vstack([p.tocoo() for p in parts]).tocoo() if len(parts) > 1 else parts[0].tocoo()
+            # Stack then fold rows back: row r of part p is row r of the sum.
+            rows = coo.row % self.shape[0]
+            self.total = sp.csr_matrix((coo.data, (rows, coo.col)), shape=self.shape)
+            self.total.sum_duplicates()
+        self.pending, self.pending_nnz = [], 0
+
+    def result(self):
+        if not self.sparse_sums:
+            return self.dense
+        self._merge()
+        return self.total if self.total is not None else sp.csr_matrix(self.shape, dtype=self.dtype)
 
 
-def _pass_partition(index: int, blocks: Iterable[Block], bc, use_unlabeled: bool, n_paths: int,
-                    posterior_floor: float, init_seed: Optional[int] = None, unlabeled_weight: float = 1.0,
-                    doc_length: float = 0.0):
+def _row_chunks(n_paths: int, n_chunks: int) -> np.ndarray:
+    """Boundaries of ``n_chunks`` contiguous row ranges of the M paths."""
+    return (np.arange(n_chunks + 1, dtype=np.int64) * n_paths) // n_chunks
+
+
+def _pass_partition(index: int, blocks: Iterable[Block], bc, static_bc, cfg: PassSettings):
     from .faults import maybe_fail
     maybe_fail("em_pass")  # no-op unless a test sets PCEM_INJECT_FAULT
-    log_prior, log_theta_t, score_matrix, structure = bc.value
-    dtype = np.float64 if log_theta_t is None else log_theta_t.dtype
-    # Broadcast as (V, M) C-ordered, so X @ log_theta.T needs no per-block copy.
-    log_theta = None if log_theta_t is None else log_theta_t.T
-    word_counts = None
-    totals = np.zeros(n_paths)
-    # loglik, n labelled, n unlabelled, labelled tokens as counted, labelled tokens before doc_length
-    scalars = np.zeros(5)
-    sparse_density = None
+    tables = bc.value
+    score_matrix, structure = static_bc.value
+    dtype = np.dtype(cfg.dtype)
+    sums = _SumAccumulator(cfg.n_paths, cfg.vocab_size, cfg.sparse_sums, dtype)
+    totals = np.zeros(cfg.n_paths)
+    scalars = np.zeros(_N_SCALARS)
+    seen = False
     # Random initial split of multi-component classes: seeded per partition, so
     # a rerun on the same cached blocks gives the same model.
-    rng = None if init_seed is None else np.random.default_rng([init_seed, index])
+    rng = None if cfg.init_seed is None else np.random.default_rng([cfg.init_seed, index])
+    rows_per_slice = max(1, E_STEP_MAX_CELLS // max(cfg.n_paths, 1))
     for blk in blocks:
-        if sparse_density is None:
-            # Measured: with 20 paths x 20k words dense sums are ~30% faster per
-            # iteration; with 1,000 x 2^18 only sparse sums fit in memory.
-            sparse_density = 0.1 if n_paths * blk.X.shape[1] >= SPARSE_SUMS_MIN_CELLS else 0.0
-        fixed = pathnb.path_scores(blk.node_scores, score_matrix).astype(dtype, copy=False)
-        X = blk.X
-        raw_tokens = float(X[blk.labeled].sum()) if log_theta is None else 0.0
-        if doc_length > 0:
-            X = pathnb.length_normalize(X, doc_length)
-        if dtype != np.float64:
-            X = X.astype(dtype)
-        st = pathnb.e_step(X, fixed, blk.labeled, log_prior, log_theta, use_unlabeled, posterior_floor,
-                           sparse_density, structure, rng, unlabeled_weight)
-        word_counts = _accumulate(word_counts, st.word_counts)
-        totals += st.path_totals
-        n_lab = int(blk.labeled.sum())
-        counted = float(X[blk.labeled].sum()) if log_theta is None else 0.0
-        scalars += (st.loglik, n_lab, len(blk.labeled) - n_lab, counted, raw_tokens)
-    if word_counts is None:
+        for lo in range(0, blk.X.shape[0], rows_per_slice):
+            seen = True
+            hi = lo + rows_per_slice
+            X, labeled = blk.X[lo:hi], blk.labeled[lo:hi]
+            fixed = pathnb.path_scores(blk.node_scores[lo:hi], score_matrix)
+            raw_tokens = float(X[labeled].sum()) if tables is None else 0.0
+            n_terms = X.nnz
+            if cfg.doc_length > 0:
+                X = pathnb.length_normalize(X, cfg.doc_length)
+            if dtype != np.float64:
+                X = X.astype(dtype)
+            st = pathnb.e_step(X, fixed, labeled, None, None, cfg.use_unlabeled, cfg.posterior_floor,
+                               1.0 if cfg.sparse_sums else 0.0, structure, rng, cfg.unlabeled_weight,
+                               cfg.top_k, tables)
+            sums.add(st.word_counts)
+            totals += st.path_totals
+            n_lab = int(labeled.sum())
+            counted = float(X[labeled].sum()) if tables is None else 0.0
+            scalars += (st.loglik, n_lab, len(labeled) - n_lab, counted, raw_tokens, n_terms)
+    if not seen:
         return
-    vocab_size = word_counts.shape[1]
-    if sp.issparse(word_counts):
-        word_counts = word_counts.tocsr()
-        for j in range(n_paths):
-            # One record per path: its word sums with the path total appended.
-            lo, hi = word_counts.indptr[j], word_counts.indptr[j + 1]
-            idx = np.append(word_counts.indices[lo:hi], vocab_size)
-            val = np.append(word_counts.data[lo:hi], totals[j])
-            yield j, sp.csr_matrix((val, idx, [0, len(idx)]), shape=(1, vocab_size + 1))
-    else:
-        for j in range(n_paths):
-            yield j, np.append(word_counts[j], word_counts.dtype.type(totals[j]))
+    word_counts = sums.result()
+    del sums
+    bounds = _row_chunks(cfg.n_paths, cfg.n_chunks)
+    for c in range(cfg.n_chunks):
+        lo, hi = bounds[c], bounds[c + 1]  # never empty: n_chunks <= n_paths
+        # Each chunk carries its paths' word sums with the path totals as column V.
+        if sp.issparse(word_counts):
+            chunk = sp.hstack([word_counts[lo:hi], sp.csr_matrix(totals[lo:hi, None].astype(dtype))]).tocsr()
+        else:
+            chunk = np.hstack([word_counts[lo:hi], totals[lo:hi, None].astype(dtype)])
+        yield c, chunk
     yield _SCALARS, scalars
 
 
-def sufficient_stats(blocks: RDD, log_prior: Optional[np.ndarray], log_theta: Optional[np.ndarray],
-                     score_matrix: np.ndarray, vocab_size: int, use_unlabeled: bool,
-                     posterior_floor: float = 0.0, dtype: str = "float64",
-                     structure: Optional[pathnb.Structure] = None, init_seed: Optional[int] = None,
-                     unlabeled_weight: float = 1.0, doc_length: float = 0.0, stats: Optional[dict] = None):
-    """One distributed pass: returns (word_counts (M,V), path_totals (M,), loglik, n_lab, n_unlab).
+def _record_bytes(record) -> int:
+    _, value = record
+    if sp.issparse(value):
+        return int(value.data.nbytes + value.indices.nbytes + value.indptr.nbytes)
+    return int(np.asarray(value).nbytes)
 
-    With ``log_theta=None`` only labelled rows count (the NB initialisation)
-    and no log-likelihood is computed. Per-path sums travel sparse when few
-    documents carry weight for a path (large taxonomies), dense otherwise.
-    ``structure`` / ``init_seed``: the baselines' components (see
-    :mod:`pcem_spark.methods`); ``M`` is then the number of components.
+
+def sufficient_stats(blocks: RDD, params: Optional[pathnb.PathParameters], score_matrix: np.ndarray,
+                     vocab_size: int, use_unlabeled: bool, posterior_floor: float = 0.0,
+                     dtype: str = "float64", structure: Optional[pathnb.Structure] = None,
+                     init_seed: Optional[int] = None, unlabeled_weight: float = 1.0, doc_length: float = 0.0,
+                     top_k: int = 0, stats: Optional[dict] = None, n_terms: Optional[int] = None,
+                     static_bc=None):
+    """One distributed pass: returns ``(word_counts (M, V), path_totals (M,), loglik, n_lab, n_unlab)``.
+
+    ``word_counts`` is a CSR matrix when the sums travelled sparse (truncated
+    posteriors or M x V >= :data:`SPARSE_SUMS_MIN_CELLS`), an ndarray otherwise.
+    With ``params=None`` only labelled rows count (the NB initialisation) and
+    no log-likelihood is computed. ``structure`` / ``init_seed``: the
+    baselines' components (see :mod:`pcem_spark.methods`); ``M`` is then the
+    number of components. ``stats`` (a dict) receives the pass's token and
+    non-zero counts and its broadcast / collected sizes in bytes;
+    ``n_terms`` (non-zeros of all term counts, from an earlier pass) bounds
+    the collected size before the pass runs. ``static_bc``: a broadcast of
+    ``(score_matrix, structure)`` made once per fit (one is made for this pass
+    if None) -- only the parameters change between passes.
     """
+    import pickle
+
     sc = blocks.context
     n_paths = score_matrix.shape[0]
-    # The summed records come back to the driver in one collect: (M + 1) rows
-    # of V + 1 cells at the pass's dtype (dense when M x V is small).
-    check_result_size(sc, (n_paths + 1) * (vocab_size + 1) * np.dtype(dtype).itemsize,
-                      f"the per-path sums of {n_paths:,} paths x {vocab_size:,} terms ({dtype})")
-    # float32 halves the broadcast, the per-block products and the shuffled
-    # per-path sums; the driver keeps float64 for the M-step.
-    theta_t = None if log_theta is None else np.ascontiguousarray(log_theta.T, dtype=dtype)
-    prior = None if log_prior is None else log_prior.astype(dtype)
-    bc = sc.broadcast((prior, theta_t, score_matrix, structure))
-    del theta_t
+    itemsize = np.dtype(dtype).itemsize
+    # Small models keep dense sums even when truncated (zeroed paths cost nothing in a dense
+    # product; scipy's sparse x sparse one is ~10x dearer per multiply-add).
+    sparse_sums = n_paths * vocab_size >= SPARSE_SUMS_MIN_CELLS
+    # What comes back in one collect: dense (M x (V+1)) cells, or at most every
+    # (term occurrence, path) pair a document can give weight to.
+    dense_bytes = n_paths * (vocab_size + 1) * itemsize
+    what = f"the per-path sums of {n_paths:,} paths x {vocab_size:,} terms ({dtype})"
+    if not sparse_sums:
+        check_result_size(sc, dense_bytes, what)  # dense sums: the bound is exact, refuse before any work
+    n_tasks = max(1, sc.defaultParallelism)
+    n_reducers = max(1, min(n_paths, n_tasks))
+    cfg = PassSettings(n_paths, vocab_size, use_unlabeled, posterior_floor, top_k, init_seed, unlabeled_weight,
+                       doc_length, sparse_sums, max(1, min(n_paths, 4 * n_reducers)), dtype)
+    bound = dense_bytes
+    if sparse_sums and n_terms is not None:
+        k_unlab = top_k if 0 < top_k < n_paths else n_paths
+        nonzero = sp.csr_matrix(score_matrix) != 0
+        k_lab = min(n_paths, int(np.asarray(nonzero.sum(axis=0)).max(initial=1))
+                    * int(np.asarray(nonzero.sum(axis=1)).max(initial=1)))
+        bound = min(dense_bytes * (itemsize + 4) / itemsize,
+                    (n_terms * max(k_unlab, k_lab) + n_paths) * (itemsize + 4))
+    tables = None if params is None else pathnb.scoring_tables(params, dtype)
+    own_static = static_bc is None
+    if own_static:
+        static_bc = sc.broadcast((score_matrix, structure))
+    bc = sc.broadcast(tables)
+    if stats is not None:
+        stats["broadcast_bytes"] = len(pickle.dumps(tables, protocol=pickle.HIGHEST_PROTOCOL))
+    del tables
     try:
-        n_reducers = max(1, min(n_paths + 1, sc.defaultParallelism))
-        records = (blocks.mapPartitionsWithIndex(
-            lambda i, it: _pass_partition(i, it, bc, use_unlabeled, n_paths, posterior_floor, init_seed,
-                                          unlabeled_weight, doc_length))
-                   .reduceByKey(_add, numPartitions=n_reducers)
-                   .collect())  # M + 1 summed records: O(M x V) on the driver, never documents
+        # One task per core: each combines the sums of every cached partition it
+        # reads (coalesce keeps the cached blocks' locations), so what is
+        # shuffled grows with executors x cores, not with partitions.
+        src = blocks.coalesce(n_tasks) if COALESCE_TO_CORES and blocks.getNumPartitions() > n_tasks else blocks
+        reduced = (src.mapPartitionsWithIndex(lambda i, it: _pass_partition(i, it, bc, static_bc, cfg))
+                   .reduceByKey(_add, numPartitions=n_reducers))
+        if bound * 1.1 + (1 << 20) > _limit_or_inf(sc):
+            # The bound says it might not fit: size the summed records exactly first
+            # (the shuffle output is reused; only the small reduce side runs twice).
+            reduced = reduced.persist()
+            exact = reduced.map(_record_bytes).sum()
+            check_result_size(sc, exact, what)
+            bound = exact
+        records = reduced.collect()  # a few summed row chunks: O(nnz(sums) + M) on the driver, never documents
+        if stats is not None:
+            stats["collected_bytes"] = int(sum(_record_bytes(r) for r in records))
+        reduced.unpersist()
     finally:
         bc.unpersist()
-    word_counts = np.zeros((n_paths, vocab_size))
-    totals = np.zeros(n_paths)
-    scalars = np.zeros(5)
+        if own_static:
+            static_bc.unpersist()
+    return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
+
+
+def _limit_or_inf(sc) -> float:
+    from .limits import max_result_size
+    limit = max_result_size(sc)
+    return float("inf") if limit <= 0 else float(limit)
+
+
+def _assemble(records, n_paths: int, vocab_size: int, sparse_sums: bool, stats: Optional[dict]):
+    """Per-path word sums (CSR or dense float64), totals and scalars from the collected chunk records."""
+    scalars = np.zeros(_N_SCALARS)
+    chunks = {}
     while records:
-        key, arr = records.pop()  # each record is freed once copied into the matrix
+        key, value = records.pop()  # each record is freed once placed
         if key == _SCALARS:
-            scalars = arr
-            continue
-        if sp.issparse(arr):
-            arr = arr.toarray().ravel()
-        word_counts[key] = arr[:-1]
-        totals[key] = arr[-1]
+            scalars = value
+        else:
+            chunks[key] = value
+    if sparse_sums:
+        mats = []
+        for c in sorted(chunks):
+            mats.append((c, sp.csr_matrix(chunks.pop(c), dtype=np.float64)))
+        full = _stack_chunks(mats, n_paths, vocab_size + 1, sparse=True)
+        totals = full[:, vocab_size].toarray().ravel()
+        word_counts = full[:, :vocab_size].tocsr()
+    else:
+        mats = [(c, np.asarray(chunks.pop(c), dtype=np.float64)) for c in sorted(chunks)]
+        full = _stack_chunks(mats, n_paths, vocab_size + 1, sparse=False)
+        totals = full[:, vocab_size].copy()
+        word_counts = full[:, :vocab_size]
     if stats is not None:
-        stats.update(labeled_tokens=float(scalars[3]), labeled_raw_tokens=float(scalars[4]))
+        stats.update(labeled_tokens=float(scalars[3]), labeled_raw_tokens=float(scalars[4]),
+                     n_terms=int(scalars[5]))
     return word_counts, totals, float(scalars[0]), int(scalars[1]), int(scalars[2])
 
 
-def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True, smoothing=1.0,
+def _stack_chunks(mats, n_paths: int, width: int, sparse: bool):
+    """Stack the row chunks (key order = row order, every chunk present) into (M, width)."""
+    if not mats:  # no document at all
+        return sp.csr_matrix((n_paths, width)) if sparse else np.zeros((n_paths, width))
+    full = sp.vstack([m for _, m in mats]).tocsr() if sparse else np.vstack([m for _, m in mats])
+    if full.shape != (n_paths, width):
+        raise RuntimeError(f"per-path sums came back as {full.shape}, expected {(n_paths, width)}")
+    return full
+
+
+def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: Union[bool, str] = True, smoothing=1.0,
         max_iter: int = 50, tol: float = 1e-5, label: str = "PCEM", posterior_floor: float = 0.0,
-        dtype: str = "float64", structure: Optional[pathnb.Structure] = None, use_unlabeled: Optional[bool] = None,
+        dtype: str = "float64", structure: Optional[pathnb.Structure] = None,
         seed: int = 0, unlabeled_weight: float = 1.0, prior_smoothing: Optional[float] = None,
-        smoothing_grid=pathnb.DEFAULT_SMOOTHING_GRID, doc_length: float = 0.0) -> FitResult:
+        smoothing_grid=pathnb.DEFAULT_SMOOTHING_GRID, doc_length: float = 0.0, top_k: int = 0,
+        stats: Optional[List[dict]] = None) -> FitResult:
     """PCNB (``em=False``) or PCEM (Algorithm 1) on cached blocks -- or a baseline.
 
     ``score_matrix`` (M, K) turns node scores into path scores (Eq. 2): the
@@ -399,11 +377,11 @@ def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True,
     Convergence: relative change of the log-likelihood (Eq. 8) below ``tol``,
     or ``max_iter`` EM iterations.
 
-    Baselines (:mod:`pcem_spark.methods`) pass their ``structure``; ``em``
-    then means "iterate" and ``use_unlabeled`` (default: ``em``) whether
-    unlabelled rows take part (False for NBMC, whose iterations only move
-    labelled documents between a class's components, started from a split
-    drawn with ``seed``).
+    ``em`` (see :data:`EM_MODES`): False / "off" naive Bayes, True / "all" EM
+    over all documents, "labeled" iterations over the labelled documents only
+    (NBMC, whose labelled documents' components are latent, started from a
+    split drawn with ``seed``). Baselines (:mod:`pcem_spark.methods`) pass
+    their ``structure``.
 
     ``smoothing="auto"``: the word pseudo-count of ``smoothing_grid`` with the
     largest Dirichlet-multinomial evidence of the labelled counts
@@ -415,16 +393,37 @@ def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True,
     documents down to that many tokens (:func:`pcem_spark.pathnb.length_normalize`);
     the "auto" smoothing is then chosen on the labelled counts scaled back to
     their raw token total, so the evidence sees counts on the scale it models.
+    ``posterior_floor`` / ``top_k`` truncate the unlabelled posteriors
+    (:func:`pcem_spark.pathnb.truncate_posteriors`); a fall of the
+    log-likelihood is then possible and logged as a warning.
+    ``stats`` (a list) receives one dict of sizes per pass.
     """
     t0 = time.perf_counter()
-    if use_unlabeled is None:
-        use_unlabeled = em
-    groups = None if structure is None else structure.groups
+    mode = em_mode(em)
     init_seed = seed if structure is not None and structure.restrict_labeled else None
     init_stats: Dict[str, float] = {}
-    wc, totals, _, n_lab, n_unlab = sufficient_stats(blocks, None, None, score_matrix, vocab_size, False,
+    # The score matrix and the method's structure do not change between passes: broadcast once.
+    static_bc = blocks.context.broadcast((score_matrix, structure))
+    try:
+        return _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter, tol, label,
+                    posterior_floor, dtype, structure, init_seed, unlabeled_weight, prior_smoothing,
+                    smoothing_grid, doc_length, top_k, stats, t0, init_stats)
+    finally:
+        static_bc.unpersist()
+
+
+def _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter, tol, label, posterior_floor,
+         dtype, structure, init_seed, unlabeled_weight, prior_smoothing, smoothing_grid, doc_length, top_k,
+         stats, t0, init_stats) -> FitResult:
+    """The body of :func:`fit` once the per-fit broadcast exists."""
+    use_unlabeled = mode == "all"
+    groups = None if structure is None else structure.groups
+    wc, totals, _, n_lab, n_unlab = sufficient_stats(blocks, None, score_matrix, vocab_size, False,
                                                      structure=structure, init_seed=init_seed,
-                                                     doc_length=doc_length, stats=init_stats)
+                                                     doc_length=doc_length, stats=init_stats,
+                                                     static_bc=static_bc)
+    if stats is not None:
+        stats.append(dict(init_stats))
     if n_lab == 0:
         raise ValueError(f"{label}: no labelled document in the training data; "
                          "naive Bayes needs at least one labelled document")
@@ -441,15 +440,17 @@ def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True,
     smoothing = float(smoothing)
     if not 0.0 <= unlabeled_weight <= 1.0:
         raise ValueError(f"unlabeled_weight must be in [0, 1], got {unlabeled_weight}")
-    log_prior, log_theta = pathnb.log_parameters(wc, totals, smoothing, groups, prior_smoothing)
+    n_terms = int(init_stats.get("n_terms", 0)) or None
+    params = pathnb.sparse_log_parameters(wc, totals, smoothing, groups, prior_smoothing)
     del wc
-    result = FitResult(log_prior, log_theta, n_labeled=n_lab, n_unlabeled=n_unlab, smoothing=smoothing,
+    result = FitResult(params, n_labeled=n_lab, n_unlabeled=n_unlab, smoothing=smoothing,
                        smoothing_evidence=evidence)
-    log.info("%s: naive Bayes initialisation on %d labelled documents (%d unlabelled) in %.2fs",
-             label, n_lab, n_unlab, time.perf_counter() - t0)
+    log.info("%s: naive Bayes initialisation on %d labelled documents (%d unlabelled) in %.2fs; "
+             "%d non-zero word parameters of %d paths x %d terms", label, n_lab, n_unlab,
+             time.perf_counter() - t0, params.log_ratio.nnz, params.shape[0], vocab_size)
     if use_unlabeled and unlabeled_weight == 0.0 and structure is None:
-        em = False  # EM-lambda with lambda = 0: the unlabelled documents never count, naive Bayes it is
-    if not em:
+        mode = "off"  # EM-lambda with lambda = 0: the unlabelled documents never count, naive Bayes it is
+    if mode == "off":
         result.converged = True
         return result
     if n_unlab == 0 and use_unlabeled:
@@ -457,14 +458,17 @@ def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True,
     prev = None
     for it in range(1, max_iter + 1):
         t_it = time.perf_counter()
+        pass_stats: Dict[str, float] = {}
         wc, totals, data_ll, _, _ = sufficient_stats(
-            blocks, log_prior, log_theta, score_matrix, vocab_size, use_unlabeled, posterior_floor, dtype,
-            structure, unlabeled_weight=unlabeled_weight, doc_length=doc_length)
-        loglik = data_ll + pathnb.log_prior_density(log_prior, log_theta, smoothing, prior_smoothing)
-        log_theta = result.log_theta = None  # let the old (M, V) parameters go before the new ones exist
-        log_prior, log_theta = pathnb.log_parameters(wc, totals, smoothing, groups, prior_smoothing)
+            blocks, params, score_matrix, vocab_size, use_unlabeled, posterior_floor, dtype,
+            structure, unlabeled_weight=unlabeled_weight, doc_length=doc_length, top_k=top_k,
+            stats=pass_stats, n_terms=n_terms, static_bc=static_bc)
+        loglik = data_ll + pathnb.sparse_log_prior_density(params, smoothing, prior_smoothing)
+        # Let the old parameters (the naive-Bayes ones on the first pass) go before the new ones exist.
+        params = result.params = None
+        params = pathnb.sparse_log_parameters(wc, totals, smoothing, groups, prior_smoothing)
         del wc
-        if not (np.isfinite(loglik) and np.isfinite(log_prior).all()):
+        if not (np.isfinite(loglik) and np.isfinite(params.log_prior).all()):
             raise FloatingPointError(f"{label}: EM iteration {it} produced non-finite parameters "
                                      f"(log-likelihood {loglik}); check the input counts and settings")
         secs = time.perf_counter() - t_it
@@ -472,8 +476,17 @@ def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True,
         result.loglik_history.append(loglik)
         result.iter_seconds.append(secs)
         result.n_iter = it
-        log.info("%s EM iteration %d: log-likelihood %.6e, relative change %.3e, %.2fs",
-                 label, it, loglik, rel, secs)
+        if stats is not None:
+            pass_stats["nnz_parameters"] = int(params.log_ratio.nnz)
+            stats.append(pass_stats)
+        log.info("%s EM iteration %d: log-likelihood %.6e, relative change %.3e, %.2fs, "
+                 "%d non-zero word parameters", label, it, loglik, rel, secs, params.log_ratio.nnz)
+        if prev is not None and loglik < prev - 1e-9 * abs(prev):
+            result.loglik_decreases += 1
+            log.warning("%s EM iteration %d: the log-likelihood fell (%.6e -> %.6e)%s", label, it, prev, loglik,
+                        "; expected now and then with truncated posteriors (posterior_top_k / posterior_floor)"
+                        if posterior_floor > 0 or 0 < top_k < score_matrix.shape[0] else
+                        "; exact EM never does this: check the input for NaN or negative counts")
         if prev is not None and rel < tol:
             result.converged = True
             break
@@ -481,10 +494,5 @@ def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: bool = True,
     if not result.converged:
         log.warning("%s: EM stopped at max_iter=%d before the relative change fell below tol=%g",
                     label, max_iter, tol)
-    result.log_prior, result.log_theta = log_prior, log_theta
+    result.params = params
     return result
-
-
-def cache_blocks(blocks: RDD, level: StorageLevel = StorageLevel.MEMORY_AND_DISK) -> RDD:
-    """Persist the packed blocks (they are read once per EM iteration)."""
-    return blocks.persist(level)

@@ -27,7 +27,7 @@ from .features import FeatureSettings, featurize, fit_vocabulary
 from .discriminative import DISCRIMINATIVE
 from .methods import GENERATIVE
 from .model import ModelSettings, check_label_paths, fit_blocks
-from .taxonomy import Taxonomy
+from .taxonomy import PATH_KEY_SEP, Taxonomy
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +117,9 @@ def _leaf_path_index(taxonomy: Taxonomy, scores_col: str = "node_scores"):
 
 def _label_path_index(taxonomy: Taxonomy, labels_col: str = "labels"):
     """Column: path index of a (validated) true label path, null when unlabelled."""
-    lookup = F.create_map(*[x for labels, j in taxonomy.path_lookup().items()
-                            for x in (F.lit("\x1f".join(labels)), F.lit(j))])
-    return F.when(F.col(labels_col).isNotNull(), lookup[F.concat_ws("\x1f", F.col(labels_col))])
+    lookup = F.create_map(*[x for j, key in enumerate(taxonomy.path_keys())
+                            for x in (F.lit(key), F.lit(j))])
+    return F.when(F.col(labels_col).isNotNull(), lookup[F.concat_ws(PATH_KEY_SEP, F.col(labels_col))])
 
 
 def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings,
@@ -229,7 +229,7 @@ def _run_split(docs, taxonomy, feature_settings, model_settings, methods, settin
     if setting == "labeled":
         feats = featurize(masked, vocabulary, feature_settings).cache()
         blocks = engine.cache_blocks(engine.blocks_from_labels(
-            feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary),
+            feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True), len(vocabulary),
             model_settings.block_size)) if generative else None
         if blocks is not None:
             blocks.count()  # pack before the clock starts: no method's train time pays for it

@@ -58,10 +58,10 @@ import numpy as np
 from .pathnb import Structure, weighted_score_matrix
 from .taxonomy import Taxonomy
 
+SPARSE_SCORE_MATRIX_CELLS = 1 << 22
+
 GENERATIVE = ("pcnb", "pcem", "flat-nb", "flat-em", "nbmc", "emmc", "tdnb", "tdem", "wdnb", "wdem")
 EM_METHODS = ("pcem", "flat-em", "emmc", "tdem", "wdem")
-# Methods whose word distributions need EM even without unlabelled data.
-LATENT_COMPONENT_METHODS = ("nbmc", "emmc")
 
 
 @dataclass(frozen=True)
@@ -69,12 +69,21 @@ class MethodSpec:
     name: str
     score_matrix: np.ndarray   # (R, K) node scores -> fixed component scores
     structure: Optional[Structure]   # None: one softmax over paths, Eq. 5 (PC and flat methods)
-    uses_unlabeled: bool       # EM over unlabelled documents
-    iterative: bool            # runs EM iterations at all
+    # How the method iterates (pcem_spark.engine.EM_MODES): "off" = naive Bayes,
+    # "labeled" = EM over the labelled documents' latent components only (NBMC),
+    # "all" = EM over labelled and unlabelled documents.
+    em: str
 
     @property
     def n_components(self) -> int:
         return self.score_matrix.shape[0]
+
+
+def _identity(K: int, sparse: bool):
+    if sparse:
+        import scipy.sparse as sp
+        return sp.identity(K, format="csr")
+    return np.eye(K)
 
 
 def _path_nodes(taxonomy: Taxonomy) -> np.ndarray:
@@ -106,32 +115,34 @@ def method_spec(taxonomy: Taxonomy, method: str, components: int = 2, path_weigh
     between see :func:`pcem_spark.pathnb.weighted_score_matrix`.
     """
     M, K = taxonomy.n_paths, taxonomy.n_nodes
-    uses_unlabeled = method in EM_METHODS
-    iterative = uses_unlabeled or method in LATENT_COMPONENT_METHODS
+    em = "all" if method in EM_METHODS else "off"
+    # Past ~4M cells the (R, K) score matrix is kept sparse (thousands of leaves).
+    sparse = M * K >= SPARSE_SCORE_MATRIX_CELLS
     if method in ("pcnb", "pcem"):
-        return MethodSpec(method, weighted_score_matrix(taxonomy.path_node_matrix(), taxonomy.leaf_node_matrix(),
-                                                        path_weight), None, uses_unlabeled, iterative)
+        return MethodSpec(method, weighted_score_matrix(taxonomy.path_node_matrix(sparse),
+                                                        taxonomy.leaf_node_matrix(sparse), path_weight), None, em)
     if method in ("flat-nb", "flat-em"):
-        return MethodSpec(method, taxonomy.leaf_node_matrix(), None, uses_unlabeled, iterative)
+        return MethodSpec(method, taxonomy.leaf_node_matrix(sparse), None, em)
     if method in ("nbmc", "emmc"):
         if components < 1:
             raise ValueError(f"model.components must be >= 1, got {components}")
         owner = np.repeat(np.arange(M), components)
-        return MethodSpec(method, np.repeat(taxonomy.leaf_node_matrix(), components, axis=0),
+        leaf = taxonomy.leaf_node_matrix(sparse)
+        return MethodSpec(method, leaf[np.repeat(np.arange(M), components)],
                           Structure(np.zeros(M * components, np.int64), owner, restrict_labeled=components > 1),
-                          uses_unlabeled, uses_unlabeled or components > 1)
+                          "labeled" if em == "off" and components > 1 else em)
     node_owner = np.full(K, -1, dtype=np.int64)  # nodes are not paths; decoding uses path_nodes
     if method in ("tdnb", "tdem"):
-        return MethodSpec(method, np.eye(K),
+        return MethodSpec(method, _identity(K, sparse),
                           Structure(_node_parent_groups(taxonomy), node_owner, decoder="greedy",
                                     path_nodes=_path_nodes(taxonomy), parents=_padded_parents(taxonomy)),
-                          uses_unlabeled, iterative)
+                          em)
     if method in ("wdnb", "wdem"):
         depth = np.zeros(K, dtype=np.int64)
         for p in taxonomy.paths:
             for d, n in enumerate(p, start=1):
                 depth[taxonomy.node_index[n]] = d
-        return MethodSpec(method, np.eye(K),
+        return MethodSpec(method, _identity(K, sparse),
                           Structure(depth, node_owner, decoder="win", path_nodes=_path_nodes(taxonomy)),
-                          uses_unlabeled, iterative)
+                          em)
     raise ValueError(f"unknown generative method {method!r}; known: {GENERATIVE}")

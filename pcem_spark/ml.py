@@ -69,6 +69,9 @@ class _PathEMParams(Params):
     blockSize = Param(Params._dummy(), "blockSize", "documents per CSR block", TypeConverters.toInt)
     posteriorFloor = Param(Params._dummy(), "posteriorFloor", "posteriors below this count as 0 (0 = exact)",
                            TypeConverters.toFloat)
+    posteriorTopK = Param(Params._dummy(), "posteriorTopK", "keep each unlabelled document's k most probable "
+                          "paths in the E-step (0 = all, exact); keeps the per-path sums sparse",
+                          TypeConverters.toInt)
     parameterDtype = Param(Params._dummy(), "parameterDtype", "float64 | float32 (broadcast and per-path sums)",
                            TypeConverters.toString)
     seed = Param(Params._dummy(), "seed", "random seed (multi-component start, cross-validation folds)",
@@ -114,8 +117,8 @@ class _PathEMParams(Params):
         self._setDefault(idCol="id", textCol="text", featuresCol="", labelsCol="labels", taxonomy="",
                          method=ms.method, smoothing=ms.smoothing, unlabeledWeight=ms.unlabeled_weight,
                          pathWeight=ms.path_weight, docLength=ms.doc_length, maxIter=ms.max_iter, tol=ms.tol, blockSize=ms.block_size,
-                         posteriorFloor=ms.posterior_floor, parameterDtype=ms.parameter_dtype, seed=ms.seed,
-                         unlabeledTable="", tokenPattern=DEFAULT_TOKEN_PATTERN,
+                         posteriorFloor=ms.posterior_floor, posteriorTopK=ms.posterior_top_k,
+                         parameterDtype=ms.parameter_dtype, seed=ms.seed, unlabeledTable="", tokenPattern=DEFAULT_TOKEN_PATTERN,
                          minTokenLength=fs.min_token_length, stopWords=fs.stop_words, minDF=fs.min_df,
                          maxDF=fs.max_df, vocabSize=fs.vocab_size, vocabularyDocs=fs.vocabulary_docs,
                          normalize=fs.normalize, cjk=fs.cjk, components=ms.components, supervision="labels",
@@ -135,7 +138,8 @@ class _PathEMParams(Params):
                              unlabeled_weight=g(self.unlabeledWeight), path_weight=g(self.pathWeight),
                              doc_length=g(self.docLength),
                              max_iter=g(self.maxIter), tol=g(self.tol), block_size=g(self.blockSize),
-                             posterior_floor=g(self.posteriorFloor), parameter_dtype=g(self.parameterDtype),
+                             posterior_floor=g(self.posteriorFloor), posterior_top_k=g(self.posteriorTopK),
+                             parameter_dtype=g(self.parameterDtype),
                              components=g(self.components), seed=g(self.seed))
 
     def tune_settings(self) -> TuneSettings:
@@ -148,7 +152,7 @@ class _PathEMParams(Params):
                   unlabeledWeight=ms.unlabeled_weight, pathWeight=ms.path_weight, docLength=ms.doc_length,
                   maxIter=ms.max_iter,
                   tol=ms.tol, blockSize=ms.block_size, posteriorFloor=ms.posterior_floor,
-                  parameterDtype=ms.parameter_dtype, seed=ms.seed, tokenPattern=fs.token_pattern,
+                  posteriorTopK=ms.posterior_top_k, parameterDtype=ms.parameter_dtype, seed=ms.seed, tokenPattern=fs.token_pattern,
                   minTokenLength=fs.min_token_length, stopWords=fs.stop_words, minDF=fs.min_df,
                   maxDF=fs.max_df, vocabSize=fs.vocab_size, vocabularyDocs=fs.vocabulary_docs,
                   normalize=fs.normalize, cjk=fs.cjk, components=ms.components)
@@ -159,7 +163,7 @@ class _PathEMParams(Params):
 # Params that change neither the documents nor their packing: fitMultiple packs a
 # fold's blocks once and fits every grid point that differs only in these.
 _SHARED_BLOCK_PARAMS = ("method", "smoothing", "unlabeledWeight", "pathWeight", "docLength", "maxIter", "tol",
-                        "posteriorFloor", "parameterDtype", "seed", "components")
+                        "posteriorFloor", "posteriorTopK", "parameterDtype", "seed", "components")
 
 
 class _FitMultipleOnBlocks:
@@ -210,7 +214,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
     def __init__(self, *, idCol="id", textCol="text", featuresCol="", labelsCol="labels", taxonomy="",
                  method="pcem", smoothing=AUTO, unlabeledWeight=AUTO, pathWeight=AUTO, docLength=100.0, maxIter=50,
                  tol=1e-5,
-                 blockSize=4096, posteriorFloor=0.0, parameterDtype="float64", seed=0, unlabeledTable="",
+                 blockSize=4096, posteriorFloor=0.0, posteriorTopK=5, parameterDtype="float64", seed=0, unlabeledTable="",
                  tokenPattern=DEFAULT_TOKEN_PATTERN, minTokenLength=2, stopWords="english", minDF=3.0, maxDF=0.5,
                  vocabSize=20000, vocabularyDocs="all", normalize="nfkc", cjk="chars", components=2,
                  supervision="labels", descriptions="", weakMode="argmax", minSimilarity=0.0, tuneFolds=3,
@@ -264,7 +268,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         if ms.auto_params():
             return self._fit_auto(docs, taxonomy, vocabulary, ms)
         blocks = engine.cache_blocks(engine.blocks_from_labels(
-            docs, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary), ms.block_size))
+            docs, taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True), len(vocabulary), ms.block_size))
         try:
             pm, _ = fit_blocks(blocks, taxonomy, vocabulary, self.feature_settings(), ms)
         finally:
@@ -282,7 +286,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
             from . import engine
             from .model import fit_blocks
             blocks = engine.cache_blocks(engine.blocks_from_labels(
-                feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary), ms.block_size))
+                feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True), len(vocabulary), ms.block_size))
             try:
                 pm, _ = fit_blocks(blocks, taxonomy, vocabulary, self.feature_settings(), ms.resolved())
             finally:
@@ -309,7 +313,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         taxonomy = self._taxonomy_of(docs)
         check_label_paths(docs, taxonomy)
         blocks = engine.cache_blocks(engine.blocks_from_labels(
-            docs, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary),
+            docs, taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True), len(vocabulary),
             self.getOrDefault(self.blockSize)))
 
         def fit_one(index):

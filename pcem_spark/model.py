@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from . import engine, pathnb
-from .methods import GENERATIVE, MethodSpec, method_spec
+from .methods import EM_METHODS, GENERATIVE, MethodSpec, method_spec
 from .features import FeatureSettings, featurize, fit_vocabulary
 from .limits import check_result_size
 from .session import require_classic_session
@@ -35,7 +35,9 @@ from .taxonomy import Taxonomy, TaxonomyError
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+# 2: parameters stored sparse (log_base + log_ratio, pathnb.PathParameters); 1: dense log_theta rows.
+FORMAT_VERSION = 2
+READABLE_FORMAT_VERSIONS = (1, 2)
 METHODS = GENERATIVE
 
 PREDICTION_SCHEMA = T.StructType([
@@ -83,6 +85,12 @@ class ModelSettings:
     tol: float = 1e-5          # relative change of the log-likelihood
     block_size: int = 4096     # documents per CSR block
     posterior_floor: float = 0.0  # posteriors below this count as 0 (0 = exact Eq. 5)
+    # Keep each unlabelled document's k most probable paths in the E-step (0 = all, exact;
+    # tdem / wdem, whose posteriors are per node or per depth, always run exact):
+    # the per-path sums then stay sparse with thousands of paths (pathnb.truncate_posteriors).
+    # 5 measured on 20NG 1%, 5 seeds: +0.01 / +0.02 micro-F1 vs exact (3: -0.09 with the
+    # paper's settings, 1: -0.4 to -1.0); docs/BENCHMARKS.md "Truncated posteriors".
+    posterior_top_k: int = 5
     parameter_dtype: str = "float64"  # "float32" halves broadcast and per-path sums (large M x V)
     components: int = 2        # mixture components per leaf (nbmc / emmc only)
     seed: int = 0              # random initial split of those components (nbmc / emmc only)
@@ -103,19 +111,28 @@ class ModelSettings:
             raise ValueError(f"model.parameter_dtype must be 'float64' or 'float32', got {self.parameter_dtype!r}")
         if not 0 <= self.posterior_floor < 1:
             raise ValueError(f"model.posterior_floor must be in [0, 1), got {self.posterior_floor}")
+        if isinstance(self.posterior_top_k, bool) or not isinstance(self.posterior_top_k, int) \
+                or self.posterior_top_k < 0:
+            raise ValueError(f"model.posterior_top_k must be an integer >= 0 (0 = every path), "
+                             f"got {self.posterior_top_k!r}")
         if self.block_size < 1:
             raise ValueError(f"model.block_size must be >= 1, got {self.block_size}")
         if self.components < 1:
             raise ValueError(f"model.components must be >= 1, got {self.components}")
-        if self.posterior_floor > 0 and self.method in ("tdem", "wdem"):
+        if self.posterior_floor > 0 and self.method in PER_NODE_POSTERIOR_METHODS:
             # Their responsibilities are per-node / per-depth distributions, not one per document.
             raise ValueError(f"model.posterior_floor must be 0 for {self.method} (it applies to methods with "
                              "one posterior distribution per document)")
 
+    @property
+    def effective_top_k(self) -> int:
+        """``posterior_top_k`` where it applies; 0 (exact) for the per-node / per-depth methods."""
+        return 0 if self.method in PER_NODE_POSTERIOR_METHODS else int(self.posterior_top_k)
+
     def auto_params(self) -> List[str]:
         """The settings left to cross-validation ("auto") that matter for this method."""
         out = []
-        if self.unlabeled_weight == AUTO and self.method in ("pcem", "flat-em", "emmc", "tdem", "wdem"):
+        if self.unlabeled_weight == AUTO and self.method in EM_METHODS:
             out.append("unlabeled_weight")
         if self.path_weight == AUTO and self.method in ("pcnb", "pcem"):
             out.append("path_weight")
@@ -129,6 +146,9 @@ class ModelSettings:
                 setattr(out, name, 1.0)
         return out
 
+
+# Methods whose E-step responsibilities are per-node / per-depth distributions.
+PER_NODE_POSTERIOR_METHODS = ("tdem", "wdem")
 
 PAPER_MODEL_SETTINGS = dict(smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, doc_length=0.0)
 
@@ -197,30 +217,46 @@ class PathModel:
     ----------
     taxonomy : Taxonomy
     vocabulary : list of str, length V
-    log_prior : ndarray (R,)
-    log_theta : ndarray (R, V); R = M paths for PCNB/PCEM and flat methods,
-        the baselines' components otherwise (:mod:`pcem_spark.methods`)
+    params : :class:`pcem_spark.pathnb.PathParameters` -- ``log_prior`` (R,)
+        and the word distributions in sparse form; R = M paths for PCNB/PCEM
+        and flat methods, the baselines' components otherwise
+        (:mod:`pcem_spark.methods`). ``log_prior`` / ``log_theta`` read them
+        (``log_theta`` densifies: O(R x V)).
     feature_settings, model_settings : the settings it was trained with
     """
 
-    def __init__(self, taxonomy: Taxonomy, vocabulary: List[str], log_prior: np.ndarray,
-                 log_theta: np.ndarray, feature_settings: FeatureSettings, model_settings: ModelSettings,
+    def __init__(self, taxonomy: Taxonomy, vocabulary: List[str], log_prior: Optional[np.ndarray],
+                 log_theta, feature_settings: FeatureSettings, model_settings: ModelSettings,
                  training_summary: Optional[dict] = None):
+        """``log_theta``: a :class:`~pcem_spark.pathnb.PathParameters` (then ``log_prior`` may be None)
+        or a dense (R, V) array with its ``log_prior``."""
         self.spec: MethodSpec = method_spec(taxonomy, model_settings.method, model_settings.components,
                                             _weight(model_settings.path_weight))
-        if log_theta.shape != (self.spec.n_components, len(vocabulary)):
-            raise ValueError(f"log_theta has shape {log_theta.shape}, expected "
-                             f"({self.spec.n_components}, {len(vocabulary)}) for {model_settings.method}")
+        if isinstance(log_theta, pathnb.PathParameters):
+            params = log_theta
+        else:
+            params = pathnb.PathParameters.from_log_theta(log_prior, np.asarray(log_theta, dtype=np.float64))
+        if params.shape != (self.spec.n_components, len(vocabulary)) or params.log_prior.shape != (params.shape[0],):
+            raise ValueError(f"parameters have shape {params.shape} with {params.log_prior.shape[0]} priors, "
+                             f"expected ({self.spec.n_components}, {len(vocabulary)}) for {model_settings.method}")
         self.taxonomy = taxonomy
         self.vocabulary = list(vocabulary)
-        self.log_prior = np.asarray(log_prior, dtype=np.float64)
-        self.log_theta = np.asarray(log_theta, dtype=np.float64)
+        self.params = params
         self.feature_settings = feature_settings
         self.model_settings = model_settings
         self.training_summary = training_summary or {}
         # Set when the model was fitted on a term-count vector column (PathEM featuresCol):
         # it then predicts from that column, and ``vocabulary`` names its indices.
         self.features_col: Optional[str] = None
+
+    @property
+    def log_prior(self) -> np.ndarray:
+        return self.params.log_prior
+
+    @property
+    def log_theta(self) -> np.ndarray:
+        """Dense (R, V) log theta: O(R x V) -- small models, tests and inspection only."""
+        return self.params.log_theta()
 
     # ------------------------------------------------------------- predict
     def transform(self, df: DataFrame, id_col: str = "id", text_col: str = "text",
@@ -258,7 +294,10 @@ class PathModel:
             feats = featurize(df, self.vocabulary, self.feature_settings, text_col=text_col,
                               features_col="_pcem_features")
         real_paths = [self.taxonomy.real_path(j) for j in range(self.taxonomy.n_paths)]
-        bc = spark.sparkContext.broadcast((self.log_prior, self.log_theta, real_paths, self.spec.structure))
+        # The sparse parameters at the model's parameter dtype (float32 halves the broadcast).
+        tables = pathnb.scoring_tables(self.params, self.model_settings.parameter_dtype)
+        bc = spark.sparkContext.broadcast((tables, real_paths, self.spec.structure))
+        del tables
         doc_length = float(self.model_settings.doc_length)
         block_size = self.model_settings.block_size
         vocab_size = len(self.vocabulary)
@@ -267,10 +306,10 @@ class PathModel:
 
         def predict_batches(batches):
             # Arrow in, Arrow out: one sparse x dense product per block, no per-row Python.
-            log_prior, log_theta, paths, structure = bc.value
+            tables, paths, structure = bc.value
             return engine.predicted_path_batches(
                 batches, n_keep, vocab_size, block_size, paths, names,
-                lambda X: pathnb.predict_paths(X, log_prior, log_theta, structure, doc_length))
+                lambda X: pathnb.predict_paths(X, None, None, structure, doc_length, tables=tables))
 
         return feats.select(*passthrough, "_pcem_features").mapInArrow(predict_batches, T.StructType(out_fields))
 
@@ -280,7 +319,10 @@ class PathModel:
 
         Layout: ``metadata/`` one JSON line (format version, taxonomy,
         settings, summary); ``vocabulary/`` Parquet (index, term);
-        ``parameters/`` Parquet (path index, log_prior, log_theta as float64 bytes).
+        ``parameters/`` Parquet, one row per path / component: index,
+        log_prior, log_base and the non-zero ``log_ratio`` entries as int32
+        term indices and float64 values (bytes); see
+        :class:`pcem_spark.pathnb.PathParameters`.
         """
         from .outputs import atomic_output
         spark = SparkSession.getActiveSession()
@@ -306,13 +348,19 @@ class PathModel:
                 .write.text(f"{staged.tmp}/metadata")
             spark.createDataFrame(list(enumerate(self.vocabulary)), "index int, term string") \
                 .write.parquet(f"{staged.tmp}/vocabulary")
-            # log theta rows as little-endian float64 bytes: a Python list per row
-            # would cost ~30 bytes per float on the driver (GBs for 1,000 x 2^18).
-            rows = [(j, float(self.log_prior[j]), self.log_theta[j].astype("<f8").tobytes())
-                    for j in range(self.log_theta.shape[0])]
-            spark.createDataFrame(rows, "path_index int, log_prior double, log_theta binary") \
+            # Sparse rows as little-endian bytes: a Python list per row would cost
+            # ~30 bytes per float on the driver; the parameters are O(nnz), never R x V.
+            P = self.params
+            ratio = P.log_ratio
+            rows = [(j, float(P.log_prior[j]), float(P.log_base[j]),
+                     ratio.indices[ratio.indptr[j]:ratio.indptr[j + 1]].astype("<i4").tobytes(),
+                     ratio.data[ratio.indptr[j]:ratio.indptr[j + 1]].astype("<f8").tobytes())
+                    for j in range(P.shape[0])]
+            spark.createDataFrame(rows, "path_index int, log_prior double, log_base double, "
+                                        "term_indices binary, log_ratio binary") \
                 .write.parquet(f"{staged.tmp}/parameters")
-            staged.info.update({"n_paths": int(self.log_theta.shape[0]), "vocab_size": len(self.vocabulary)})
+            staged.info.update({"n_paths": int(P.shape[0]), "vocab_size": len(self.vocabulary),
+                                "nnz_parameters": int(ratio.nnz)})
 
     @classmethod
     def load(cls, path: str) -> "PathModel":
@@ -329,33 +377,61 @@ class PathModel:
         except (IndexError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
             raise ValueError(f"{path}/metadata: not a pcem-spark model metadata line ({type(exc).__name__}: "
                              f"{exc}); the model directory is damaged, retrain it") from None
-        if version != FORMAT_VERSION:
-            raise ValueError(f"{path}: model format version {version}, this pcem-spark reads {FORMAT_VERSION}")
+        if version not in READABLE_FORMAT_VERSIONS:
+            raise ValueError(f"{path}: model format version {version}, this pcem-spark reads "
+                             f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))}")
         try:
             taxonomy = Taxonomy(meta["taxonomy"]["children"], root=meta["taxonomy"]["root"])
             vocab_rows = spark.read.parquet(f"{path}/vocabulary").orderBy("index").collect()
             vocabulary = [r["term"] for r in vocab_rows]
-            params = spark.read.parquet(f"{path}/parameters")
-            n_rows = params.count()
-            check_result_size(spark.sparkContext, n_rows * len(vocabulary) * 8.0,
-                              f"{path}: the model's parameters ({n_rows:,} rows x {len(vocabulary):,} terms)")
-            param_rows = params.orderBy("path_index").collect()
-            log_prior = np.array([r["log_prior"] for r in param_rows])
-            log_theta = np.vstack([np.frombuffer(r["log_theta"], dtype="<f8") for r in param_rows])
+            params = _read_parameters(spark, path, version, len(vocabulary))
             # Models written before unlabeled_weight / path_weight existed were trained with the paper's 1.
             model_settings = ModelSettings(**meta["model_settings"]).resolved()
             feature_settings = _feature_settings_of(meta["feature_settings"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: damaged model ({type(exc).__name__}: {exc}); retrain it") from None
-        if log_theta.shape[1] != len(vocabulary) or len(vocabulary) != meta.get("vocab_size", len(vocabulary)) \
-                or log_prior.shape[0] != log_theta.shape[0]:
-            raise ValueError(f"{path}: damaged model: parameters are {log_theta.shape[0]} x {log_theta.shape[1]} "
-                             f"with {log_prior.shape[0]} priors, the vocabulary has {len(vocabulary)} terms and "
-                             f"the metadata says {meta.get('vocab_size')}; retrain it")
-        model = cls(taxonomy, vocabulary, log_prior, log_theta, feature_settings,
-                    model_settings, meta.get("training_summary"))
+        if params.shape[1] != len(vocabulary) or len(vocabulary) != meta.get("vocab_size", len(vocabulary)):
+            raise ValueError(f"{path}: damaged model: parameters are {params.shape[0]} x {params.shape[1]}, "
+                             f"the vocabulary has {len(vocabulary)} terms and the metadata says "
+                             f"{meta.get('vocab_size')}; retrain it")
+        try:
+            model = cls(taxonomy, vocabulary, None, params, feature_settings,
+                        model_settings, meta.get("training_summary"))
+        except ValueError as exc:
+            raise ValueError(f"{path}: damaged model ({exc}); retrain it") from None
         model.features_col = meta.get("features_col")
         return model
+
+
+def _read_parameters(spark: SparkSession, path: str, version: int, vocab_size: int) -> pathnb.PathParameters:
+    """The ``parameters/`` table of a model directory as sparse parameters (either format version)."""
+    import scipy.sparse as sp
+    table = spark.read.parquet(f"{path}/parameters")
+    n_rows = table.count()
+    if version == 1:
+        # Format 1 stored dense log theta rows.
+        check_result_size(spark.sparkContext, n_rows * vocab_size * 8.0,
+                          f"{path}: the model's parameters ({n_rows:,} rows x {vocab_size:,} terms)")
+        rows = table.orderBy("path_index").collect()
+        log_theta = np.vstack([np.frombuffer(r["log_theta"], dtype="<f8") for r in rows])
+        return pathnb.PathParameters.from_log_theta(np.array([r["log_prior"] for r in rows]), log_theta)
+    size = table.select(F.sum(F.length("term_indices") + F.length("log_ratio"))).first()[0] or 0
+    check_result_size(spark.sparkContext, float(size) + n_rows * 32.0,
+                      f"{path}: the model's parameters ({n_rows:,} rows, {size:,} bytes of non-zero entries)")
+    rows = table.orderBy("path_index").collect()
+    if [r["path_index"] for r in rows] != list(range(len(rows))):
+        raise ValueError("parameter rows are not numbered 0..R-1")
+    indices = [np.frombuffer(r["term_indices"], dtype="<i4") for r in rows]
+    values = [np.frombuffer(r["log_ratio"], dtype="<f8") for r in rows]
+    if any(len(i) != len(v) for i, v in zip(indices, values)) or \
+            any(len(i) and (i.min() < 0 or i.max() >= vocab_size) for i in indices):
+        raise ValueError("parameter rows have mismatched or out-of-vocabulary term indices")
+    indptr = np.concatenate([[0], np.cumsum([len(i) for i in indices])]).astype(np.int64)
+    ratio = sp.csr_matrix((np.concatenate(values) if values else np.zeros(0),
+                           np.concatenate(indices) if indices else np.zeros(0, np.int32), indptr),
+                          shape=(len(rows), vocab_size))
+    return pathnb.PathParameters(np.array([r["log_prior"] for r in rows]),
+                                 np.array([r["log_base"] for r in rows]), ratio)
 
 
 def _feature_settings_of(d: dict) -> FeatureSettings:
@@ -399,7 +475,7 @@ def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings
         if tuned is not None:
             featurized.unpersist()
             summary = tuned.training_summary
-            result = engine.FitResult(tuned.log_prior, tuned.log_theta, n_iter=summary.get("n_iter", 0),
+            result = engine.FitResult(tuned.params, n_iter=summary.get("n_iter", 0),
                                       converged=summary.get("converged", False),
                                       loglik_history=summary.get("loglik_history", []),
                                       iter_seconds=summary.get("iter_seconds", []),
@@ -408,7 +484,7 @@ def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings
                                       smoothing=summary.get("smoothing", 1.0))
             return tuned, result
     blocks = engine.cache_blocks(engine.blocks_from_labels(
-        featurized, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary),
+        featurized, taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True), len(vocabulary),
         model_settings.block_size))
     try:
         model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings)
@@ -468,11 +544,11 @@ def fit_blocks(blocks, taxonomy: Taxonomy, vocabulary: List[str], feature_settin
              model_settings.method, len(vocabulary), taxonomy.n_paths, taxonomy.depth)
     spec = method_spec(taxonomy, model_settings.method, model_settings.components, model_settings.path_weight)
     result = engine.fit(blocks, spec.score_matrix, len(vocabulary),
-                        em=spec.iterative, smoothing=model_settings.smoothing,
+                        em=spec.em, smoothing=model_settings.smoothing,
                         max_iter=model_settings.max_iter, tol=model_settings.tol,
                         label=model_settings.method.upper(), posterior_floor=model_settings.posterior_floor,
                         dtype=model_settings.parameter_dtype, structure=spec.structure,
-                        use_unlabeled=spec.uses_unlabeled, seed=model_settings.seed,
+                        seed=model_settings.seed, top_k=model_settings.effective_top_k,
                         unlabeled_weight=float(model_settings.unlabeled_weight),
                         doc_length=float(model_settings.doc_length))
     summary = {"n_labeled": result.n_labeled, "n_unlabeled": result.n_unlabeled, "n_iter": result.n_iter,
@@ -480,6 +556,6 @@ def fit_blocks(blocks, taxonomy: Taxonomy, vocabulary: List[str], feature_settin
                "iter_seconds": result.iter_seconds, "smoothing": result.smoothing}
     if result.smoothing_evidence is not None:
         summary["smoothing_evidence"] = result.smoothing_evidence
-    model = PathModel(taxonomy, vocabulary, result.log_prior, result.log_theta,
+    model = PathModel(taxonomy, vocabulary, None, result.params,
                       feature_settings, replace(model_settings, smoothing=result.smoothing), summary)
     return model, result

@@ -170,6 +170,8 @@ def path_scores(node_scores, score_matrix: np.ndarray) -> np.ndarray:
     ndarray, shape (n, M)
     """
     out = node_scores @ score_matrix.T
+    if sp.issparse(out):
+        out = out.toarray()
     return np.asarray(out, dtype=np.float64)
 
 
@@ -223,6 +225,14 @@ def weighted_score_matrix(path_node: np.ndarray, leaf_node: np.ndarray, path_wei
     """
     if not 0.0 <= path_weight <= 1.0:
         raise ValueError(f"path_weight must be in [0, 1], got {path_weight}")
+    if sp.issparse(path_node) or sp.issparse(leaf_node):
+        # Thousands of leaves: the same matrix, kept sparse.
+        if path_weight == 1.0:
+            return sp.csr_matrix(path_node, dtype=np.float64, copy=True)
+        if path_weight == 0.0:
+            return sp.csr_matrix(leaf_node, dtype=np.float64, copy=True)
+        return ((1.0 - path_weight) * sp.csr_matrix(leaf_node, dtype=np.float64)
+                + path_weight * sp.csr_matrix(path_node, dtype=np.float64)).tocsr()
     if path_weight == 1.0:
         return np.array(path_node, dtype=np.float64)
     if path_weight == 0.0:
@@ -308,13 +318,7 @@ def log_parameters(word_counts: np.ndarray, path_totals: np.ndarray,
     log_prior : ndarray, shape (M,)
     log_theta : ndarray, shape (M, V)
     """
-    path_totals = np.asarray(path_totals, dtype=np.float64)
-    prior_num = (smoothing if prior_smoothing is None else prior_smoothing) + path_totals
-    if groups is None:
-        log_prior = np.log(prior_num) - np.log(prior_num.sum())
-    else:
-        _, group_of = np.unique(groups, return_inverse=True)
-        log_prior = np.log(prior_num) - np.log(np.bincount(group_of, weights=prior_num)[group_of])
+    log_prior = log_path_prior(path_totals, smoothing if prior_smoothing is None else prior_smoothing, groups)
     # In place after one copy: with 1,000 paths x 2^18 words every extra
     # (M, V) temporary is another 2 GiB on the driver.
     log_theta = np.add(word_counts, smoothing, dtype=np.float64)
@@ -322,6 +326,233 @@ def log_parameters(word_counts: np.ndarray, path_totals: np.ndarray,
     np.log(log_theta, out=log_theta)
     log_theta -= log_row_sums
     return log_prior, log_theta
+
+
+def log_path_prior(path_totals: np.ndarray, prior_smoothing: float = 1.0,
+                   groups: Optional[np.ndarray] = None) -> np.ndarray:
+    """Eqs. 3 / 6: ``log P(p_j)`` from ``sum_i S_ij`` with ``prior_smoothing`` pseudo-counts.
+
+    Parameters
+    ----------
+    path_totals : ndarray (R,)
+    groups : int ndarray (R,) or None -- normalise within each group (None: one group)
+
+    Returns
+    -------
+    ndarray (R,)
+    """
+    prior_num = prior_smoothing + np.asarray(path_totals, dtype=np.float64)
+    if groups is None:
+        return np.log(prior_num) - np.log(prior_num.sum())
+    _, group_of = np.unique(groups, return_inverse=True)
+    return np.log(prior_num) - np.log(np.bincount(group_of, weights=prior_num)[group_of])
+
+
+class PathParameters(NamedTuple):
+    """Word distributions stored by what the counts hold, not as a dense (R, V) array.
+
+    With Lidstone smoothing ``s`` every word a component never saw has the
+    same probability, so ``log theta_jw = log_base_j + log_ratio_jw`` with
+
+    * ``log_base_j = log s - log(V s + N_j)``  (the unseen-word value), and
+    * ``log_ratio_jw = log(1 + c_jw / s)``, zero exactly where ``c_jw = 0``,
+
+    held as a sparse matrix whose non-zeros are those of the counts.
+
+    Attributes
+    ----------
+    log_prior : ndarray (R,)
+    log_base : ndarray (R,)
+    log_ratio : csr_matrix (R, V), entries >= 0
+    """
+    log_prior: np.ndarray
+    log_base: np.ndarray
+    log_ratio: sp.csr_matrix
+
+    @property
+    def shape(self) -> Tuple[int, int]:
+        return self.log_ratio.shape
+
+    def log_theta(self) -> np.ndarray:
+        """The dense (R, V) ``log theta`` (small models, tests and inspection only)."""
+        out = self.log_ratio.toarray()
+        out += self.log_base[:, None]
+        return out
+
+    @classmethod
+    def from_log_theta(cls, log_prior: np.ndarray, log_theta: np.ndarray) -> "PathParameters":
+        """Exact sparse form of any dense ``log_theta``: base = each row's minimum."""
+        log_theta = np.asarray(log_theta, dtype=np.float64)
+        base = log_theta.min(axis=1) if log_theta.shape[1] else np.zeros(log_theta.shape[0])
+        ratio = sp.csr_matrix(log_theta - base[:, None])
+        ratio.eliminate_zeros()
+        return cls(np.asarray(log_prior, dtype=np.float64), base, ratio)
+
+
+def sparse_log_parameters(word_counts, path_totals: np.ndarray, smoothing: float = 1.0,
+                          groups: Optional[np.ndarray] = None,
+                          prior_smoothing: Optional[float] = None) -> PathParameters:
+    """Eqs. 3-4 (and 6-7) in the sparse form of :class:`PathParameters`.
+
+    Equal to :func:`log_parameters` (``log_theta = log_base + log_ratio``) but
+    ``O(nnz(word_counts) + R)`` in time and memory: the driver never builds
+    the (R, V) array.
+
+    Parameters
+    ----------
+    word_counts : sparse matrix or ndarray, shape (R, V), non-negative
+    path_totals : ndarray (R,)
+    smoothing, groups, prior_smoothing : as :func:`log_parameters`
+    """
+    if smoothing <= 0:
+        raise ValueError(f"the sparse parameters need a smoothing > 0, got {smoothing}")
+    wc = sp.csr_matrix(word_counts, dtype=np.float64)
+    V = wc.shape[1]
+    log_prior = log_path_prior(path_totals, smoothing if prior_smoothing is None else prior_smoothing, groups)
+    n_words = np.asarray(wc.sum(axis=1), dtype=np.float64).ravel()
+    log_base = np.log(smoothing) - np.log(V * smoothing + n_words)
+    ratio = wc.copy()  # never write into the caller's counts
+    ratio.data = np.log1p(ratio.data / smoothing)
+    ratio.eliminate_zeros()
+    return PathParameters(log_prior, log_base, ratio)
+
+
+def sparse_log_prior_density(params: PathParameters, smoothing: float = 1.0,
+                             prior_smoothing: Optional[float] = None) -> float:
+    """:func:`log_prior_density` of sparse parameters, ``O(nnz + R)``."""
+    ps = smoothing if prior_smoothing is None else prior_smoothing
+    V = params.shape[1]
+    return float(ps * params.log_prior.sum()
+                 + smoothing * (V * params.log_base.sum() + params.log_ratio.data.sum(dtype=np.float64)))
+
+
+# A term whose log_ratio is non-zero for more than this share of the components
+# is scored from a dense (terms x R) table: scipy's sparse x sparse product costs
+# ~10x more per multiply-add than its sparse x dense one, and frequent terms are
+# non-zero almost everywhere anyway.
+DENSE_TERM_SHARE = 0.25
+
+
+class ScoringTables(NamedTuple):
+    """:class:`PathParameters` laid out for ``X @ log_theta.T`` (what is broadcast).
+
+    ``dense_terms`` (Vd,) are scored from ``dense_t`` (Vd, R), every other term
+    from ``sparse_t`` (V, R) CSR; ``dense_terms = None`` means every term is in
+    ``dense_t`` (V, R). Tables are kept at the broadcast dtype (float32 halves
+    them); ``log_prior`` / ``log_base`` stay float64.
+    """
+    log_prior: np.ndarray
+    log_base: np.ndarray
+    dense_terms: Optional[np.ndarray]
+    dense_t: np.ndarray
+    sparse_t: Optional[sp.csr_matrix]
+
+    @property
+    def dtype(self):
+        return self.dense_t.dtype
+
+    @property
+    def n_components(self) -> int:
+        return len(self.log_prior)
+
+
+def scoring_tables(params: PathParameters, dtype="float64",
+                   dense_share: float = DENSE_TERM_SHARE) -> ScoringTables:
+    """Split ``params.log_ratio`` into dense columns for frequent terms and a sparse rest.
+
+    Parameters
+    ----------
+    params : PathParameters with (R, V) log_ratio
+    dtype : "float64" | "float32" of the tables
+    dense_share : a term non-zero in more than this share of components is dense
+    """
+    dtype = np.dtype(dtype)
+    ratio = params.log_ratio
+    R, V = ratio.shape
+    per_term = np.bincount(ratio.indices, minlength=V)
+    dense = per_term > dense_share * R
+    if ratio.nnz >= dense_share * R * V or dense.all():
+        # Mostly filled (few paths, soft posteriors): one dense table is cheapest.
+        return ScoringTables(params.log_prior, params.log_base, None,
+                             np.ascontiguousarray(ratio.T.toarray(), dtype=dtype), None)
+    dense_terms = np.flatnonzero(dense)
+    coo = ratio.tocoo()
+    keep = ~dense[coo.col]
+    sparse_t = sp.csr_matrix((coo.data[keep].astype(dtype), (coo.col[keep], coo.row[keep])), shape=(V, R))
+    dense_t = np.ascontiguousarray(ratio[:, dense_terms].T.toarray(), dtype=dtype)
+    return ScoringTables(params.log_prior, params.log_base, dense_terms, dense_t, sparse_t)
+
+
+def tables_joint_log_likelihood(X, tables: ScoringTables) -> np.ndarray:
+    """:func:`joint_log_likelihood` from :class:`ScoringTables`.
+
+    ``jll_ij = log P(p_j) + |x_i| log_base_j + sum_w x_iw log_ratio_jw``.
+
+    Parameters
+    ----------
+    X : sparse matrix (n, V), any numeric dtype
+    tables : ScoringTables with R components
+
+    Returns
+    -------
+    ndarray (n, R), float64
+    """
+    X = sp.csr_matrix(X)
+    lengths = np.asarray(X.sum(axis=1), dtype=np.float64).ravel()
+    jll = lengths[:, None] * tables.log_base[None, :]
+    jll += tables.log_prior[None, :]
+    if X.shape[0] == 0:
+        return jll
+    # Multiply at the tables' dtype: scipy would otherwise upcast (copy) the table per block.
+    Xt = X if X.dtype == tables.dtype else X.astype(tables.dtype)
+    if tables.dense_terms is None:
+        jll += Xt @ tables.dense_t
+        return jll
+    if len(tables.dense_terms):
+        jll += Xt[:, tables.dense_terms] @ tables.dense_t
+    if tables.sparse_t is not None and tables.sparse_t.nnz:
+        jll += (Xt @ tables.sparse_t).toarray()
+    return jll
+
+
+def truncate_posteriors(post: np.ndarray, top_k: int = 0, min_posterior: float = 0.0) -> sp.csr_matrix:
+    """Keep each row's ``top_k`` largest posteriors that are >= ``min_posterior``, renormalised.
+
+    A row's largest entry is always kept, so no row empties; ``top_k = 0``
+    keeps every path and ``min_posterior = 0`` every non-zero: with both at 0
+    (or ``top_k >= R``) this is exact. Truncating the E-step is a
+    "sparse EM" step (Neal & Hinton 1998): the M-step then maximises Eq. 8 for
+    responsibilities restricted to the kept paths, so the log-likelihood is no
+    longer guaranteed to rise every iteration (the engine warns when it falls).
+
+    Parameters
+    ----------
+    post : ndarray (n, R), rows summing to 1
+    top_k : int >= 0
+    min_posterior : float in [0, 1)
+
+    Returns
+    -------
+    csr_matrix (n, R), rows summing to 1
+    """
+    return sp.csr_matrix(truncated_dense(post, top_k, min_posterior))
+
+
+def truncated_dense(post: np.ndarray, top_k: int = 0, min_posterior: float = 0.0) -> np.ndarray:
+    """:func:`truncate_posteriors` as a dense (n, R) array (for small M, where dense sums are cheaper)."""
+    post = np.asarray(post, dtype=np.float64)
+    n, R = post.shape
+    if n == 0:
+        return np.zeros((n, R))
+    keep = post >= min_posterior if min_posterior > 0 else post > 0
+    if 0 < top_k < R:
+        # k-th largest per row; ties at the boundary may keep a few more, never fewer.
+        kth = -np.partition(-post, top_k - 1, axis=1)[:, top_k - 1]
+        keep &= post >= kth[:, None]
+    keep[np.arange(n), post.argmax(axis=1)] = True
+    kept = np.where(keep, post, 0.0)
+    kept /= kept.sum(axis=1, keepdims=True)
+    return kept
 
 
 def joint_log_likelihood(X, log_prior: np.ndarray, log_theta: np.ndarray) -> np.ndarray:
@@ -367,32 +598,36 @@ class BlockStats(NamedTuple):
 
 
 def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
-           log_prior: np.ndarray, log_theta: np.ndarray, use_unlabeled: bool = True,
+           log_prior: Optional[np.ndarray], log_theta: Optional[np.ndarray], use_unlabeled: bool = True,
            posterior_floor: float = 0.0, sparse_density: float = 0.0,
            structure: Optional[Structure] = None, rng: Optional[np.random.Generator] = None,
-           unlabeled_weight: float = 1.0) -> BlockStats:
+           unlabeled_weight: float = 1.0, top_k: int = 0,
+           tables: Optional[ScoringTables] = None) -> BlockStats:
     """One E-step on a block plus its contribution to the next M-step.
 
     Labelled rows keep their fixed path scores (``S_ij`` from Eq. 2);
     unlabelled rows get their posterior (Eq. 5) as path scores, as in
     Algorithm 1. The log-likelihood follows Eq. 8 with the labelled term
     generalised to fractional path scores as ``sum_j S_ij log(P(p_j)P(x_i|p_j))``
-    -- the objective whose maximiser is Eqs. 6-7, so EM never decreases it.
+    -- the objective whose maximiser is Eqs. 6-7, so exact EM never decreases it.
 
     Parameters
     ----------
-    X : sparse matrix, shape (n, V)
+    X : sparse matrix, shape (n, V), any numeric dtype
     fixed_scores : ndarray, shape (n, M)
         Path scores of labelled rows (ignored for unlabelled rows).
     labeled : bool ndarray, shape (n,)
-    log_prior, log_theta : current parameters, shapes (M,), (M, V); ``None``
-        for the NB initialisation pass (labelled rows only, loglik 0)
+    log_prior, log_theta : current dense parameters, shapes (M,), (M, V);
+        both ``None`` (and ``tables`` None) for the NB initialisation pass
+        (labelled rows only, loglik 0)
     use_unlabeled : bool
         False for plain NB: unlabelled rows contribute nothing.
-    posterior_floor : float
-        Posteriors below this are set to 0 (rows renormalised; each row's
-        best path is always kept). 0 = exact
-        Eq. 5. With many paths a tiny floor makes the per-path sums sparse.
+    posterior_floor, top_k : truncation of the unlabelled posteriors
+        (:func:`truncate_posteriors`): keep at most ``top_k`` paths per row
+        (0 = all) whose posterior is >= ``posterior_floor``, renormalised.
+        Both 0 = exact Eq. 5. Truncated rows make the sums sparse when
+        ``sparse_density`` > 0; with ``sparse_density = 0`` the dropped paths are
+        zeroed in the dense responsibilities (cheaper for a few paths).
     sparse_density : float
         When at most this fraction of the responsibilities is non-zero, the
         word sums are computed and returned as a sparse matrix (0 = always
@@ -406,38 +641,59 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
         Nigam et al. (2000)'s EM-lambda: unlabelled rows' responsibilities
         (and their log-evidence term of Eq. 8) are scaled by it; 1 = the
         paper, 0 = unlabelled rows contribute nothing (naive Bayes).
+    tables : :class:`ScoringTables` or None
+        The current parameters in sparse form (used instead of
+        ``log_prior`` / ``log_theta``).
 
     Returns
     -------
-    BlockStats; ``word_counts`` is an ndarray or a scipy sparse matrix (M, V).
+    BlockStats; ``word_counts`` is an ndarray or a scipy sparse matrix (M, V),
+    float64 (float32 when ``X`` is float32).
     """
     X = sp.csr_matrix(X)
     labeled = np.asarray(labeled, dtype=bool)
     resp = np.where(labeled[:, None], fixed_scores, 0.0)
     loglik = 0.0
-    if log_theta is None and rng is not None and structure is not None and structure.restrict_labeled:
+    truncated = None
+    has_params = tables is not None or log_theta is not None
+    if not has_params and rng is not None and structure is not None and structure.restrict_labeled:
         resp = random_component_split(resp, structure.owner, rng)
-    if log_theta is not None:
+    if has_params:
         # Without parameters (the NB initialisation) there is nothing to score.
-        jll = joint_log_likelihood(X, log_prior, log_theta)
+        jll = (tables_joint_log_likelihood(X, tables) if tables is not None
+               else joint_log_likelihood(X, log_prior, log_theta))
         if labeled.any():
             lab_resp, lab_ll = labeled_responsibilities(fixed_scores[labeled], jll[labeled], structure)
             resp[labeled] = lab_resp
             loglik += lab_ll
         if use_unlabeled and unlabeled_weight > 0 and (~labeled).any():
             post, log_ev = responsibilities(jll[~labeled], structure)
-            if posterior_floor > 0 and structure is not None and not structure.single_softmax:
-                raise ValueError("posterior_floor applies to methods whose responsibilities are one "
-                                 "distribution per document (not top-down / win-driven)")
-            if posterior_floor > 0:
-                small = post < posterior_floor
-                small[np.arange(len(post)), post.argmax(axis=1)] = False  # a row never empties
-                post[small] = 0.0
-                post /= post.sum(axis=1, keepdims=True)
-            resp[~labeled] = post if unlabeled_weight == 1.0 else unlabeled_weight * post
+            if (posterior_floor > 0 or top_k > 0) and structure is not None and not structure.single_softmax:
+                raise ValueError("posterior_floor / posterior_top_k apply to methods whose responsibilities are "
+                                 "one distribution per document (not top-down / win-driven)")
+            if (posterior_floor > 0 or 0 < top_k < post.shape[1]) and sparse_density > 0:
+                truncated = truncate_posteriors(post, top_k, posterior_floor)
+                if unlabeled_weight != 1.0:
+                    truncated.data *= unlabeled_weight
+            elif posterior_floor > 0 or 0 < top_k < post.shape[1]:
+                # Dense sums wanted (few paths): zeroing the dropped paths is all truncation takes.
+                kept = truncated_dense(post, top_k, posterior_floor)
+                resp[~labeled] = kept if unlabeled_weight == 1.0 else unlabeled_weight * kept
+            else:
+                resp[~labeled] = post if unlabeled_weight == 1.0 else unlabeled_weight * post
             loglik += unlabeled_weight * float(log_ev.sum(dtype=np.float64))
     # float32 blocks give float32 sums; an integer count matrix gives float64 ones.
-    resp = resp.astype(np.result_type(X.dtype, np.float32), copy=False)
+    out_dtype = np.result_type(X.dtype, np.float32)
+    if truncated is not None:
+        # Labelled rows' fixed scores plus the unlabelled rows' kept posteriors, sparse.
+        order = np.r_[np.flatnonzero(labeled), np.flatnonzero(~labeled)]
+        stacked = sp.vstack([sp.csr_matrix(resp[labeled]), truncated]).tocsr()
+        resp_sp = stacked[np.argsort(order)].astype(out_dtype)
+        word_counts = (resp_sp.T @ X.astype(out_dtype, copy=False)).tocsr()
+        if sparse_density == 0:
+            word_counts = word_counts.toarray()
+        return BlockStats(word_counts, np.asarray(resp_sp.sum(axis=0), dtype=np.float64).ravel(), loglik)
+    resp = resp.astype(out_dtype, copy=False)
     if resp.size and np.count_nonzero(resp) <= sparse_density * resp.size:
         # Few (document, path) pairs carry weight: sum only those.
         word_counts = (sp.csr_matrix(resp).T @ X).tocsr()
@@ -458,9 +714,13 @@ def log_prior_density(log_prior: np.ndarray, log_theta: np.ndarray, smoothing: f
     return float(ps * log_prior.sum() + smoothing * log_theta.sum())
 
 
-def predict_paths(X, log_prior: np.ndarray, log_theta: np.ndarray,
-                  structure: Optional[Structure] = None, doc_length: float = 0.0) -> Tuple[np.ndarray, np.ndarray]:
+def predict_paths(X, log_prior: Optional[np.ndarray], log_theta: Optional[np.ndarray],
+                  structure: Optional[Structure] = None, doc_length: float = 0.0,
+                  tables: Optional[ScoringTables] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Argmax path of Eq. 5 and its posterior probability (or a baseline's decoding rule).
+
+    The parameters are dense (``log_prior``, ``log_theta``) or ``tables``
+    (:func:`scoring_tables`, what prediction broadcasts).
 
     Returns
     -------
@@ -469,7 +729,8 @@ def predict_paths(X, log_prior: np.ndarray, log_theta: np.ndarray,
         path's node probabilities
     """
     X = length_normalize(X, doc_length) if doc_length > 0 else sp.csr_matrix(X)
-    jll = joint_log_likelihood(X, log_prior, log_theta)
+    jll = (tables_joint_log_likelihood(X, tables) if tables is not None
+           else joint_log_likelihood(X, log_prior, log_theta))
     return decode(jll, structure)
 
 
@@ -502,3 +763,149 @@ def decode(jll: np.ndarray, structure: Optional[Structure] = None) -> Tuple[np.n
         best = np.argmax(alive, axis=1)          # first surviving path on ties
         return best, np.exp(log_local[:, pn].sum(axis=2)[np.arange(n), best])
     raise ValueError(f"unknown decoder {structure.decoder!r}")
+
+
+class BeamTables(NamedTuple):
+    """What :func:`beam_predict_paths` needs: per-depth node tables and the path tables.
+
+    ``levels[d]`` is ``(nodes, parent_slot, params)`` for depth d+1 < D:
+    ``nodes`` the node ids at that depth, ``parent_slot`` (len(nodes),) the
+    position of each node's parent among the previous depth's nodes (-1 at
+    depth 1), ``params`` a :class:`PathParameters` whose rows are those
+    nodes' aggregate word distributions. ``path_parent`` (M,) is each path's
+    depth D-1 node's position; ``paths`` the path parameters.
+    """
+    levels: list
+    path_parent: np.ndarray
+    paths: PathParameters
+
+
+def beam_tables(params: PathParameters, path_node: np.ndarray, smoothing: float) -> BeamTables:
+    """Node-level parameters for a beam search over the tree, from path parameters.
+
+    Each internal node's word distribution is the Lidstone estimate of the summed
+    counts of the paths below it (counts recovered from ``params`` and the
+    ``smoothing`` they were built with), its prior the sum of their priors.
+
+    Parameters
+    ----------
+    params : PathParameters (M, V) built with ``smoothing`` (:func:`sparse_log_parameters`)
+    path_node : ndarray (M, K) 0/1 path-node membership (``Taxonomy.path_node_matrix()``,
+        nodes sorted by depth)
+    smoothing : float > 0
+    """
+    M, V = params.shape
+    pn = sp.csr_matrix(path_node)
+    pn.eliminate_zeros()
+    pn.sort_indices()
+    depth = np.diff(pn.indptr)
+    if not np.all(depth == depth[0]):
+        raise ValueError("beam_tables needs padded paths of one depth")
+    D = int(depth[0])
+    # node of each path at each depth (columns are sorted by depth in the taxonomy)
+    path_nodes = pn.indices.reshape(M, D).astype(np.int64)                  # (M, D)
+    counts = params.log_ratio.copy()
+    counts.data = smoothing * np.expm1(counts.data)
+    n_words = smoothing * np.exp(-params.log_base) - V * smoothing           # N_j
+    prior = np.exp(params.log_prior)
+    levels = []
+    prev_nodes = None
+    for d in range(D - 1):
+        nodes, slot_of_path = np.unique(path_nodes[:, d], return_inverse=True)
+        member = sp.csr_matrix((np.ones(M), (slot_of_path, np.arange(M))), shape=(len(nodes), M))
+        node_counts = (member @ counts).tocsr()
+        node_n = member @ n_words
+        ratio = node_counts.copy()
+        ratio.data = np.log1p(ratio.data / smoothing)
+        ratio.eliminate_zeros()
+        node_params = PathParameters(np.log(member @ prior), np.log(smoothing) - np.log(V * smoothing + node_n),
+                                     ratio)
+        if prev_nodes is None:
+            parent_slot = np.full(len(nodes), -1)
+        else:
+            parent_of = {}
+            for j in range(M):
+                parent_of[path_nodes[j, d]] = path_nodes[j, d - 1]
+            parent_slot = np.searchsorted(prev_nodes, [parent_of[c] for c in nodes])
+        levels.append((nodes, parent_slot, node_params))
+        prev_nodes = nodes
+    if prev_nodes is None:
+        path_parent = np.full(M, -1)
+    else:
+        path_parent = np.searchsorted(prev_nodes, path_nodes[:, D - 2])
+    return BeamTables(levels, path_parent, params)
+
+
+def _rows_jll(X, params: PathParameters, rows: np.ndarray) -> np.ndarray:
+    """(n, len(rows)) joint log-likelihood of ``X`` under the components ``rows`` of ``params``."""
+    ratio = params.log_ratio[rows]
+    lengths = np.asarray(X.sum(axis=1), dtype=np.float64).ravel()
+    out = lengths[:, None] * params.log_base[rows][None, :] + params.log_prior[rows][None, :]
+    out += (X @ ratio.T).toarray() if ratio.nnz else 0.0
+    return out
+
+
+def beam_predict_paths(X, tables: BeamTables, beam: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Best path by a beam search down the tree: keep the ``beam`` best nodes per depth.
+
+    At each depth only the children of the kept nodes are scored (node-level
+    naive Bayes of :func:`beam_tables`); at the last depth the kept nodes'
+    paths are scored with the path parameters and the best one wins. With
+    ``beam`` >= the number of nodes at every depth this is the exact argmax of
+    Eq. 5; the probability returned is the posterior among the scored paths.
+
+    Returns
+    -------
+    best : int ndarray (n,), prob : ndarray (n,)
+    """
+    X = sp.csr_matrix(X, dtype=np.float64)
+    n = X.shape[0]
+    kept = np.zeros((n, 1), dtype=np.int64)          # slots at the previous depth (the root: slot 0)
+    for nodes, parent_slot, node_params in tables.levels:
+        parent = np.where(parent_slot < 0, 0, parent_slot)
+        kept = _beam_step(X, kept, parent, node_params, beam)
+    M = tables.paths.shape[0]
+    parent = np.where(tables.path_parent < 0, 0, tables.path_parent)
+    best = np.zeros(n, dtype=np.int64)
+    prob = np.zeros(n)
+    scores, cands = _candidate_scores(X, kept, parent, tables.paths, M)
+    for i in range(n):
+        s, c = scores[i], cands[i]
+        k = int(np.argmax(s))
+        best[i] = c[k]
+        prob[i] = 1.0 / np.exp(s - s[k]).sum()
+    return best, prob
+
+
+def _candidate_scores(X, kept: np.ndarray, parent: np.ndarray, params: PathParameters, n_comp: int):
+    """Per row: scores and ids of the components whose parent slot is among that row's kept slots.
+
+    Rows sharing a kept parent are scored together: one sparse product per parent.
+    """
+    n = X.shape[0]
+    children_of = {}
+    for c in range(n_comp):
+        children_of.setdefault(int(parent[c]), []).append(c)
+    scores = [[] for _ in range(n)]
+    cands = [[] for _ in range(n)]
+    for p in np.unique(kept[kept >= 0]):
+        rows = np.flatnonzero((kept == p).any(axis=1))
+        kids = np.asarray(children_of.get(int(p), []), dtype=np.int64)
+        if not len(kids):
+            continue
+        jll = _rows_jll(X[rows], params, kids)
+        for r, i in enumerate(rows):
+            scores[i].append(jll[r])
+            cands[i].append(kids)
+    return ([np.concatenate(s) if s else np.zeros(0) for s in scores],
+            [np.concatenate(c) if c else np.zeros(0, np.int64) for c in cands])
+
+
+def _beam_step(X, kept: np.ndarray, parent: np.ndarray, params: PathParameters, beam: int) -> np.ndarray:
+    """Slots (n, <= beam) of the best children of each row's kept slots (-1 = none)."""
+    scores, cands = _candidate_scores(X, kept, parent, params, params.shape[0])
+    out = np.full((X.shape[0], beam), -1, dtype=np.int64)
+    for i, (s, c) in enumerate(zip(scores, cands)):
+        top = np.argsort(-s, kind="stable")[:beam]
+        out[i, :len(top)] = c[top]
+    return out

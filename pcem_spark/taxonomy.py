@@ -23,6 +23,17 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 DUMMY_SEP = "#dummy"
+# Joins a label path into one string key (Arrow / Spark lookups of label -> path
+# index): the ASCII unit separator. Node names are otherwise free-form (any
+# non-empty string, stripped of surrounding whitespace -- which includes
+# "\x1f"), so :func:`_check_name` rejects names containing it anywhere; with
+# that the join is one-to-one and a key names exactly one label path.
+PATH_KEY_SEP = "\x1f"
+
+
+def path_key(labels: Sequence[str]) -> str:
+    """One string per label path: the key of :meth:`Taxonomy.path_keys`."""
+    return PATH_KEY_SEP.join(labels)
 
 
 class TaxonomyError(ValueError):
@@ -181,27 +192,34 @@ class Taxonomy:
     def parent(self, node: str) -> Optional[str]:
         return self._parent.get(node)
 
-    def nodes_at_depth(self, level: int) -> List[str]:
-        return [n for n in self.nodes if self._node_depth[n] == level]
+    def path_node_matrix(self, sparse: bool = False):
+        """0/1 membership matrix ``A`` of shape (M, K): ``A[j, k] = 1`` iff node k is on path j.
 
-    def path_node_matrix(self) -> np.ndarray:
-        """0/1 membership matrix ``A`` of shape (M, K): ``A[j, k] = 1`` iff node k is on path j."""
+        ``sparse=True``: a scipy CSR matrix (M x D non-zeros) -- with thousands of
+        leaves the dense (M, K) array is hundreds of MB of zeros.
+        """
+        rows = np.repeat(np.arange(self.n_paths), [len(p) for p in self.paths])
+        cols = np.fromiter((self.node_index[node] for p in self.paths for node in p), dtype=np.int64,
+                           count=len(rows))
+        return self._membership(rows, cols, sparse)
+
+    def _membership(self, rows: np.ndarray, cols: np.ndarray, sparse: bool):
+        if sparse:
+            import scipy.sparse as sp
+            return sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(self.n_paths, self.n_nodes))
         a = np.zeros((self.n_paths, self.n_nodes), dtype=np.float64)
-        for j, p in enumerate(self.paths):
-            for node in p:
-                a[j, self.node_index[node]] = 1.0
+        a[rows, cols] = 1.0
         return a
 
-    def leaf_node_matrix(self) -> np.ndarray:
+    def leaf_node_matrix(self, sparse: bool = False):
         """Matrix of shape (M, K) with a single 1 per path at its (padded) leaf.
 
         Used as the scoring matrix of the *flat* baselines: the path score is
         then 1 for the labelled leaf and 0 elsewhere, i.e. one-hot counts.
+        ``sparse=True``: a scipy CSR matrix.
         """
-        a = np.zeros((self.n_paths, self.n_nodes), dtype=np.float64)
-        for j, p in enumerate(self.paths):
-            a[j, self.node_index[p[-1]]] = 1.0
-        return a
+        cols = np.array([self.node_index[p[-1]] for p in self.paths], dtype=np.int64)
+        return self._membership(np.arange(self.n_paths), cols, sparse)
 
     def paths_through(self, node: str) -> List[int]:
         """Indices of the paths that contain ``node`` (node -> paths membership)."""
@@ -269,6 +287,14 @@ class Taxonomy:
     def path_lookup(self) -> Dict[Tuple[str, ...], int]:
         """Map real label path (tuple) -> path index, for fast per-row lookup."""
         return {tuple(self.real_path(j)): j for j in range(self.n_paths)}
+
+    def path_keys(self) -> List[str]:
+        """:func:`path_key` of each path's real (dummy-free) label path, in path index order.
+
+        ``path_keys()[j] == path_key(labels)`` for every ``labels, j`` in
+        :meth:`path_lookup`.
+        """
+        return [path_key(self.real_path(j)) for j in range(self.n_paths)]
 
     # ---------------------------------------------------------- (de)serialise
     def to_dict(self) -> Dict[str, List[str]]:
@@ -340,7 +366,12 @@ def closest_name(name: str, candidates: Sequence[str], cutoff: float = 0.6) -> O
 def _check_name(node: object) -> str:
     if not isinstance(node, str) or not node.strip():
         raise TaxonomyError(f"node names must be non-empty strings, got {node!r}")
-    return node.strip()
+    node = node.strip()
+    if PATH_KEY_SEP in node:
+        raise TaxonomyError(
+            f"node name {node!r} contains the control character {PATH_KEY_SEP!r} (ASCII unit "
+            "separator), which is reserved to join label paths; remove it from the name")
+    return node
 
 
 def load_taxonomy(path: str) -> Taxonomy:

@@ -45,7 +45,7 @@ SELECTIONS = ("one_se", "best")
 PARAM_OF_SETTING = {"smoothing": "smoothing", "unlabeled_weight": "unlabeledWeight", "path_weight": "pathWeight",
                     "doc_length": "docLength",
                     "max_iter": "maxIter", "tol": "tol", "components": "components", "method": "method",
-                    "posterior_floor": "posteriorFloor"}
+                    "posterior_floor": "posteriorFloor", "posterior_top_k": "posteriorTopK"}
 
 
 @dataclass
@@ -139,7 +139,8 @@ def _estimator(taxonomy: Taxonomy, model_settings: ModelSettings, features_col: 
     return PathEM(featuresCol=features_col, taxonomy=taxonomy.to_json(), method=ms.method, smoothing=ms.smoothing,
                   unlabeledWeight=ms.unlabeled_weight, pathWeight=ms.path_weight, docLength=ms.doc_length,
                   maxIter=ms.max_iter, tol=ms.tol,
-                  blockSize=ms.block_size, posteriorFloor=ms.posterior_floor, components=ms.components,
+                  blockSize=ms.block_size, posteriorFloor=ms.posterior_floor, posteriorTopK=ms.posterior_top_k,
+                  components=ms.components,
                   parameterDtype=ms.parameter_dtype, seed=ms.seed, unlabeledTable=unlabeled_view or "")
 
 
@@ -232,7 +233,7 @@ def resolve_auto(feats: DataFrame, taxonomy: Taxonomy, vocabulary: List[str], fe
                        for r in grid_rows))
     resolved = model_settings.resolved(**chosen)
     fitted = best_model.path_model
-    model = PathModel(taxonomy, vocabulary, fitted.log_prior, fitted.log_theta, feature_settings,
+    model = PathModel(taxonomy, vocabulary, None, fitted.params, feature_settings,
                       replace(resolved, smoothing=fitted.model_settings.smoothing),
                       {**fitted.training_summary, "tuning": info})
     return resolved, info, model

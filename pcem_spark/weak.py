@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .engine import arrow_blocks, csr_of
-from .taxonomy import Taxonomy, TaxonomyError, closest_name
+from .taxonomy import DUMMY_SEP, Taxonomy, TaxonomyError, closest_name
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ def to_taxonomy_columns(node_scores: np.ndarray, nodes: List[str], taxonomy: Tax
     out = np.zeros((node_scores.shape[0], taxonomy.n_nodes))
     col = {n: i for i, n in enumerate(nodes)}
     for k, node in enumerate(taxonomy.nodes):
-        real = node.split("#dummy")[0] if node not in taxonomy.real_nodes else node
+        real = node.split(DUMMY_SEP)[0] if node not in taxonomy.real_nodes else node
         if real in col:
             out[:, k] = node_scores[:, col[real]]
     return out

@@ -289,7 +289,7 @@ def phase_prep(args):
     blocks = engine.cache_blocks(engine.blocks_from_labels(
         feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary), args.block_size))
     score_matrix = np.array(taxonomy.path_node_matrix(), dtype=float)
-    wc, totals, _, n_lab, n_unlab = engine.sufficient_stats(blocks, None, None, score_matrix, len(vocabulary), False)
+    wc, totals, _, n_lab, n_unlab = engine.sufficient_stats(blocks, None, score_matrix, len(vocabulary), False)
     log_prior, log_theta = pathnb.log_parameters(wc, totals, 1.0)
     np.savez(os.path.join(work, "params.npz"), log_prior=log_prior, log_theta=log_theta)
     meta = {"taxonomy": taxonomy.to_json(), "vocab_size": len(vocabulary), "block_size": args.block_size,
@@ -315,7 +315,8 @@ def phase_classic(args):
 
     def run_one(method):
         if method == "rdd":
-            return engine.sufficient_stats(blocks, params["log_prior"], params["log_theta"], params["score_matrix"],
+            return engine.sufficient_stats(blocks, pathnb.PathParameters.from_log_theta(params["log_prior"], params["log_theta"]),
+                                           params["score_matrix"],
                                            params["vocab_size"], True)
         return df_pass(method, frames, params)
 

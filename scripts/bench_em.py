@@ -23,6 +23,7 @@ Nothing here is asserted: the numbers go to docs/BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import pickle
@@ -88,6 +89,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", default="out/bench")
     ap.add_argument("--driver-memory", default="16g")
     ap.add_argument("--skip-predict", action="store_true")
+    ap.add_argument("--engine-only", action="store_true",
+                    help="only the Spark engine's numbers (no NaiveBayes / scipy references, no prediction): "
+                         "for comparing two engines, e.g. PYTHONPATH=<other checkout>")
+    ap.add_argument("--top-k", type=int, default=0, help="model.posterior_top_k of the timed EM (0 = exact)")
+    ap.add_argument("--engine-set", action="append", default=[], metavar="NAME=INT",
+                    help="set a module constant of pcem_spark.engine for an A/B run, e.g. COALESCE_TO_CORES=0")
     ap.add_argument("--set", dest="overrides", action="append", default=[],
                     help="settings override as in pcem, e.g. model.block_size=8192")
     args = ap.parse_args(argv)
@@ -150,7 +157,11 @@ def main(argv=None) -> int:
         reset_rss_peak()
         row["driver_rss_before_mb"] = rss_now_mb()
         t0 = time.perf_counter()
-        fit = engine.fit(blocks, pc_scores, V, em=True, max_iter=args.repeats, tol=0.0, label="bench")
+        for item in args.engine_set:
+            name, value = item.split("=", 1)
+            setattr(engine, name, int(value))
+        extra = {"top_k": args.top_k} if "top_k" in inspect.signature(engine.fit).parameters else {}
+        fit = engine.fit(blocks, pc_scores, V, em=True, max_iter=args.repeats, tol=0.0, label="bench", **extra)
         row["n_docs"] = fit.n_labeled + fit.n_unlabeled
         row["n_labeled"] = fit.n_labeled
         row["spark_iteration_seconds"] = statistics.median(fit.iter_seconds)
@@ -168,6 +179,13 @@ def main(argv=None) -> int:
         print(f"x{scale}: {row['n_docs']} docs in {n_blocks} blocks; Spark PCEM iteration "
               f"{row['spark_iteration_seconds']:.2f}s; driver peak RSS {row['driver_peak_rss_mb']:.0f} MB",
               flush=True)
+        if args.engine_only:
+            blocks.unpersist()
+            row.update(engine=os.path.dirname(os.path.dirname(os.path.abspath(engine.__file__))), top_k=args.top_k)
+            results["sizes"].append(row)
+            with open(os.path.join(args.out_dir, "bench_engine.json"), "w") as fh:
+                json.dump(results, fh, indent=2)
+            continue
         # --- pyspark.ml NaiveBayes ------------------------------------------
         nb_df = scaled.select("features", "label").cache()
         nb_df.count()
@@ -210,6 +228,10 @@ def main(argv=None) -> int:
         results["sizes"].append(row)
         with open(os.path.join(args.out_dir, "bench.json"), "w") as fh:
             json.dump(results, fh, indent=2)
+    if args.engine_only:
+        print(json.dumps(results["sizes"], indent=2))
+        shutil.rmtree(tmp, ignore_errors=True)
+        return 0
     with open(os.path.join(args.out_dir, "bench.md"), "w") as fh:
         fh.write(markdown(results))
     print(markdown(results))

@@ -1,129 +1,326 @@
-"""A synthetic large-taxonomy run: 1,000 leaves (10 x 10 x 10), a 2^18 vocabulary.
+"""Synthetic large-taxonomy EM runs: iteration time, driver / executor memory, shuffle and broadcast bytes.
 
-Generates documents whose words come from a leaf-specific topic plus a shared
-Zipf background, labels 1% of them, and runs PCNB + ``--iters`` PCEM
-iterations of the Spark engine (``local[2]``). Reports iteration seconds, the
-driver's peak RSS, the machine's lowest available memory during the run and
-the bytes broadcast per iteration.
+Documents draw 60 words from their leaf's 200-word topic and 40 from a Zipf
+background over the whole vocabulary; ``--label-rate`` of them carry their
+path. PCNB + PCEM (the paper's Eq. 2 path scores) run on Spark ``local[2]``
+through ``engine.fit``; a held-out sample of ``--test-docs`` generated
+documents measures how often the generating path is recovered (exact argmax,
+and a beam over the tree when ``--beam`` is given).
 
-    python scripts/bench_large_taxonomy.py --docs 20000 --partitions 2 --dtype float32
+Reported per run (JSON to ``--out``): seconds per EM iteration, the driver
+Python process's peak RSS, the peak RSS of the JVM and of the Python workers
+(the executors in local mode), shuffle-write bytes per iteration (Spark's
+REST API), broadcast bytes per iteration, non-zero parameters, and accuracy.
+
+``--engine-src DIR`` runs the same configuration with the engine of another
+checkout (e.g. ``git archive 41aaca5`` of the dense engine) in a subprocess,
+so two engines are compared in one run::
+
+    python scripts/bench_large_taxonomy.py --shape 10,10,10 --vocab-bits 18 --docs 20000 \\
+        --iters 3 --compare-src /tmp/dense_engine --compare-dtype float32
+    python scripts/bench_large_taxonomy.py --shape 10,10,100 --vocab-bits 20 --docs 100000 --iters 50
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import pickle
 import statistics
+import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import numpy as np
 
 
-def meminfo_available_mb() -> float:
-    with open("/proc/meminfo") as fh:
-        for line in fh:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+def _rss_mb(pid: int, field: str = "VmRSS:") -> float:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(field):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--docs", type=int, default=20000)
-    ap.add_argument("--branching", type=int, default=10, help="children per node (depth 3)")
-    ap.add_argument("--vocab-bits", type=int, default=18)
-    ap.add_argument("--iters", type=int, default=2)
-    ap.add_argument("--label-rate", type=float, default=0.01)
-    ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--driver-memory", default="6g", help="JVM heap; a smaller heap makes the JVM collect garbage instead of growing")
-    ap.add_argument("--posterior-floor", type=float, default=0.0)
-    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"],
-                    help="model.parameter_dtype: float32 halves the broadcast and the per-path sums")
-    ap.add_argument("--out", default="out/bench/large_taxonomy.json")
-    args = ap.parse_args(argv)
+def _descendants(root: int):
+    """(pid, cmdline) of every process below ``root``."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(d))
+        except (OSError, ValueError, IndexError):
+            continue
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        for c in children.get(p, []):
+            try:
+                with open(f"/proc/{c}/cmdline", "rb") as fh:
+                    cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                cmd = ""
+            out.append((c, cmd))
+            todo.append(c)
+    return out
 
+
+class MemorySampler:
+    """Peak RSS of the JVM and of the Python workers below this process, sampled every 0.2 s."""
+
+    def __init__(self):
+        self.jvm_peak = 0.0
+        self.workers_peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            jvm = workers = 0.0
+            for pid, cmd in _descendants(os.getpid()):
+                if "java" in cmd.split(" ")[0]:
+                    jvm += _rss_mb(pid)
+                elif "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
+                    workers += _rss_mb(pid)
+            self.jvm_peak = max(self.jvm_peak, jvm)
+            self.workers_peak = max(self.workers_peak, workers)
+            time.sleep(0.2)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def _stage_shuffle_bytes(sc, after_stage: int):
+    """(shuffle-write bytes, last stage id) of the completed stages with id > ``after_stage``."""
+    url = sc.uiWebUrl
+    if not url:
+        return None, after_stage
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/applications/{sc.applicationId}/stages?status=complete",
+                                    timeout=30) as resp:
+            stages = json.load(resp)
+    except Exception:  # noqa: BLE001 - the UI is optional; the number is then missing, not wrong
+        return None, after_stage
+    new = [s for s in stages if s["stageId"] > after_stage]
+    last = max([after_stage] + [s["stageId"] for s in stages])
+    return sum(int(s.get("shuffleWriteBytes", 0)) for s in new), last
+
+
+def generator(M: int, V: int, seed: int = 7):
+    topics = np.random.default_rng(seed).integers(0, V, size=(M, 200))
+    zipf_cdf = np.cumsum(1.0 / np.arange(1, V + 1))
+    zipf_cdf /= zipf_cdf[-1]
+
+    def doc(rng):
+        leaf = int(rng.integers(M))
+        words = np.concatenate([rng.choice(topics[leaf], 60),
+                                np.minimum(np.searchsorted(zipf_cdf, rng.random(40)), V - 1)])
+        idx, cnt = np.unique(words, return_counts=True)
+        return leaf, idx, cnt
+    return doc
+
+
+def build_taxonomy(shape):
+    from pcem_spark.taxonomy import Taxonomy
+    children = {"ROOT": [f"n{i}" for i in range(shape[0])]}
+    frontier = list(children["ROOT"])
+    for b in shape[1:]:
+        nxt = []
+        for node in frontier:
+            children[node] = [f"{node}.{j}" for j in range(b)]
+            nxt.extend(children[node])
+        frontier = nxt
+    return Taxonomy(children)
+
+
+def run(args) -> dict:
     from pyspark.ml.linalg import SparseVector, VectorUDT
     from pyspark.sql import types as T
+    import scipy.sparse as sp
 
-    from pcem_spark import engine
+    from pcem_spark import engine, pathnb
     from pcem_spark.config import SparkSettings
     from pcem_spark.model import score_matrix
     from pcem_spark.session import build_session, setup_logging
-    from pcem_spark.taxonomy import Taxonomy
 
     setup_logging("INFO")
     spark = build_session(SparkSettings(master="local[2]", app_name="pcem-large-taxonomy", conf={
-        "spark.driver.memory": args.driver_memory, "spark.ui.enabled": "false",
-        # The summed M x V counts are collected: 1,000 x 2^18 float64 is 2 GiB dense.
-        "spark.driver.maxResultSize": "8g", "spark.ui.showConsoleProgress": "false"}))
-    b, V = args.branching, 1 << args.vocab_bits
-    children = {"ROOT": [f"n{i}" for i in range(b)]}
-    for i in range(b):
-        children[f"n{i}"] = [f"n{i}.{j}" for j in range(b)]
-        for j in range(b):
-            children[f"n{i}.{j}"] = [f"n{i}.{j}.{k}" for k in range(b)]
-    taxonomy = Taxonomy(children)
+        "spark.driver.memory": args.driver_memory, "spark.ui.enabled": "true", "spark.ui.port": "4090",
+        "spark.driver.maxResultSize": args.max_result_size, "spark.ui.showConsoleProgress": "false"}))
+    sc = spark.sparkContext
+    shape = [int(x) for x in args.shape.split(",")]
+    V = 1 << args.vocab_bits
+    taxonomy = build_taxonomy(shape)
     M = taxonomy.n_paths
     real_paths = [taxonomy.real_path(j) for j in range(M)]
     n, label_rate, parts = args.docs, args.label_rate, args.partitions
+    doc = generator(M, V)
 
     def generate(pidx, _):
         rng = np.random.default_rng(1000 + pidx)
-        topic_rng = np.random.default_rng(7)  # same topics in every partition
-        topics = topic_rng.integers(0, V, size=(M, 200))
-        zipf_p = 1.0 / np.arange(1, V + 1)
-        zipf_p /= zipf_p.sum()
         for i in range(pidx, n, parts):
-            leaf = int(rng.integers(M))
-            words = np.concatenate([rng.choice(topics[leaf], 60), rng.choice(V, 40, p=zipf_p)])
-            idx, cnt = np.unique(words, return_counts=True)
+            leaf, idx, cnt = doc(rng)
             labels = real_paths[leaf] if rng.random() < label_rate else None
             yield (f"d{i}", SparseVector(V, idx.tolist(), cnt.astype(float).tolist()), labels)
 
     schema = T.StructType([T.StructField("id", T.StringType()), T.StructField("features", VectorUDT()),
                            T.StructField("labels", T.ArrayType(T.StringType()))])
-    rdd = spark.sparkContext.parallelize(range(parts), parts).mapPartitionsWithIndex(generate)
-    df = spark.createDataFrame(rdd, schema)
-    blocks = engine.cache_blocks(engine.blocks_from_labels(
-        df, taxonomy.path_lookup(), taxonomy.path_node_matrix(), V, 4096))
+    df = spark.createDataFrame(sc.parallelize(range(parts), parts).mapPartitionsWithIndex(generate), schema)
+    try:
+        path_node = taxonomy.path_node_matrix(sparse=True)
+    except TypeError:  # the dense engine of --compare-src
+        path_node = taxonomy.path_node_matrix()
+    blocks = engine.cache_blocks(engine.blocks_from_labels(df, taxonomy.path_lookup(), path_node, V, 4096))
     t0 = time.perf_counter()
     n_blocks = blocks.count()
     pack_s = time.perf_counter() - t0
 
-    low = [meminfo_available_mb()]
-    stop = threading.Event()
-
-    def sample():
-        while not stop.is_set():
-            low[0] = min(low[0], meminfo_available_mb())
-            time.sleep(0.2)
-
-    threading.Thread(target=sample, daemon=True).start()
+    kwargs = dict(em=True, max_iter=args.iters, tol=args.tol, label="large-taxonomy",
+                  posterior_floor=args.posterior_floor, dtype=args.dtype, smoothing=args.smoothing)
+    fit_params = inspect.signature(engine.fit).parameters
+    pass_stats = None
+    if "top_k" in fit_params:
+        kwargs["top_k"] = args.top_k
+    if "stats" in fit_params:
+        pass_stats = []
+        kwargs["stats"] = pass_stats
+    _, last_stage = _stage_shuffle_bytes(sc, -1)
     t0 = time.perf_counter()
-    fit = engine.fit(blocks, score_matrix(taxonomy, "pcem"), V, em=True, max_iter=args.iters, tol=0.0,
-                     label="large-taxonomy", posterior_floor=args.posterior_floor, dtype=args.dtype)
+    with MemorySampler() as mem:
+        fit = engine.fit(blocks, score_matrix(taxonomy, "pcem"), V, **kwargs)
     total = time.perf_counter() - t0
-    stop.set()
-    with open("/proc/self/status") as fh:
-        peak = next(int(l.split()[1]) / 1024 for l in fh if l.startswith("VmHWM:"))
-    out = {"posterior_floor": args.posterior_floor, "dtype": args.dtype, "partitions": parts, "docs": n, "leaves": M, "nodes": taxonomy.n_nodes, "vocab_size": V, "blocks": n_blocks,
-           "n_labeled": fit.n_labeled, "pack_seconds": pack_s, "fit_seconds": total,
-           "iteration_seconds": fit.iter_seconds,
-           "median_iteration_seconds": statistics.median(fit.iter_seconds) if fit.iter_seconds else None,
-           "driver_peak_rss_mb": peak, "machine_min_available_mb": low[0],
-           "broadcast_mb_per_iteration": len(pickle.dumps(
-               (fit.log_prior.astype(args.dtype), fit.log_theta.T.astype(args.dtype)),
-               protocol=pickle.HIGHEST_PROTOCOL)) / 2**20,
-           "loglik_history": fit.loglik_history}
+    shuffle, _ = _stage_shuffle_bytes(sc, last_stage)
+    driver_peak = _rss_mb(os.getpid(), "VmHWM:")
+    blocks.unpersist()
+
+    # Held-out documents from the same generator: is the generating path recovered?
+    rng = np.random.default_rng(99)
+    rows, cols, vals, truth = [], [], [], []
+    for i in range(args.test_docs):
+        leaf, idx, cnt = doc(rng)
+        rows.extend([i] * len(idx)); cols.extend(idx); vals.extend(cnt); truth.append(leaf)
+    X = sp.csr_matrix((np.asarray(vals, float), (rows, cols)), shape=(args.test_docs, V))
+    truth = np.asarray(truth)
+    t0 = time.perf_counter()
+    if hasattr(fit, "params"):
+        tables = pathnb.scoring_tables(fit.params, args.dtype)
+        best, _ = pathnb.predict_paths(X, None, None, tables=tables)
+        nnz = int(fit.params.log_ratio.nnz)
+        bc_bytes = [s.get("broadcast_bytes") for s in pass_stats or []]
+    else:
+        best, _ = pathnb.predict_paths(X, fit.log_prior, fit.log_theta)
+        nnz = M * V
+        one = len(pickle.dumps((fit.log_prior.astype(args.dtype), fit.log_theta.T.astype(args.dtype)),
+                               protocol=pickle.HIGHEST_PROTOCOL))
+        bc_bytes = [one] * (fit.n_iter + 1)
+    predict_s = time.perf_counter() - t0
+    path_nodes = np.array([[taxonomy.node_index[x] for x in p] for p in taxonomy.paths])
+    out = {
+        "engine_src": os.path.dirname(os.path.dirname(os.path.abspath(engine.__file__))),
+        "shape": shape, "leaves": M, "nodes": taxonomy.n_nodes, "vocab_size": V, "docs": n,
+        "partitions": parts, "blocks": n_blocks, "dtype": args.dtype, "top_k": args.top_k,
+        "posterior_floor": args.posterior_floor, "n_labeled": fit.n_labeled,
+        "pack_seconds": round(pack_s, 2), "fit_seconds": round(total, 2), "n_iter": fit.n_iter,
+        "converged": fit.converged, "iteration_seconds": [round(s, 2) for s in fit.iter_seconds],
+        "median_iteration_seconds": statistics.median(fit.iter_seconds) if fit.iter_seconds else None,
+        "driver_python_peak_rss_mb": round(driver_peak),
+        "jvm_peak_rss_mb": round(mem.jvm_peak), "python_workers_peak_rss_mb": round(mem.workers_peak),
+        "shuffle_write_mb_per_pass": None if shuffle is None else round(shuffle / 2**20 / (fit.n_iter + 1), 2),
+        "broadcast_mb_per_iteration": [round(b / 2**20, 2) for b in bc_bytes if b is not None],
+        "nonzero_parameters": nnz, "dense_cells": M * V,
+        "test_docs": args.test_docs, "path_accuracy": float(np.mean(best == truth)),
+        # share of held-out documents whose predicted node at depth d is the generating one
+        "depth_accuracy": [float(np.mean(path_nodes[best, d] == path_nodes[truth, d]))
+                           for d in range(path_nodes.shape[1])],
+        "predict_seconds": round(predict_s, 2),
+        "loglik_history": fit.loglik_history,
+    }
+    if args.beam and hasattr(pathnb, "beam_predict_paths"):
+        tree = pathnb.beam_tables(fit.params, path_node, args.smoothing)
+        for b in [int(x) for x in args.beam.split(",")]:
+            t0 = time.perf_counter()
+            bb, _ = pathnb.beam_predict_paths(X, tree, b)
+            out.setdefault("beam", []).append({"beam": b, "path_accuracy": float(np.mean(bb == truth)),
+                                               "depth_accuracy": [float(np.mean(path_nodes[bb, d] ==
+                                                                                path_nodes[truth, d]))
+                                                                  for d in range(path_nodes.shape[1])],
+                                               "agreement_with_exact": float(np.mean(bb == best)),
+                                               "seconds": round(time.perf_counter() - t0, 2)})
+    spark.stop()
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", default="10,10,10", help="children per node at each level (depth = its length)")
+    ap.add_argument("--vocab-bits", type=int, default=18)
+    ap.add_argument("--docs", type=int, default=20000)
+    ap.add_argument("--test-docs", type=int, default=5000)
+    ap.add_argument("--iters", type=int, default=3, help="max EM iterations (tol 0 runs exactly this many)")
+    ap.add_argument("--tol", type=float, default=0.0)
+    ap.add_argument("--smoothing", type=float, default=1.0)
+    ap.add_argument("--label-rate", type=float, default=0.01)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--driver-memory", default="6g")
+    ap.add_argument("--max-result-size", default="8g")
+    ap.add_argument("--posterior-floor", type=float, default=0.0)
+    ap.add_argument("--top-k", type=int, default=0, help="model.posterior_top_k (0 = exact)")
+    ap.add_argument("--dtype", default="float64", choices=["float32", "float64"])
+    ap.add_argument("--beam", default="", help="comma-separated beam widths to measure against the exact argmax")
+    ap.add_argument("--compare-src", default="", help="also run with the pcem_spark of this source tree")
+    ap.add_argument("--compare-dtype", default="", help="dtype of the comparison run (default: --dtype)")
+    ap.add_argument("--out", default="out/bench/large_taxonomy.json")
+    args = ap.parse_args(argv)
+    results = []
+    if args.compare_src:
+        # The other engine first, in its own process (its own driver peak), then this one.
+        sub = [a for a in (argv if argv is not None else sys.argv[1:])]
+        cmd = [sys.executable, os.path.abspath(__file__)] + _without(sub, "--compare-src", "--compare-dtype", "--out",
+                                                                   "--beam", "--dtype") + [
+            "--out", args.out + ".compare.json", "--dtype", args.compare_dtype or args.dtype]
+        env = dict(os.environ, PYTHONPATH=args.compare_src)
+        rc = subprocess.call(cmd, env=env)
+        if rc == 0:
+            with open(args.out + ".compare.json") as fh:
+                results.extend(json.load(fh)["runs"])
+        else:
+            results.append({"engine_src": args.compare_src, "failed": f"exit code {rc}"})
+    results.append(run(args))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as fh:
-        json.dump(out, fh, indent=2)
-    print(json.dumps(out, indent=2))
+        json.dump({"args": vars(args), "runs": results}, fh, indent=2)
+    print(json.dumps({"runs": [{k: v for k, v in r.items() if k != "loglik_history"} for r in results]}, indent=2))
     return 0
+
+
+def _without(argv, *names):
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in names:
+            skip = True
+            continue
+        if any(a.startswith(n + "=") for n in names):
+            continue
+        out.append(a)
+    return out
 
 
 if __name__ == "__main__":

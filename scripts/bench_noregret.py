@@ -57,6 +57,9 @@ def dotted_labels(labels: List[str]) -> List[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
+INT_SETTINGS = ("posterior_top_k", "max_iter", "components", "seed", "block_size")
+
+
 def variant_settings(name: str, base):
     """(method, ModelSettings) of a variant name."""
     from pcem_spark.model import PAPER_MODEL_SETTINGS
@@ -69,7 +72,7 @@ def variant_settings(name: str, base):
         values = {}
         for item in filter(None, kv.split(";")):
             k, v = item.split("=")
-            values[k] = v if v == "auto" else float(v)
+            values[k] = v if v == "auto" else int(v) if k in INT_SETTINGS else float(v)
         return replace(base, method=method, **values)
     return replace(base, method=name)
 
@@ -210,7 +213,7 @@ def main(argv=None) -> int:
                     if model is None:
                         if blocks is None:
                             blocks = engine.cache_blocks(engine.blocks_from_labels(
-                                feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary),
+                                feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True), len(vocabulary),
                                 settings.model.block_size))
                         model, _ = fit_blocks(blocks, taxonomy, vocabulary, settings.features, ms.resolved())
                     secs = time.perf_counter() - t0

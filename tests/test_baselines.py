@@ -90,8 +90,8 @@ def deep(spark):
 
 def fit(c, method, s=0.7, max_iter=0, components=1, seed=0):
     spec = method_spec(c.tax, method, components)
-    return engine.fit(c.blocks, spec.score_matrix, c.V, em=spec.iterative and max_iter > 0, smoothing=s,
-                      max_iter=max_iter, tol=0.0, structure=spec.structure, use_unlabeled=spec.uses_unlabeled,
+    return engine.fit(c.blocks, spec.score_matrix, c.V, em=spec.em if max_iter > 0 else False, smoothing=s,
+                      max_iter=max_iter, tol=0.0, structure=spec.structure,
                       seed=seed), spec
 
 
@@ -269,7 +269,7 @@ def test_multi_component_pass_on_spark_matches_reference(deep, use_unlabeled):
     R = spec.n_components
     lp = np.log(rng.dirichlet(np.ones(R)))
     lt = np.log(rng.dirichlet(np.ones(c.V), size=R))
-    wc, totals, ll, n_lab, n_unlab = engine.sufficient_stats(c.blocks, lp, lt, spec.score_matrix, c.V,
+    wc, totals, ll, n_lab, n_unlab = engine.sufficient_stats(c.blocks, pathnb.PathParameters.from_log_theta(lp, lt), spec.score_matrix, c.V,
                                                              use_unlabeled, structure=spec.structure)
     resp = np.zeros((c.X.shape[0], R))
     ref_ll = 0.0
@@ -296,7 +296,7 @@ def test_multi_component_initial_pass_on_spark_splits_each_document_once(deep):
     spec = method_spec(c.tax, "nbmc", C)
     counts = []
     for seed in (1, 2):
-        wc, totals, _, _, _ = engine.sufficient_stats(c.blocks, None, None, spec.score_matrix, c.V, False,
+        wc, totals, _, _, _ = engine.sufficient_stats(c.blocks, None, spec.score_matrix, c.V, False,
                                                       structure=spec.structure, init_seed=seed)
         # every labelled document went, whole, to one component of its own leaf
         per_leaf = totals.reshape(-1, C).sum(axis=1)
@@ -312,13 +312,20 @@ def test_posterior_floor_is_refused_for_per_depth_structures():
     from pcem_spark.model import ModelSettings
     with pytest.raises(ValueError, match="posterior_floor must be 0 for tdem"):
         ModelSettings(method="tdem", posterior_floor=1e-6).validate()
+    # the default top-k truncation does not apply to per-node posteriors: they run exact
+    ModelSettings(method="wdem", posterior_top_k=3).validate()
+    assert ModelSettings(method="wdem", posterior_top_k=3).effective_top_k == 0
+    assert ModelSettings(method="pcem", posterior_top_k=3).effective_top_k == 3
     tax = Taxonomy({"R": ["a", "b"], "a": ["a1", "a2"]})
     spec = method_spec(tax, "wdem")
     X = sp.csr_matrix(np.ones((2, 3)))
     lp = np.zeros(spec.n_components)
     lt = np.log(np.full((spec.n_components, 3), 1 / 3))
-    with pytest.raises(ValueError, match="posterior_floor applies"):
+    with pytest.raises(ValueError, match="posterior_floor / posterior_top_k apply"):
         pathnb.e_step(X, np.zeros((2, spec.n_components)), np.zeros(2, bool), lp, lt, posterior_floor=0.01,
+                      structure=spec.structure)
+    with pytest.raises(ValueError, match="posterior_floor / posterior_top_k apply"):
+        pathnb.e_step(X, np.zeros((2, spec.n_components)), np.zeros(2, bool), lp, lt, top_k=1,
                       structure=spec.structure)
 
 

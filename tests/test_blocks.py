@@ -64,7 +64,7 @@ def test_block_pickles_compactly_and_exactly():
 
 def test_sparse_and_dense_word_sums_agree_and_mix():
     from pcem_spark import pathnb
-    from pcem_spark.engine import _accumulate, _add
+    from pcem_spark.engine import _SumAccumulator, _add
 
     rng = np.random.default_rng(3)
     X = sp.random(40, 30, density=0.2, format="csr", random_state=2)
@@ -79,12 +79,16 @@ def test_sparse_and_dense_word_sums_agree_and_mix():
     sparse = pathnb.e_step(X, fixed, labeled, log_prior, log_theta, sparse_density=1.0)
     assert isinstance(dense.word_counts, np.ndarray) and sp.issparse(sparse.word_counts)
     np.testing.assert_allclose(sparse.word_counts.toarray(), dense.word_counts, rtol=1e-12, atol=1e-12)
-    total = _accumulate(_accumulate(None, sparse.word_counts), dense.word_counts)
-    np.testing.assert_allclose(total, 2 * dense.word_counts, rtol=1e-12)
-    total = _accumulate(_accumulate(None, dense.word_counts.copy()), sparse.word_counts)
-    np.testing.assert_allclose(total, 2 * dense.word_counts, rtol=1e-12)
+    # the per-partition accumulator, dense or sparse, whatever mix of block sums it gets
+    for sparse_sums in (False, True):
+        acc = _SumAccumulator(M, 30, sparse_sums, np.float64)
+        for part in (sparse.word_counts, dense.word_counts, sparse.word_counts):
+            acc.add(part)
+        total = acc.result()
+        assert sp.issparse(total) == sparse_sums
+        np.testing.assert_allclose(total.toarray() if sparse_sums else total, 3 * dense.word_counts, rtol=1e-12)
     row = sp.csr_matrix(dense.word_counts[:1])
-    np.testing.assert_allclose(_add(row, dense.word_counts[0].copy()), 2 * dense.word_counts[0])
+    np.testing.assert_allclose(_add(row, dense.word_counts[:1].copy()), 2 * dense.word_counts[:1])
     np.testing.assert_allclose(_add(row, row).toarray().ravel(), 2 * dense.word_counts[0])
 
 

@@ -3,7 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from pcem_spark.taxonomy import Taxonomy, TaxonomyError, closest_name, dummy_name, load_taxonomy
+from pcem_spark.taxonomy import (PATH_KEY_SEP, Taxonomy, TaxonomyError, closest_name, dummy_name, load_taxonomy,
+                                 path_key)
 
 # The paper's Figure 1 shape: two level-1 nodes with three children each.
 FIG1 = {"ROOT": ["c1", "c2"], "c1": ["c11", "c12", "c13"], "c2": ["c21", "c22", "c23"]}
@@ -33,6 +34,20 @@ def test_shallow_leaves_are_padded_with_dummies_hidden_from_outputs():
     # A document labelled with the shallow leaf maps to the padded path.
     assert t.path_of_labels(["b"]) == j
     assert t.path_lookup()[("b",)] == j
+
+
+def test_path_keys_follow_path_lookup_and_names_cannot_contain_the_separator():
+    t = Taxonomy({"R": ["a", "b"], "a": ["a1"], "a1": ["a11", "a12"]})
+    keys = t.path_keys()
+    assert len(keys) == t.n_paths
+    assert {labels: keys[j] for labels, j in t.path_lookup().items()} == \
+        {labels: path_key(labels) for labels in t.path_lookup()}
+    assert keys[t.path_of_labels(["b"])] == "b"
+    assert keys[t.path_of_labels(["a", "a1", "a12"])] == f"a{PATH_KEY_SEP}a1{PATH_KEY_SEP}a12"
+    with pytest.raises(TaxonomyError, match="reserved to join label paths"):
+        Taxonomy({"R": ["a", f"b{PATH_KEY_SEP}c"]})
+    with pytest.raises(TaxonomyError, match="reserved to join label paths"):
+        Taxonomy.from_label_paths([["a", f"x{PATH_KEY_SEP}y"]])
 
 
 def test_path_node_matrix_gives_shared_node_counts():

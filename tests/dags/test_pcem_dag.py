@@ -173,6 +173,8 @@ def test_submit_command_ships_env_archive_only_when_set(operator_class, monkeypa
     assert bare[:3] == ["spark-submit", "--master", "spark://127.0.0.1:7077"]
     assert "--archives" not in bare and "--py-files" not in bare
     assert not any("spark.pyspark" in arg for arg in bare)
+    # a driver out of heap exits (a failed, retried task) instead of hanging until the timeout
+    assert "spark.driver.extraJavaOptions=-XX:+ExitOnOutOfMemoryError" in bare
     assert bare[-2:] == ["/repo/jobs/train.py", "--overwrite"]
 
     shipped = _command(operator_class, monkeypatch, client, py_files="/dist/pcem_spark.zip",
