@@ -150,7 +150,8 @@ class ModelSettings:
 # Methods whose E-step responsibilities are per-node / per-depth distributions.
 PER_NODE_POSTERIOR_METHODS = ("tdem", "wdem")
 
-PAPER_MODEL_SETTINGS = dict(smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, doc_length=0.0)
+# The paper as written: Laplace smoothing, lambda = gamma = 1, raw counts, the exact E-step of Algorithm 1.
+PAPER_MODEL_SETTINGS = dict(smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, doc_length=0.0, posterior_top_k=0)
 
 
 def score_matrix(taxonomy: Taxonomy, method: str, components: int = 2, path_weight: float = 1.0) -> np.ndarray:
