@@ -28,9 +28,14 @@ setup(
                     # require): only tests/test_connect.py uses it, to show what works over Connect.
                     "connect": ["grpcio>=1.76.0", "grpcio-status>=1.76.0", "googleapis-common-protos>=1.71.0",
                                 "zstandard>=0.25.0"],
+                    # pcem ingest-warc (pcem_spark/warc.py): FastWARC reads WARC/WET records and
+                    # Resiliparse extracts the main text of HTML pages, both C++: on the same pages
+                    # (scripts/bench_warc.py) ~7x the pages/s per core of warcio + trafilatura.
+                    # Floors = what the tests passed with (2.0.1; older FastWARC has another API).
+                    "warc": ["fastwarc>=2.0.1", "resiliparse>=2.0.1"],
                     "test": ["pytest>=7", "chispa>=0.10", "matplotlib>=3.7", "venv-pack>=0.2",
                              "grpcio>=1.76.0", "grpcio-status>=1.76.0", "googleapis-common-protos>=1.71.0",
-                             "zstandard>=0.25.0"],
+                             "zstandard>=0.25.0", "fastwarc>=2.0.1", "resiliparse>=2.0.1"],
                     # dags/pcem_dag.py and tests/dags (scripts/test_airflow.sh installs it in its own
                     # venv). Floors = what tests/dags passed with end to end: airflow 3.3.2 + provider
                     # 6.3.4 (3.0.6 + 6.0.0 install and import the DAG, but dag.test() fails inside

@@ -1,4 +1,4 @@
-"""The ``pcem`` command: ingest-20ng, train, predict, evaluate, experiment, report.
+"""The ``pcem`` command: ingest-20ng, ingest-warc, train, predict, evaluate, inspect, experiment, report.
 
 Every command reads its settings from a TOML file (``--config``, default
 ``conf/pcem.toml`` when present) with ``--set section.key=value`` overrides.
@@ -52,6 +52,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mail headers: keep, strip, or keep only the Subject text (default)")
     _common(p)
 
+    p = sub.add_parser("ingest-warc", help="WARC / WET files (Common Crawl) -> documents table (Parquet) + rejects")
+    p.add_argument("--input", action="append", required=True, metavar="PATHS",
+                   help="WARC or WET files: paths, globs or directories, any Hadoop URI (hdfs://, s3a://, ...); "
+                        "repeatable or comma-separated (plain, .gz, .zst, .lz4)")
+    p.add_argument("--output", required=True, help="documents table (Parquet directory)")
+    p.add_argument("--rejects", help="where to write rejected records (default: OUTPUT_rejects)")
+    p.add_argument("--id", dest="id_field", default="record", choices=["record", "url"],
+                   help="document id: the WARC-Record-ID (default) or the WARC-Target-URI; every copy of a "
+                        "repeated id is rejected ('duplicate id')")
+    p.add_argument("--min-text-chars", type=int, default=1,
+                   help="reject texts shorter than this many characters (after stripping; default 1: keep every "
+                        "non-empty text; an empty text is always rejected)")
+    p.add_argument("--overwrite", action="store_true")
+    _common(p)
+
     p = sub.add_parser("train", help="fit PCNB / PCEM / flat NB / flat EM and save the model")
     p.add_argument("--docs", required=True, help="documents table (Parquet or JSON Lines)")
     p.add_argument("--format", dest="docs_format", choices=["json", "parquet"],
@@ -76,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tune", action="store_true",
                    help="also cross-validate the [tune] grid (e.g. tune.grid.smoothing = [0.03, 0.1, 0.3]) on "
                         "the labelled documents; settings left at \"auto\" are always cross-validated")
+    p.add_argument("--init-model", metavar="PREVIOUS",
+                   help="warm start: start EM from this saved model (same taxonomy and method; terms mapped by "
+                        "name, new terms start from the smoothing prior). Settings left at \"auto\" take its "
+                        "values (--tune cross-validates the weights again); the taxonomy defaults to its. A "
+                        "batch without labelled documents is then allowed")
     p.add_argument("--overwrite", action="store_true")
     _common(p)
 
@@ -87,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="Parquet output directory")
     p.add_argument("--split", help="predict only documents with this split value")
     p.add_argument("--rejects", help="where to write rejected rows (default: OUTPUT_rejects)")
+    p.add_argument("--min-probability", type=float, default=None, metavar="P",
+                   help="abstain: stop each path at its deepest node whose marginal probability is >= P, in "
+                        "[0, 1]; adds path_probability (default [predict] min_probability = 0: full paths)")
+    p.add_argument("--top-k", type=int, default=None, metavar="K",
+                   help="add top_paths: the K most probable paths with their probabilities "
+                        "(default [predict] top_k = 0: no such column)")
     p.add_argument("--overwrite", action="store_true")
     _common(p)
 
@@ -95,6 +121,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model directory (for its taxonomy)")
     p.add_argument("--taxonomy", help="taxonomy file, instead of --model")
     p.add_argument("--output", help="write the metrics as JSON here")
+    _common(p)
+
+    p = sub.add_parser("inspect", help="per node: training mass, prior, top terms vs siblings; taxonomy view; "
+                                       "with --predictions a per-level confusion table (Markdown/JSON/HTML/PNG)")
+    p.add_argument("--model", required=True, help="model directory")
+    p.add_argument("--output", required=True, help="local output directory (model.md, model.json, "
+                                                   "taxonomy.html, taxonomy.png, confusion.md/json)")
+    p.add_argument("--predictions", help="predictions table with true labels (pcem predict): adds the "
+                                         "per-level confusion tables")
+    p.add_argument("--top-terms", type=int, default=10, help="top terms per node (default 10)")
+    p.add_argument("--rank-terms", default="llr", choices=["llr", "log-odds"],
+                   help="order the top terms by the signed log-likelihood ratio against the siblings (default: "
+                        "frequent distinctive words first) or by the log-odds itself (favours rare exclusive terms)")
+    p.add_argument("--overwrite", action="store_true")
     _common(p)
 
     p = sub.add_parser("experiment", help="the paper's protocol: methods x settings x label rates x seeds")
@@ -240,6 +280,16 @@ def cmd_ingest(args, settings) -> int:
     return 0
 
 
+def cmd_ingest_warc(args, settings) -> int:
+    from .session import build_session
+    from .warc import ingest_warc, require_libraries
+    require_libraries()  # before starting Spark: a missing library is exit 2 in a second
+    spark = build_session(settings.spark)
+    ingest_warc(spark, args.input, args.output, args.rejects or args.output.rstrip("/") + "_rejects",
+                id_field=args.id_field, min_text_chars=args.min_text_chars, overwrite=args.overwrite)
+    return 0
+
+
 def cmd_train(args, settings) -> int:
     from pyspark.sql import functions as F
     from .experiment import assign_roles
@@ -257,10 +307,15 @@ def cmd_train(args, settings) -> int:
     spark = build_session(settings.spark)
     t0 = time.perf_counter()
     _ensure_writable(spark, args.model, args.overwrite)
+    warm = None
+    if args.init_model:  # read and checked before the documents: a wrong init model fails in seconds
+        from .warm import WarmStart
+        warm = WarmStart.load(args.init_model)
+        warm.check(given_taxonomy or warm.model.taxonomy, settings.model, where="--init-model")
     counts: dict = {}
     docs = _read_valid(spark, args.docs, args.rejects or args.model.rstrip("/") + "_rejects", args.split, counts,
                        args.docs_format)
-    taxonomy = given_taxonomy or _taxonomy(args, docs)
+    taxonomy = given_taxonomy or (warm.model.taxonomy if warm is not None else _taxonomy(args, docs))
     sup = settings.supervision
     args.supervision = args.supervision or sup.kind
     args.descriptions = args.descriptions or sup.descriptions or None
@@ -280,8 +335,9 @@ def cmd_train(args, settings) -> int:
             weak_col = "_weak"
         if args.tune:
             raise ValueError("--tune cross-validates against true labels; it does not apply to weak supervision")
-        model, result = train_weak(docs, taxonomy, descriptions, settings.features, settings.model.resolved(),
-                                   args.weak_mode, args.min_similarity, weak_col)
+        model, result = train_weak(docs, taxonomy, descriptions, settings.features,
+                                   settings.model if warm is not None else settings.model.resolved(),
+                                   args.weak_mode, args.min_similarity, weak_col, warm_start=warm)
     else:
         if args.label_rate is not None:
             roled = assign_roles(docs, args.seed, 0.0, args.label_rate)
@@ -293,13 +349,19 @@ def cmd_train(args, settings) -> int:
             raise ValueError("--tune: nothing to tune; set [tune] grid (e.g. --set 'tune.grid={\"smoothing\": "
                              "[0.03, 0.1, 0.3]}') or leave model.unlabeled_weight / path_weight at \"auto\"")
         model, result = train(docs, taxonomy, settings.features, settings.model, tune=settings.tune,
-                              seed=args.seed, extra_grid=settings.tune.grid if args.tune else None)
+                              seed=args.seed, extra_grid=settings.tune.grid if args.tune else None,
+                              init_model=warm, retune_auto=args.tune)
         tuning = model.training_summary.get("tuning")
         if tuning and tuning.get("tuned"):
             log.info("train: cross-validation (%d folds, %s) chose %s", tuning["folds"], tuning["metric"],
                      tuning["chosen"])
     log.info("train: smoothing %g, unlabeled_weight %s, path_weight %s", model.model_settings.smoothing,
              model.model_settings.unlabeled_weight, model.model_settings.path_weight)
+    ws = model.training_summary.get("warm_start")
+    if ws:
+        log.info("train: warm start from %s (%d terms kept, %d dropped, %d new; from it: %s)", ws["path"],
+                 ws["terms_kept"], ws["terms_dropped"], ws["terms_new"],
+                 ", ".join(f"{k} {v}" for k, v in ws["inherited"].items()) or "no setting")
     model.training_summary = {**(model.training_summary or {}), "input": counts}
     model.save(args.model, overwrite=args.overwrite)
     its = result.iter_seconds
@@ -314,7 +376,14 @@ def cmd_predict(args, settings) -> int:
     from .model import PathModel
     from .outputs import atomic_output
     from .progress import log_progress
+    from .model import check_prediction_options
     from .session import build_session
+    # Flags override [predict]; checked before Spark starts.
+    min_probability = settings.predict.min_probability if args.min_probability is None else args.min_probability
+    top_k = settings.predict.top_k if args.top_k is None else args.top_k
+    check_prediction_options(min_probability, top_k, names=(
+        "--min-probability" if args.min_probability is not None else "predict.min_probability",
+        "--top-k" if args.top_k is not None else "predict.top_k"))
     spark = build_session(settings.spark)
     t0 = time.perf_counter()
     _ensure_writable(spark, args.output, args.overwrite)
@@ -323,7 +392,7 @@ def cmd_predict(args, settings) -> int:
     docs = _read_valid(spark, args.docs, args.rejects or args.output.rstrip("/") + "_rejects", args.split,
                        counts, args.docs_format).cache()
     n_in = docs.count()
-    pred = model.transform(docs)
+    pred = model.transform(docs, min_probability=min_probability, top_k=top_k)
     # Written to a temporary sibling and moved into place with its marker: --overwrite keeps the old
     # predictions until the new ones are complete, and a killed run never leaves part files to be read.
     with atomic_output(spark, args.output, "predictions", overwrite=args.overwrite) as staged:
@@ -332,7 +401,12 @@ def cmd_predict(args, settings) -> int:
         n_out = spark.read.parquet(staged.tmp).count()
         if n_out != n_in:  # the contract: exactly one row per valid input document
             raise RuntimeError(f"predict wrote {n_out} rows for {n_in} valid documents")
-        staged.info.update({"rows": n_out, "model": args.model, "input": counts})
+        staged.info.update({"rows": n_out, "model": args.model, "input": counts,
+                            "min_probability": float(min_probability), "top_k": int(top_k)})
+        if min_probability > 0:
+            from .model import abstention_counts
+            staged.info["abstention"] = abstention_counts(spark.read.parquet(staged.tmp), model.taxonomy)
+            log.info("predict: --min-probability %g: %s", min_probability, staged.info["abstention"])
     log.info("predict: %d predictions -> %s in %.1fs", n_out, args.output, time.perf_counter() - t0)
     return 0
 
@@ -369,6 +443,43 @@ def cmd_evaluate(args, settings) -> int:
     if args.output:
         atomic_write_text(args.output, json.dumps(metrics, indent=2))
         log.info("evaluate: metrics -> %s", args.output)
+    return 0
+
+
+def cmd_inspect(args, settings) -> int:
+    """Per-node masses, priors and top terms (+ per-level confusion) as plain files (pcem_spark.inspect)."""
+    from .inspect import (check_local_output, confusion_counts, confusion_tables, inspect_model,
+                          inspection_files, write_inspection)
+    from .model import PathModel
+    from .outputs import require_complete
+    from .session import build_session
+    if args.top_terms < 1:
+        raise ValueError(f"--top-terms must be >= 1, got {args.top_terms}")
+    out = check_local_output(args.output)
+    if os.path.exists(out) and not args.overwrite:  # before starting Spark
+        raise FileExistsError(f"output {out!r} already exists; pass --overwrite to replace it")
+    t0 = time.perf_counter()
+    spark = build_session(settings.spark)
+    model = PathModel.load(args.model)
+    report = inspect_model(model, args.top_terms, model_path=args.model, rank=args.rank_terms)
+    confusion = None
+    if args.predictions:
+        require_complete(spark, args.predictions, "predictions")
+        pred = spark.read.parquet(args.predictions)
+        cells, n_scored, n_without = confusion_counts(pred)
+        if n_scored == 0:
+            raise ValueError(f"--predictions {args.predictions}: none of the {n_without} predictions has true "
+                             "labels to build a confusion table from (predict documents that carry 'labels')")
+        if n_without:
+            log.warning("inspect: %d of %d predictions have no true labels; not in the confusion tables",
+                        n_without, n_scored + n_without)
+        confusion = confusion_tables(cells, model.taxonomy, n_scored, n_without)
+        confusion["predictions"] = args.predictions
+    files = inspection_files(report, confusion)
+    write_inspection(out, files, overwrite=args.overwrite,
+                     info={"model": args.model, "predictions": args.predictions})
+    log.info("inspect: %s -> %s (%s) in %.1fs", args.model, out, ", ".join(sorted(files)),
+             time.perf_counter() - t0)
     return 0
 
 
@@ -434,8 +545,9 @@ def cmd_report(args, settings) -> int:
     return 0
 
 
-COMMANDS = {"ingest-20ng": cmd_ingest, "train": cmd_train, "predict": cmd_predict,
-            "evaluate": cmd_evaluate, "experiment": cmd_experiment, "report": cmd_report}
+COMMANDS = {"ingest-20ng": cmd_ingest, "ingest-warc": cmd_ingest_warc, "train": cmd_train, "predict": cmd_predict,
+            "evaluate": cmd_evaluate, "inspect": cmd_inspect, "experiment": cmd_experiment,
+            "report": cmd_report}
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -69,6 +69,21 @@ class SupervisionSettings:
 
 
 @dataclass
+class PredictSettings:
+    """``pcem predict`` defaults (its flags override them)."""
+    min_probability: float = 0.0   # stop a path at its deepest node this probable (0 = the full path)
+    top_k: int = 0                 # add the k most probable paths with their probabilities (0 = no)
+
+    def validate(self) -> None:
+        from .model import check_prediction_options
+        try:
+            check_prediction_options(self.min_probability, self.top_k,
+                                     names=("predict.min_probability", "predict.top_k"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+@dataclass
 class Settings:
     spark: SparkSettings = field(default_factory=SparkSettings)
     features: FeatureSettings = field(default_factory=FeatureSettings)
@@ -76,10 +91,12 @@ class Settings:
     experiment: ExperimentSettings = field(default_factory=ExperimentSettings)
     supervision: SupervisionSettings = field(default_factory=SupervisionSettings)
     tune: TuneSettings = field(default_factory=TuneSettings)
+    predict: PredictSettings = field(default_factory=PredictSettings)
 
 
 _SECTIONS = {"spark": SparkSettings, "features": FeatureSettings, "model": ModelSettings,
-             "experiment": ExperimentSettings, "supervision": SupervisionSettings, "tune": TuneSettings}
+             "experiment": ExperimentSettings, "supervision": SupervisionSettings, "tune": TuneSettings,
+             "predict": PredictSettings}
 
 
 def _build(cls, values: Dict[str, Any], where: str):
@@ -147,6 +164,7 @@ def load_settings(path: Optional[str] = None, overrides: Optional[List[str]] = N
     settings.model.validate()
     settings.supervision.validate()
     settings.experiment.validate()
+    settings.predict.validate()
     try:
         settings.tune.validate()
     except ValueError as exc:

@@ -90,7 +90,14 @@ class FitResult:
     n_unlabeled: int = 0
     smoothing: float = 1.0                 # the word pseudo-count used (chosen when "auto")
     smoothing_evidence: Optional[Dict[str, float]] = None   # grid value -> log evidence ("auto")
+    prior_smoothing: Optional[float] = None  # the path prior's pseudo-count used (None: = smoothing)
+    warm_start: bool = False               # the first E-step used init_params, not the naive Bayes ones
     loglik_decreases: int = 0              # iterations whose log-likelihood fell (truncated E-steps)
+    # Per path / component (R,): the document mass of the labelled documents as the M-step counts it
+    # (Eq. 2 weights), and of all documents in the last E-step (labelled + lambda x unlabelled
+    # posteriors); the prior is computed from the latter. What `pcem inspect` reports per node.
+    path_mass_labeled: Optional[np.ndarray] = None
+    path_mass: Optional[np.ndarray] = None
 
     @property
     def log_prior(self) -> np.ndarray:
@@ -369,7 +376,7 @@ def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: Union[bool, 
         dtype: str = "float64", structure: Optional[pathnb.Structure] = None,
         seed: int = 0, unlabeled_weight: float = 1.0, prior_smoothing: Optional[float] = None,
         smoothing_grid=pathnb.DEFAULT_SMOOTHING_GRID, doc_length: float = 0.0, top_k: int = 0,
-        stats: Optional[List[dict]] = None) -> FitResult:
+        stats: Optional[List[dict]] = None, init_params: Optional[pathnb.PathParameters] = None) -> FitResult:
     """PCNB (``em=False``) or PCEM (Algorithm 1) on cached blocks -- or a baseline.
 
     ``score_matrix`` (M, K) turns node scores into path scores (Eq. 2): the
@@ -397,6 +404,17 @@ def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: Union[bool, 
     (:func:`pcem_spark.pathnb.truncate_posteriors`); a fall of the
     log-likelihood is then possible and logged as a warning.
     ``stats`` (a list) receives one dict of sizes per pass.
+
+    ``init_params`` (R, V) -- a warm start, e.g. a previous model's parameters
+    on this vocabulary (:func:`pcem_spark.pathnb.warm_start_parameters`): the
+    naive Bayes pass still runs (it counts the documents and the labelled
+    sums, and its parameters are what ``smoothing="auto"`` is chosen from),
+    but the first E-step uses ``init_params``. The labelled documents enter
+    every M-step as usual; the previous data do not. With ``init_params`` a
+    batch without labelled documents is allowed (EM over the unlabelled
+    documents from the given parameters) unless no EM runs (naive Bayes,
+    ``unlabeled_weight`` 0) or ``smoothing`` is "auto". ``max_iter=0``
+    returns ``init_params`` themselves.
     """
     t0 = time.perf_counter()
     mode = em_mode(em)
@@ -407,14 +425,14 @@ def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: Union[bool, 
     try:
         return _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter, tol, label,
                     posterior_floor, dtype, structure, init_seed, unlabeled_weight, prior_smoothing,
-                    smoothing_grid, doc_length, top_k, stats, t0, init_stats)
+                    smoothing_grid, doc_length, top_k, stats, t0, init_stats, init_params)
     finally:
         static_bc.unpersist()
 
 
 def _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter, tol, label, posterior_floor,
          dtype, structure, init_seed, unlabeled_weight, prior_smoothing, smoothing_grid, doc_length, top_k,
-         stats, t0, init_stats) -> FitResult:
+         stats, t0, init_stats, init_params=None) -> FitResult:
     """The body of :func:`fit` once the per-fit broadcast exists."""
     use_unlabeled = mode == "all"
     groups = None if structure is None else structure.groups
@@ -424,7 +442,13 @@ def _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter,
                                                      static_bc=static_bc)
     if stats is not None:
         stats.append(dict(init_stats))
-    if n_lab == 0:
+    if init_params is not None and init_params.shape != (score_matrix.shape[0], vocab_size):
+        raise ValueError(f"{label}: init_params are {init_params.shape[0]} x {init_params.shape[1]}, the fit needs "
+                         f"{score_matrix.shape[0]} components x {vocab_size} terms")
+    if n_lab == 0 and init_params is not None and smoothing == "auto":
+        raise ValueError(f"{label}: smoothing \"auto\" is chosen from the labelled counts and this batch has no "
+                         "labelled document; give a number (e.g. the previous model's)")
+    if n_lab == 0 and init_params is None:
         raise ValueError(f"{label}: no labelled document in the training data; "
                          "naive Bayes needs at least one labelled document")
     evidence = None
@@ -444,12 +468,29 @@ def _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter,
     params = pathnb.sparse_log_parameters(wc, totals, smoothing, groups, prior_smoothing)
     del wc
     result = FitResult(params, n_labeled=n_lab, n_unlabeled=n_unlab, smoothing=smoothing,
-                       smoothing_evidence=evidence)
+                       smoothing_evidence=evidence, path_mass_labeled=np.asarray(totals, dtype=np.float64),
+                       path_mass=np.asarray(totals, dtype=np.float64))
     log.info("%s: naive Bayes initialisation on %d labelled documents (%d unlabelled) in %.2fs; "
              "%d non-zero word parameters of %d paths x %d terms", label, n_lab, n_unlab,
              time.perf_counter() - t0, params.log_ratio.nnz, params.shape[0], vocab_size)
     if use_unlabeled and unlabeled_weight == 0.0 and structure is None:
         mode = "off"  # EM-lambda with lambda = 0: the unlabelled documents never count, naive Bayes it is
+    result.prior_smoothing = smoothing if prior_smoothing is None else float(prior_smoothing)
+    if init_params is not None and mode == "off":
+        if n_lab == 0:
+            raise ValueError(f"{label}: no labelled document and no EM iterations (naive Bayes"
+                             f"{', unlabeled_weight 0' if use_unlabeled else ''}): a warm start needs EM over "
+                             "the unlabelled documents")
+        log.warning("%s: naive Bayes, no EM iterations: the warm start parameters are not used", label)
+    elif init_params is not None and n_lab == 0 and not use_unlabeled:
+        raise ValueError(f"{label}: no labelled document and EM over the labelled documents only: nothing to fit")
+    elif init_params is not None:
+        result.warm_start = True
+        log.info("%s: warm start: the first E-step uses the given parameters (%d non-zero word parameters), "
+                 "not the naive Bayes ones", label, init_params.log_ratio.nnz)
+        params = init_params
+        if max_iter == 0:
+            result.params = init_params
     if mode == "off":
         result.converged = True
         return result
@@ -468,6 +509,7 @@ def _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter,
         params = result.params = None
         params = pathnb.sparse_log_parameters(wc, totals, smoothing, groups, prior_smoothing)
         del wc
+        result.path_mass = np.asarray(totals, dtype=np.float64)
         if not (np.isfinite(loglik) and np.isfinite(params.log_prior).all()):
             raise FloatingPointError(f"{label}: EM iteration {it} produced non-finite parameters "
                                      f"(log-likelihood {loglik}); check the input counts and settings")

@@ -110,6 +110,14 @@ class _PathEMParams(Params):
                       "unlabeledWeight / pathWeight", TypeConverters.toInt)
     tuneMetric = Param(Params._dummy(), "tuneMetric", "microF1 | macroF1 | meanF1 (that cross-validation's metric)",
                        TypeConverters.toString)
+    initModel = Param(Params._dummy(), "initModel", "warm start: a saved PathModel / PathEMModel directory whose "
+                      "parameters EM starts from (same taxonomy and method; terms mapped by name; Params left at "
+                      "'auto' take its values); empty = start from naive Bayes", TypeConverters.toString)
+    minProbability = Param(Params._dummy(), "minProbability", "transform: stop each predicted path at its deepest "
+                           "node whose marginal probability is >= this, in [0, 1] (0 = the full path); adds "
+                           "path_probability", TypeConverters.toFloat)
+    topK = Param(Params._dummy(), "topK", "transform: add top_paths, the k most probable paths with their "
+                 "probabilities (0 = no such column)", TypeConverters.toInt)
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -123,7 +131,8 @@ class _PathEMParams(Params):
                          maxDF=fs.max_df, vocabSize=fs.vocab_size, vocabularyDocs=fs.vocabulary_docs,
                          normalize=fs.normalize, cjk=fs.cjk, components=ms.components, supervision="labels",
                          descriptions="", weakMode="argmax", minSimilarity=0.0, tuneFolds=ts.folds,
-                         tuneMetric=ts.metric)
+                         tuneMetric=ts.metric, minProbability=0.0, topK=0,
+                         initModel="")
 
     def feature_settings(self) -> FeatureSettings:
         g = self.getOrDefault
@@ -163,7 +172,8 @@ class _PathEMParams(Params):
 # Params that change neither the documents nor their packing: fitMultiple packs a
 # fold's blocks once and fits every grid point that differs only in these.
 _SHARED_BLOCK_PARAMS = ("method", "smoothing", "unlabeledWeight", "pathWeight", "docLength", "maxIter", "tol",
-                        "posteriorFloor", "posteriorTopK", "parameterDtype", "seed", "components")
+                        "posteriorFloor", "posteriorTopK", "parameterDtype", "seed", "components",
+                        "minProbability", "topK")
 
 
 class _FitMultipleOnBlocks:
@@ -218,7 +228,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
                  tokenPattern=DEFAULT_TOKEN_PATTERN, minTokenLength=2, stopWords="english", minDF=3.0, maxDF=0.5,
                  vocabSize=20000, vocabularyDocs="all", normalize="nfkc", cjk="chars", components=2,
                  supervision="labels", descriptions="", weakMode="argmax", minSimilarity=0.0, tuneFolds=3,
-                 tuneMetric="meanF1"):
+                 tuneMetric="meanF1", minProbability=0.0, topK=0, initModel=""):
         super().__init__()
         self._set(**self._input_kwargs)
 
@@ -253,8 +263,21 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         vocabulary = names if len(names) == size and all(names) else [f"#{i}" for i in range(size)]
         return docs, vocabulary
 
+    def _warm_start(self):
+        """The ``initModel`` read (:class:`pcem_spark.warm.WarmStart`), or None when it is empty."""
+        from .warm import as_warm_start
+        path = self.getOrDefault(self.initModel) or None
+        cached = getattr(self, "_warm_cache", None)
+        if path is None or cached is None or cached.path != path:
+            cached = as_warm_start(path)  # read once per estimator (taxonomy, then the fit)
+            self._warm_cache = cached
+        return as_warm_start(cached)  # a fresh copy: what one fit inherits stays with that fit
+
     def _taxonomy_of(self, docs):
         g = self.getOrDefault
+        if not g(self.taxonomy) and g(self.initModel):
+            # A warm start needs the init model's tree; the new batch may lack labels of some leaves (or all).
+            return self._warm_start().model.taxonomy
         return Taxonomy.from_json(g(self.taxonomy)) if g(self.taxonomy) else infer_taxonomy(docs)
 
     def _fit_features(self, dataset):
@@ -265,12 +288,15 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         taxonomy = self._taxonomy_of(docs)
         check_label_paths(docs, taxonomy)
         ms = self.model_settings()
-        if ms.auto_params():
+        warm = self._warm_start()
+        if ms.auto_params() and warm is None:  # with initModel, "auto" takes the previous model's values
             return self._fit_auto(docs, taxonomy, vocabulary, ms)
+        if warm is not None:
+            warm.check(taxonomy, ms, where="PathEM initModel")
         blocks = engine.cache_blocks(engine.blocks_from_labels(
             docs, taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True), len(vocabulary), ms.block_size))
         try:
-            pm, _ = fit_blocks(blocks, taxonomy, vocabulary, self.feature_settings(), ms)
+            pm, _ = fit_blocks(blocks, taxonomy, vocabulary, self.feature_settings(), ms, warm_start=warm)
         finally:
             blocks.unpersist()
         pm.features_col = g(self.featuresCol)
@@ -312,6 +338,8 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         docs, vocabulary = self._feature_docs(dataset)
         taxonomy = self._taxonomy_of(docs)
         check_label_paths(docs, taxonomy)
+        warm = self._warm_start()  # read once for every grid point of the fold
+        from .warm import as_warm_start
         blocks = engine.cache_blocks(engine.blocks_from_labels(
             docs, taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True), len(vocabulary),
             self.getOrDefault(self.blockSize)))
@@ -319,10 +347,11 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         def fit_one(index):
             est = self.copy(paramMaps[index])
             ms = est.model_settings()
-            if ms.auto_params():
+            if ms.auto_params() and warm is None:
                 raise ValueError(f"PathEM.fitMultiple: {', '.join(ms.auto_params())} is 'auto' in a grid point; "
                                  "give numbers when tuning with your own grid")
-            pm, _ = fit_blocks(blocks, taxonomy, vocabulary, est.feature_settings(), ms)
+            pm, _ = fit_blocks(blocks, taxonomy, vocabulary, est.feature_settings(), ms,
+                               warm_start=None if warm is None else as_warm_start(warm))
             pm.features_col = est.getOrDefault(est.featuresCol)
             return est._copyValues(PathEMModel(pm))
 
@@ -355,7 +384,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
                                                      F.lit(None).cast("array<string>").alias("labels")))
             taxonomy = self._taxonomy_of(docs)
             path_model, _ = train(docs, taxonomy, self.feature_settings(), self.model_settings(),
-                                  tune=self.tune_settings())
+                                  tune=self.tune_settings(), init_model=self._warm_start())
         else:
             from .model import train_weak
             from .weak import check_descriptions
@@ -376,23 +405,41 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
                     raise ValueError("PathEM supervision='similarities' needs a map<string,double> column "
                                      f"'similarities'; columns are {dataset.columns}")
                 cols.append(F.col("similarities"))
+            warm = self._warm_start()
+            ms = self.model_settings() if warm is not None else self.model_settings().resolved()
             path_model, _ = train_weak(dataset.select(*cols), taxonomy, descriptions, self.feature_settings(),
-                                       self.model_settings().resolved(), g(self.weakMode), g(self.minSimilarity))
+                                       ms, g(self.weakMode), g(self.minSimilarity), warm_start=warm)
         model = PathEMModel(path_model)
         return self._copyValues(model)
 
 
 class PathEMModel(Model, _PathEMParams, MLWritable, MLReadable):
-    """Fitted :class:`PathEM`; ``transform`` appends ``path``, ``leaf``, ``probability``."""
+    """Fitted :class:`PathEM`; ``transform`` appends ``path``, ``leaf``, ``probability``.
+
+    ``minProbability`` > 0 (abstaining) also appends ``path_probability``,
+    ``topK`` > 0 ``top_paths`` (:meth:`pcem_spark.model.PathModel.transform`).
+    They are prediction settings: not saved with the model (a loaded model
+    starts at 0 / 0; ``setMinProbability`` / ``setTopK``).
+    """
 
     def __init__(self, path_model: PathModel = None):
         super().__init__()
         self.path_model = path_model
 
+    def setMinProbability(self, value: float) -> "PathEMModel":
+        """Abstain below this marginal probability in :meth:`transform` (see ``minProbability``)."""
+        return self._set(minProbability=value)
+
+    def setTopK(self, value: int) -> "PathEMModel":
+        """Add the ``value`` most probable paths in :meth:`transform` (see ``topK``)."""
+        return self._set(topK=value)
+
     def _transform(self, dataset):
         fcol = self.getOrDefault(self.featuresCol) or None
         return self.path_model.predict_columns(dataset, passthrough=list(dataset.columns),
-                                               text_col=self.getOrDefault(self.textCol), features_col=fcol)
+                                               text_col=self.getOrDefault(self.textCol), features_col=fcol,
+                                               min_probability=self.getOrDefault(self.minProbability),
+                                               top_k=self.getOrDefault(self.topK))
 
     def write(self) -> MLWriter:
         return _PathEMModelWriter(self)

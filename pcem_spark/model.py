@@ -48,6 +48,48 @@ PREDICTION_SCHEMA = T.StructType([
     T.StructField("labels", T.ArrayType(T.StringType(), True), True),
 ])
 
+# Columns added by abstaining (min_probability > 0) and top-k (top_k > 0) predictions.
+PATH_PROBABILITY_FIELD = T.StructField("path_probability", T.DoubleType(), False)
+TOP_PATHS_FIELD = T.StructField("top_paths", T.ArrayType(T.StructType([
+    T.StructField("path", T.ArrayType(T.StringType(), False), False),
+    T.StructField("probability", T.DoubleType(), False)]), False), False)
+
+
+def check_prediction_options(min_probability: float, top_k: int, names=("min_probability", "top_k")) -> None:
+    """Refuse a ``min_probability`` outside [0, 1] or a ``top_k`` that is not an integer >= 0 (ValueError
+    naming ``names``, e.g. the CLI's flags)."""
+    p_name, k_name = names
+    if isinstance(min_probability, bool) or not isinstance(min_probability, (int, float)) \
+            or not 0.0 <= float(min_probability) <= 1.0:
+        raise ValueError(f"{p_name} must be a number in [0, 1] (0 = always the full path), got {min_probability!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 0:
+        raise ValueError(f"{k_name} must be an integer >= 0 (0 = no top-k column), got {top_k!r}")
+
+
+def prediction_schema(min_probability: float = 0.0, top_k: int = 0) -> T.StructType:
+    """The predictions table's schema: :data:`PREDICTION_SCHEMA` (the default), ``leaf`` nullable and a
+    ``path_probability`` column with ``min_probability`` > 0, a ``top_paths`` column with ``top_k`` > 0."""
+    fields = [T.StructField(f.name, f.dataType, f.nullable or (f.name == "leaf" and min_probability > 0))
+              for f in PREDICTION_SCHEMA.fields]
+    if min_probability > 0:
+        fields.append(PATH_PROBABILITY_FIELD)
+    if top_k > 0:
+        fields.append(TOP_PATHS_FIELD)
+    return T.StructType(fields)
+
+
+def abstention_counts(pred: DataFrame, taxonomy: Taxonomy, path_col: str = "path") -> Dict[str, int]:
+    """How many predicted paths reach a leaf (``full_path``), stop above one (``partial_path``) or are
+    empty (``no_path``): one aggregation, three numbers reach the driver."""
+    size = F.size(F.col(path_col))
+    at_leaf = F.coalesce(F.try_element_at(F.col(path_col), F.lit(-1)).isin(sorted(set(taxonomy.leaves))),
+                         F.lit(False))
+    row = pred.select(
+        F.sum(F.when((size > 0) & at_leaf, 1).otherwise(0)).alias("full_path"),
+        F.sum(F.when((size > 0) & ~at_leaf, 1).otherwise(0)).alias("partial_path"),
+        F.sum(F.when(size == 0, 1).otherwise(0)).alias("no_path")).first()
+    return {k: int(row[k] or 0) for k in ("full_path", "partial_path", "no_path")}
+
 
 AUTO = "auto"
 
@@ -261,18 +303,33 @@ class PathModel:
 
     # ------------------------------------------------------------- predict
     def transform(self, df: DataFrame, id_col: str = "id", text_col: str = "text",
-                  labels_col: str = "labels") -> DataFrame:
+                  labels_col: str = "labels", min_probability: float = 0.0, top_k: int = 0) -> DataFrame:
         """The predictions table: one row per input row with id, path, leaf, probability, labels.
 
         A document with no known word gets the prior-only prediction.
+        ``min_probability`` > 0 abstains: ``path`` stops at the deepest node
+        of the predicted path whose marginal probability is >= it (possibly
+        empty), ``leaf`` is its last node (null when empty) and a
+        ``path_probability`` column (that node's marginal; 1 for an empty
+        path) is added; ``top_k`` > 0 adds ``top_paths``, the k most probable
+        paths with their probabilities. Defaults: today's table exactly
+        (:data:`PREDICTION_SCHEMA`); see :func:`prediction_schema`.
         """
+        check_prediction_options(min_probability, top_k)
         src = prediction_source(df, id_col, text_col, labels_col)
-        return self.predict_columns(src, passthrough=["id", "labels"]).select(
-            [f.name for f in PREDICTION_SCHEMA.fields])
+        return self.predict_columns(src, passthrough=["id", "labels"], min_probability=min_probability,
+                                    top_k=top_k).select(prediction_schema(min_probability, top_k).names)
 
     def predict_columns(self, df: DataFrame, passthrough: List[str], text_col: str = "text",
-                        prefix: str = "", features_col: Optional[str] = None) -> DataFrame:
+                        prefix: str = "", features_col: Optional[str] = None, min_probability: float = 0.0,
+                        top_k: int = 0) -> DataFrame:
         """``passthrough`` columns of ``df`` plus ``path``, ``leaf``, ``probability``.
+
+        ``min_probability`` / ``top_k``: abstaining and top-k paths, as
+        :meth:`transform` (then also ``path_probability`` / ``top_paths``).
+        Top-down and win-driven models score the top-k paths and node
+        marginals by :func:`pcem_spark.pathnb.path_posteriors` (products of
+        their node probabilities), while ``path`` stays their decoded path.
 
         The posterior is computed per CSR block of ``block_size`` rows; rows
         are never dropped or reordered within a partition. With
@@ -283,9 +340,10 @@ class PathModel:
         require_classic_session(df, "PathModel.transform / predict_columns",
                                 "a broadcast variable of the model's parameters (SparkContext.broadcast)")
         spark = df.sparkSession
+        check_prediction_options(min_probability, top_k)
         out_fields = [df.schema[c] for c in passthrough] + [
-            T.StructField(prefix + f.name, f.dataType, f.nullable) for f in PREDICTION_SCHEMA.fields
-            if f.name in ("path", "leaf", "probability")]
+            T.StructField(prefix + f.name, f.dataType, f.nullable)
+            for f in prediction_schema(min_probability, top_k).fields if f.name != "id" and f.name != "labels"]
         if features_col is not None:
             if features_col not in df.columns:
                 raise ValueError(f"features column {features_col!r} not found; columns are {df.columns}")
@@ -304,6 +362,24 @@ class PathModel:
         vocab_size = len(self.vocabulary)
         n_keep = len(passthrough)
         names = [f.name for f in out_fields]
+
+        if min_probability > 0 or top_k > 0:
+            path_node = self.taxonomy.path_node_matrix(sparse=True)
+            bc_paths = spark.sparkContext.broadcast(
+                (path_node, pathnb.path_node_table(path_node, self.taxonomy.is_dummy), list(self.taxonomy.nodes)))
+
+            def predict_batches(batches):
+                # As below, plus each block's path posteriors -> kept prefix / top-k paths (pathnb).
+                tables, paths, structure = bc.value
+                path_node, path_nodes, node_names = bc_paths.value
+                return engine.predicted_path_batches(
+                    batches, n_keep, vocab_size, block_size, paths, names,
+                    lambda X: pathnb.predict_path_details(X, structure, doc_length, tables, path_node, path_nodes,
+                                                          min_probability, top_k),
+                    node_names=node_names, path_nodes=path_nodes, min_probability=min_probability, top_k=top_k)
+
+            return feats.select(*passthrough, "_pcem_features").mapInArrow(predict_batches,
+                                                                            T.StructType(out_fields))
 
         def predict_batches(batches):
             # Arrow in, Arrow out: one sparse x dense product per block, no per-row Python.
@@ -442,7 +518,8 @@ def _feature_settings_of(d: dict) -> FeatureSettings:
 def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings,
           model_settings: ModelSettings, vocabulary: Optional[List[str]] = None,
           featurized: Optional[DataFrame] = None, tune=None, seed: Optional[int] = None,
-          extra_grid: Optional[Dict[str, list]] = None) -> Tuple[PathModel, engine.FitResult]:
+          extra_grid: Optional[Dict[str, list]] = None, init_model=None,
+          retune_auto: bool = False) -> Tuple[PathModel, engine.FitResult]:
     """Fit a model on a validated documents DataFrame (``id, text, labels``).
 
     ``vocabulary``/``featurized`` let several methods share one featurisation
@@ -451,6 +528,11 @@ def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings
     ``extra_grid`` (``pcem train --tune``) are chosen by cross-validation on
     the labelled documents (:func:`pcem_spark.tuning.resolve_auto`, settings
     ``tune``); the chosen values and CV scores go into the training summary.
+
+    ``init_model`` (a model directory or a :class:`pcem_spark.warm.WarmStart`):
+    EM starts from that model's parameters (:mod:`pcem_spark.warm`); settings
+    left at "auto" take its values, unless ``retune_auto`` (``pcem train
+    --tune``) cross-validates the weights again, each fit warm-started.
     """
     require_classic_session(docs, "model.train", engine.RDD_NEEDS)
     model_settings.validate()
@@ -462,6 +544,12 @@ def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings
         if vocabulary is None:
             vocabulary = fit_vocabulary(docs, feature_settings)
         featurized = featurize(docs.select("id", "text", "labels"), vocabulary, feature_settings)
+    from .warm import CROSS_VALIDATED_SETTINGS, as_warm_start
+    warm = as_warm_start(init_model)
+    if warm is not None:
+        warm.check(taxonomy, model_settings)
+        if not retune_auto:  # the weights left at "auto" are the previous model's, not cross-validated again
+            model_settings, _ = warm.inherit(model_settings, CROSS_VALIDATED_SETTINGS)
     info = None
     if model_settings.auto_params() or extra_grid:
         from .tuning import resolve_auto
@@ -469,7 +557,8 @@ def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings
         try:
             model_settings, info, tuned = resolve_auto(
                 featurized, taxonomy, vocabulary, feature_settings, model_settings, tune,
-                seed=model_settings.seed if seed is None else seed, extra_grid=extra_grid)
+                seed=model_settings.seed if seed is None else seed, extra_grid=extra_grid,
+                init_model=None if warm is None else warm.path)
         except BaseException:
             featurized.unpersist()
             raise
@@ -488,7 +577,8 @@ def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings
         featurized, taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True), len(vocabulary),
         model_settings.block_size))
     try:
-        model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings)
+        model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings,
+                                   warm_start=warm)
         if info is not None:
             model.training_summary["tuning"] = info
         return model, result
@@ -500,7 +590,8 @@ def train(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings
 
 def train_weak(docs: DataFrame, taxonomy: Taxonomy, descriptions: Optional[Dict[str, str]],
                feature_settings: FeatureSettings, model_settings: ModelSettings, weak_mode: str = "argmax",
-               min_similarity: float = 0.0, weak_col: Optional[str] = None) -> Tuple[PathModel, engine.FitResult]:
+               min_similarity: float = 0.0, weak_col: Optional[str] = None,
+               warm_start=None) -> Tuple[PathModel, engine.FitResult]:
     """Fit on weak labels from label descriptions (the dataless setting).
 
     Every document (or, with ``weak_col``, those where that boolean column is
@@ -527,15 +618,23 @@ def train_weak(docs: DataFrame, taxonomy: Taxonomy, descriptions: Optional[Dict[
     blocks = engine.cache_blocks(engine.blocks_from_node_scores(
         weak, taxonomy.n_nodes, len(vocabulary), model_settings.block_size))
     try:
-        return fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings)
+        return fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings, warm_start=warm_start)
     finally:
         blocks.unpersist()
 
 
 def fit_blocks(blocks, taxonomy: Taxonomy, vocabulary: List[str], feature_settings: FeatureSettings,
-               model_settings: ModelSettings) -> Tuple[PathModel, engine.FitResult]:
-    """Fit one method on already packed (and cached) blocks of the training documents."""
+               model_settings: ModelSettings, warm_start=None) -> Tuple[PathModel, engine.FitResult]:
+    """Fit one method on already packed (and cached) blocks of the training documents.
+
+    ``warm_start`` (:class:`pcem_spark.warm.WarmStart`): EM starts from that
+    model's parameters; its values fill the settings left at "auto".
+    """
     model_settings.validate()
+    init_params = prior_smoothing = warm_info = None
+    if warm_start is not None:
+        model_settings, prior_smoothing, init_params, warm_info = warm_start.prepare(taxonomy, vocabulary,
+                                                                                     model_settings)
     if model_settings.auto_params():
         raise ValueError(f"{model_settings.method}: {', '.join(model_settings.auto_params())} = \"auto\" is chosen "
                          "by cross-validation on the documents (pcem_spark.tuning.resolve_auto / "
@@ -551,12 +650,20 @@ def fit_blocks(blocks, taxonomy: Taxonomy, vocabulary: List[str], feature_settin
                         dtype=model_settings.parameter_dtype, structure=spec.structure,
                         seed=model_settings.seed, top_k=model_settings.effective_top_k,
                         unlabeled_weight=float(model_settings.unlabeled_weight),
-                        doc_length=float(model_settings.doc_length))
+                        doc_length=float(model_settings.doc_length), prior_smoothing=prior_smoothing,
+                        init_params=init_params)
     summary = {"n_labeled": result.n_labeled, "n_unlabeled": result.n_unlabeled, "n_iter": result.n_iter,
                "converged": result.converged, "loglik_history": result.loglik_history,
-               "iter_seconds": result.iter_seconds, "smoothing": result.smoothing}
+               "iter_seconds": result.iter_seconds, "smoothing": result.smoothing,
+               "prior_smoothing": result.prior_smoothing}
+    if warm_info is not None:  # pcem_spark.warm: where EM started
+        summary["init_model"] = warm_info["path"]
+        summary["warm_start"] = warm_info
     if result.smoothing_evidence is not None:
         summary["smoothing_evidence"] = result.smoothing_evidence
+    if result.path_mass is not None:  # per path / component, for pcem inspect
+        summary["path_mass_labeled"] = [round(float(x), 6) for x in result.path_mass_labeled]
+        summary["path_mass"] = [round(float(x), 6) for x in result.path_mass]
     model = PathModel(taxonomy, vocabulary, None, result.params,
                       feature_settings, replace(model_settings, smoothing=result.smoothing), summary)
     return model, result

@@ -37,6 +37,9 @@ from typing import Dict, List, Optional, Sequence
 # PySpark's Arrow UDFs (mapInArrow, pandas UDFs) need. pyspark itself comes
 # from the cluster's Spark (SPARK_HOME/python/lib/pyspark.zip), never the env.
 EXECUTOR_REQUIREMENTS = ("numpy", "scipy", "pyarrow", "pandas")
+# Imported on the executors only by some commands (pcem ingest-warc: the "warc" extra); packed,
+# pinned to the driver's versions, when the driver has them installed (scripts/package.sh installs them).
+OPTIONAL_EXECUTOR_REQUIREMENTS = ("fastwarc", "resiliparse")
 
 PY_FILES_NAME = "pcem_spark.zip"
 ENV_ARCHIVE_NAME = "pcem_env.tar.gz"
@@ -93,6 +96,17 @@ def build_py_files(out_dir: str) -> str:
     return target
 
 
+def optional_pins(names: Sequence[str] = OPTIONAL_EXECUTOR_REQUIREMENTS) -> List[str]:
+    """``name==version`` for each optional executor requirement installed here (the others are skipped)."""
+    pins = []
+    for name in names:
+        try:
+            pins.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return pins
+
+
 def _manifest(python: str, pins: Sequence[str]) -> Dict[str, object]:
     version = subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
                              check=True, capture_output=True, text=True).stdout.strip()
@@ -109,7 +123,7 @@ def build_env_archive(out_dir: str, python: Optional[str] = None,
     (``pcem_env.json``: interpreter, version, pins) matches, unless ``force``.
     """
     python = python or sys.executable
-    pins = list(pins or driver_pins())
+    pins = list(pins or driver_pins() + optional_pins())
     os.makedirs(out_dir, exist_ok=True)
     target = os.path.join(out_dir, ENV_ARCHIVE_NAME)
     manifest_path = os.path.join(out_dir, ENV_MANIFEST_NAME)

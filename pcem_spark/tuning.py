@@ -133,7 +133,8 @@ def _preference(grid_rows: List[dict], grid_spec: Dict[str, list]) -> List[int]:
     return rank
 
 
-def _estimator(taxonomy: Taxonomy, model_settings: ModelSettings, features_col: str, unlabeled_view: Optional[str]):
+def _estimator(taxonomy: Taxonomy, model_settings: ModelSettings, features_col: str, unlabeled_view: Optional[str],
+               init_model: Optional[str] = None):
     from .ml import PathEM
     ms = model_settings
     return PathEM(featuresCol=features_col, taxonomy=taxonomy.to_json(), method=ms.method, smoothing=ms.smoothing,
@@ -141,13 +142,14 @@ def _estimator(taxonomy: Taxonomy, model_settings: ModelSettings, features_col: 
                   maxIter=ms.max_iter, tol=ms.tol,
                   blockSize=ms.block_size, posteriorFloor=ms.posterior_floor, posteriorTopK=ms.posterior_top_k,
                   components=ms.components,
-                  parameterDtype=ms.parameter_dtype, seed=ms.seed, unlabeledTable=unlabeled_view or "")
+                  parameterDtype=ms.parameter_dtype, seed=ms.seed, unlabeledTable=unlabeled_view or "",
+                  initModel=init_model or "")
 
 
 def resolve_auto(feats: DataFrame, taxonomy: Taxonomy, vocabulary: List[str], feature_settings: FeatureSettings,
                  model_settings: ModelSettings, tune: Optional[TuneSettings] = None, seed: int = 0,
                  extra_grid: Optional[Dict[str, list]] = None, features_col: str = "features",
-                 labels_col: str = "labels", id_col: str = "id"
+                 labels_col: str = "labels", id_col: str = "id", init_model: Optional[str] = None
                  ) -> Tuple[ModelSettings, Dict[str, object], Optional[PathModel]]:
     """Choose the "auto" settings (and ``extra_grid``) by k-fold CV on the labelled rows of ``feats``.
 
@@ -157,7 +159,9 @@ def resolve_auto(feats: DataFrame, taxonomy: Taxonomy, vocabulary: List[str], fe
     (``info["grid"]``, mean CV score per grid point, the metric, the folds,
     seconds), and the model CrossValidator refitted on all of ``feats`` with
     the best values (a :class:`PathModel` with ``vocabulary`` and
-    ``feature_settings``) -- or None when nothing was tuned.
+    ``feature_settings``) -- or None when nothing was tuned. ``init_model`` (a
+    model directory): every fit, in every fold, starts EM from it (PathEM
+    ``initModel``, :mod:`pcem_spark.warm`).
     """
     from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
 
@@ -177,6 +181,11 @@ def resolve_auto(feats: DataFrame, taxonomy: Taxonomy, vocabulary: List[str], fe
     if not grid_spec or all(len(v) == 1 for v in grid_spec.values()):
         chosen = {k: v[0] for k, v in grid_spec.items()}
         return model_settings.resolved(**chosen), {"chosen": chosen, "tuned": False}, None
+    if init_model:
+        # The warm start maps terms by name: the fits read the names from the column's ML attributes.
+        feats = feats.withColumn(features_col, F.col(features_col).alias(
+            features_col, metadata={"ml_attr": {"num_attrs": len(vocabulary), "attrs": {
+                "numeric": [{"idx": i, "name": term} for i, term in enumerate(vocabulary)]}}}))
     labeled = feats.where(F.col(labels_col).isNotNull())
     n_labeled = labeled.count()
     if n_labeled < tune.folds * tune.min_labeled_per_fold:
@@ -192,7 +201,7 @@ def resolve_auto(feats: DataFrame, taxonomy: Taxonomy, vocabulary: List[str], fe
     folded = stratified_folds(labeled.select(id_col, features_col, labels_col), tune.folds, seed,
                               labels_col, id_col).cache()
     base = replace(model_settings.resolved(), smoothing=model_settings.smoothing)
-    est = _estimator(taxonomy, base, features_col, view)
+    est = _estimator(taxonomy, base, features_col, view, init_model)
     builder = ParamGridBuilder()
     for key, values in grid_spec.items():
         builder.addGrid(est.getParam(PARAM_OF_SETTING[key]), values)

@@ -8,5 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-"$PY" -m pip install --quiet -e ".[cluster]"
+# warc: FastWARC + Resiliparse for pcem ingest-warc (the executors need them too: see
+# OPTIONAL_EXECUTOR_REQUIREMENTS in pcem_spark/packaging.py, which packs them when installed here).
+"$PY" -m pip install --quiet -e ".[cluster,warc]"
 exec "$PY" -m pcem_spark.packaging "$@"

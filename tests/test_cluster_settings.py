@@ -119,3 +119,10 @@ def test_driver_pins_name_the_installed_versions():
     pins = packaging.driver_pins()
     assert f"numpy=={numpy.__version__}" in pins and f"scipy=={scipy.__version__}" in pins
     assert {p.split("==")[0] for p in pins} == set(packaging.EXECUTOR_REQUIREMENTS)
+
+
+def test_optional_pins_pack_the_warc_libraries_only_when_installed():
+    from importlib import metadata
+    pins = packaging.optional_pins(("fastwarc", "no-such-package-pcem"))
+    # the test extra installs fastwarc: it is pinned to the installed version; a missing one is skipped
+    assert pins == [f"fastwarc=={metadata.version('fastwarc')}"]

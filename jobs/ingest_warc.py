@@ -1,0 +1,16 @@
+"""spark-submit entry point for `pcem ingest-warc`.
+
+    spark-submit jobs/ingest_warc.py [options of `pcem ingest-warc --help`]
+
+The SparkSession is built inside main() (never at import time); settings come
+from conf/*.toml (--config) and spark-submit's own --master / --conf. The
+executors need FastWARC and Resiliparse (pip install "pcem-spark[warc]") and
+memory for one whole input file per core (see pcem_spark/warc.py).
+"""
+
+import sys
+
+from pcem_spark.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["ingest-warc"] + sys.argv[1:]))
