@@ -98,13 +98,15 @@ def build_py_files(out_dir: str) -> str:
 
 def optional_pins(names: Sequence[str] = OPTIONAL_EXECUTOR_REQUIREMENTS) -> List[str]:
     """``name==version`` for each optional executor requirement installed here (the others are skipped)."""
-    pins = []
-    for name in names:
-        try:
-            pins.append(f"{name}=={metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            continue
-    return pins
+    return driver_pins([n for n in names if _installed(n)])
+
+
+def _installed(name: str) -> bool:
+    try:
+        metadata.version(name)
+        return True
+    except metadata.PackageNotFoundError:
+        return False
 
 
 def _manifest(python: str, pins: Sequence[str]) -> Dict[str, object]:
