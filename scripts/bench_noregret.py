@@ -15,8 +15,16 @@ corpus, stratified 80/20, rate r of each leaf's training documents labelled):
   features, min_df 2)`` fitted on all training texts + ``LogisticRegression(C=10)``
   on the labelled rows; ``CountVectorizer`` with the same limits +
   ``MultinomialNB(alpha=0.1)``; ``SelfTrainingClassifier(LogisticRegression)``
-  on labelled + unlabelled rows. Their predicted leaf becomes a path and is
-  scored by the same hierarchical F1 as ``pcem evaluate``.
+  on labelled + unlabelled rows (``--sk-stop-words none`` keeps every word).
+  Their predicted leaf becomes a path and is scored by the same hierarchical
+  F1 as ``pcem evaluate``;
+* with ``--mllib mllib-lr`` (or ``mllib-svm``) this package's MLlib
+  one-vs-rest baseline (``pcem_spark.discriminative``) on the labelled rows,
+  TF-IDF over the package's own vocabulary, ``C = --mllib-c`` (10, as the
+  scikit-learn peer): what a Spark user would pick instead.
+
+Any ``--taxonomies`` name other than ``dotted`` uses the documents' own
+labels (``scripts/bench_stopwords.py`` runs it on a question corpus).
 
 Rows are appended to ``OUT/results.csv`` as they finish (a rerun skips the
 rows already there); ``OUT/summary.md`` has the means over seeds and the
@@ -77,8 +85,11 @@ def variant_settings(name: str, base):
     return replace(base, method=name)
 
 
-def sklearn_runs(train_pdf, test_pdf, methods, seed):
-    """scikit-learn peers on one split: yields (method, predicted leaf list, seconds)."""
+def sklearn_runs(train_pdf, test_pdf, methods, seed, stop_words="english"):
+    """scikit-learn peers on one split: yields (method, predicted leaf list, seconds).
+
+    ``stop_words``: scikit-learn's English list, or ``"none"`` (keep every word).
+    """
     from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.naive_bayes import MultinomialNB
@@ -86,7 +97,7 @@ def sklearn_runs(train_pdf, test_pdf, methods, seed):
     lab = train_pdf["leaf"].notna().to_numpy()
     texts = train_pdf["text"].tolist()
     y = train_pdf["leaf"].to_numpy()
-    limits = dict(stop_words="english", max_features=20000, min_df=2)
+    limits = dict(stop_words=None if stop_words == "none" else stop_words, max_features=20000, min_df=2)
     for m in methods:
         t0 = time.perf_counter()
         if m in ("sk-lr", "sk-selftrain"):
@@ -114,15 +125,24 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", default="out/20ng.jsonl.gz")
     ap.add_argument("--out", default="out/noregret")
-    ap.add_argument("--taxonomies", default="20ng,dotted")
+    ap.add_argument("--taxonomies", default="20ng,dotted",
+                    help="'dotted' = 20NG's dotted group names; any other name = the documents' own labels "
+                         "(the name is what the CSV calls them)")
     ap.add_argument("--rates", default="0.01,0.05,0.1,0.3,0.9")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                     help="generative variants (pcem-default, pcem-paper, a method name, or name:method:k=v;k=v)")
     ap.add_argument("--sklearn", default=",".join(SK_METHODS), help="scikit-learn peers ('' for none)")
+    ap.add_argument("--mllib", default="",
+                    help="this package's MLlib baselines on the labelled documents, as 'mllib-lr', 'mllib-svm' "
+                         "(C = --mllib-c, TF-IDF over the package's vocabulary; '' for none)")
+    ap.add_argument("--mllib-c", type=float, default=10.0,
+                    help="C of the MLlib baselines (10 = the scikit-learn peer's C; `pcem experiment` uses 1)")
     ap.add_argument("--emmc-rates", default="0.3,0.9",
                     help="rates at which the emmc variant runs (issue 9 compares with EMMC at 30%% and 90%%; "
                          "'all' for every rate)")
+    ap.add_argument("--sk-stop-words", default="english", choices=["english", "none"],
+                    help="stop words of the scikit-learn peers (match features.stop_words)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--config", default="conf/pcem.toml")
     args = ap.parse_args(argv)
@@ -168,15 +188,19 @@ def main(argv=None) -> int:
     dotted_udf = F.udf(dotted_labels, T.ArrayType(T.StringType()))
     variants = [v for v in args.variants.split(",") if v]
     sk_methods = [m for m in args.sklearn.split(",") if m]
+    mllib_methods = [m for m in args.mllib.split(",") if m]
+    bad = [m for m in mllib_methods if m not in ("mllib-lr", "mllib-svm")]
+    if bad:
+        ap.error(f"--mllib: unknown {bad}; known: mllib-lr, mllib-svm")
     for tax_name in args.taxonomies.split(","):
-        docs = base_docs if tax_name == "20ng" else \
+        docs = base_docs if tax_name != "dotted" else \
             base_docs.withColumn("labels", dotted_udf("labels")).cache()
         paths = [r[0] for r in docs.select("labels").distinct().collect()]
         taxonomy = Taxonomy.from_label_paths(paths)
         log.info("taxonomy %s: %r", tax_name, taxonomy)
         for rate in [float(r) for r in args.rates.split(",")]:
             for seed in [int(s) for s in args.seeds.split(",")]:
-                todo = [m for m in variants + sk_methods if (tax_name, rate, seed, m) not in done
+                todo = [m for m in variants + sk_methods + mllib_methods if (tax_name, rate, seed, m) not in done
                         and (m != "emmc" or args.emmc_rates == "all"
                              or rate in [float(r) for r in args.emmc_rates.split(",") if r])]
                 if not todo:
@@ -224,13 +248,24 @@ def main(argv=None) -> int:
                     pred = model.transform(test).cache()
                     record(v, evaluate_predictions(pred, taxonomy), secs, chosen)
                     pred.unpersist()
+                for m in [m for m in todo if m in mllib_methods]:
+                    from pcem_spark.discriminative import fit_linear
+                    from pcem_spark.experiment import _label_path_index
+                    t0 = time.perf_counter()
+                    model, _ = fit_linear(feats.select("features", _label_path_index(taxonomy).alias("path_index")),
+                                          m.split("-", 1)[1], taxonomy, vocabulary, settings.features,
+                                          C=args.mllib_c, block_size=settings.model.block_size)
+                    secs = time.perf_counter() - t0
+                    pred = model.transform(test).cache()
+                    record(m, evaluate_predictions(pred, taxonomy), secs, json.dumps({"C": args.mllib_c}))
+                    pred.unpersist()
                 if any(m in sk_methods for m in todo):
                     # scikit-learn is single-process: the split's texts go to the driver (benchmark only).
                     train_pdf = masked.select("text", F.element_at("labels", -1).alias("leaf")).toPandas()
                     test_pdf = test.select("id", "text", "labels").toPandas()
                     path_of_leaf = {p[-1]: list(p) for p in paths}
                     for m, leaves, secs in sklearn_runs(train_pdf, test_pdf, [m for m in todo if m in sk_methods],
-                                                        seed):
+                                                        seed, args.sk_stop_words):
                         pred = spark.createDataFrame(
                             [(i, path_of_leaf[leaf], list(lab)) for i, leaf, lab in
                              zip(test_pdf["id"], leaves, test_pdf["labels"])],
