@@ -211,3 +211,28 @@ def test_one_se_choice_is_refitted_and_recorded(spark):
         (settings.unlabeled_weight, settings.path_weight) == (expected["unlabeled_weight"], expected["path_weight"])
     assert model.training_summary["n_labeled"] == 24
     assert model.training_summary["n_unlabeled"] == docs.where(F.col("labels").isNull()).count()
+
+
+def test_default_grid_takes_pcnb_only_when_clearly_better():
+    """λ = 0 (PCNB, no EM) is in the default grid, last: within one SE of the best it loses to λ 0.3."""
+    import os
+    from pcem_spark.config import load_settings
+
+    tune = TuneSettings()
+    conf = load_settings(os.path.join(os.path.dirname(__file__), "..", "conf", "pcem.toml")).tune
+    assert conf.unlabeled_weights == tune.unlabeled_weights and conf.path_weights == tune.path_weights
+    assert 0.0 in tune.unlabeled_weights
+    spec = {"unlabeled_weight": tune.unlabeled_weights, "path_weight": tune.path_weights}
+    rows = [{"unlabeled_weight": lam, "path_weight": gam} for lam in spec["unlabeled_weight"]
+            for gam in spec["path_weight"]]
+    pref = _preference(rows, spec)
+    pcnb = [i for i, r in enumerate(rows) if r["unlabeled_weight"] == 0.0]
+    assert sorted(pref[i] for i in pcnb) == [len(rows) - 2, len(rows) - 1]
+    preferred = pref.index(0)
+    assert rows[preferred] == {"unlabeled_weight": tune.unlabeled_weights[0], "path_weight": tune.path_weights[0]}
+    stds = [0.02] * len(rows)   # SE = 0.02 / sqrt(2) ~ 0.014 with 3 folds
+    scores = [0.70] * len(rows)
+    scores[preferred], scores[pcnb[0]] = 0.80, 0.81           # PCNB best by less than one SE
+    assert select_grid_point(scores, stds, pref, 3) == preferred
+    scores[pcnb[0]] = 0.85                                     # ... by more than one SE: PCNB
+    assert select_grid_point(scores, stds, pref, 3) == pcnb[0]
