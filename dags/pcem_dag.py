@@ -3,10 +3,10 @@
 Each task runs one of the repository's spark-submit entry points (``jobs/*.py``)
 through the apache-spark provider's ``SparkSubmitOperator``:
 
-    ingest    jobs/ingest_20ng.py  --archive A --output RUN/docs.jsonl.gz
+    ingest    jobs/ingest_20ng.py  --archive A --output RUN/docs.jsonl.gz --overwrite
     train     jobs/train.py        --docs RUN/docs.jsonl.gz --split train --label-rate R --model RUN/model --overwrite
     predict   jobs/predict.py      --model RUN/model --docs ... --split test --output RUN/predictions --overwrite
-    evaluate  jobs/evaluate.py     --predictions RUN/predictions --model RUN/model --output RUN/metrics.json
+    evaluate  jobs/evaluate.py     --predictions RUN/predictions --model RUN/model --output RUN/metrics.json --overwrite
 
 where ``RUN = <data_root>/<logical date, YYYY-MM-DD>``. Every output is keyed by
 the logical date and written atomically (a temporary sibling moved into place
@@ -54,8 +54,8 @@ cannot help) and 75 for transient runtime failures (a retry may). spark-submit
 in client mode exits with the application's code, but ``SparkSubmitOperator``
 only raises a generic failure; :class:`PcemSparkSubmitOperator` reads the exit
 code of the spark-submit process and raises ``AirflowFailException`` for 2, so
-Airflow fails the task at once instead of retrying; every other failure (75, 1,
-a lost connection) is retried ``retries`` times. In cluster deploy mode the
+Airflow fails the task at once instead of retrying, and so does 1 (a bug in
+pcem-spark); every other failure (75, a lost connection) is retried ``retries`` times. In cluster deploy mode the
 exit code of spark-submit is not the application's, so every failure is retried.
 """
 
@@ -81,8 +81,9 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 DAG_ID = "pcem_20ng"
 VARIABLE_PREFIX = "pcem_"
-# pcem_spark.cli: EXIT_BAD_INPUT (do not retry), EXIT_TRANSIENT (retry).
-EXIT_BAD_INPUT, EXIT_TRANSIENT = 2, 75
+# pcem_spark.failures: EXIT_BUG and EXIT_BAD_INPUT (do not retry), EXIT_TRANSIENT (retry).
+EXIT_BUG, EXIT_BAD_INPUT, EXIT_TRANSIENT = 1, 2, 75
+NOT_RETRIED = {EXIT_BUG: "a bug in pcem-spark", EXIT_BAD_INPUT: "bad input or settings"}
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -174,7 +175,7 @@ class PcemSparkSubmitOperator(SparkSubmitOperator):
       only on the executors), without one Spark's own choice applies
       (PYSPARK_DRIVER_PYTHON, PYSPARK_PYTHON, python3);
     * ``pcem_spark_conf`` (templated JSON object): extra ``--conf`` settings;
-    * spark-submit exit code 2 (bad input) -> ``AirflowFailException``: no retry.
+    * spark-submit exit code 2 (bad input) or 1 (a bug) -> ``AirflowFailException``: no retry.
     """
 
     template_fields = tuple(SparkSubmitOperator.template_fields) + (
@@ -219,9 +220,9 @@ class PcemSparkSubmitOperator(SparkSubmitOperator):
             raise
         except AirflowException as exc:
             code = submit_returncode(self._hook, exc)
-            if code == EXIT_BAD_INPUT:
+            if code in NOT_RETRIED:
                 raise AirflowFailException(
-                    f"{self.task_id}: spark-submit exited {code} (bad input or settings; not retried): {exc}") from exc
+                    f"{self.task_id}: spark-submit exited {code} ({NOT_RETRIED[code]}; not retried): {exc}") from exc
             raise
 
 
@@ -263,7 +264,7 @@ with DAG(
         )
 
     ingest = submit("ingest", job("ingest_20ng.py"),
-                    ["--archive", setting("archive"), "--output", DOCS])
+                    ["--archive", setting("archive"), "--output", DOCS, "--overwrite"])
     train = submit("train", job("train.py"),
                    ["--docs", DOCS, "--split", "{{ params.train_split }}", "--method", "{{ params.method }}",
                     "--label-rate", "{{ params.label_rate }}", "--seed", "{{ params.seed }}",
@@ -272,6 +273,6 @@ with DAG(
                      ["--model", MODEL, "--docs", DOCS, "--split", "{{ params.test_split }}",
                       "--output", PREDICTIONS, "--overwrite"])
     evaluate = submit("evaluate", job("evaluate.py"),
-                      ["--predictions", PREDICTIONS, "--model", MODEL, "--output", METRICS])
+                      ["--predictions", PREDICTIONS, "--model", MODEL, "--output", METRICS, "--overwrite"])
 
     ingest >> train >> predict >> evaluate

@@ -2,14 +2,15 @@
 
 Every command reads its settings from a TOML file (``--config``, default
 ``conf/pcem.toml`` when present) with ``--set section.key=value`` overrides.
-Exit codes, for schedulers (Airflow, cron, spark-submit wrappers):
+Exit codes, for schedulers (Airflow, cron, spark-submit wrappers), decided
+by the failure's kind in :mod:`pcem_spark.failures`:
 
 * 0  done;
 * 2  bad input or settings: the request itself is wrong (the message names the
   file, row, field or setting); retrying will not help;
 * 75 (``EX_TEMPFAIL``) a runtime failure -- Spark tasks failing after their
   retries, a lost executor or JVM, an I/O error: retry;
-* 1  a bug in pcem-spark (a traceback is printed).
+* 1  a bug in pcem-spark (a traceback is printed); retrying will not help.
 
 The message on stderr names the root cause (the Python exception raised in a
 Spark worker, or the Java cause), never only the py4j call that carried it.
@@ -21,16 +22,18 @@ import argparse
 import json
 import logging
 import os
-import re
 import sys
 import time
 from typing import List, Optional
 
+from .errors import InputError
+# Re-exported: schedulers' wrappers and the tests import them from here.
+from .failures import (EXIT_BAD_INPUT, EXIT_BUG, EXIT_OK, EXIT_TRANSIENT,  # noqa: F401
+                       classify_failure, root_cause)
+
 log = logging.getLogger("pcem")
 
 DEFAULT_CONFIG = "conf/pcem.toml"
-
-EXIT_OK, EXIT_BUG, EXIT_BAD_INPUT, EXIT_TRANSIENT = 0, 1, 2, 75
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -50,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="*.jsonl[.gz] (no Spark needed) or a Parquet directory")
     p.add_argument("--headers", default="subject", choices=["keep", "strip", "subject"],
                    help="mail headers: keep, strip, or keep only the Subject text (default)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     _common(p)
 
     p = sub.add_parser("ingest-warc", help="WARC / WET files (Common Crawl) -> documents table (Parquet) + rejects")
@@ -121,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="model directory (for its taxonomy)")
     p.add_argument("--taxonomy", help="taxonomy file, instead of --model")
     p.add_argument("--output", help="write the metrics as JSON here")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     _common(p)
 
     p = sub.add_parser("inspect", help="per node: training mass, prior, top terms vs siblings; taxonomy view; "
@@ -193,15 +198,24 @@ def _taxonomy(args, docs=None):
     return taxonomy
 
 
-def _ensure_writable(spark, path: str, overwrite: bool) -> None:
-    """Fail before any work if an output exists and --overwrite was not given."""
-    from .outputs import check_writable
-    check_writable(spark, path, overwrite)
+def _check_outputs(spark, outputs, inputs, overwrite: bool) -> None:
+    """Fail before any work if an output would replace an input, another output or existing data."""
+    from .output_paths import check_output_paths
+    check_output_paths(spark, outputs, inputs, overwrite)
+
+
+def _rejects_output(args, main_path: str, docs: str):
+    """The rejects table's Output: --rejects, or MAIN_rejects beside the main output."""
+    from .output_paths import Output
+    if args.rejects:
+        return Output("--rejects", args.rejects, "rejects", source=docs)
+    return Output("--rejects (default: beside the main output)", main_path.rstrip("/") + "_rejects", "rejects",
+                  source=docs)
 
 
 def _check_label_rate(rate: Optional[float]) -> None:
     if rate is not None and not 0.0 < rate <= 1.0:
-        raise ValueError(f"--label-rate must be in (0, 1], got {rate}")
+        raise InputError(f"--label-rate must be in (0, 1], got {rate}")
 
 
 def _read_valid(spark, path: str, rejects_path: str, split: Optional[str], counts: Optional[dict] = None,
@@ -246,16 +260,22 @@ def _read_valid(spark, path: str, rejects_path: str, split: Optional[str], count
         if counts is not None:
             counts["split"], counts["selected"] = split, n_split
     if n_good == 0:
-        raise ValueError(f"{path}: no valid documents" + (f" with split={split!r}" if split else "")
+        raise InputError(f"{path}: no valid documents" + (f" with split={split!r}" if split else "")
                          + f" (the rejects, with their reasons, are in {rejects_path})")
     return good
 
 
 def cmd_ingest(args, settings) -> int:
     from .ingest import iter_20ng, write_jsonl
+    from .output_paths import Output
     t0 = time.perf_counter()
     out = args.output
-    if out.rstrip("/").endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz")):
+    inputs = [("--archive", args.archive)]
+    jsonl = out.rstrip("/").endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz"))
+    if jsonl or "://" not in out:  # local: checked before the archive is read (again with Spark's view below)
+        _check_outputs(None, [Output("--output", out, None, directory=False) if jsonl
+                              else Output("--output", out, "documents")], inputs, args.overwrite)
+    if jsonl:
         n, per_split = write_jsonl(iter_20ng(args.archive, args.headers), out)
     else:
         from .documents import DOCUMENT_SCHEMA
@@ -270,9 +290,10 @@ def cmd_ingest(args, settings) -> int:
             per_split[doc["split"]] = per_split.get(doc["split"], 0) + 1
         n = len(rows)
         spark = build_session(settings.spark)
+        _check_outputs(spark, [Output("--output", out, "documents")], inputs, args.overwrite)
         slices = max(spark.sparkContext.defaultParallelism, n // 2000 + 1)  # ~2,000 messages per task
         df = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), DOCUMENT_SCHEMA)
-        with atomic_output(spark, out, "documents", overwrite=True) as staged:
+        with atomic_output(spark, out, "documents", overwrite=args.overwrite) as staged:
             df.write.parquet(staged.tmp)
             staged.info.update({"rows": n, "per_split": per_split})
     log.info("ingest-20ng: %d documents (%s) -> %s in %.1fs", n,
@@ -283,9 +304,13 @@ def cmd_ingest(args, settings) -> int:
 def cmd_ingest_warc(args, settings) -> int:
     from .session import build_session
     from .warc import ingest_warc, require_libraries
+    from .output_paths import Output
     require_libraries()  # before starting Spark: a missing library is exit 2 in a second
     spark = build_session(settings.spark)
-    ingest_warc(spark, args.input, args.output, args.rejects or args.output.rstrip("/") + "_rejects",
+    rejects = _rejects_output(args, args.output, ",".join(args.input))
+    _check_outputs(spark, [Output("--output", args.output, "documents"), rejects],
+                   [("--input", path) for path in args.input], args.overwrite)
+    ingest_warc(spark, args.input, args.output, rejects.path,
                 id_field=args.id_field, min_text_chars=args.min_text_chars, overwrite=args.overwrite)
     return 0
 
@@ -306,15 +331,18 @@ def cmd_train(args, settings) -> int:
             raise FileNotFoundError(f"--descriptions {path!r} does not exist")
     spark = build_session(settings.spark)
     t0 = time.perf_counter()
-    _ensure_writable(spark, args.model, args.overwrite)
+    from .output_paths import Output
+    rejects = _rejects_output(args, args.model, args.docs)
+    _check_outputs(spark, [Output("--model", args.model, "model"), rejects],
+                   [("--docs", args.docs), ("--taxonomy", args.taxonomy), ("--descriptions", args.descriptions),
+                    ("--init-model", args.init_model)], args.overwrite)
     warm = None
     if args.init_model:  # read and checked before the documents: a wrong init model fails in seconds
         from .warm import WarmStart
         warm = WarmStart.load(args.init_model)
         warm.check(given_taxonomy or warm.model.taxonomy, settings.model, where="--init-model")
     counts: dict = {}
-    docs = _read_valid(spark, args.docs, args.rejects or args.model.rstrip("/") + "_rejects", args.split, counts,
-                       args.docs_format)
+    docs = _read_valid(spark, args.docs, rejects.path, args.split, counts, args.docs_format)
     taxonomy = given_taxonomy or (warm.model.taxonomy if warm is not None else _taxonomy(args, docs))
     sup = settings.supervision
     args.supervision = args.supervision or sup.kind
@@ -327,14 +355,14 @@ def cmd_train(args, settings) -> int:
         descriptions = None
         if args.supervision == "descriptions":
             if not args.descriptions:
-                raise ValueError("--supervision descriptions needs --descriptions FILE (JSON node -> description)")
+                raise InputError("--supervision descriptions needs --descriptions FILE (JSON node -> description)")
             descriptions = load_descriptions(args.descriptions, taxonomy)
         weak_col = None
         if args.label_rate is not None:
             docs = docs.withColumn("_weak", F.rand(args.seed) < args.label_rate)
             weak_col = "_weak"
         if args.tune:
-            raise ValueError("--tune cross-validates against true labels; it does not apply to weak supervision")
+            raise InputError("--tune cross-validates against true labels; it does not apply to weak supervision")
         model, result = train_weak(docs, taxonomy, descriptions, settings.features,
                                    settings.model if warm is not None else settings.model.resolved(),
                                    args.weak_mode, args.min_similarity, weak_col, warm_start=warm)
@@ -346,7 +374,7 @@ def cmd_train(args, settings) -> int:
             log.info("train: --label-rate %g (seed %d) keeps the labels of a stratified sample",
                      args.label_rate, args.seed)
         if args.tune and not settings.tune.grid and not settings.model.auto_params():
-            raise ValueError("--tune: nothing to tune; set [tune] grid (e.g. --set 'tune.grid={\"smoothing\": "
+            raise InputError("--tune: nothing to tune; set [tune] grid (e.g. --set 'tune.grid={\"smoothing\": "
                              "[0.03, 0.1, 0.3]}') or leave model.unlabeled_weight / path_weight at \"auto\"")
         model, result = train(docs, taxonomy, settings.features, settings.model, tune=settings.tune,
                               seed=args.seed, extra_grid=settings.tune.grid if args.tune else None,
@@ -386,11 +414,13 @@ def cmd_predict(args, settings) -> int:
         "--top-k" if args.top_k is not None else "predict.top_k"))
     spark = build_session(settings.spark)
     t0 = time.perf_counter()
-    _ensure_writable(spark, args.output, args.overwrite)
+    from .output_paths import Output
+    rejects = _rejects_output(args, args.output, args.docs)
+    _check_outputs(spark, [Output("--output", args.output, "predictions"), rejects],
+                   [("--model", args.model), ("--docs", args.docs)], args.overwrite)
     model = PathModel.load(args.model)
     counts: dict = {}
-    docs = _read_valid(spark, args.docs, args.rejects or args.output.rstrip("/") + "_rejects", args.split,
-                       counts, args.docs_format).cache()
+    docs = _read_valid(spark, args.docs, rejects.path, args.split, counts, args.docs_format).cache()
     n_in = docs.count()
     pred = model.transform(docs, min_probability=min_probability, top_k=top_k)
     # Written to a temporary sibling and moved into place with its marker: --overwrite keeps the old
@@ -419,8 +449,13 @@ def cmd_evaluate(args, settings) -> int:
     from pyspark.sql import functions as F
     from .outputs import atomic_write_text, require_complete
     if not (args.taxonomy or args.model):
-        raise ValueError("evaluate needs --model or --taxonomy (the set of nodes to score)")
+        raise InputError("evaluate needs --model or --taxonomy (the set of nodes to score)")
     spark = build_session(settings.spark)
+    if args.output:
+        from .output_paths import Output
+        _check_outputs(None, [Output("--output", args.output, None, directory=False)],
+                       [("--predictions", args.predictions), ("--model", args.model), ("--taxonomy", args.taxonomy)],
+                       args.overwrite)
     require_complete(spark, args.predictions, "predictions")
     if args.taxonomy:
         taxonomy = load_taxonomy(args.taxonomy)
@@ -429,16 +464,18 @@ def cmd_evaluate(args, settings) -> int:
     pred = spark.read.parquet(args.predictions)
     for col in ("path", "labels"):
         if col not in pred.columns:
-            raise ValueError(f"{args.predictions}: column {col!r} is missing (found {pred.columns})")
+            raise InputError(f"{args.predictions}: column {col!r} is missing (found {pred.columns})")
     n_rows, n_labeled = pred.select(F.count(F.lit(1)), F.count("labels")).first()
     if n_labeled == 0:
-        raise ValueError(f"{args.predictions}: none of the {n_rows} predictions has true labels to score "
+        raise InputError(f"{args.predictions}: none of the {n_rows} predictions has true labels to score "
                          "against (predict documents that carry a 'labels' path)")
     if n_labeled < n_rows:
         log.warning("evaluate: %d of %d predictions have no true labels; they are not scored",
                     n_rows - n_labeled, n_rows)
-        pred = pred.where(F.col("labels").isNotNull())
-    metrics = evaluate_predictions(pred, taxonomy)
+    # Rows without labels are counted (n_without_labels), not scored. Predictions whose labels or paths the
+    # taxonomy does not know: a warning and counts in the metrics, or, for most rows, exit 2 before any output.
+    source = f"--taxonomy {args.taxonomy}" if args.taxonomy else f"the taxonomy of --model {args.model}"
+    metrics = evaluate_predictions(pred, taxonomy, where=f"{args.predictions} scored against {source}")
     print(format_metrics(metrics))
     if args.output:
         atomic_write_text(args.output, json.dumps(metrics, indent=2))
@@ -454,10 +491,13 @@ def cmd_inspect(args, settings) -> int:
     from .outputs import require_complete
     from .session import build_session
     if args.top_terms < 1:
-        raise ValueError(f"--top-terms must be >= 1, got {args.top_terms}")
+        raise InputError(f"--top-terms must be >= 1, got {args.top_terms}")
+    from .inspect import INSPECT_KIND
+    from .output_paths import Output
     out = check_local_output(args.output)
-    if os.path.exists(out) and not args.overwrite:  # before starting Spark
-        raise FileExistsError(f"output {out!r} already exists; pass --overwrite to replace it")
+    # Before starting Spark (local paths only: inspect writes plain files).
+    _check_outputs(None, [Output("--output", out, INSPECT_KIND)],
+                   [("--model", args.model), ("--predictions", args.predictions)], args.overwrite)
     t0 = time.perf_counter()
     spark = build_session(settings.spark)
     model = PathModel.load(args.model)
@@ -468,7 +508,7 @@ def cmd_inspect(args, settings) -> int:
         pred = spark.read.parquet(args.predictions)
         cells, n_scored, n_without = confusion_counts(pred)
         if n_scored == 0:
-            raise ValueError(f"--predictions {args.predictions}: none of the {n_without} predictions has true "
+            raise InputError(f"--predictions {args.predictions}: none of the {n_without} predictions has true "
                              "labels to build a confusion table from (predict documents that carry 'labels')")
         if n_without:
             log.warning("inspect: %d of %d predictions have no true labels; not in the confusion tables",
@@ -484,36 +524,94 @@ def cmd_inspect(args, settings) -> int:
 
 
 def cmd_experiment(args, settings) -> int:
-    from .experiment import run_experiment
+    from .experiment import ALL_METHODS, run_experiment
     from .session import build_session
     exp = settings.experiment
-    methods = args.methods.split(",") if args.methods else exp.methods
-    rates = [float(r) for r in args.rates.split(",")] if args.rates else exp.rates
-    if args.seeds:
-        # "5" means five seeds 0..4; "3,7" means exactly those seeds.
-        seeds = ([int(s) for s in args.seeds.split(",")] if "," in args.seeds
-                 else list(range(int(args.seeds))))
+    # Every setting that decides the planned runs is checked before Spark starts: a plan of no runs
+    # (--seeds 0, no rates, no methods) is a mistake, not an empty result (exit 2, naming the setting).
+
+    def flag(name: str, raw: str) -> str:  # how a message names a command-line value
+        return f"--{name} {raw if raw.strip() else repr(raw)}"
+
+    def plan_error(where: str, what: str) -> InputError:
+        return InputError(f"{where}: {what} (pcem experiment runs every method x label rate x seed)")
+
+    if args.methods is not None:
+        methods, where_m = [m.strip() for m in args.methods.split(",")], flag("methods", args.methods)
     else:
-        seeds = exp.seeds
-    setting_list = args.setting.split(",") if args.setting else exp.settings
-    for st in setting_list:
-        if st not in ("labeled", "dataless"):
-            raise ValueError(f"--setting: expected labeled, dataless or labeled,dataless, got {st!r}")
-    from .experiment import ALL_METHODS
+        methods, where_m = list(exp.methods), "[experiment] methods"
+    if not any(methods):
+        raise plan_error(where_m, "no methods, so no runs; name at least one, e.g. pcnb,pcem")
+    if "" in methods:
+        raise plan_error(where_m, "an empty method name (a stray comma?)")
     for m in methods:
         if m not in ALL_METHODS:
-            raise ValueError(f"unknown method {m!r}; known: {', '.join(ALL_METHODS)}")
+            raise plan_error(where_m, f"unknown method {m!r}; known: {', '.join(ALL_METHODS)}")
+    if args.rates is not None:
+        where_r = flag("rates", args.rates)
+        parts = [r.strip() for r in args.rates.split(",")]
+        if any(parts) and "" in parts:
+            raise plan_error(where_r, "an empty label rate (a stray comma?)")
+        try:
+            rates = [float(r) for r in parts if r]
+        except ValueError:
+            raise plan_error(where_r, "expected comma-separated label rates in (0, 1], e.g. 0.01,0.05") from None
+    else:
+        rates, where_r = list(exp.rates), "[experiment] rates"
+    if not rates:
+        raise plan_error(where_r, "no label rates, so no runs; give at least one in (0, 1], e.g. 0.01")
+    bad = [r for r in rates if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1]
+    if bad:
+        raise plan_error(where_r, f"label rates must be in (0, 1] (the share of each leaf's training documents "
+                                  f"that keeps its labels), got {bad}")
+    if args.seeds is not None:
+        # "5" means five seeds 0..4; "3,7" means exactly those seeds.
+        where_s = flag("seeds", args.seeds)
+        try:
+            numbers = [int(p) for p in args.seeds.split(",")]
+        except ValueError:
+            raise plan_error(where_s, "expected a number of seeds (e.g. 5: seeds 0..4) or comma-separated "
+                                      "seeds (e.g. 0,1,2)") from None
+        if len(numbers) == 1:
+            if numbers[0] < 1:
+                raise plan_error(where_s, f"{numbers[0]} seeds plan no runs; give a count >= 1 (e.g. 5: seeds "
+                                          "0..4) or the seeds themselves (e.g. 0,1,2)")
+            seeds = list(range(numbers[0]))
+        else:
+            seeds = numbers
+    else:
+        seeds, where_s = list(exp.seeds), "[experiment] seeds"
+        if not seeds:
+            raise plan_error(where_s, "no seeds, so no runs; give at least one, e.g. [0, 1, 2]")
+    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
+    if bad:
+        raise plan_error(where_s, f"seeds must be integers >= 0, got {bad}")
+    if args.setting is not None:
+        setting_list, where_st = args.setting.split(","), flag("setting", args.setting)
+    else:
+        setting_list, where_st = list(exp.settings), "[experiment] settings"
+    for st in setting_list:
+        if st not in ("labeled", "dataless"):
+            raise plan_error(where_st, f"expected labeled, dataless or labeled,dataless, got {st!r}")
     sup = settings.supervision
     weak_mode = args.weak_mode or sup.weak_mode
     min_similarity = sup.min_similarity if args.min_similarity is None else args.min_similarity
     desc_path = args.descriptions or sup.descriptions
     if "dataless" in setting_list and not desc_path:
-        raise ValueError("the dataless setting needs --descriptions FILE (JSON node -> description) "
+        raise InputError("the dataless setting needs --descriptions FILE (JSON node -> description) "
                          "or [supervision] descriptions in the settings")
     given_taxonomy = _taxonomy(args) if args.taxonomy else None
+    # The results folder is resumed by design (files in it are replaced one by one); it may not be, or lie
+    # inside, an input, nor be a model or other output; its rejects table is rewritten by every run.
+    from .output_paths import Output
+    inputs = [("--docs", args.docs), ("--taxonomy", args.taxonomy), ("--descriptions", desc_path)]
+    rejects_path = os.path.join(args.output_dir, "rejects")
+    _check_outputs(None, [Output("--output-dir", args.output_dir, None)], inputs, False)
+    _check_outputs(None, [Output("--output-dir (its rejects)", rejects_path, "rejects", source=args.docs)], inputs,
+                   True)
     spark = build_session(settings.spark)
     os.makedirs(args.output_dir, exist_ok=True)
-    docs = _read_valid(spark, args.docs, os.path.join(args.output_dir, "rejects"), None, None, args.docs_format)
+    docs = _read_valid(spark, args.docs, rejects_path, None, None, args.docs_format)
     taxonomy = given_taxonomy or _taxonomy(args, docs)
     descriptions = None
     if "dataless" in setting_list:
@@ -535,7 +633,7 @@ def cmd_report(args, settings) -> int:
     from .report import PAPERS, table2, write_report
     rows = read_csv(args.results)
     if not rows:
-        raise ValueError(f"{args.results}: no results (expected results.csv of pcem experiment)")
+        raise InputError(f"{args.results}: no results (expected results.csv of pcem experiment)")
     out_dir = args.output_dir or os.path.dirname(os.path.abspath(args.results))
     os.makedirs(out_dir, exist_ok=True)
     rate = settings.experiment.report_rate if args.rate is None else args.rate
@@ -572,98 +670,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         kind = {EXIT_BAD_INPUT: "error", EXIT_TRANSIENT: "runtime failure (retry)", EXIT_BUG: "internal error"}[code]
         print(f"pcem {args.command}: {kind}: {message}", file=sys.stderr)
         return code
-
-
-_PY_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Fault)):\s?(.*)$")
-_JAVA_CAUSE = re.compile(r"^\s*Caused by: (\S+?)(?:: (.*))?$")
-_JAVA_THROWN = re.compile(r"^:\s*((?:java|javax|org|scala)\.[\w.$]+(?:Exception|Error))(?::|$)")
-
-
-def root_cause(exc: BaseException) -> str:
-    """The innermost cause of a Spark failure, in one line.
-
-    A Python exception raised in a worker reaches the driver inside a Java
-    stack trace inside a py4j error: the last Python ``Traceback`` block's
-    final ``Type: message`` line is what went wrong. Without one, the
-    deepest Java ``Caused by:`` line; without that, the first line.
-    """
-    text = str(exc)
-    java = getattr(exc, "java_exception", None)
-    if java is not None:
-        try:
-            text = text + "\n" + str(java.toString())
-        except Exception:  # the JVM may be gone
-            pass
-    if "Traceback (most recent call last)" in text:
-        tail = text.rsplit("Traceback (most recent call last)", 1)[1].splitlines()
-        for line in reversed(tail):
-            m = _PY_ERROR_LINE.match(line.strip())
-            if m and m.group(1) not in ("org.apache.spark.api.python.PythonException",):
-                return f"{m.group(1)}: {m.group(2)}".strip()
-    causes = [m for m in (_JAVA_CAUSE.match(line) for line in text.splitlines()) if m]
-    if causes:
-        name, msg = causes[-1].group(1), (causes[-1].group(2) or "").strip()
-        return f"{name}: {msg}" if msg else name
-    # A Java exception thrown by the call itself ("An error occurred while
-    # calling o79.getFileStatus.\n: java.io.FileNotFoundException: ..."): its own line.
-    for line in text.splitlines():
-        m = _JAVA_THROWN.match(line)
-        if m:
-            return line.strip().lstrip(": ").strip()
-    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
-    return first
-
-
-# Java causes that mean the stored bytes are bad, not that the run was unlucky.
-# Java causes that mean the input is not where or what the command was told: no retry helps.
-_MISSING_INPUT = ("java.io.FileNotFoundException", "org.apache.hadoop.mapred.InvalidInputException",
-                  "org.apache.hadoop.security.AccessControlException")
-_CORRUPT_DATA = ("ChecksumException", "ZipException", "EOFException: Unexpected end of input stream",
-                 "ParquetDecodingException", "CorruptedFileException")
-
-
-def classify_failure(exc: BaseException):
-    """(exit code, one-line message) of an exception: bad input (2), transient runtime failure (75), bug (1)."""
-    import tarfile
-    from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
-    from pyspark.errors import AnalysisException, IllegalArgumentException, PySparkException
-
-    from .config import ConfigError
-    from .documents import DocumentsError
-    from .outputs import IncompleteOutputError
-    from .taxonomy import TaxonomyError
-    if isinstance(exc, (ConfigError, DocumentsError, TaxonomyError, IncompleteOutputError, FileExistsError,
-                        FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError,
-                        tarfile.TarError, json.JSONDecodeError, ValueError)):
-        return EXIT_BAD_INPUT, str(exc)
-    if isinstance(exc, (AnalysisException, IllegalArgumentException)):
-        # The query itself is wrong: a missing path, column or table (Spark's message names it).
-        return EXIT_BAD_INPUT, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if isinstance(exc, (Py4JNetworkError, ConnectionError, EOFError)) or \
-            (isinstance(exc, Py4JError) and "Answer from Java side is empty" in str(exc)):
-        return EXIT_TRANSIENT, f"lost the connection to the Spark driver JVM ({type(exc).__name__}: {exc})"
-    if isinstance(exc, (Py4JJavaError, PySparkException)):
-        cause = root_cause(exc)
-        if any(marker in cause for marker in _CORRUPT_DATA):
-            # The bytes on disk are wrong: every retry reads the same bytes.
-            return EXIT_BAD_INPUT, f"corrupt input: {cause}"
-        if any(marker in cause for marker in _MISSING_INPUT):
-            return EXIT_BAD_INPUT, f"input not found or not readable: {cause}"
-        if "ModuleNotFoundError" in cause or "No module named" in cause:
-            # The executors' Python lacks a dependency: a deployment problem, not a flaky task.
-            return EXIT_BAD_INPUT, (f"the executors cannot import a dependency: {cause}; ship them with "
-                                    f"--py-files dist/pcem_spark.zip --archives dist/pcem_env.tar.gz#environment "
-                                    f"--conf spark.pyspark.python=./environment/bin/python (bash scripts/package.sh; "
-                                    f"docs/CLUSTER.md)")
-        if "spark.driver.maxResultSize" in cause:
-            # A setting too small for the model: every retry fails the same way.
-            return EXIT_BAD_INPUT, (f"results too large for the driver: {cause} (raise "
-                                    f"--conf spark.driver.maxResultSize and spark.driver.memory)")
-        # Tasks that failed after Spark's own retries, lost executors, I/O errors: worth a retry.
-        return EXIT_TRANSIENT, f"Spark job failed: {cause}"
-    if isinstance(exc, (OSError, MemoryError)):
-        return EXIT_TRANSIENT, f"{type(exc).__name__}: {exc}"
-    return EXIT_BUG, f"{type(exc).__name__}: {exc}"
 
 
 if __name__ == "__main__":

@@ -8,12 +8,13 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
+from .errors import InputError
 from .features import FeatureSettings
 from .model import ModelSettings
 from .tuning import TuneSettings
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A settings file or override is not valid."""
 
 

@@ -55,6 +55,7 @@ from .features import FeatureSettings, featurize
 from .model import PREDICTION_SCHEMA, prediction_source
 from .taxonomy import Taxonomy
 from .weak import tfidf_rows
+from .errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ def fit_linear(train: DataFrame, method: str, taxonomy: Taxonomy, vocabulary: Li
     Returns the model and the number of training documents.
     """
     if method not in DISCRIMINATIVE:
-        raise ValueError(f"unknown discriminative method {method!r}; known: {DISCRIMINATIVE}")
+        raise InputError(f"unknown discriminative method {method!r}; known: {DISCRIMINATIVE}")
     # Cached: IDF fitting and the training matrix below would each rerun the
     # tokenisation / weak-labelling plan that produced ``train``.
     lab = train.where(F.col("path_index").isNotNull()).select("features", "path_index").cache()
@@ -167,7 +168,7 @@ def fit_linear(train: DataFrame, method: str, taxonomy: Taxonomy, vocabulary: Li
     data.count()
     lab.unpersist()
     if n == 0:
-        raise ValueError(f"{method}: no labelled document to train on")
+        raise InputError(f"{method}: no labelled document to train on")
     classes = sorted(counts)
     reg = 1.0 / (C * n)
     V = len(vocabulary)

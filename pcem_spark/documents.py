@@ -53,10 +53,19 @@ driver never sees a document. Each physical line (``\\n``, ``\\r\\n`` or
 A rejected line keeps its raw text (first :data:`RECORD_CHARS` characters) and
 its ``id`` when the line parsed far enough to hold a string ``id``.
 
-Line numbers are exact when a file is read from its first byte (always for
-``.gz``, which Spark cannot split; for the first split of a large plain
-file) and null otherwise: counting the lines before a split would mean reading
-them.
+A string holding a lone surrogate -- valid JSON such as ``"\\ud800"`` without
+its ``\\udc00``-``\\udfff`` partner, which some crawlers emit -- cannot be
+encoded as UTF-8, so it is rejected too, naming the field (``id``, ``text``,
+``split``, a label, a similarities key) and the position; a surrogate in a key
+that is ignored is ignored with it.
+
+Every reject of a JSON Lines file has its exact 1-based line number, at any
+split size. Spark reads a large plain file in splits (byte ranges; a ``.gz``
+file is one split) and Hadoop's line reader gives each line to exactly one
+split, so the parser numbers the lines within their split (``_split_start``,
+``_split_line``) and :func:`split_rejects` adds the number of lines of the
+same file's earlier splits: one count per split, over the already parsed
+rows, joined onto the rejects only.
 
 Parquet
 -------
@@ -83,6 +92,8 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from .errors import InputError
+
 log = logging.getLogger(__name__)
 
 DOCUMENT_SCHEMA = T.StructType([
@@ -99,20 +110,21 @@ REJECT_SCHEMA = T.StructType([
     T.StructField("source_file", T.StringType(), True),
     T.StructField("reason", T.StringType(), False),
     T.StructField("record", T.StringType(), True),
-    # 1-based line in source_file; null for Parquet and for lines of a split
-    # that does not start at the beginning of its file.
+    # 1-based line in source_file (JSON Lines, any split size); null for Parquet.
     T.StructField("line", T.LongType(), True),
 ])
 
 _CORRUPT = "_corrupt_record"   # raw line of a row the parser rejected (truncated)
 _REASON = "_reject_reason"     # why the parser / element checks rejected the row
-_LINE = "_line"                # 1-based line number, or null
+_SPLIT_START = "_split_start"  # byte offset where the line's split of source_file starts; null for Parquet
+_SPLIT_LINE = "_split_line"    # 1-based line number within that split, in file order; null for Parquet
 
 # Columns of read_documents' result, in order, for both formats.
 RAW_SCHEMA = T.StructType(DOCUMENT_SCHEMA.fields + [
     T.StructField(_CORRUPT, T.StringType(), True),
     T.StructField(_REASON, T.StringType(), True),
-    T.StructField(_LINE, T.LongType(), True),
+    T.StructField(_SPLIT_START, T.LongType(), True),
+    T.StructField(_SPLIT_LINE, T.LongType(), True),
     T.StructField("source_file", T.StringType(), True),
 ])
 
@@ -125,7 +137,7 @@ _PARQUET_MAGIC = b"PAR1"
 _SNIFF_LIMIT = 16  # extension-less files opened to look for the Parquet magic
 
 
-class DocumentsError(ValueError):
+class DocumentsError(InputError):
     """The documents input does not have the expected shape."""
 
 
@@ -249,8 +261,36 @@ def _json_type(value) -> str:
 
 
 def _quoted(s: str) -> str:
-    """A string as a JSON literal -- unambiguous about whitespace, same form as the Parquet checks."""
-    return json.dumps(s, ensure_ascii=False)
+    """A string as a JSON literal -- unambiguous about whitespace, same form as the Parquet checks.
+
+    A lone surrogate is written as its escape (``\\ud800``): the result goes
+    into a reason, which must be encodable as UTF-8.
+    """
+    return _escape_surrogates(json.dumps(s, ensure_ascii=False))
+
+
+def _escape_surrogates(s: str) -> str:
+    """``s`` with each lone surrogate written as its ``\\udXXX`` escape: always encodable as UTF-8."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _lone_surrogate(s: str) -> Optional[int]:
+    """Index of the first lone surrogate in ``s`` (None if there is none).
+
+    A surrogate is the only thing a Python str can hold that UTF-8 -- and so
+    Arrow, Spark and Parquet -- cannot encode. Python's ``json`` turns a
+    ``\\ud83d\\ude80`` pair into one character but keeps a lone escape such
+    as ``\\ud800`` (valid JSON) as a surrogate.
+    """
+    try:
+        s.encode("utf-8")
+        return None
+    except UnicodeEncodeError as e:
+        return e.start
 
 
 def _is_padded(s: str) -> bool:
@@ -301,9 +341,10 @@ class _StrictDecoder:
 
 
 def _string_id(value) -> Optional[str]:
-    """The ``id`` of a decoded line if it is an object with a string ``id``."""
+    """The ``id`` of a decoded line if it is an object with a string ``id`` (encodable as UTF-8)."""
     if isinstance(value, dict) and isinstance(value.get("id"), str):
-        return value["id"]
+        doc_id = value["id"]
+        return doc_id if _lone_surrogate(doc_id) is None else None
     return None
 
 
@@ -399,6 +440,36 @@ def _document_of(obj: dict) -> tuple:
             _optional_string(obj, "split"), _check_similarities(obj))
 
 
+_SURROGATE_ESCAPES = ("\\ud", "\\uD")  # how a surrogate (U+D800..U+DFFF) is written in JSON
+_SURROGATE_HELP = ("(not encodable as UTF-8; expected a string of Unicode characters, where a \\ud800-\\udbff "
+                   "escape is always followed by a \\udc00-\\udfff escape)")
+
+
+def _surrogate_reject(where: str, s: str, of: str, doc_id: Optional[str]) -> None:
+    """Raise ``_LineReject`` if ``s`` holds a lone surrogate, naming ``where`` it is and its position."""
+    i = _lone_surrogate(s)
+    if i is not None:
+        raise _LineReject(f"{where}: lone surrogate \\u{ord(s[i]):04x} at character {i}{of} {_SURROGATE_HELP}",
+                          doc_id)
+
+
+def _check_encodable(doc: tuple) -> None:
+    """Reject a type-checked document whose strings Arrow cannot take (a lone surrogate).
+
+    Checks every string :func:`_parse_line` returns: id, text, each label,
+    split and the similarity keys. Keys other than the five are never
+    returned, so a surrogate there is ignored like the rest of them.
+    """
+    doc_id, text, labels, split, sims = doc
+    _surrogate_reject("field 'id'", doc_id or "", "", None)
+    _surrogate_reject("field 'text'", text or "", "", doc_id)
+    for i, label in enumerate(labels or ()):
+        _surrogate_reject(f"labels[{i}]", label, "", doc_id)
+    _surrogate_reject("field 'split'", split or "", "", doc_id)
+    for node, _ in sims or ():
+        _surrogate_reject(f"similarities[{_quoted(node)}]", node, " of the key", doc_id)
+
+
 def _parse_line(decoder: _StrictDecoder, data: bytes, first_line: bool) -> tuple:
     """One raw line -> (id, text, labels, split, similarities, raw_record, reason).
 
@@ -418,17 +489,27 @@ def _parse_line(decoder: _StrictDecoder, data: bytes, first_line: bool) -> tuple
                 "byte-order mark (U+FEFF) at the start of a line other than line 1"
         line = line[1:]  # a UTF-8 byte-order mark, written by some Windows tools
     try:
-        return _document_of(_decode_one_object(decoder, line)) + (None, None)
+        doc = _document_of(_decode_one_object(decoder, line))
+        # Only a line with a surrogate escape can decode to a str that is not valid Unicode text:
+        # the others pay one substring search, not an encoding of every string.
+        if _SURROGATE_ESCAPES[0] in line or _SURROGATE_ESCAPES[1] in line:
+            _check_encodable(doc)
+        return doc + (None, None)
     except _LineReject as e:
-        return e.doc_id, None, None, None, None, line[:RECORD_CHARS], e.reason
+        # The raw line came from valid UTF-8, so it is encodable; a reason or an id built from decoded
+        # strings may hold a lone surrogate (e.g. a repeated key "\ud800"), which Arrow cannot take.
+        doc_id = e.doc_id if e.doc_id is None or _lone_surrogate(e.doc_id) is None else None
+        return doc_id, None, None, None, None, line[:RECORD_CHARS], _escape_surrogates(e.reason)
 
 
 def _parse_line_batches(batches):
     """mapInArrow body: ``value`` (raw line bytes), ``source_file``, ``block_start`` -> RAW_SCHEMA rows.
 
-    One output row per input row, in order. Line numbers count the rows of
-    each (file, split start) in the order Spark reads them; a split starting
-    at byte 0 starts at line 1, others are unknown (null).
+    One output row per input row, in order. ``_split_line`` counts the rows
+    of each (file, split start) in the order Spark reads them, i.e. the order
+    of the file: line 1 of a split is the first line that starts after the
+    split's first byte (or at byte 0). :func:`split_rejects` turns it into
+    the line number in the file.
     """
     import pyarrow as pa
 
@@ -437,21 +518,21 @@ def _parse_line_batches(batches):
     arrow_schema = pa.schema([
         ("id", pa.string()), ("text", pa.string()), ("labels", pa.list_(pa.string())),
         ("split", pa.string()), ("similarities", pa.map_(pa.string(), pa.float64())),
-        (_CORRUPT, pa.string()), (_REASON, pa.string()), (_LINE, pa.int64()), ("source_file", pa.string())])
+        (_CORRUPT, pa.string()), (_REASON, pa.string()), (_SPLIT_START, pa.int64()), (_SPLIT_LINE, pa.int64()),
+        ("source_file", pa.string())])
     for batch in batches:
         files = batch.column("source_file").to_pylist()
         starts = batch.column("block_start").to_pylist()
         columns: List[list] = [[] for _ in range(7)]
-        lines: List[Optional[int]] = []
+        lines: List[int] = []
         for data, file, start in zip(batch.column("value").to_pylist(), files, starts):
             n = seen.get((file, start), 0) + 1
             seen[(file, start)] = n
-            line_no = n if start == 0 else None
-            for col, value in zip(columns, _parse_line(decoder, data, line_no == 1)):
+            for col, value in zip(columns, _parse_line(decoder, data, start == 0 and n == 1)):
                 col.append(value)
-            lines.append(line_no)
+            lines.append(n)
         arrays = [pa.array(col, type=arrow_schema.field(i).type) for i, col in enumerate(columns)]
-        arrays += [pa.array(lines, pa.int64()), pa.array(files, pa.string())]
+        arrays += [pa.array(starts, pa.int64()), pa.array(lines, pa.int64()), pa.array(files, pa.string())]
         yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
@@ -528,7 +609,8 @@ def _read_parquet(spark: SparkSession, path: str) -> DataFrame:
         "id", "text", "labels", "split", "similarities",
         F.lit(None).cast(T.StringType()).alias(_CORRUPT),
         F.coalesce(_labels_reason(F.col("labels")), _similarities_reason(F.col("similarities"))).alias(_REASON),
-        F.lit(None).cast(T.LongType()).alias(_LINE),
+        F.lit(None).cast(T.LongType()).alias(_SPLIT_START),
+        F.lit(None).cast(T.LongType()).alias(_SPLIT_LINE),
         F.input_file_name().alias("source_file"))
 
 
@@ -551,8 +633,10 @@ def read_documents(spark: SparkSession, path: str, fmt: Optional[str] = None) ->
     DataFrame with the columns of :data:`RAW_SCHEMA`: ``id, text, labels,
     split, similarities``, then ``_corrupt_record`` (raw line of a line the
     parser rejected), ``_reject_reason`` (why; null if the row passed the
-    per-row checks), ``_line`` (1-based line number or null) and
-    ``source_file``. Pass it to :func:`split_rejects`.
+    per-row checks), ``_split_start`` and ``_split_line`` (JSON Lines: the
+    byte offset where the line's split starts and the 1-based line number
+    within that split; null for Parquet) and ``source_file``. Pass it to
+    :func:`split_rejects`, which gives the rejects their line in the file.
 
     Raises
     ------
@@ -583,14 +667,19 @@ def split_rejects(df: DataFrame, require_text: bool = True) -> Tuple[DataFrame, 
 
     The rejects have :data:`REJECT_SCHEMA`; ``record`` is the raw line when
     the parser kept it, else the parsed row as JSON (both at most
-    :data:`RECORD_CHARS` characters).
+    :data:`RECORD_CHARS` characters). ``line`` is the line in the file:
+    the line within the split plus the lines of the same file's earlier
+    splits, counted per split over the parsed rows (one row per split, joined
+    onto the rejects only). A frame without ``_split_start`` /
+    ``_split_line`` (built by hand) gets null lines.
     """
     if _REASON not in df.columns:  # a frame built by hand, not by read_documents
         df = df.withColumn(_REASON, F.when(F.col(_CORRUPT).isNotNull(), F.lit(
             "malformed record: expected a JSON object with id: string, text: string, "
             "labels: array<string> or null")))
-    if _LINE not in df.columns:
-        df = df.withColumn(_LINE, F.lit(None).cast(T.LongType()))
+    for name in (_SPLIT_START, _SPLIT_LINE):
+        if name not in df.columns:
+            df = df.withColumn(name, F.lit(None).cast(T.LongType()))
     dup_window = Window.partitionBy("id")
     text_blank = F.col("text").isNull() if require_text else F.lit(False)
     reason = (F.when(F.col(_REASON).isNotNull(), F.col(_REASON))
@@ -606,11 +695,28 @@ def split_rejects(df: DataFrame, require_text: bool = True) -> Tuple[DataFrame, 
     flagged = df.withColumn("_reason", reason).persist(StorageLevel.MEMORY_AND_DISK)
     good = flagged.where(F.col("_reason").isNull()).select("id", "text", "labels", "split", "similarities")
     parsed = F.to_json(F.struct("id", "text", "labels", "split", "similarities"))
-    rejects = flagged.where(F.col("_reason").isNotNull()).select(
+    rejects = flagged.where(F.col("_reason").isNotNull()).join(
+        F.broadcast(_lines_before_split(flagged)), on=["source_file", _SPLIT_START], how="left").select(
         F.col("id"), F.col("source_file"), F.col("_reason").alias("reason"),
         F.coalesce(F.col(_CORRUPT), F.substring(parsed, 1, RECORD_CHARS)).alias("record"),
-        F.col(_LINE).alias("line"))
+        (F.col("_lines_before") + F.col(_SPLIT_LINE)).alias("line"))
     return good, rejects
+
+
+def _lines_before_split(rows: DataFrame) -> DataFrame:
+    """(source_file, _split_start, _lines_before): lines of the same file in the splits before each split.
+
+    One row per split (file, split start). Hadoop's line reader gives each
+    line to exactly one split and a file's splits follow each other in the
+    order of their start byte, so the lines before a split are the lines of
+    the file's splits with a smaller start. ``rows`` has one row per input
+    line (the parser's output), so counting its rows per split counts lines.
+    """
+    before = Window.partitionBy("source_file").orderBy(_SPLIT_START).rowsBetween(Window.unboundedPreceding, -1)
+    per_split = (rows.where(F.col(_SPLIT_START).isNotNull())
+                 .groupBy("source_file", _SPLIT_START).agg(F.count(F.lit(1)).alias("_lines")))
+    return per_split.select("source_file", _SPLIT_START,
+                            F.coalesce(F.sum("_lines").over(before), F.lit(0)).alias("_lines_before"))
 
 
 def log_counts(stage: str, n_in: int, n_good: int, rejects: DataFrame) -> Dict[str, int]:

@@ -38,6 +38,7 @@ from .arrow_io import (arrow_blocks, csr_of, label_path_index, node_score_rows, 
 from .blocks import (_BLOCK_ROW, RDD_NEEDS, Block, _block_from_row, _pack_arrow_partition,  # noqa: F401
                      blocks_from_labels, blocks_from_node_scores, cache_blocks)
 from .limits import check_result_size
+from .errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -446,10 +447,10 @@ def _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter,
         raise ValueError(f"{label}: init_params are {init_params.shape[0]} x {init_params.shape[1]}, the fit needs "
                          f"{score_matrix.shape[0]} components x {vocab_size} terms")
     if n_lab == 0 and init_params is not None and smoothing == "auto":
-        raise ValueError(f"{label}: smoothing \"auto\" is chosen from the labelled counts and this batch has no "
+        raise InputError(f"{label}: smoothing \"auto\" is chosen from the labelled counts and this batch has no "
                          "labelled document; give a number (e.g. the previous model's)")
     if n_lab == 0 and init_params is None:
-        raise ValueError(f"{label}: no labelled document in the training data; "
+        raise InputError(f"{label}: no labelled document in the training data; "
                          "naive Bayes needs at least one labelled document")
     evidence = None
     if smoothing == "auto":
@@ -463,7 +464,7 @@ def _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter,
                  "(grid %s)", label, smoothing, ", ".join(f"{a}: {e:.4g}" for a, e in evidence.items()))
     smoothing = float(smoothing)
     if not 0.0 <= unlabeled_weight <= 1.0:
-        raise ValueError(f"unlabeled_weight must be in [0, 1], got {unlabeled_weight}")
+        raise InputError(f"unlabeled_weight must be in [0, 1], got {unlabeled_weight}")
     n_terms = int(init_stats.get("n_terms", 0)) or None
     params = pathnb.sparse_log_parameters(wc, totals, smoothing, groups, prior_smoothing)
     del wc
@@ -478,12 +479,12 @@ def _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter,
     result.prior_smoothing = smoothing if prior_smoothing is None else float(prior_smoothing)
     if init_params is not None and mode == "off":
         if n_lab == 0:
-            raise ValueError(f"{label}: no labelled document and no EM iterations (naive Bayes"
+            raise InputError(f"{label}: no labelled document and no EM iterations (naive Bayes"
                              f"{', unlabeled_weight 0' if use_unlabeled else ''}): a warm start needs EM over "
                              "the unlabelled documents")
         log.warning("%s: naive Bayes, no EM iterations: the warm start parameters are not used", label)
     elif init_params is not None and n_lab == 0 and not use_unlabeled:
-        raise ValueError(f"{label}: no labelled document and EM over the labelled documents only: nothing to fit")
+        raise InputError(f"{label}: no labelled document and EM over the labelled documents only: nothing to fit")
     elif init_params is not None:
         result.warm_start = True
         log.info("%s: warm start: the first E-step uses the given parameters (%d non-zero word parameters), "

@@ -28,8 +28,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .evaluate import confusion_arrays, f1_scores, metric_nodes, node_confusion
+from .evaluate import confusion_arrays, evaluate_predictions, f1_scores, node_confusion
 from .taxonomy import Taxonomy, TaxonomyError
+from .errors import InputError
 
 __all__ = ["HierarchicalF1Evaluator"]
 
@@ -41,7 +42,7 @@ METRICS = {"microF1": lambda m: m["micro_f1"], "macroF1": lambda m: m["macro_f1"
 def _check_metric_name(value: Any) -> str:
     value = TypeConverters.toString(value)
     if value not in METRICS:
-        raise ValueError(f"HierarchicalF1Evaluator metricName must be one of {sorted(METRICS)}, got {value!r}")
+        raise InputError(f"HierarchicalF1Evaluator metricName must be one of {sorted(METRICS)}, got {value!r}")
     return value
 
 
@@ -59,10 +60,10 @@ def _parse_taxonomy(text: str) -> Taxonomy:
     try:
         return Taxonomy.from_json(text)
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError("HierarchicalF1Evaluator taxonomy Param is not the JSON of Taxonomy.to_json() "
+        raise InputError("HierarchicalF1Evaluator taxonomy Param is not the JSON of Taxonomy.to_json() "
                          f"({type(exc).__name__}: {exc})") from None
     except TaxonomyError as exc:
-        raise ValueError(f"HierarchicalF1Evaluator taxonomy Param is not a valid taxonomy: {exc}") from None
+        raise InputError(f"HierarchicalF1Evaluator taxonomy Param is not a valid taxonomy: {exc}") from None
 
 
 class HierarchicalF1Evaluator(Evaluator, HasPredictionCol, HasLabelCol,
@@ -73,8 +74,11 @@ class HierarchicalF1Evaluator(Evaluator, HasPredictionCol, HasLabelCol,
     the predicted path from level 1 to the leaf, as ``PathEMModel`` outputs)
     and ``labelCol`` (default ``labels``, the true path). Rows whose label is
     null are not scored. With the ``taxonomy`` Param set, only the taxonomy's
-    real non-root nodes count (exactly as ``pcem evaluate``); with it empty,
-    every node seen in either column counts. Larger is better.
+    real non-root nodes count, and only rows whose label is a path of the
+    taxonomy (exactly as ``pcem evaluate``, by the same code: a minority of
+    other rows is a warning, a majority an :class:`InputError`, "made with
+    another taxonomy / model?"); with it empty, every node seen in either
+    column counts. Larger is better.
     """
 
     metricName: "Param[str]" = Param(
@@ -136,15 +140,21 @@ class HierarchicalF1Evaluator(Evaluator, HasPredictionCol, HasLabelCol,
         path_col, labels_col = self.getPredictionCol(), self.getLabelCol()
         for role, col in (("predictionCol", path_col), ("labelCol", labels_col)):
             _check_path_column(dataset, role, col)
-        n_pred, n_true, n_tp = node_confusion(dataset, path_col, labels_col)
-        if not n_true and dataset.where(F.col(labels_col).isNotNull()).isEmpty():
-            raise ValueError(f"HierarchicalF1Evaluator: nothing to score, no row has a non-null label in "
+        nothing = InputError(f"HierarchicalF1Evaluator: nothing to score, no row has a non-null label in "
                              f"column {labels_col!r}")
         tax_json = self.getTaxonomy()
         if tax_json:
-            nodes: List[str] = metric_nodes(_parse_taxonomy(tax_json))
-        else:
-            nodes = sorted(c for c in set(n_pred) | set(n_true) if c is not None)
+            # The very code (and numbers) of pcem evaluate: rows whose labels are not a path of the taxonomy
+            # are not scored (a warning), and predictions of another taxonomy are refused (InputError).
+            m = evaluate_predictions(dataset, _parse_taxonomy(tax_json), path_col, labels_col,
+                                     where="HierarchicalF1Evaluator")
+            if m["n_documents"] + m["n_unknown_labels"] == 0:
+                raise nothing
+            return float(METRICS[metric](m))
+        n_pred, n_true, n_tp = node_confusion(dataset, path_col, labels_col)
+        if not n_true and dataset.where(F.col(labels_col).isNotNull()).isEmpty():
+            raise nothing
+        nodes: List[str] = sorted(c for c in set(n_pred) | set(n_true) if c is not None)
         tp, fp, fn = confusion_arrays(nodes, n_pred, n_true, n_tp)
         return float(METRICS[metric](f1_scores(tp, fp, fn)))
 
@@ -153,8 +163,8 @@ def _check_path_column(dataset: DataFrame, role: str, col: str) -> None:
     try:
         dtype = dataset.select(F.col(col)).schema.fields[0].dataType
     except AnalysisException:
-        raise ValueError(f"HierarchicalF1Evaluator {role}: no column {col!r}; columns are "
+        raise InputError(f"HierarchicalF1Evaluator {role}: no column {col!r}; columns are "
                          f"{dataset.columns}") from None
     if not (isinstance(dtype, T.ArrayType) and isinstance(dtype.elementType, T.StringType)):
-        raise ValueError(f"HierarchicalF1Evaluator {role}: column {col!r} must be array<string> (a path from "
+        raise InputError(f"HierarchicalF1Evaluator {role}: column {col!r} must be array<string> (a path from "
                          f"level 1 to the leaf), got {dtype.simpleString()}")

@@ -28,6 +28,7 @@ from .discriminative import DISCRIMINATIVE
 from .methods import GENERATIVE
 from .model import ModelSettings, check_label_paths, fit_blocks
 from .taxonomy import PATH_KEY_SEP, Taxonomy
+from .errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +49,9 @@ def assign_roles(df: DataFrame, seed: int, test_fraction: float, label_rate: flo
     labels are ``unlabeled``.
     """
     if not 0 <= test_fraction < 1:
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
+        raise InputError(f"test_fraction must be in [0, 1), got {test_fraction}")
     if not 0 < label_rate <= 1:
-        raise ValueError(f"label rate must be in (0, 1], got {label_rate}")
+        raise InputError(f"label rate must be in (0, 1], got {label_rate}")
     leaf = F.element_at(F.col(labels_col), -1)
     w = Window.partitionBy(leaf).orderBy(F.xxhash64(F.col("id"), F.lit(seed)), F.col("id"))
     n = F.count(F.lit(1)).over(Window.partitionBy(leaf))
@@ -96,7 +97,7 @@ def read_csv(path: str) -> List[Dict[str, object]]:
     for i, r in enumerate(rows, start=2):
         missing = [k for k in ("method", "setting", "rate", "seed", "micro_f1", "macro_f1") if not r.get(k)]
         if missing:
-            raise ValueError(f"{path}:{i}: row without {', '.join(missing)}; expected a results.csv "
+            raise InputError(f"{path}:{i}: row without {', '.join(missing)}; expected a results.csv "
                              "written by pcem experiment")
     return rows
 
@@ -142,12 +143,12 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
     settings_list = [setting] if isinstance(setting, str) else list(setting)
     for st in settings_list:
         if st not in ("labeled", "dataless"):
-            raise ValueError(f"setting must be 'labeled' or 'dataless', got {st!r}")
+            raise InputError(f"setting must be 'labeled' or 'dataless', got {st!r}")
     if "dataless" in settings_list and not descriptions:
-        raise ValueError("the dataless setting needs label descriptions (--descriptions FILE)")
+        raise InputError("the dataless setting needs label descriptions (--descriptions FILE)")
     for m in methods:
         if m not in ALL_METHODS:
-            raise ValueError(f"unknown method {m!r}; known: {', '.join(ALL_METHODS)}")
+            raise InputError(f"unknown method {m!r}; known: {', '.join(ALL_METHODS)}")
     os.makedirs(out_dir, exist_ok=True)
     csv_path = os.path.join(out_dir, "results.csv")
     configs = {st: settings_fingerprint(feature_settings, model_settings, test_fraction, weak_mode,
@@ -164,7 +165,7 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
 
     other = sorted({f"{r['setting']} {r['config']}" for r in rows if not same_config(r)})
     if other and resume:
-        raise ValueError(f"{csv_path} holds runs made with other settings ({', '.join(other)}; these settings "
+        raise InputError(f"{csv_path} holds runs made with other settings ({', '.join(other)}; these settings "
                          f"are {', '.join(f'{k} {v}' for k, v in configs.items())}): averaging them would mix "
                          "experiments. Use another --output-dir, or --no-resume to recompute the planned runs")
     if not resume:

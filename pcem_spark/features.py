@@ -39,6 +39,8 @@ from pyspark.ml.feature import CountVectorizer, CountVectorizerModel, RegexToken
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from .errors import InputError
+
 log = logging.getLogger(__name__)
 
 # Java regex: a run of word characters holding at least one letter.
@@ -99,7 +101,7 @@ class FeatureSettings:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"unknown feature settings {unknown} (a model from a newer pcem-spark?); "
+            raise InputError(f"unknown feature settings {unknown} (a model from a newer pcem-spark?); "
                              f"known: {sorted(known)}")
         settings = cls(**{**_BEFORE_SETTING_EXISTED, **d})
         settings.validate()
@@ -107,20 +109,20 @@ class FeatureSettings:
 
     def validate(self) -> None:
         if self.min_token_length < 1:
-            raise ValueError(f"features.min_token_length must be >= 1, got {self.min_token_length}")
+            raise InputError(f"features.min_token_length must be >= 1, got {self.min_token_length}")
         if self.min_df <= 0:
-            raise ValueError(f"features.min_df must be > 0, got {self.min_df}")
+            raise InputError(f"features.min_df must be > 0, got {self.min_df}")
         if self.max_df <= 0:
-            raise ValueError(f"features.max_df must be > 0, got {self.max_df}")
+            raise InputError(f"features.max_df must be > 0, got {self.max_df}")
         if self.vocabulary_docs not in ("all", "labeled"):
-            raise ValueError(f"features.vocabulary_docs must be 'all' or 'labeled', got {self.vocabulary_docs!r}")
+            raise InputError(f"features.vocabulary_docs must be 'all' or 'labeled', got {self.vocabulary_docs!r}")
         if self.vocab_size < 0:
-            raise ValueError(f"features.vocab_size must be >= 0, got {self.vocab_size}")
+            raise InputError(f"features.vocab_size must be >= 0, got {self.vocab_size}")
         if self.normalize not in NORMALIZE_MODES:
-            raise ValueError(f"features.normalize must be one of {', '.join(NORMALIZE_MODES)}, "
+            raise InputError(f"features.normalize must be one of {', '.join(NORMALIZE_MODES)}, "
                              f"got {self.normalize!r}")
         if self.cjk not in CJK_MODES:
-            raise ValueError(f"features.cjk must be one of {', '.join(CJK_MODES)}, got {self.cjk!r}")
+            raise InputError(f"features.cjk must be one of {', '.join(CJK_MODES)}, got {self.cjk!r}")
 
 
 def nfkc(text: Column) -> Column:
@@ -289,7 +291,7 @@ def fit_vocabulary(df: DataFrame, settings: FeatureSettings, text_col: str = "te
         hint = "are the documents' texts empty?"
         if settings.cjk == "none":
             hint += " Chinese / Japanese text needs features.cjk = \"bigrams\" or \"chars\"."
-        raise ValueError(
+        raise InputError(
             f"the vocabulary is empty: no token of the {n_docs} {which}documents passes "
             f"features.min_df={settings.min_df:g}, features.max_df={settings.max_df:g} ({hint})")
     return vocab

@@ -20,6 +20,8 @@ import os
 import tarfile
 from typing import Dict, Iterator, Tuple
 
+from .errors import InputError
+
 log = logging.getLogger(__name__)
 
 HEADER_MODES = ("keep", "strip", "subject")
@@ -30,7 +32,7 @@ def clean_message(raw: str, headers: str = "subject") -> str:
     if headers == "keep":
         return raw
     if headers not in HEADER_MODES:
-        raise ValueError(f"headers must be one of {HEADER_MODES}, got {headers!r}")
+        raise InputError(f"headers must be one of {HEADER_MODES}, got {headers!r}")
     head, sep, body = raw.partition("\n\n")
     if not sep:  # no blank line: no header block to speak of
         return raw
@@ -56,13 +58,13 @@ def iter_20ng(archive: str, headers: str = "subject") -> Iterator[Dict[str, obje
                 continue
             parts = member.name.strip("./").split("/")
             if len(parts) != 3 or not parts[0].startswith("20news-bydate-"):
-                raise ValueError(
+                raise InputError(
                     f"{archive}: unexpected member {member.name!r}; expected "
                     "20news-bydate-{train,test}/<newsgroup>/<file>")
             split_dir, group, fname = parts
             doc_id = f"{group}/{fname}"
             if doc_id in seen:
-                raise ValueError(f"{archive}: document id {doc_id!r} occurs twice")
+                raise InputError(f"{archive}: document id {doc_id!r} occurs twice")
             seen.add(doc_id)
             raw = tar.extractfile(member).read().decode("latin-1")
             yield {

@@ -50,6 +50,7 @@ import scipy.sparse as sp
 
 from . import pathnb
 from .methods import EM_METHODS
+from .errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -303,11 +304,11 @@ def sibling_log_odds(counts, parent_of: np.ndarray, smoothing: float, top_n: int
     rank : ``"llr"`` | ``"log-odds"``
     """
     if smoothing <= 0:
-        raise ValueError(f"the log-odds smoothing must be > 0, got {smoothing}")
+        raise InputError(f"the log-odds smoothing must be > 0, got {smoothing}")
     if top_n < 1:
-        raise ValueError(f"top_n must be >= 1, got {top_n}")
+        raise InputError(f"top_n must be >= 1, got {top_n}")
     if rank not in TERM_RANKINGS:
-        raise ValueError(f"term ranking must be one of {TERM_RANKINGS}, got {rank!r}")
+        raise InputError(f"term ranking must be one of {TERM_RANKINGS}, got {rank!r}")
     C = sp.csr_matrix(counts, dtype=np.float64)
     C.sum_duplicates()
     C.eliminate_zeros()
@@ -512,7 +513,7 @@ def confusion_counts(pred, path_col: str = "path", labels_col: str = "labels"):
     from pyspark.sql import functions as F
     for col in (path_col, labels_col):
         if col not in pred.columns:
-            raise ValueError(f"predictions: column {col!r} is missing (found {pred.columns})")
+            raise InputError(f"predictions: column {col!r} is missing (found {pred.columns})")
     scored = pred.where(F.col(labels_col).isNotNull())
     cells = (scored.select(F.coalesce(F.col(path_col), F.array().cast("array<string>")).alias("p"),
                            F.posexplode(labels_col).alias("pos", "t"))
@@ -821,7 +822,7 @@ def render_png(report: Dict[str, object]) -> Optional[bytes]:
 def check_local_output(path: str) -> str:
     """The absolute local path of an inspect output directory; other filesystems are refused (ValueError)."""
     if "://" in path and not path.startswith("file://"):
-        raise ValueError(f"--output {path!r}: pcem inspect writes plain files to a local directory; "
+        raise InputError(f"--output {path!r}: pcem inspect writes plain files to a local directory; "
                          "give a local path (and copy the folder elsewhere afterwards)")
     path = path[len("file://"):] if path.startswith("file://") else path
     path = os.path.abspath(path.rstrip("/") or "/")
@@ -849,6 +850,8 @@ def write_inspection(out_dir: str, files: Dict[str, bytes], overwrite: bool = Fa
             shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
     if os.path.exists(path) and not overwrite:
         raise FileExistsError(f"output {path!r} already exists; pass --overwrite to replace it")
+    from .output_paths import Output, check_output_paths
+    check_output_paths(None, [Output("--output", path, INSPECT_KIND)], [], overwrite)  # no other kind replaced
     run_id = new_run_id()
     tmp = os.path.join(parent, f".{name}.pcem-tmp-{run_id}")
     os.makedirs(tmp)

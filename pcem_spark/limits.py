@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import InputError
 
-class ResultSizeError(ValueError):
+
+class ResultSizeError(InputError):
     """A collect would exceed ``spark.driver.maxResultSize``: a setting to raise, not a retry."""
 
 

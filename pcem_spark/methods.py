@@ -57,6 +57,7 @@ import numpy as np
 
 from .pathnb import Structure, weighted_score_matrix
 from .taxonomy import Taxonomy
+from .errors import InputError
 
 SPARSE_SCORE_MATRIX_CELLS = 1 << 22
 
@@ -125,7 +126,7 @@ def method_spec(taxonomy: Taxonomy, method: str, components: int = 2, path_weigh
         return MethodSpec(method, taxonomy.leaf_node_matrix(sparse), None, em)
     if method in ("nbmc", "emmc"):
         if components < 1:
-            raise ValueError(f"model.components must be >= 1, got {components}")
+            raise InputError(f"model.components must be >= 1, got {components}")
         owner = np.repeat(np.arange(M), components)
         leaf = taxonomy.leaf_node_matrix(sparse)
         return MethodSpec(method, leaf[np.repeat(np.arange(M), components)],
@@ -145,4 +146,4 @@ def method_spec(taxonomy: Taxonomy, method: str, components: int = 2, path_weigh
         return MethodSpec(method, _identity(K, sparse),
                           Structure(depth, node_owner, decoder="win", path_nodes=_path_nodes(taxonomy)),
                           em)
-    raise ValueError(f"unknown generative method {method!r}; known: {GENERATIVE}")
+    raise InputError(f"unknown generative method {method!r}; known: {GENERATIVE}")

@@ -28,6 +28,7 @@ from .model import AUTO, ModelSettings, PathModel, infer_taxonomy, train
 from .session import require_classic_session
 from .taxonomy import Taxonomy
 from .tuning import TuneSettings
+from .errors import InputError
 
 
 def _number_or_auto(value):
@@ -242,13 +243,13 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         fcol, lcol, icol = g(self.featuresCol), g(self.labelsCol), g(self.idCol)
         for c in (fcol, lcol):
             if c not in dataset.columns:
-                raise ValueError(f"PathEM: column {c!r} not found; columns are {dataset.columns}")
+                raise InputError(f"PathEM: column {c!r} not found; columns are {dataset.columns}")
         ids = F.col(icol).cast("string") if icol in dataset.columns else F.monotonically_increasing_id().cast("string")
         docs = dataset.select(ids.alias("id"), F.col(fcol).alias("features"), F.col(lcol).alias("labels"))
         if g(self.unlabeledTable):
             extra = dataset.sparkSession.table(g(self.unlabeledTable))
             if fcol not in extra.columns:
-                raise ValueError(f"PathEM: unlabeledTable {g(self.unlabeledTable)!r} has no column {fcol!r}")
+                raise InputError(f"PathEM: unlabeledTable {g(self.unlabeledTable)!r} has no column {fcol!r}")
             ids = F.col(icol).cast("string") if icol in extra.columns else F.lit(None).cast("string")
             docs = docs.unionByName(extra.select(ids.alias("id"), F.col(fcol).alias("features"),
                                                  F.lit(None).cast("array<string>").alias("labels")))
@@ -256,7 +257,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         if size is None:
             first = dataset.select(fcol).where(F.col(fcol).isNotNull()).first()
             if first is None:
-                raise ValueError("PathEM: no documents to fit")
+                raise InputError("PathEM: no documents to fit")
             size = int(first[0].size)
         meta = dataset.schema[fcol].metadata.get("ml_attr", {}).get("attrs", {})
         names = [a.get("name") for kind in meta.values() for a in kind]
@@ -348,7 +349,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
             est = self.copy(paramMaps[index])
             ms = est.model_settings()
             if ms.auto_params() and warm is None:
-                raise ValueError(f"PathEM.fitMultiple: {', '.join(ms.auto_params())} is 'auto' in a grid point; "
+                raise InputError(f"PathEM.fitMultiple: {', '.join(ms.auto_params())} is 'auto' in a grid point; "
                                  "give numbers when tuning with your own grid")
             pm, _ = fit_blocks(blocks, taxonomy, vocabulary, est.feature_settings(), ms,
                                warm_start=None if warm is None else as_warm_start(warm))
@@ -368,10 +369,10 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         g = self.getOrDefault
         kind = g(self.supervision)
         if kind not in ("labels", "descriptions", "similarities"):
-            raise ValueError(f"PathEM supervision must be labels, descriptions or similarities, got {kind!r}")
+            raise InputError(f"PathEM supervision must be labels, descriptions or similarities, got {kind!r}")
         if g(self.featuresCol):
             if kind != "labels":
-                raise ValueError("PathEM: featuresCol works with supervision='labels'; weak supervision "
+                raise InputError("PathEM: featuresCol works with supervision='labels'; weak supervision "
                                  "tokenises textCol itself")
             return self._copyValues(PathEMModel(self._fit_features(dataset)))
         if kind == "labels":
@@ -389,7 +390,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
             from .model import train_weak
             from .weak import check_descriptions
             if not g(self.taxonomy):
-                raise ValueError("PathEM with weak supervision needs the taxonomy Param (there are no label "
+                raise InputError("PathEM with weak supervision needs the taxonomy Param (there are no label "
                                  "paths to infer it from)")
             taxonomy = Taxonomy.from_json(g(self.taxonomy))
             cols = [F.col(g(self.idCol)).cast("string").alias("id"), F.col(g(self.textCol)).alias("text")]
@@ -399,10 +400,10 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
                     descriptions = check_descriptions(json.loads(g(self.descriptions) or "null"), taxonomy,
                                                       where="PathEM descriptions Param")
                 except json.JSONDecodeError as exc:
-                    raise ValueError(f"PathEM descriptions Param is not JSON: {exc}") from None
+                    raise InputError(f"PathEM descriptions Param is not JSON: {exc}") from None
             else:
                 if "similarities" not in dataset.columns:
-                    raise ValueError("PathEM supervision='similarities' needs a map<string,double> column "
+                    raise InputError("PathEM supervision='similarities' needs a map<string,double> column "
                                      f"'similarities'; columns are {dataset.columns}")
                 cols.append(F.col("similarities"))
             warm = self._warm_start()

@@ -32,6 +32,7 @@ from .features import FeatureSettings, featurize, fit_vocabulary
 from .limits import check_result_size
 from .session import require_classic_session
 from .taxonomy import Taxonomy, TaxonomyError
+from .errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,9 @@ def check_prediction_options(min_probability: float, top_k: int, names=("min_pro
     p_name, k_name = names
     if isinstance(min_probability, bool) or not isinstance(min_probability, (int, float)) \
             or not 0.0 <= float(min_probability) <= 1.0:
-        raise ValueError(f"{p_name} must be a number in [0, 1] (0 = always the full path), got {min_probability!r}")
+        raise InputError(f"{p_name} must be a number in [0, 1] (0 = always the full path), got {min_probability!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 0:
-        raise ValueError(f"{k_name} must be an integer >= 0 (0 = no top-k column), got {top_k!r}")
+        raise InputError(f"{k_name} must be an integer >= 0 (0 = no top-k column), got {top_k!r}")
 
 
 def prediction_schema(min_probability: float = 0.0, top_k: int = 0) -> T.StructType:
@@ -98,14 +99,14 @@ def _number_or_auto(name: str, value, low: float, high: float, low_open: bool = 
     """Validate a setting that is a number in [low, high] (or (low, high]) or the string "auto"."""
     if isinstance(value, str):
         if value != AUTO:
-            raise ValueError(f"model.{name} must be a number or \"auto\", got {value!r}")
+            raise InputError(f"model.{name} must be a number or \"auto\", got {value!r}")
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"model.{name} must be a number or \"auto\", got {value!r}")
+        raise InputError(f"model.{name} must be a number or \"auto\", got {value!r}")
     if (value <= low if low_open else value < low) or value > high:
         bound = (f"> {low:g}" if high == float("inf") else
                  f"in {'(' if low_open else '['}{low:g}, {high:g}]")
-        raise ValueError(f"model.{name} must be {bound} or \"auto\", got {value}")
+        raise InputError(f"model.{name} must be {bound} or \"auto\", got {value}")
 
 
 @dataclass
@@ -139,31 +140,31 @@ class ModelSettings:
 
     def validate(self) -> None:
         if self.method not in METHODS:
-            raise ValueError(f"model.method must be one of {METHODS}, got {self.method!r}")
+            raise InputError(f"model.method must be one of {METHODS}, got {self.method!r}")
         _number_or_auto("smoothing", self.smoothing, 0.0, float("inf"), low_open=True)
         _number_or_auto("unlabeled_weight", self.unlabeled_weight, 0.0, 1.0)
         _number_or_auto("path_weight", self.path_weight, 0.0, 1.0)
         if isinstance(self.doc_length, bool) or not isinstance(self.doc_length, (int, float)) or self.doc_length < 0:
-            raise ValueError(f"model.doc_length must be a number >= 0 (0 = raw counts), got {self.doc_length!r}")
+            raise InputError(f"model.doc_length must be a number >= 0 (0 = raw counts), got {self.doc_length!r}")
         if self.max_iter < 0:
-            raise ValueError(f"model.max_iter must be >= 0, got {self.max_iter}")
+            raise InputError(f"model.max_iter must be >= 0, got {self.max_iter}")
         if self.tol < 0:
-            raise ValueError(f"model.tol must be >= 0, got {self.tol}")
+            raise InputError(f"model.tol must be >= 0, got {self.tol}")
         if self.parameter_dtype not in ("float64", "float32"):
-            raise ValueError(f"model.parameter_dtype must be 'float64' or 'float32', got {self.parameter_dtype!r}")
+            raise InputError(f"model.parameter_dtype must be 'float64' or 'float32', got {self.parameter_dtype!r}")
         if not 0 <= self.posterior_floor < 1:
-            raise ValueError(f"model.posterior_floor must be in [0, 1), got {self.posterior_floor}")
+            raise InputError(f"model.posterior_floor must be in [0, 1), got {self.posterior_floor}")
         if isinstance(self.posterior_top_k, bool) or not isinstance(self.posterior_top_k, int) \
                 or self.posterior_top_k < 0:
-            raise ValueError(f"model.posterior_top_k must be an integer >= 0 (0 = every path), "
+            raise InputError(f"model.posterior_top_k must be an integer >= 0 (0 = every path), "
                              f"got {self.posterior_top_k!r}")
         if self.block_size < 1:
-            raise ValueError(f"model.block_size must be >= 1, got {self.block_size}")
+            raise InputError(f"model.block_size must be >= 1, got {self.block_size}")
         if self.components < 1:
-            raise ValueError(f"model.components must be >= 1, got {self.components}")
+            raise InputError(f"model.components must be >= 1, got {self.components}")
         if self.posterior_floor > 0 and self.method in PER_NODE_POSTERIOR_METHODS:
             # Their responsibilities are per-node / per-depth distributions, not one per document.
-            raise ValueError(f"model.posterior_floor must be 0 for {self.method} (it applies to methods with "
+            raise InputError(f"model.posterior_floor must be 0 for {self.method} (it applies to methods with "
                              "one posterior distribution per document)")
 
     @property
@@ -219,7 +220,7 @@ def check_vector_size(df: DataFrame, features_col: str, expected: int) -> None:
     """Refuse a features column whose ML metadata says another vector length than the model's vocabulary."""
     n = vector_size(df, features_col)
     if n is not None and n != expected:
-        raise ValueError(f"features column {features_col!r} holds vectors of length {n}, the model's vocabulary "
+        raise InputError(f"features column {features_col!r} holds vectors of length {n}, the model's vocabulary "
                          f"has {expected} terms: featurise with the same CountVectorizer model")
 
 
@@ -346,7 +347,7 @@ class PathModel:
             for f in prediction_schema(min_probability, top_k).fields if f.name != "id" and f.name != "labels"]
         if features_col is not None:
             if features_col not in df.columns:
-                raise ValueError(f"features column {features_col!r} not found; columns are {df.columns}")
+                raise InputError(f"features column {features_col!r} not found; columns are {df.columns}")
             check_vector_size(df, features_col, len(self.vocabulary))
             feats = df.withColumn("_pcem_features", F.col(features_col))
         else:
@@ -452,10 +453,10 @@ class PathModel:
             meta = json.loads(meta_rows[0]["value"])
             version = meta.get("format_version")
         except (IndexError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path}/metadata: not a pcem-spark model metadata line ({type(exc).__name__}: "
+            raise InputError(f"{path}/metadata: not a pcem-spark model metadata line ({type(exc).__name__}: "
                              f"{exc}); the model directory is damaged, retrain it") from None
         if version not in READABLE_FORMAT_VERSIONS:
-            raise ValueError(f"{path}: model format version {version}, this pcem-spark reads "
+            raise InputError(f"{path}: model format version {version}, this pcem-spark reads "
                              f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))}")
         try:
             taxonomy = Taxonomy(meta["taxonomy"]["children"], root=meta["taxonomy"]["root"])
@@ -466,16 +467,16 @@ class PathModel:
             model_settings = ModelSettings(**meta["model_settings"]).resolved()
             feature_settings = _feature_settings_of(meta["feature_settings"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: damaged model ({type(exc).__name__}: {exc}); retrain it") from None
+            raise InputError(f"{path}: damaged model ({type(exc).__name__}: {exc}); retrain it") from None
         if params.shape[1] != len(vocabulary) or len(vocabulary) != meta.get("vocab_size", len(vocabulary)):
-            raise ValueError(f"{path}: damaged model: parameters are {params.shape[0]} x {params.shape[1]}, "
+            raise InputError(f"{path}: damaged model: parameters are {params.shape[0]} x {params.shape[1]}, "
                              f"the vocabulary has {len(vocabulary)} terms and the metadata says "
                              f"{meta.get('vocab_size')}; retrain it")
         try:
             model = cls(taxonomy, vocabulary, None, params, feature_settings,
                         model_settings, meta.get("training_summary"))
         except ValueError as exc:
-            raise ValueError(f"{path}: damaged model ({exc}); retrain it") from None
+            raise InputError(f"{path}: damaged model ({exc}); retrain it") from None
         model.features_col = meta.get("features_col")
         return model
 
@@ -497,12 +498,12 @@ def _read_parameters(spark: SparkSession, path: str, version: int, vocab_size: i
                       f"{path}: the model's parameters ({n_rows:,} rows, {size:,} bytes of non-zero entries)")
     rows = table.orderBy("path_index").collect()
     if [r["path_index"] for r in rows] != list(range(len(rows))):
-        raise ValueError("parameter rows are not numbered 0..R-1")
+        raise InputError("parameter rows are not numbered 0..R-1")
     indices = [np.frombuffer(r["term_indices"], dtype="<i4") for r in rows]
     values = [np.frombuffer(r["log_ratio"], dtype="<f8") for r in rows]
     if any(len(i) != len(v) for i, v in zip(indices, values)) or \
             any(len(i) and (i.min() < 0 or i.max() >= vocab_size) for i in indices):
-        raise ValueError("parameter rows have mismatched or out-of-vocabulary term indices")
+        raise InputError("parameter rows have mismatched or out-of-vocabulary term indices")
     indptr = np.concatenate([[0], np.cumsum([len(i) for i in indices])]).astype(np.int64)
     ratio = sp.csr_matrix((np.concatenate(values) if values else np.zeros(0),
                            np.concatenate(indices) if indices else np.zeros(0, np.int32), indptr),
@@ -636,12 +637,16 @@ def fit_blocks(blocks, taxonomy: Taxonomy, vocabulary: List[str], feature_settin
         model_settings, prior_smoothing, init_params, warm_info = warm_start.prepare(taxonomy, vocabulary,
                                                                                      model_settings)
     if model_settings.auto_params():
-        raise ValueError(f"{model_settings.method}: {', '.join(model_settings.auto_params())} = \"auto\" is chosen "
+        raise InputError(f"{model_settings.method}: {', '.join(model_settings.auto_params())} = \"auto\" is chosen "
                          "by cross-validation on the documents (pcem_spark.tuning.resolve_auto / "
                          "model.train), not on packed blocks; pass numbers here")
     model_settings = model_settings.resolved()
     log.info("%s: vocabulary of %d terms, %d paths, taxonomy depth %d",
              model_settings.method, len(vocabulary), taxonomy.n_paths, taxonomy.depth)
+    if taxonomy.n_paths == 1:  # every fit comes through here: train, train_weak, PathEM, the experiment
+        log.warning("the taxonomy has one leaf, %r: every document will get this path, %s, whatever its text "
+                    "(a classifier needs at least two leaves; is the taxonomy file or the labels column the "
+                    "right one?)", taxonomy.leaves[0], taxonomy.real_path(0))
     spec = method_spec(taxonomy, model_settings.method, model_settings.components, model_settings.path_weight)
     result = engine.fit(blocks, spec.score_matrix, len(vocabulary),
                         em=spec.em, smoothing=model_settings.smoothing,

@@ -46,6 +46,7 @@ from contextlib import contextmanager
 from typing import Dict, Iterator, List, Optional
 
 from .faults import maybe_kill
+from .errors import InputError, OutputPathError
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ _TMP = ".pcem-tmp-"
 _OLD = ".pcem-old-"
 
 
-class IncompleteOutputError(ValueError):
+class IncompleteOutputError(InputError):
     """An output directory lacks its completion marker (partial, foreign or older)."""
 
 
@@ -122,7 +123,7 @@ def _split(path: str):
     path = path.rstrip("/")
     parent, name = path.rsplit("/", 1) if "/" in path else (".", path)
     if not name:
-        raise ValueError(f"output path {path!r} has no name")
+        raise InputError(f"output path {path!r} has no name")
     return parent or "/", name
 
 
@@ -238,8 +239,15 @@ def atomic_output(spark, path: str, kind: str, overwrite: bool = False,
     path = path.rstrip("/")
     fs = _FS(spark, path)
     recover(spark, path, cleanup=True)
-    if not overwrite and fs.exists(path):
-        raise FileExistsError(f"output {path!r} already exists; pass --overwrite to replace it")
+    if fs.exists(path):
+        if not overwrite:
+            raise FileExistsError(f"output {path!r} already exists; pass --overwrite to replace it")
+        existing = read_marker(spark, path)
+        if existing is not None and existing.get("kind") != kind:
+            # The last line of defence (commands check earlier, pcem_spark.output_paths): a complete output
+            # of another kind -- a model, the input documents -- is never replaced.
+            raise OutputPathError(f"{path!r} holds a complete pcem-spark {existing.get('kind')} output; refusing "
+                                  f"to replace it with {kind}, even with overwrite")
     run_id = run_id or new_run_id()
     tmp = _sibling(path, _TMP, run_id)
     staged = StagedOutput(path, tmp, run_id)
@@ -278,12 +286,20 @@ def commit(spark, path: str, tmp: str, run_id: str, kind: str = "") -> None:
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Replace a local file in one step: a temp file in the same directory, then ``os.replace``."""
+    """Replace a local file in one step: a temp file in the same directory, then ``os.replace``.
+
+    The file gets the mode a plain ``open(path, "w")`` would give it, ``0o666 &
+    ~umask`` (``mkstemp`` alone makes it 0o600: unreadable for a task running
+    as another user). A file that replaces an existing one gets that mode too,
+    not the old file's (:mod:`pcem_spark.filemodes`).
+    """
+    from .filemodes import file_mode
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), file_mode())
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())

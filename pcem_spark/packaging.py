@@ -33,6 +33,8 @@ import zipfile
 from importlib import metadata
 from typing import Dict, List, Optional, Sequence
 
+from .filemodes import file_mode
+
 # What the executors import: the numeric stack (pathnb, engine) and what
 # PySpark's Arrow UDFs (mapInArrow, pandas UDFs) need. pyspark itself comes
 # from the cluster's Spark (SPARK_HOME/python/lib/pyspark.zip), never the env.
@@ -74,6 +76,7 @@ def build_py_files(out_dir: str) -> str:
     fd, tmp = tempfile.mkstemp(prefix=".pcem_spark.", suffix=".zip", dir=out_dir)
     os.close(fd)
     try:
+        os.chmod(tmp, file_mode())  # mkstemp's 0o600 -> what open() gives: readable by whoever ships it
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
             for root, dirs, files in os.walk(src):
                 dirs[:] = sorted(d for d in dirs if d != "__pycache__")
@@ -148,9 +151,11 @@ def build_env_archive(out_dir: str, python: Optional[str] = None,
                         "install", "--quiet", "--disable-pip-version-check", *pins], check=True)
         tmp = os.path.join(work, ENV_ARCHIVE_NAME)
         subprocess.run([venv_pack, "--quiet", "-p", env, "-o", tmp], check=True)
+        os.chmod(tmp, file_mode())  # built inside mkdtemp's private folder: the umask decides, as for open()
         os.replace(tmp, target)
         fd, tmp_manifest = tempfile.mkstemp(dir=out_dir, prefix=".pcem_env.", suffix=".json")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), file_mode())
             json.dump(wanted, fh, indent=2)
         os.replace(tmp_manifest, manifest_path)
     finally:

@@ -19,6 +19,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln, logsumexp
 
+from .errors import InputError
+
 # Pseudo-counts tried by ``smoothing = "auto"`` (log-spaced, 0.01 .. 1): below
 # 0.01 a word unseen in a class costs more than ~10 nats per occurrence and one
 # stray token decides a document; above 1 the labelled counts of a small
@@ -464,7 +466,7 @@ def recovered_counts(params: PathParameters, smoothing: float, check_rtol: float
     bad = np.flatnonzero(np.abs(row_sums - n_words) > check_rtol * np.maximum(np.abs(n_words), 1.0))
     if len(bad):
         j = int(bad[0])
-        raise ValueError(f"parameters are not word distributions (damaged?): component {j} has word counts "
+        raise InputError(f"parameters are not word distributions (damaged?): component {j} has word counts "
                          f"summing to {row_sums[j]:.6g} but its base says {n_words[j]:.6g} words "
                          f"({len(bad)} of {R} components disagree)")
     return counts, np.maximum(n_words, 0.0)

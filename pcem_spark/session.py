@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Dict, Tuple
 
 from pyspark.sql import SparkSession
+
+from .errors import InputError
 
 if TYPE_CHECKING:  # no package import at run time: engine, model and ml import this module
     from .config import SparkSettings
@@ -35,12 +38,77 @@ def build_session(settings: SparkSettings) -> SparkSession:
     builder = SparkSession.builder.appName(settings.app_name)
     if settings.master and not under_submit:
         builder = builder.master(settings.master)
+    for key, value in _loopback_binding(settings, under_submit).items():
+        builder = builder.config(key, value)
     for key, value in settings.conf.items():
         builder = builder.config(key, str(value))
     spark = builder.getOrCreate()
     require_classic_session(spark, _COMMANDS, _COMMANDS_NEED)  # e.g. a Connect session made earlier
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+LOOPBACK = "127.0.0.1"
+# Spark's local masters: local, local[N], local[*], local[N,F], local[*,F]. Not local-cluster[...]
+# (a test mode with worker JVMs) nor any cluster master.
+_LOCAL_MASTER = re.compile(r"local(\[[^\]]*\])?")
+_DRIVER_ADDRESS_KEYS = ("spark.driver.host", "spark.driver.bindAddress")
+
+
+def is_local_master(master) -> bool:
+    """True for a master URL that runs the whole job in the driver's JVM (``local``, ``local[2,3]``...)."""
+    return bool(master) and _LOCAL_MASTER.fullmatch(str(master).strip()) is not None
+
+
+def _jvm_state() -> Tuple[bool, bool]:
+    """(a SparkContext is active, this process already has a JVM gateway)."""
+    from pyspark import SparkContext
+    return SparkContext._active_spark_context is not None, SparkContext._gateway is not None
+
+
+def _loopback_binding(settings: SparkSettings, under_submit: bool) -> Dict[str, str]:
+    """Keep a local run's listening sockets on 127.0.0.1; returns the Spark settings to add.
+
+    A local master has no executor elsewhere that needs to reach the driver, yet
+    Spark listens beyond the machine: its web UI on SPARK_LOCAL_IP, else on every
+    interface (``WebUI.initServer``; no Spark setting moves it), and the driver's
+    RPC and block manager on ``spark.driver.bindAddress`` (default:
+    ``spark.driver.host``, default: the machine's address). So, for a local master
+    named by the settings (not under spark-submit, whose JVM and master are
+    already chosen), this sets SPARK_LOCAL_IP=127.0.0.1 in the environment the
+    JVM is launched with, and returns spark.driver.host / bindAddress =
+    127.0.0.1. The UI stays on, reachable from the machine or an ssh tunnel.
+
+    What the user set is kept: SPARK_LOCAL_IP in the environment (Spark then
+    derives the driver's address from it, so the driver keys are not added
+    either, unless it is 127.0.0.1), SPARK_LOCAL_HOSTNAME, and spark.driver.host
+    or spark.driver.bindAddress in ``[spark.conf]`` (then neither key is added:
+    Spark's fallback from one to the other applies). Cluster masters, no master
+    and spark-submit are left entirely as configured.
+    """
+    if under_submit or not is_local_master(settings.master):
+        return {}
+    active, jvm_running = _jvm_state()
+    if active:
+        return {}   # getOrCreate returns the running session: its sockets are already bound
+    conf = {k: str(v) for k, v in settings.conf.items()}
+    local_ip = os.environ.get("SPARK_LOCAL_IP", "")
+    added: Dict[str, str] = {}
+    if not any(k in conf for k in _DRIVER_ADDRESS_KEYS) and local_ip in ("", LOOPBACK) \
+            and not os.environ.get("SPARK_LOCAL_HOSTNAME"):
+        added = {key: LOOPBACK for key in _DRIVER_ADDRESS_KEYS}
+    if not local_ip:
+        if jvm_running:
+            # A session was stopped and another is made: the JVM's environment is fixed, so
+            # the UI would listen on every interface. Off, unless the user asked for it.
+            if "spark.ui.enabled" not in conf:
+                added["spark.ui.enabled"] = "false"
+                logging.getLogger(__name__).warning(
+                    "the Spark UI is off: this process's JVM was started without SPARK_LOCAL_IP, "
+                    "so the UI could not be bound to %s", LOOPBACK)
+        else:
+            os.environ["SPARK_LOCAL_IP"] = LOOPBACK   # read by the JVM launch_gateway starts
+    return added
 
 
 _COMMANDS = "pcem (its commands and jobs/*.py)"
@@ -61,7 +129,7 @@ def _connect_requested(settings: SparkSettings) -> str:
     return ""
 
 
-class SparkConnectError(ValueError):
+class SparkConnectError(InputError):
     """pcem-spark code that needs the RDD API or the driver's JVM got a Spark Connect session.
 
     A ValueError: the deployment is wrong, retrying will not help (``pcem``

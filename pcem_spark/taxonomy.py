@@ -22,6 +22,8 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .errors import InputError
+
 DUMMY_SEP = "#dummy"
 # Joins a label path into one string key (Arrow / Spark lookups of label -> path
 # index): the ASCII unit separator. Node names are otherwise free-form (any
@@ -36,7 +38,7 @@ def path_key(labels: Sequence[str]) -> str:
     return PATH_KEY_SEP.join(labels)
 
 
-class TaxonomyError(ValueError):
+class TaxonomyError(InputError):
     """The taxonomy (or a label path checked against it) is not valid."""
 
 

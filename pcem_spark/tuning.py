@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 from .features import FeatureSettings
 from .model import AUTO, ModelSettings, PathModel
 from .taxonomy import Taxonomy
+from .errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -70,22 +71,22 @@ class TuneSettings:
 
     def validate(self) -> None:
         if self.folds < 2:
-            raise ValueError(f"tune.folds must be >= 2, got {self.folds}")
+            raise InputError(f"tune.folds must be >= 2, got {self.folds}")
         if self.metric not in METRICS:
-            raise ValueError(f"tune.metric must be one of {METRICS}, got {self.metric!r}")
+            raise InputError(f"tune.metric must be one of {METRICS}, got {self.metric!r}")
         for name, values in (("unlabeled_weights", self.unlabeled_weights), ("path_weights", self.path_weights)):
             if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1
                                  for v in values):
-                raise ValueError(f"tune.{name} must be a non-empty list of numbers in [0, 1], got {values}")
+                raise InputError(f"tune.{name} must be a non-empty list of numbers in [0, 1], got {values}")
         for key, values in self.grid.items():
             if key not in PARAM_OF_SETTING:
-                raise ValueError(f"tune.grid: {key!r} cannot be tuned; tunable: {sorted(PARAM_OF_SETTING)}")
+                raise InputError(f"tune.grid: {key!r} cannot be tuned; tunable: {sorted(PARAM_OF_SETTING)}")
             if not isinstance(values, list) or not values:
-                raise ValueError(f"tune.grid.{key} must be a non-empty list, got {values!r}")
+                raise InputError(f"tune.grid.{key} must be a non-empty list, got {values!r}")
         if self.selection not in SELECTIONS:
-            raise ValueError(f"tune.selection must be one of {SELECTIONS}, got {self.selection!r}")
+            raise InputError(f"tune.selection must be one of {SELECTIONS}, got {self.selection!r}")
         if self.parallelism < 1:
-            raise ValueError(f"tune.parallelism must be >= 1, got {self.parallelism}")
+            raise InputError(f"tune.parallelism must be >= 1, got {self.parallelism}")
 
 
 def stratified_folds(labeled: DataFrame, n_folds: int, seed: int, labels_col: str = "labels",
@@ -116,7 +117,7 @@ def select_grid_point(scores: List[float], stds: List[float], preference: List[i
     ``std / sqrt(n_folds - 1)``.
     """
     if selection not in SELECTIONS:
-        raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
+        raise InputError(f"selection must be one of {SELECTIONS}, got {selection!r}")
     best = max(range(len(scores)), key=lambda i: (scores[i], -i))
     if selection == "best":
         return best
@@ -161,7 +162,9 @@ def resolve_auto(feats: DataFrame, taxonomy: Taxonomy, vocabulary: List[str], fe
     (``info["grid"]``, mean CV score per grid point, the metric, the folds,
     seconds), and the model CrossValidator refitted on all of ``feats`` with
     the best values (a :class:`PathModel` with ``vocabulary`` and
-    ``feature_settings``) -- or None when nothing was tuned. ``init_model`` (a
+    ``feature_settings``) -- or None when nothing was tuned (a taxonomy of
+    one leaf is never tuned: ``info["skipped"]`` and ``info["reason"]`` say
+    so, and the settings take the paper's values). ``init_model`` (a
     model directory): every fit, in every fold, starts EM from it (PathEM
     ``initModel``, :mod:`pcem_spark.warm`).
     """
@@ -178,11 +181,21 @@ def resolve_auto(feats: DataFrame, taxonomy: Taxonomy, vocabulary: List[str], fe
         grid_spec["path_weight"] = [float(v) for v in tune.path_weights]
     for key, values in (extra_grid or {}).items():
         if key not in PARAM_OF_SETTING:
-            raise ValueError(f"tune.grid: {key!r} cannot be tuned; tunable: {sorted(PARAM_OF_SETTING)}")
+            raise InputError(f"tune.grid: {key!r} cannot be tuned; tunable: {sorted(PARAM_OF_SETTING)}")
         grid_spec[key] = list(values)
     if not grid_spec or all(len(v) == 1 for v in grid_spec.values()):
         chosen = {k: v[0] for k, v in grid_spec.items()}
         return model_settings.resolved(**chosen), {"chosen": chosen, "tuned": False}, None
+    if taxonomy.n_paths == 1:
+        # Every path of every grid point is the one leaf's: all CV scores are equal, there is nothing to
+        # choose. Every caller (model.train, PathEM, the experiment runner) comes through here.
+        leaf = taxonomy.leaves[0]
+        reason = (f"the taxonomy has one leaf, {leaf!r}: every setting gives every document its path, so "
+                  "cross-validation has nothing to choose")
+        log.warning("tuning skipped: %s; %s keep their fallback values (unlabeled_weight, path_weight: the paper's "
+                    "1; smoothing: \"auto\" by evidence, or the number set)", reason, ", ".join(grid_spec))
+        return model_settings.resolved(), {"chosen": {}, "tuned": False, "skipped": True, "reason": reason,
+                                           "not_tuned": sorted(grid_spec)}, None
     if init_model:
         # The warm start maps terms by name: the fits read the names from the column's ML attributes.
         feats = feats.withColumn(features_col, F.col(features_col).alias(

@@ -77,6 +77,8 @@ import logging
 import time
 from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
+from .errors import InputError
+
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = 'pip install "pcem-spark[warc]"'
@@ -94,11 +96,11 @@ RECORD_CHARS = 1000  # as pcem_spark.documents.RECORD_CHARS: how much of a rejec
 DOCUMENT, REJECT, FILE_ERROR, FILE_SUMMARY = "document", "reject", "file_error", "file"
 
 
-class WarcDependencyError(ValueError):
+class WarcDependencyError(InputError):
     """FastWARC / Resiliparse are not installed (``pip install "pcem-spark[warc]"``)."""
 
 
-class WarcInputError(ValueError):
+class WarcInputError(InputError):
     """A ``--input`` path or setting of ``ingest-warc`` is wrong (names it)."""
 
 
@@ -636,7 +638,9 @@ def ingest_warc(spark, inputs: Sequence[str], output: str, rejects_path: str, id
             if written.count() != n_rejects:
                 raise RuntimeError(f"ingest-warc: {n_rejects} rejects but {written.count()} written")
             summary["rejected_by_reason"] = _top_reasons(written) if n_rejects else {}
-            staged_rejects.info.update({**summary, "documents_output": output})
+            # "source": a retry of the same ingest may replace these rejects without --overwrite
+            # (pcem_spark.output_paths, rule 3).
+            staged_rejects.info.update({**summary, "documents_output": output, "source": ",".join(inputs)})
         if n_documents == 0:
             raise WarcInputError(f"ingest-warc: no documents in {len(files)} files ({n_records} records, "
                                  f"{n_skipped} of them skipped by type {skipped_by_type}); the {n_rejects} "

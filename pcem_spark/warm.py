@@ -31,6 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import pathnb
+from .errors import InputError
 from .methods import method_spec
 from .model import AUTO, ModelSettings, PathModel
 from .taxonomy import Taxonomy
@@ -43,7 +44,7 @@ INHERITED_SETTINGS = ("smoothing", "unlabeled_weight", "path_weight")
 CROSS_VALIDATED_SETTINGS = ("unlabeled_weight", "path_weight")
 
 
-class WarmStartError(ValueError):
+class WarmStartError(InputError):
     """The init model cannot start this fit (missing, incomplete, other taxonomy or method)."""
 
 

@@ -23,6 +23,7 @@ import scipy.sparse as sp
 
 from .engine import arrow_blocks, csr_of
 from .taxonomy import DUMMY_SEP, Taxonomy, TaxonomyError, closest_name
+from .errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -345,7 +346,7 @@ def weak_label_from_similarities(df, taxonomy: Taxonomy, mode: str = "argmax", m
     from pyspark.sql import types as T
 
     if mode not in ("argmax", "soft", "path"):
-        raise ValueError(f"weak labels: mode must be 'argmax', 'soft' or 'path', got {mode!r}")
+        raise InputError(f"weak labels: mode must be 'argmax', 'soft' or 'path', got {mode!r}")
     nodes = sorted(taxonomy.real_nodes, key=lambda n: (taxonomy.node_depth(n), n))
     depths = [taxonomy.node_depth(n) for n in nodes]
     # Distinct keys only reach the driver (bounded by the similarity model's classes).
@@ -392,7 +393,7 @@ def weak_label(df, vocabulary: List[str], feature_settings, taxonomy: Taxonomy,
 
 
     if mode not in ("argmax", "soft", "path"):
-        raise ValueError(f"weak labels: mode must be 'argmax', 'soft' or 'path', got {mode!r}")
+        raise InputError(f"weak labels: mode must be 'argmax', 'soft' or 'path', got {mode!r}")
     spark = df.sparkSession
     idf_model = IDF(inputCol=features_col, outputCol="_idf").fit(df)
     idf = idf_weights(np.asarray(idf_model.docFreq), int(idf_model.numDocs))

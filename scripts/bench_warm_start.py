@@ -112,7 +112,7 @@ def run_one(main, paths, out_dir, rate, seed, run) -> dict:
     os.makedirs(os.path.dirname(metrics), exist_ok=True)
     if main(["predict", "--model", model, "--docs", paths["test"], "--output", pred, "--overwrite"]) != 0:
         raise RuntimeError(f"predict {run} {tag} failed")
-    if main(["evaluate", "--predictions", pred, "--model", model, "--output", metrics]) != 0:
+    if main(["evaluate", "--predictions", pred, "--model", model, "--output", metrics, "--overwrite"]) != 0:
         raise RuntimeError(f"evaluate {run} {tag} failed")
     with open(metrics) as fh:
         m = json.load(fh)

@@ -14,11 +14,11 @@ fi
 "$PY" -m pip install --quiet -e .
 mkdir -p "$OUT"
 start=$(date +%s)
-"$PY" -m pcem_spark.cli ingest-20ng --archive "$ARCHIVE" --output "$OUT/20ng.jsonl.gz"
+"$PY" -m pcem_spark.cli ingest-20ng --archive "$ARCHIVE" --output "$OUT/20ng.jsonl.gz" --overwrite
 "$PY" -m pcem_spark.cli train --config conf/20ng.toml --docs "$OUT/20ng.jsonl.gz" --split train --label-rate 0.01 --seed 0 \
   --model "$OUT/model" --overwrite
 "$PY" -m pcem_spark.cli predict --config conf/20ng.toml --model "$OUT/model" --docs "$OUT/20ng.jsonl.gz" --split test \
   --output "$OUT/predictions" --overwrite
 "$PY" -m pcem_spark.cli evaluate --config conf/20ng.toml --predictions "$OUT/predictions" --model "$OUT/model" \
-  --output "$OUT/metrics.json"
+  --output "$OUT/metrics.json" --overwrite
 echo "demo finished in $(( $(date +%s) - start ))s; predictions: $OUT/predictions, metrics: $OUT/metrics.json"

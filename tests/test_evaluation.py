@@ -131,18 +131,28 @@ def test_taxonomy_param_only_counts_its_nodes(spark):
     for metric in ("microF1", "macroF1"):
         assert _f1(pred, metric) == pytest.approx(_f1(pred, metric, taxonomy=TAX2.to_json()))
     # A true label 'golf' outside the taxonomy (row 6: pred sport/football, true sport/golf).
-    # With the taxonomy: sport 3/0/1, football 1/1/1, golf not counted -> TP 6, FP 4, FN 3.
-    # Without it: golf adds FN 1 (0/0/1)                                -> TP 6, FP 4, FN 4.
+    # With the taxonomy, row 6 is not scored at all (its truth is not a path of the taxonomy): the numbers
+    # of rows 1-4, as pcem evaluate (which also reports the row as unknown).
+    # Without it: sport 3/0/1, football 1/1/1, golf 0/0/1 -> TP 6, FP 4, FN 4.
     pred = spark.createDataFrame(ROWS2 + [("6", ["sport", "football"], ["sport", "golf"])], PRED_SCHEMA)
     m = evaluate_predictions(pred, TAX2)
-    assert m["unknown_true_labels"] == ["golf"]
+    assert m["unknown_true_labels"] == ["golf"] and m["n_unknown_labels"] == 1 and m["n_documents"] == 4
     with_tax = _f1(pred, "microF1", taxonomy=TAX2.to_json())
-    assert with_tax == m["micro_f1"] == pytest.approx(12 / (12 + 4 + 3))
+    assert with_tax == m["micro_f1"] == pytest.approx(MICRO2)
     assert _f1(pred, "microF1") == pytest.approx(12 / (12 + 4 + 4))
     f_sport, f_football = 6 / 7, 2 / 4  # other nodes as in PER_NODE2
-    macro_tax = (f_sport + 2 / 3 + f_football + 0 + 1 + 0) / 6
-    assert _f1(pred, "macroF1", taxonomy=TAX2.to_json()) == m["macro_f1"] == pytest.approx(macro_tax)
-    assert _f1(pred, "macroF1") == pytest.approx((macro_tax * 6 + 0) / 7)
+    assert _f1(pred, "macroF1", taxonomy=TAX2.to_json()) == m["macro_f1"] == pytest.approx(MACRO2)
+    macro_all = (f_sport + 2 / 3 + f_football + 0 + 1 + 0 + 0) / 7
+    assert _f1(pred, "macroF1") == pytest.approx(macro_all)
+
+
+def test_taxonomy_param_refuses_labels_of_another_taxonomy(spark):
+    from pcem_spark.errors import InputError
+    pred = spark.createDataFrame([(str(i), ["x", "x1"], ["x", "x1"]) for i in range(3)] + ROWS2[:1], PRED_SCHEMA)
+    with pytest.raises(InputError, match=r"3 of the 4 .*'x'.*another taxonomy / model\?"):
+        _f1(pred, "microF1", taxonomy=TAX2.to_json())
+    # without a taxonomy every node seen counts: nothing is unknown
+    assert _f1(pred, "microF1") == 1.0
 
 
 def test_invalid_params_raise(spark):

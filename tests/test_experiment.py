@@ -79,3 +79,36 @@ def test_supervision_settings():
     assert s.supervision.kind == "descriptions" and s.supervision.descriptions == "d.json"
     with pytest.raises(ConfigError, match="supervision.kind must be"):
         load_settings(None, ["supervision.kind=guess"])
+
+
+# ------------------------------------------------- an experiment that plans no run (issue B)
+@pytest.mark.parametrize("extra, message", [
+    (["--seeds", "0"], "--seeds 0: "),
+    (["--seeds", "-2"], "--seeds -2: "),
+    (["--seeds", ""], "--seeds '': "),
+    (["--seeds", "1,x"], "--seeds 1,x: "),
+    (["--rates", "0"], "--rates 0: "),
+    (["--rates", ""], "--rates '': "),
+    (["--rates", "0.1,0"], "--rates 0.1,0: "),
+    (["--methods", ""], "--methods '': "),
+    (["--methods", "pcem,"], "--methods pcem,: "),
+    (["--set", "experiment.seeds=[]"], "[experiment] seeds: "),
+    (["--set", "experiment.seeds=[-1]"], "[experiment] seeds: "),
+    (["--set", "experiment.rates=[]"], "[experiment] rates: "),
+    (["--set", "experiment.methods=[]"], "[experiment] methods: "),
+])
+def test_experiment_without_runs_exits_2_before_spark(tmp_path, capsys, monkeypatch, extra, message):
+    import pcem_spark.session
+    from pcem_spark.cli import main
+
+    def no_spark(*a, **k):
+        raise AssertionError("Spark was started")
+    monkeypatch.setattr(pcem_spark.session, "build_session", no_spark)
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"id": "1", "text": "a b", "labels": ["a"]}\n')
+    out = tmp_path / "out"
+    rc = main(["experiment", "--docs", str(docs), "--output-dir", str(out), *extra])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert message in err, err
+    assert not out.exists()

@@ -128,6 +128,56 @@ def test_atomic_write_text_replaces_whole_files(tmp_path):
     assert open(path).read() == "two" and os.listdir(tmp_path / "sub") == ["a.md"]
 
 
+@pytest.mark.parametrize("umask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
+def test_local_files_respect_the_umask(tmp_path, umask, file_mode, dir_mode):
+    """metrics.json, the experiment's CSV / markdown, inspect folders and the --py-files zip: 0o666 & ~umask
+    (0o777 & ~umask for folders), also when they replace a file with another mode."""
+    import stat
+
+    from pcem_spark import packaging
+    from pcem_spark.inspect import write_inspection
+
+    def mode(path):
+        return stat.S_IMODE(os.stat(path).st_mode)
+
+    old = os.umask(umask)
+    try:
+        metrics = str(tmp_path / "metrics.json")
+        atomic_write_text(metrics, "{}")
+        assert mode(metrics) == file_mode
+        os.chmod(metrics, 0o640)
+        atomic_write_text(metrics, "{}")          # a replacement takes the umask too, not the old mode
+        assert mode(metrics) == file_mode
+        insp = write_inspection(str(tmp_path / "insp"), {"model.md": b"x"})
+        assert mode(insp) == dir_mode and mode(os.path.join(insp, "model.md")) == file_mode
+        assert mode(os.path.join(insp, MARKER)) == file_mode
+        assert mode(packaging.build_py_files(str(tmp_path / "dist"))) == file_mode
+    finally:
+        os.umask(old)
+
+
+def test_umask_is_read_without_proc(monkeypatch):
+    import builtins
+
+    from pcem_spark import filemodes
+    real_open = builtins.open
+
+    def no_proc(path, *a, **k):
+        if str(path).startswith("/proc/"):
+            raise FileNotFoundError(path)
+        return real_open(path, *a, **k)
+
+    old = os.umask(0o027)
+    try:
+        assert filemodes.current_umask() == 0o027
+        monkeypatch.setattr(builtins, "open", no_proc)
+        assert filemodes.current_umask() == 0o027 and filemodes.file_mode() == 0o640
+        assert filemodes.dir_mode() == 0o750
+        assert os.umask(0o027) == 0o027            # restored
+    finally:
+        os.umask(old)
+
+
 def test_exit_code_classification_and_root_cause():
     from py4j.protocol import Py4JNetworkError
     from pyspark.errors import AnalysisException, PythonException

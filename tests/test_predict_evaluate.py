@@ -207,3 +207,81 @@ def test_pyspark_ml_estimator_with_weak_supervision(spark):
         PathEM(supervision="descriptions", descriptions=json.dumps(desc)).fit(docs)
     with pytest.raises(ValueError, match="column 'similarities'"):
         PathEM(taxonomy=TAX.to_json(), supervision="similarities").fit(docs)
+
+
+# ------------------------------------------------ evaluate against another taxonomy (issue A)
+AB_TSV = "ROOT\ta\nROOT\tb\na\ta1\nb\tb1\n"
+PRED_COLS = "id string, path array<string>, leaf string, probability double, labels array<string>"
+
+
+def _write_predictions(spark, path, rows):
+    """A complete predictions table (with its _PCEM_COMPLETE marker) of (id, path, labels) rows."""
+    from pcem_spark.outputs import atomic_output
+    df = spark.createDataFrame([(i, p, p[-1] if p else None, 1.0, t) for i, p, t in rows], PRED_COLS)
+    with atomic_output(spark, path, "predictions") as staged:
+        df.write.parquet(staged.tmp)
+    return path
+
+
+def test_evaluate_refuses_predictions_of_another_taxonomy(spark, tmp_path, capsys):
+    from pcem_spark.cli import main
+    tax = tmp_path / "ab.tsv"
+    tax.write_text(AB_TSV)
+    pred = _write_predictions(spark, str(tmp_path / "pred"),
+                              [(f"d{i}", ["x", "x1"], ["x", "x1"]) for i in range(4)])
+    out = tmp_path / "metrics.json"
+    rc = main(["evaluate", "--predictions", pred, "--taxonomy", str(tax), "--output", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 2, captured.err
+    assert "4 of the 4" in captured.err and "'x'" in captured.err and "'x1'" in captured.err
+    assert "predictions were made with another taxonomy / model?" in captured.err
+    assert "micro-F1" not in captured.out and not out.exists()
+
+
+def test_evaluate_warns_about_a_minority_of_unknown_rows_and_scores_the_rest_consistently(
+        spark, tmp_path, capsys, caplog):
+    import json
+    import logging
+
+    from pcem_spark.cli import main
+    tax = tmp_path / "ab.tsv"
+    tax.write_text(AB_TSV)
+    pred = _write_predictions(spark, str(tmp_path / "pred"), [
+        ("1", ["a", "a1"], ["a", "a1"]),
+        ("2", ["b", "b1"], ["b", "b1"]),
+        ("3", ["a", "a1"], ["b", "b1"]),
+        ("4", ["x", "x1"], ["x", "x1"]),   # true labels unknown: not scored at all
+        ("5", ["x", "x1"], ["a", "a1"]),   # predicted path unknown: scored, wrong at every level
+    ])
+    out = tmp_path / "metrics.json"
+    with caplog.at_level(logging.WARNING):
+        rc = main(["evaluate", "--predictions", pred, "--taxonomy", str(tax), "--output", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("2 of the 5" in w and "x1" in w for w in warnings), warnings
+    m = json.loads(out.read_text())
+    assert m["n_documents"] == 4 and m["n_unknown_labels"] == 1 and m["n_unknown_predictions"] == 1
+    assert m["unknown_true_labels"] == ["x", "x1"] and m["unknown_nodes"] == ["x", "x1"]
+    # Rows 1-3 and 5 only, for the accuracies and for the F1s alike.
+    assert m["level_accuracy"] == {"1": pytest.approx(2 / 4), "2": pytest.approx(2 / 4)}
+    # a, a1: tp 1 fp 1 fn 1; b, b1: tp 1 fp 0 fn 1
+    assert m["micro_f1"] == pytest.approx(8 / (8 + 2 + 4))
+    assert m["macro_f1"] == pytest.approx((0.5 + 0.5 + 2 / 3 + 2 / 3) / 4)
+    assert "unknown to the taxonomy: 2 of 5" in captured.out
+
+
+def test_level_accuracy_and_f1_count_the_same_rows(spark):
+    tax = Taxonomy({"ROOT": ["a", "b"], "a": ["a1"], "b": ["b1"]})
+    # A truth the taxonomy does not know can be neither right (level accuracy) nor a node (F1).
+    pred = spark.createDataFrame([("1", ["x", "x1"], ["x", "x1"]), ("2", ["a", "a1"], ["a", "a1"]),
+                                  ("3", ["b", "b1"], ["b", "b1"])], "id string, path array<string>, labels array<string>")
+    m = evaluate_predictions(pred, tax)
+    assert m["n_documents"] == 2 and m["n_unknown_labels"] == 1
+    assert m["level_accuracy"] == {"1": 1.0, "2": 1.0} and m["micro_f1"] == m["macro_f1"] == 1.0
+    # A path that names known nodes but is not a parent -> child chain is unknown too.
+    pred = spark.createDataFrame([("1", ["b", "a1"], ["a", "a1"]), ("2", ["a", "a1"], ["a", "a1"]),
+                                  ("3", ["b", "b1"], ["b", "b1"])], "id string, path array<string>, labels array<string>")
+    m = evaluate_predictions(pred, tax)
+    assert m["n_unknown_predictions"] == 1 and m["n_documents"] == 3 and "unknown_nodes" not in m
+    assert m["unknown_paths"] == [["b", "a1"]]

@@ -94,7 +94,7 @@ def test_gzip_input_gives_the_same_verdicts(spark, tmp_path, catalogue):
 
 
 def test_lines_of_a_split_file_are_all_read_once(spark, tmp_path):
-    """A plain file split in several parts: every line read once; line numbers only for the first split."""
+    """A plain file split in several parts: every line read once, and the rejects keep their exact line."""
     path = str(tmp_path / "big.jsonl")
     lines = [json.dumps({"id": f"d{i}", "text": "x" * 40}) for i in range(300)]
     lines[0] = lines[-1] = "oops"
@@ -109,7 +109,7 @@ def test_lines_of_a_split_file_are_all_read_once(spark, tmp_path):
         assert raw.count() == good.count() + rejects.count() == 300
         assert good.count() == 298
         assert sorted(r["id"] for r in good.collect()) == sorted(f"d{i}" for i in range(1, 299))
-        assert {r["line"] for r in rejects.collect()} == {1, None}  # first line: exact; last: unknown
+        assert {r["line"] for r in rejects.collect()} == {1, 300}  # in the first split and in the last
     finally:
         spark.conf.set("spark.sql.files.maxPartitionBytes", old)
 
@@ -218,3 +218,182 @@ def test_an_id_shared_with_a_malformed_line_is_a_duplicate(spark, tmp_path):
     assert good.count() == 0
     assert sorted((r["line"], r["reason"]) for r in rejects.collect()) == [
         (1, "duplicate id: 2 rows share this id"), (2, "field 'text': expected a string, got number")]
+
+
+# ---------------------------------------------------------------------------
+# Lone surrogates: valid JSON, but not encodable as UTF-8 (so not as an Arrow string)
+# ---------------------------------------------------------------------------
+
+_SURROGATE_REASON = "(not encodable as UTF-8"
+
+
+def test_a_lone_surrogate_is_a_reject_naming_the_field_not_a_failed_job(spark, tmp_path):
+    r"""``\ud800`` alone decodes to a str Arrow cannot take: the line is a reject, the rest of the file is read."""
+    lines = [
+        r'{"id": "ok-1", "text": "before"}',
+        r'{"id":"s1","text":"apple \ud800 apricot"}',
+        r'{"id": "s-label", "text": "x", "labels": ["sci", "sci.\udc00space"]}',
+        r'{"id": "s-split", "text": "x", "split": "tr\uDBFFain"}',
+        r'{"id": "s-sims", "text": "x", "similarities": {"ok": 1, "k\ud800": 0.5}}',
+        r'{"id": "s\ud800id", "text": "x"}',
+        r'{"id": "s-reversed", "text": "\udc00\ud800"}',
+        # A surrogate where it is reported by another check: the reason must not carry it raw.
+        r'{"id": "s-padded", "text": "x", "labels": [" \ud800"]}',
+        r'{"id": "s-sims-type", "text": "x", "similarities": {"\ud800": "high"}}',
+        r'{"id": "s-dup", "text": "x", "extra": {"\ud800": 1, "\ud800": 2}}',
+        r'{"id": "s\ud800bad-id", "text": 5}',
+        # Valid: a surrogate pair is one character; a lone surrogate in an ignored key or value is ignored.
+        r'{"id": "ok-pair", "text": "rocket \ud83d\ude80 launch"}',
+        r'{"id": "ok-ignored", "text": "y", "extra\ud800": "\udfff", "x": ["\ud800"]}',
+        r'{"id": "ok-escaped", "text": "a backslash then \\ud800, not an escape"}',
+    ]
+    path = tmp_path / "surrogates.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="ascii")
+    raw = read_documents(spark, str(path))
+    good, rejects = split_rejects(raw)
+    expected_good = spark.createDataFrame([
+        ("ok-1", "before", None, None, None),
+        ("ok-pair", "rocket \U0001F680 launch", None, None, None),
+        ("ok-ignored", "y", None, None, None),
+        ("ok-escaped", "a backslash then \\ud800, not an escape", None, None, None),
+    ], DOCUMENT_SCHEMA)
+    assert_df_equality(good.orderBy("id"), expected_good.orderBy("id"), ignore_nullable=True)
+    got = {r["line"]: r for r in rejects.collect()}
+    expected = {
+        2: ("s1", r"field 'text': lone surrogate \ud800 at character 6 " + _SURROGATE_REASON),
+        3: ("s-label", r"labels[1]: lone surrogate \udc00 at character 4 " + _SURROGATE_REASON),
+        4: ("s-split", r"field 'split': lone surrogate \udbff at character 2 " + _SURROGATE_REASON),
+        5: ("s-sims", r'similarities["k\ud800"]: lone surrogate \ud800 at character 1 of the key '
+                      + _SURROGATE_REASON),
+        6: (None, r"field 'id': lone surrogate \ud800 at character 1 " + _SURROGATE_REASON),
+        7: ("s-reversed", r"field 'text': lone surrogate \udc00 at character 0 " + _SURROGATE_REASON),
+        8: ("s-padded", r'labels[0]: " \ud800" has leading or trailing whitespace'),
+        9: ("s-sims-type", r'similarities["\ud800"]: expected a number, got string'),
+        10: ("s-dup", r"duplicate key '\ud800'"),
+        11: (None, "field 'text': expected a string, got number"),
+    }
+    assert sorted(got) == sorted(expected)
+    for line, (doc_id, reason) in expected.items():
+        row = got[line]
+        assert row["reason"].startswith(reason), f"line {line}: {row['reason']!r}"
+        assert row["id"] == doc_id, f"line {line}: id {row['id']!r}"
+        assert row["record"] == lines[line - 1]  # the raw line: the escape as written, 6 ASCII characters
+    assert got[2]["reason"].endswith(")")
+    assert raw.count() == good.count() + rejects.count() == len(lines)
+    # The rejects table is writable as it is (every string in it is valid UTF-8).
+    rejects.write.parquet(str(tmp_path / "rejects"))
+    assert spark.read.parquet(str(tmp_path / "rejects")).count() == len(expected)
+
+
+def test_a_lone_surrogate_in_a_gz_file_is_a_reject_too(spark, tmp_path):
+    path = str(tmp_path / "s.jsonl.gz")
+    with gzip.open(path, "wt", encoding="ascii") as fh:
+        fh.write('{"id": "a", "text": "x"}\n{"id":"s1","text":"apple \\ud800 apricot"}\n')
+    good, rejects = split_rejects(read_documents(spark, path))
+    assert [r["id"] for r in good.collect()] == ["a"]
+    assert [(r["id"], r["line"], r["reason"].split(" (")[0]) for r in rejects.collect()] == [
+        ("s1", 2, r"field 'text': lone surrogate \ud800 at character 6")]
+
+
+# ---------------------------------------------------------------------------
+# Line numbers of rejects when a file is read in several splits
+# ---------------------------------------------------------------------------
+
+@pytest.fixture
+def small_splits(spark):
+    """Plain files split every 300 bytes (restored afterwards)."""
+    old = spark.conf.get("spark.sql.files.maxPartitionBytes")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "300")
+    try:
+        yield 300
+    finally:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", old)
+
+
+def _mixed_lines(prefix):
+    """41 lines, 13 of them rejects of different kinds scattered through (first and last line included)."""
+    lines = [json.dumps({"id": f"{prefix}{i}", "text": f"document {i} " + "w" * (i % 7), "labels": ["sci"]})
+             for i in range(1, 42)]
+    bad = {
+        1: '{"id": "%s-two", "text": "a"}{"id": "%s-x", "text": "b"}' % (prefix, prefix),
+        4: '{"id": "%s-trail", "text": "t"} xyz' % prefix,
+        7: '{"id": "%s-num", "text": 12345}' % prefix,
+        10: '{"id": "%s-broken", "text": ' % prefix,
+        13: "",
+        16: '{"id": "%s-labels", "text": "x", "labels": "sci/sci.space"}' % prefix,
+        19: '{"id": "%s-dup", "text": "one", "labels": ["sci"]}' % prefix,
+        22: '[{"id": "%s-arr", "text": "a"}]' % prefix,
+        25: '{"id": "%s-dupkey", "text": "a", "text": "b"}' % prefix,
+        28: '{"id": "%s-nan", "text": "x", "similarities": {"sci": NaN}}' % prefix,
+        31: '{"id": "%s-dup", "text": "two", "labels": ["sci"]}' % prefix,
+        35: '{"text": "who am i"}',
+        41: '{"id": "%s-notext", "labels": ["sci"]}' % prefix,
+    }
+    for line, text in bad.items():
+        lines[line - 1] = text
+    return lines, sorted(bad)
+
+
+def _file_lines(path):
+    """The file's lines as Python enumerates them (``\\n`` or ``\\r\\n``), decompressed if ``.gz``."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as fh:
+        return fh.read().decode("utf-8").splitlines()
+
+
+def _assert_lines_address_rejects(rejects, files):
+    """Every reject's ``line`` is exact: it points at the line it came from, and no line is missed."""
+    rows = rejects.collect()
+    by_file = {}
+    for r in rows:
+        assert r["line"] is not None, f"{r['source_file']}: {r['reason']!r} has no line number"
+        by_file.setdefault(os.path.basename(r["source_file"]), []).append(r)
+    assert sorted(by_file) == sorted(files)
+    for name, (file_lines, bad) in files.items():
+        assert sorted(r["line"] for r in by_file[name]) == bad, name
+        for r in by_file[name]:
+            text = file_lines[r["line"] - 1]
+            # The parser keeps the raw line; rows rejected after parsing keep the parsed row as JSON.
+            assert r["record"] == text or json.loads(r["record"]) == json.loads(text), \
+                f"{name} line {r['line']}: {r['record']!r} is not {text!r}"
+
+
+def _n_splits(spark, path):
+    return spark.read.text(path).select(F.input_file_block_start()).distinct().count()
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["LF", "CRLF"])
+def test_every_reject_of_a_split_file_has_its_exact_line(spark, tmp_path, small_splits, newline):
+    path = str(tmp_path / "mixed.jsonl")
+    lines, bad = _mixed_lines("d")
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        fh.write(newline.join(lines) + newline)
+    file_lines = _file_lines(path)
+    assert file_lines == lines and len(file_lines) == 41
+    assert _n_splits(spark, path) > 5  # ~3 KB in 300-byte splits
+    raw = read_documents(spark, path)
+    good, rejects = split_rejects(raw)
+    assert good.count() + rejects.count() == raw.count() == spark.read.text(path).count() == len(file_lines)
+    assert rejects.count() == len(bad) == 13
+    _assert_lines_address_rejects(rejects, {"mixed.jsonl": (file_lines, bad)})
+
+
+def test_line_numbers_count_per_file_in_a_folder_of_split_and_gz_files(spark, tmp_path, small_splits):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    files = {}
+    for name, prefix, newline in [("a.jsonl", "a", "\n"), ("b.jsonl.gz", "b", "\n"), ("c.jsonl", "c", "\r\n")]:
+        lines, bad = _mixed_lines(prefix)
+        path = str(folder / name)
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(path, "wt", encoding="utf-8", newline="") as fh:
+            fh.write(newline.join(lines) + newline)
+        files[name] = (_file_lines(path), bad)
+    assert _n_splits(spark, str(folder / "b.jsonl.gz")) == 1  # gzip is never split
+    assert _n_splits(spark, str(folder / "a.jsonl")) > 5
+    raw = read_documents(spark, str(folder))
+    good, rejects = split_rejects(raw)
+    assert good.count() + rejects.count() == raw.count() == 3 * 41
+    # "{"text": "who am i"}" has no id: the same line in each file is one reject each, not a duplicate.
+    assert rejects.count() == 3 * 13
+    _assert_lines_address_rejects(rejects, files)

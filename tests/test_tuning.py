@@ -236,3 +236,63 @@ def test_default_grid_takes_pcnb_only_when_clearly_better():
     assert select_grid_point(scores, stds, pref, 3) == preferred
     scores[pcnb[0]] = 0.85                                     # ... by more than one SE: PCNB
     assert select_grid_point(scores, stds, pref, 3) == pcnb[0]
+
+
+# ------------------------------------------------------ a taxonomy with one leaf (issue D)
+def _no_cross_validation(monkeypatch):
+    from pyspark.ml import tuning as ml_tuning
+
+    def refuse(*a, **k):
+        raise AssertionError("cross-validation ran on a single leaf")
+    monkeypatch.setattr(ml_tuning.CrossValidator, "fit", refuse)
+    monkeypatch.setattr("pcem_spark.tuning.stratified_folds", refuse)
+
+
+@pytest.mark.parametrize("extra", [[], ["--tune", "--set", "tune.grid={'smoothing': [0.1, 1.0]}"]],
+                         ids=["auto", "tune-grid"])
+def test_single_leaf_trains_without_cross_validation_and_warns(spark, tmp_path, monkeypatch, caplog, extra):
+    import logging
+
+    from pcem_spark.cli import main
+    from pcem_spark.model import PathModel
+    _no_cross_validation(monkeypatch)
+    src = tmp_path / "docs.jsonl"
+    with open(src, "w") as fh:
+        for i in range(10):
+            fh.write(json.dumps({"id": str(i), "text": "goal striker penalty league",
+                                 "labels": ["only", "leaf"] if i < 8 else None}) + "\n")
+    out = str(tmp_path / "model")
+    with caplog.at_level(logging.WARNING):
+        rc = main(["train", "--docs", str(src), "--model", out, "--set", "model.max_iter=3",
+                   "--set", "features.min_df=1.0", "--set", "features.max_df=1.0", *extra])
+    assert rc == 0
+    warnings = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert "one leaf, 'leaf': every document will get this path, ['only', 'leaf']" in warnings, warnings
+    assert "tuning skipped" in warnings
+    model = PathModel.load(out)
+    tuning = model.training_summary["tuning"]
+    assert tuning["tuned"] is False and tuning["skipped"] is True and "one leaf" in tuning["reason"]
+    ms = model.model_settings
+    assert (ms.unlabeled_weight, ms.path_weight) == (1.0, 1.0)     # the paper's values, as with too few labels
+    assert isinstance(ms.smoothing, float)
+
+
+def test_single_leaf_path_em_skips_cross_validation(spark, monkeypatch, caplog):
+    import logging
+
+    from pyspark.ml.feature import CountVectorizer, RegexTokenizer
+
+    from pcem_spark.ml import PathEM
+    _no_cross_validation(monkeypatch)
+    docs = spark.createDataFrame([(str(i), "serve racket volley", ["leaf"]) for i in range(10)],
+                                 "id string, text string, labels array<string>")
+    tokens = RegexTokenizer(inputCol="text", outputCol="tokens").transform(docs)
+    feats = CountVectorizer(inputCol="tokens", outputCol="tf").fit(tokens).transform(tokens)
+    for est, data in ((PathEM(maxIter=2, minDF=1.0, maxDF=1.0, vocabSize=0), docs),
+                      (PathEM(featuresCol="tf", maxIter=2), feats)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            model = est.fit(data)
+        assert "one leaf, 'leaf': every document will get this path" in caplog.text
+        assert model.path_model.training_summary["tuning"]["skipped"] is True
+        assert {r["leaf"] for r in model.transform(data).collect()} == {"leaf"}

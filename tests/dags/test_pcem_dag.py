@@ -213,6 +213,8 @@ def test_exit_code_2_is_not_retried_75_is(operator_class, spark_env, exit_script
 
     with pytest.raises(AirflowFailException, match="exited 2"):
         run(2)
+    with pytest.raises(AirflowFailException, match="exited 1 .a bug"):
+        run(1)
     with pytest.raises(AirflowException) as transient:
         run(75)
     assert not isinstance(transient.value, AirflowFailException)

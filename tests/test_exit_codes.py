@@ -1,0 +1,257 @@
+"""Exit codes by the failure's kind (pcem_spark.failures): every row of the README's table, with a real
+exception of each kind, and the reported commands end to end.
+
+Java exceptions are real JVM Throwables (made through py4j, or thrown by a real Spark read), delivered
+the way a failed job delivers them: inside a SparkException, inside a Py4JJavaError. Worker exceptions
+are raised in a real Python worker by a real Spark job.
+"""
+
+import errno
+import gzip
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+
+import pytest
+from py4j.protocol import Py4JJavaError, Py4JNetworkError
+from pyspark.errors import PySparkRuntimeError
+
+from pcem_spark.cli import main
+from pcem_spark.documents import DocumentsError
+from pcem_spark.errors import InputError
+from pcem_spark.failures import (EXIT_BAD_INPUT, EXIT_BUG, EXIT_TRANSIENT, classify_failure, iter_rules,
+                                 rules_markdown)
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+
+# ----------------------------------------------------------------- how each kind is produced
+def _job_failure(spark, throwable):
+    """A Py4JJavaError as a failed job delivers it: the cause inside a SparkException."""
+    jvm = spark.sparkContext._jvm
+    outer = jvm.org.apache.spark.SparkException("Job aborted due to stage failure: Task 0 failed", throwable)
+    return Py4JJavaError("An error occurred while calling o42.collectToPython.\n", outer)
+
+
+def _java(spark, name, tmp_path):
+    jvm = spark.sparkContext._jvm
+    cls = jvm
+    for part in name.split("."):
+        cls = getattr(cls, part)
+    if name.endswith("InvalidInputException"):
+        problems = jvm.java.util.ArrayList()
+        problems.add(jvm.java.io.IOException("Input path does not exist: file:/nope"))
+        return _job_failure(spark, cls(problems))
+    if name == "org.apache.hadoop.fs.ChecksumException":
+        return _job_failure(spark, cls("Checksum error: file:/x", 0))
+    if name == "java.nio.charset.MalformedInputException":
+        return _job_failure(spark, cls(1))
+    if name == "org.apache.spark.sql.AnalysisException":
+        with pytest.raises(Exception) as info:  # a real one, from a real query
+            spark.sql("SELECT no_such_column")
+        return _job_failure(spark, info.value._origin)
+    return _job_failure(spark, cls(f"{name} raised for the test"))
+
+
+def _spark_read_failure(spark, fn):
+    with pytest.raises(Exception) as info:
+        fn()
+    return info.value
+
+
+def _condition(spark, name, tmp_path):
+    if name == "PATH_NOT_FOUND":
+        return _spark_read_failure(spark, lambda: spark.read.parquet(str(tmp_path / "nope")))
+    if name == "UNABLE_TO_INFER_SCHEMA":
+        (tmp_path / "empty").mkdir()
+        return _spark_read_failure(spark, lambda: spark.read.parquet(str(tmp_path / "empty")))
+    if name == "FAILED_READ_FILE.CANNOT_READ_FILE_FOOTER":  # a JSON file read as Parquet
+        path = tmp_path / "docs.jsonl"
+        path.write_text('{"id": "a", "text": "x"}\n')
+        return _spark_read_failure(spark, lambda: spark.read.parquet(str(path)).collect())
+    if name == "FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH":  # a part file with another column type
+        d = tmp_path / "mixed"
+        spark.createDataFrame([(1,)], "x int").write.parquet(str(d / "a"))
+        spark.createDataFrame([("s",)], "x string").write.parquet(str(d / "b"))
+        for f in os.listdir(d / "b"):
+            if f.endswith(".parquet"):
+                shutil.copy(d / "b" / f, d / "a" / ("z-" + f))
+        return _spark_read_failure(spark, lambda: spark.read.parquet(str(d / "a")).collect())
+    if name == "JAVA_GATEWAY_EXITED":  # end to end in test_reported_settings_failures_exit_2
+        return PySparkRuntimeError(errorClass="JAVA_GATEWAY_EXITED", messageParameters={})
+    if name == "CANNOT_CONFIGURE_SPARK_CONNECT_MASTER":
+        return PySparkRuntimeError(errorClass=name, messageParameters={"master_url": "local[2]",
+                                                                       "connect_url": "sc://localhost"})
+    raise KeyError(name)
+
+
+WORKER_RAISES = {
+    "InputError and subclasses": "__import__('pcem_spark.documents', fromlist=['x']).DocumentsError('line 3: bad')",
+    "ImportError": "ImportError('cannot import name x')",
+    "ModuleNotFoundError": "ModuleNotFoundError(\"No module named 'scipy'\")",
+    "UnicodeDecodeError": "UnicodeDecodeError('utf-8', b'\\xff', 0, 1, 'invalid start byte')",
+    "UnicodeEncodeError": "UnicodeEncodeError('utf-8', '\\ud800', 0, 1, 'surrogates not allowed')",
+    "other (OSError, MemoryError, a library's own error)": "OSError(5, 'Input/output error')",
+}
+
+
+def _worker(spark, kind):
+    source = WORKER_RAISES.get(kind, f"{kind}('raised in a worker for the test')")
+
+    def boom(batches):
+        for _ in batches:
+            raise eval(source)  # noqa: S307 - the test's own fixed strings
+        yield from ()
+
+    return _spark_read_failure(spark, lambda: spark.range(1).mapInArrow(boom, "id long").collect())
+
+
+def _driver(kind):
+    return {
+        "InputError and subclasses": DocumentsError("docs.jsonl: bad"),
+        "FileExistsError": FileExistsError("output exists"),
+        "FileNotFoundError": FileNotFoundError("taxonomy.tsv"),
+        "NotADirectoryError": NotADirectoryError("x"),
+        "IsADirectoryError": IsADirectoryError("x"),
+        "PermissionError": PermissionError(errno.EACCES, "Permission denied"),
+        "TarError": tarfile.ReadError("not a gzip file"),
+        "JSONDecodeError": json.JSONDecodeError("Expecting value", "{", 1),
+        "TOMLDecodeError": tomllib.TOMLDecodeError("Invalid value"),
+        "OSError with another errno (EROFS, ENOSPC, EIO)": OSError(errno.EROFS, "Read-only file system"),
+        "MemoryError": MemoryError(),
+        "Py4JNetworkError": Py4JNetworkError("Error while sending or receiving"),
+        "ConnectionError": ConnectionResetError("reset"),
+        "EOFError": EOFError(),
+        "other (ValueError, TypeError, KeyError, RuntimeError)": ValueError("a bug"),
+    }[kind]
+
+
+def _message(spark, marker, tmp_path):
+    if marker == "spark.driver.maxResultSize":
+        jvm = spark.sparkContext._jvm
+        return Py4JJavaError("An error occurred while calling o9.collectToPython.\n", jvm.org.apache.spark.SparkException(
+            "Job aborted due to stage failure: Total size of serialized results of 3 tasks (1100.0 MiB) is "
+            "bigger than spark.driver.maxResultSize (1024.0 MiB)"))
+    if marker.startswith("EOFException"):  # a truncated .gz file
+        path = tmp_path / "cut.jsonl.gz"
+        data = gzip.compress(b"".join(b'{"id": "%d", "text": "word"}\n' % i for i in range(2000)))
+        path.write_bytes(data[: len(data) // 2])
+        return _spark_read_failure(spark, lambda: spark.read.text(str(path)).count())
+    raise KeyError(marker)
+
+
+def _exception(spark, origin, kind, tmp_path):
+    if origin == "driver Python":
+        return _driver(kind)
+    if origin == "Spark error condition":
+        return _condition(spark, kind, tmp_path)
+    if origin == "Java cause chain":
+        if kind.startswith("other"):
+            return _job_failure(spark, spark.sparkContext._jvm.java.io.IOException("Connection reset by peer"))
+        return _java(spark, kind, tmp_path)
+    if origin.startswith("Java message"):
+        return _message(spark, kind, tmp_path)
+    if origin == "worker Python":
+        return _worker(spark, kind)
+    raise KeyError(origin)
+
+
+CASES = [(origin, kind, code) for origin, kinds, code in iter_rules() for kind in kinds]
+
+
+def test_the_readme_table_is_the_rule_table():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        readme = fh.read()
+    assert rules_markdown() in readme, "README's exit-code table is out of date: python -m pcem_spark.failures"
+
+
+@pytest.mark.parametrize("origin,kind,code", CASES, ids=[f"{o}:{k}"[:60] for o, k, _ in CASES])
+def test_every_row_of_the_table(spark, tmp_path, origin, kind, code):
+    exc = _exception(spark, origin, kind, tmp_path)
+    got, message = classify_failure(exc)
+    assert got == code, f"{origin} {kind}: {type(exc).__name__} -> {got} ({message})"
+    assert message
+
+
+def test_internal_value_errors_are_bugs_and_validation_errors_are_bad_input():
+    assert classify_failure(ValueError("index 3 out of range in a pure function"))[0] == EXIT_BUG
+    assert classify_failure(InputError("model.tol must be >= 0"))[0] == EXIT_BAD_INPUT
+    # A settings error raised by the settings code is an InputError, not a ValueError
+    from pcem_spark.config import load_settings
+    with pytest.raises(InputError):
+        load_settings(None, ["model.tol=-1"])
+
+
+def test_the_worker_type_and_message_reach_the_user(spark):
+    code, message = classify_failure(_worker(spark, "KeyError"))
+    assert code == EXIT_BUG and "KeyError" in message and "raised in a worker for the test" in message
+
+
+# ----------------------------------------------------------------- the reported commands, end to end
+def _pcem(args, preexec=()):
+    env = {k: v for k, v in os.environ.items() if k not in ("PCEM_KILL_AT", "PCEM_INJECT_FAULT")}
+    env["PYSPARK_PYTHON"] = sys.executable
+    return subprocess.run([*preexec, sys.executable, "-m", "pcem_spark.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def docs_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("docs") / "docs.jsonl"
+    path.write_text("".join(json.dumps({"id": f"d{i}", "text": "apple banana" if i % 2 else "car wheel",
+                                        "labels": ["f", "apple"] if i % 2 else ["v", "car"]}) + "\n"
+                            for i in range(20)))
+    return str(path)
+
+
+@pytest.mark.parametrize("setting", ["spark.master=bogus", "spark.conf.spark.driver.memory=abc"])
+def test_reported_settings_failures_exit_2(docs_file, tmp_path, setting):
+    proc = _pcem(["train", "--docs", docs_file, "--model", str(tmp_path / "m"), "--set", setting])
+    assert proc.returncode == EXIT_BAD_INPUT, proc.stderr[-3000:]
+    assert "could not start" in proc.stderr and "retry" not in proc.stderr.splitlines()[-1]
+
+
+def test_reported_input_failures_exit_2(spark, docs_file, tmp_path, capsys):
+    fast = ["--set", "model.smoothing=0.1", "--set", "model.unlabeled_weight=0.5", "--set", "model.path_weight=0",
+            "--set", "features.min_df=1", "--log-level", "WARNING"]
+    # --format parquet on a JSON file
+    assert main(["train", "--docs", docs_file, "--format", "parquet", "--model", str(tmp_path / "m1"), *fast]) \
+        == EXIT_BAD_INPUT
+    assert "not a Parquet" in capsys.readouterr().err
+    # a truncated Parquet part file (no checksum file beside it, as on object stores)
+    table = str(tmp_path / "table")
+    spark.read.json(docs_file).repartition(2).write.parquet(table)
+    part = sorted(f for f in os.listdir(table) if f.endswith(".parquet"))[0]
+    os.truncate(os.path.join(table, part), 200)
+    for crc in [f for f in os.listdir(table) if f.endswith(".crc")]:
+        os.remove(os.path.join(table, crc))
+    assert main(["train", "--docs", table, "--model", str(tmp_path / "m2"), *fast]) == EXIT_BAD_INPUT
+    assert part in capsys.readouterr().err
+    # --output whose parent is a regular file
+    model = str(tmp_path / "model")
+    assert main(["train", "--docs", docs_file, "--model", model, *fast]) == 0
+    (tmp_path / "afile").write_text("x")
+    assert main(["predict", "--model", model, "--docs", docs_file, "--output", str(tmp_path / "afile" / "sub"),
+                 *fast]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "afile" in err and "retry" not in err
+
+
+def test_an_unreadable_documents_folder_exits_2(docs_file, tmp_path):
+    folder = tmp_path / "noread"
+    folder.mkdir()
+    shutil.copy(docs_file, folder / "docs.jsonl")
+    os.chmod(folder, 0)
+    # root reads everything: drop the capabilities that let it ignore permissions, as a normal user has none
+    preexec = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    try:
+        proc = _pcem(["train", "--docs", str(folder), "--model", str(tmp_path / "m")], preexec)
+    finally:
+        os.chmod(folder, 0o755)
+    assert proc.returncode == EXIT_BAD_INPUT, proc.stderr[-3000:]
+    assert re.search(r"permission denied", proc.stderr, re.I)
