@@ -60,6 +60,25 @@ def is_local_master(master) -> bool:
     return bool(master) and _LOCAL_MASTER.fullmatch(str(master).strip()) is not None
 
 
+def _effective_master(settings: SparkSettings) -> str:
+    """The master the JVM will run with when pcem launches it ("" when something else may decide it).
+
+    No master in the settings means pyspark's default, ``local[*]``, unless the
+    environment can still name one: PYSPARK_SUBMIT_ARGS or MASTER, or a
+    spark-defaults.conf (which may name a cluster whose executors must reach the driver).
+    """
+    master = settings.master or str(settings.conf.get("spark.master", "") or "")
+    if master:
+        return master
+    if os.environ.get("PYSPARK_SUBMIT_ARGS") or os.environ.get("MASTER"):
+        return ""
+    spark_home = os.environ.get("SPARK_HOME", "")
+    conf_dirs = [os.environ.get("SPARK_CONF_DIR", ""), os.path.join(spark_home, "conf") if spark_home else ""]
+    if any(d and os.path.exists(os.path.join(d, "spark-defaults.conf")) for d in conf_dirs):
+        return ""
+    return "local[*]"
+
+
 def _jvm_state() -> Tuple[bool, bool]:
     """(a SparkContext is active, this process already has a JVM gateway)."""
     from pyspark import SparkContext
@@ -83,10 +102,12 @@ def _loopback_binding(settings: SparkSettings, under_submit: bool) -> Dict[str, 
     derives the driver's address from it, so the driver keys are not added
     either, unless it is 127.0.0.1), SPARK_LOCAL_HOSTNAME, and spark.driver.host
     or spark.driver.bindAddress in ``[spark.conf]`` (then neither key is added:
-    Spark's fallback from one to the other applies). Cluster masters, no master
-    and spark-submit are left entirely as configured.
+    Spark's fallback from one to the other applies). No master at all is
+    pyspark's ``local[*]`` (:func:`_effective_master`). Cluster masters, a
+    master the environment may still choose, and spark-submit are left
+    entirely as configured.
     """
-    if under_submit or not is_local_master(settings.master):
+    if under_submit or not is_local_master(_effective_master(settings)):
         return {}
     active, jvm_running = _jvm_state()
     if active:

@@ -194,12 +194,28 @@ def test_local_master_gets_loopback_binding(fake_builder):
         assert "spark.ui.enabled" not in fake_builder.options   # the UI stays on, on loopback
 
 
-@pytest.mark.parametrize("master", ["spark://10.0.0.5:7077", "yarn", "k8s://https://k8s:443", "local-cluster[2,1,1024]",
-                                    None])
+@pytest.mark.parametrize("master", ["spark://10.0.0.5:7077", "yarn", "k8s://https://k8s:443", "local-cluster[2,1,1024]"])
 def test_cluster_or_unknown_master_is_left_as_configured(fake_builder, master):
     session_module.build_session(SparkSettings(master=master))
     assert "SPARK_LOCAL_IP" not in os.environ
     assert not {"spark.driver.host", "spark.driver.bindAddress", "spark.ui.enabled"} & set(fake_builder.options)
+
+
+def test_no_master_is_pysparks_local_default_unless_the_environment_may_name_one(fake_builder, monkeypatch,
+                                                                                  tmp_path):
+    for var in ("PYSPARK_SUBMIT_ARGS", "MASTER", "SPARK_CONF_DIR", "SPARK_HOME", "SPARK_LOCAL_IP"):
+        monkeypatch.delenv(var, raising=False)
+    session_module.build_session(SparkSettings(master=None))
+    assert os.environ["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert fake_builder.options["spark.driver.host"] == "127.0.0.1"
+    for var, value in (("PYSPARK_SUBMIT_ARGS", "--master yarn pyspark-shell"), ("SPARK_CONF_DIR", str(tmp_path))):
+        (tmp_path / "spark-defaults.conf").write_text("spark.master spark://10.0.0.5:7077\n")
+        fake_builder.options.clear()
+        os.environ.pop("SPARK_LOCAL_IP", None)
+        monkeypatch.setenv(var, value)
+        session_module.build_session(SparkSettings(master=None))
+        assert "SPARK_LOCAL_IP" not in os.environ and "spark.driver.host" not in fake_builder.options, var
+        monkeypatch.delenv(var)
 
 
 def test_spark_submit_is_left_as_configured(fake_builder, monkeypatch):
