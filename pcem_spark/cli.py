@@ -198,15 +198,19 @@ def _taxonomy(args, docs=None):
     return taxonomy
 
 
-def _check_outputs(spark, outputs, inputs, overwrite: bool) -> None:
+def _check_outputs(spark, outputs, inputs, overwrite: bool, check_existing: bool = True) -> None:
     """Fail before any work if an output would replace an input, another output or existing data."""
     from .output_paths import check_output_paths
-    check_output_paths(spark, outputs, inputs, overwrite)
+    check_output_paths(spark, outputs, inputs, overwrite, check_existing)
 
 
 def _rejects_output(args, main_path: str, docs: str):
     """The rejects table's Output: --rejects, or MAIN_rejects beside the main output."""
+    import re
     from .output_paths import Output
+    if not args.rejects and re.fullmatch(r"(?:[A-Za-z][\w+.-]*:/*[^/]*)?/*", main_path.rstrip("/")):
+        # A bucket or file system root: "s3a://bucket_rejects" would be another bucket.
+        raise InputError(f"{main_path!r} is the root of a file system or bucket: give --rejects PATH")
     if args.rejects:
         return Output("--rejects", args.rejects, "rejects", source=docs)
     return Output("--rejects (default: beside the main output)", main_path.rstrip("/") + "_rejects", "rejects",
@@ -272,9 +276,11 @@ def cmd_ingest(args, settings) -> int:
     out = args.output
     inputs = [("--archive", args.archive)]
     jsonl = out.rstrip("/").endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz"))
-    if jsonl or "://" not in out:  # local: checked before the archive is read (again with Spark's view below)
-        _check_outputs(None, [Output("--output", out, None, directory=False) if jsonl
-                              else Output("--output", out, "documents")], inputs, args.overwrite)
+    # Before the archive is read: a JSON Lines file is local, so all of it; a Parquet table only by its path
+    # (where it lives -- local disk or HDFS -- only Spark can say; checked in full below).
+    _check_outputs(None, [Output("--output", out, None, directory=False) if jsonl
+                          else Output("--output", out, "documents")], inputs, args.overwrite,
+                   check_existing=jsonl)
     if jsonl:
         n, per_split = write_jsonl(iter_20ng(args.archive, args.headers), out)
     else:
@@ -334,7 +340,8 @@ def cmd_train(args, settings) -> int:
     from .output_paths import Output
     rejects = _rejects_output(args, args.model, args.docs)
     _check_outputs(spark, [Output("--model", args.model, "model"), rejects],
-                   [("--docs", args.docs), ("--taxonomy", args.taxonomy), ("--descriptions", args.descriptions),
+                   [("--docs", args.docs), ("--taxonomy", args.taxonomy),
+                    ("--descriptions", args.descriptions or settings.supervision.descriptions),
                     ("--init-model", args.init_model)], args.overwrite)
     warm = None
     if args.init_model:  # read and checked before the documents: a wrong init model fails in seconds

@@ -70,14 +70,16 @@ BAD_INPUT_JAVA = {
     "org.apache.hadoop.mapreduce.lib.input.InvalidInputException": "not found",
     "org.apache.hadoop.fs.ParentNotDirectoryException": "a parent of the path is a file",
     "org.apache.hadoop.fs.PathIsNotDirectoryException": "not a directory",
-    "org.apache.hadoop.fs.FileAlreadyExistsException": "already exists",
     "org.apache.hadoop.fs.ChecksumException": "corrupt input",
     "java.util.zip.ZipException": "corrupt input",
     "org.apache.parquet.io.ParquetDecodingException": "corrupt input",
     "java.nio.charset.MalformedInputException": "corrupt input",
-    "java.lang.IllegalArgumentException": "invalid argument or setting",
     "org.apache.spark.sql.AnalysisException": "the query does not fit the input",
 }
+
+# Java classes in the chain that say the job died of lost machines, whatever the deeper cause: a lost
+# shuffle file shows up as a FileNotFoundException under a FetchFailedException. Checked first.
+TRANSIENT_JAVA = ("org.apache.spark.shuffle.FetchFailedException", "org.apache.spark.ExecutorDeadException")
 
 # Spark error conditions (the part before the first dot, or the whole name) that mean the same.
 BAD_INPUT_CONDITIONS = {
@@ -142,8 +144,16 @@ def root_cause(exc: BaseException) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
 
 
+def _text(exc: BaseException) -> str:
+    """``str(exc)``, which for a py4j error asks the JVM: when that is gone, what Python still has."""
+    try:
+        return str(exc)
+    except Exception:
+        return str(getattr(exc, "errmsg", "") or type(exc).__name__)
+
+
 def _full_text(exc: BaseException) -> str:
-    text = str(exc)
+    text = _text(exc)
     java = _java_origin(exc)
     if java is not None:
         try:
@@ -278,10 +288,9 @@ def classify_failure(exc: BaseException) -> Tuple[int, str]:
 
     if _bad_input_python(exc):
         return EXIT_BAD_INPUT, str(exc)
-    if isinstance(exc, (Py4JNetworkError, ConnectionError, EOFError)) or \
-            (isinstance(exc, Py4JError) and not isinstance(exc, Py4JJavaError)
-             and "Answer from Java side is empty" in str(exc)):
-        return EXIT_TRANSIENT, f"lost the connection to the Spark driver JVM ({type(exc).__name__}: {exc})"
+    if isinstance(exc, (Py4JNetworkError, ConnectionError)) or \
+            (isinstance(exc, Py4JError) and not isinstance(exc, Py4JJavaError) and not _jvm_alive()):
+        return EXIT_TRANSIENT, f"lost the connection to the Spark driver JVM ({type(exc).__name__}: {_text(exc)})"
     if isinstance(exc, (Py4JJavaError, PySparkException)):
         return _classify_spark(exc)
     if isinstance(exc, (OSError, MemoryError)):
@@ -290,6 +299,16 @@ def classify_failure(exc: BaseException) -> Tuple[int, str]:
     # Anything else -- a plain ValueError, TypeError, KeyError, RuntimeError -- is a bug: validation raises
     # InputError, so a ValueError here was not meant for the user.
     return EXIT_BUG, f"{type(exc).__name__}: {exc}"
+
+
+def _jvm_alive() -> bool:
+    """Whether this process's py4j gateway still answers (a py4j error without a Java one may be a dead JVM)."""
+    try:
+        from pyspark import SparkContext
+        gateway = SparkContext._gateway
+        return gateway is not None and gateway.jvm.java.lang.System.currentTimeMillis() > 0
+    except Exception:
+        return False
 
 
 def _classify_spark(exc: BaseException) -> Tuple[int, str]:
@@ -302,10 +321,17 @@ def _classify_spark(exc: BaseException) -> Tuple[int, str]:
         why = _condition_rule(condition)
         if why:
             return EXIT_BAD_INPUT, f"{why}: {_message(exc, cause)}"
+    if _java_origin(exc) is None and isinstance(exc, (ValueError, TypeError, AttributeError, NotImplementedError,
+                                                      AssertionError)):
+        # pyspark's own argument checks (PySparkValueError, PySparkTypeError ...), raised in Python: pcem-spark
+        # called pyspark wrongly.
+        return EXIT_BUG, f"{type(exc).__name__}: {_text(exc)}"
+    if any(name in TRANSIENT_JAVA for name, _ in chain):
+        return EXIT_TRANSIENT, f"Spark job failed (executors or their files lost): {cause}"
     for java_class in _bad_input_classes(exc, chain):
         return EXIT_BAD_INPUT, f"{BAD_INPUT_JAVA[java_class]}: {cause}"
     for marker, code, template in MESSAGE_RULES:
-        if marker in cause or marker in str(exc):
+        if marker in cause or marker in _text(exc):
             return code, template.format(cause=cause)
     from pyspark.errors import AnalysisException, IllegalArgumentException
     if isinstance(exc, (AnalysisException, IllegalArgumentException)):
@@ -315,7 +341,8 @@ def _classify_spark(exc: BaseException) -> Tuple[int, str]:
 
 
 def _message(exc: BaseException, cause: str) -> str:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = _text(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
     return first if cause in first or len(cause) > 400 else f"{first} ({cause})"
 
 
@@ -342,13 +369,17 @@ def iter_rules() -> Iterator[Tuple[str, Tuple[str, ...], int]]:
     yield "driver Python", ("InputError and subclasses",), EXIT_BAD_INPUT
     yield "driver Python", tuple(cls.__name__ for cls in _driver_bad_input_types()[1:]), EXIT_BAD_INPUT
     yield "driver Python", ("OSError with another errno (EROFS, ENOSPC, EIO)", "MemoryError"), EXIT_TRANSIENT
-    yield "driver Python", ("Py4JNetworkError", "ConnectionError", "EOFError"), EXIT_TRANSIENT
-    yield "driver Python", ("other (ValueError, TypeError, KeyError, RuntimeError)",), EXIT_BUG
+    yield "driver Python", ("Py4JNetworkError", "ConnectionError", "Py4JError with the JVM gone"), EXIT_TRANSIENT
+    yield "driver Python", ("other (ValueError, TypeError, KeyError, RuntimeError, EOFError)",), EXIT_BUG
     yield "Spark error condition", tuple(sorted(BAD_INPUT_CONDITIONS)), EXIT_BAD_INPUT
+    yield "pyspark, raised in Python", ("PySparkValueError", "PySparkTypeError"), EXIT_BUG
+    yield "Java cause chain", TRANSIENT_JAVA, EXIT_TRANSIENT
     yield "Java cause chain", tuple(sorted(BAD_INPUT_JAVA)), EXIT_BAD_INPUT
     for marker, code, _ in MESSAGE_RULES:
         yield "Java message (no class of its own)", (marker,), code
-    yield "Java cause chain", ("other (SparkException, IOException, OutOfMemoryError)",), EXIT_TRANSIENT
+    yield "pyspark, from the JVM", ("AnalysisException", "IllegalArgumentException"), EXIT_BAD_INPUT
+    yield "Java cause chain", ("other (SparkException, IOException, OutOfMemoryError, FileAlreadyExistsException)",), \
+        EXIT_TRANSIENT
     yield "worker Python", ("InputError and subclasses",) + tuple(sorted(DEPLOYMENT_WORKER_TYPES)), EXIT_BAD_INPUT
     yield "worker Python", tuple(sorted(BUG_WORKER_TYPES)), EXIT_BUG
     yield "worker Python", ("other (OSError, MemoryError, a library's own error)",), EXIT_TRANSIENT

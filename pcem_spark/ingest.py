@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import tarfile
+import zlib
 from typing import Dict, Iterator, Tuple
 
 from .errors import InputError
@@ -51,6 +52,15 @@ def iter_20ng(archive: str, headers: str = "subject") -> Iterator[Dict[str, obje
     if not os.path.exists(archive):
         raise FileNotFoundError(
             f"20 Newsgroups archive {archive!r} not found; scripts/fetch_20ng.sh downloads the public copy")
+    try:
+        yield from _iter_members(archive, headers)
+    except (EOFError, zlib.error, gzip.BadGzipFile, tarfile.TarError) as exc:
+        # A truncated or damaged download: every retry reads the same bytes.
+        raise InputError(f"{archive}: damaged or truncated archive ({type(exc).__name__}: {exc}); fetch it "
+                         "again (scripts/fetch_20ng.sh)") from None
+
+
+def _iter_members(archive: str, headers: str) -> Iterator[Dict[str, object]]:
     seen = set()
     with tarfile.open(archive, "r:*") as tar:
         for member in tar:

@@ -83,6 +83,51 @@ def _inside(child: str, parent: str) -> bool:
     return child.startswith(parent.rstrip("/") + "/")
 
 
+def _split_input_list(value: str):
+    """``--input`` as ingest-warc reads it: comma-separated, commas inside ``{a,b}`` kept, spaces stripped."""
+    from .warc import split_inputs
+    return split_inputs([value])
+
+
+def _glob_matches(spark, pattern: str):
+    """The paths a glob matches now (Hadoop's globStatus with Spark, :func:`glob.glob` without)."""
+    if spark is None:
+        import glob
+        local = pattern[len("file:"):] if pattern.startswith("file:") else pattern
+        return [match for expanded in _expand_braces(local) for match in glob.glob(expanded)]
+    from .outputs import _FS
+    try:
+        fs = _FS(spark, pattern)
+        statuses = fs.fs.globStatus(fs.path)
+    except Exception:  # no file system for the scheme: the pattern rules still apply
+        return []
+    return [str(s.getPath().toString()) for s in (statuses or [])]
+
+
+def _expand_braces(pattern: str):
+    """Hadoop's ``{a,b}`` alternatives as separate patterns (Python's glob has none)."""
+    start = pattern.find("{")
+    if start < 0:
+        return [pattern]
+    depth = 0
+    for end in range(start, len(pattern)):
+        depth += {"{": 1, "}": -1}.get(pattern[end], 0)
+        if depth == 0:
+            break
+    else:
+        return [pattern]
+    options, depth, item = [], 0, ""
+    for ch in pattern[start + 1:end]:
+        if ch == "," and depth == 0:
+            options.append(item)
+            item = ""
+            continue
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        item += ch
+    options.append(item)
+    return [p for option in options for p in _expand_braces(pattern[:start] + option + pattern[end + 1:])]
+
+
 def _glob_base(pattern: str) -> str:
     """The directory a glob lists: everything before the first component with a glob character."""
     head = pattern
@@ -114,10 +159,11 @@ def _overlap(out: str, inp: str, base: Optional[str], replaces_whole: bool) -> O
 
 
 def check_output_paths(spark, outputs: Sequence[Output], inputs: Sequence[Tuple[str, Optional[str]]],
-                       overwrite: bool) -> None:
+                       overwrite: bool, check_existing: bool = True) -> None:
     """Refuse, before any work, every output that would destroy an input, another output or other data.
 
-    ``inputs`` are (flag, path) pairs; a None path is skipped. Raises
+    ``inputs`` are (flag, path) pairs; a None path is skipped. ``check_existing``
+    False compares the paths only (rule 1), as a first look before Spark starts. Raises
     :class:`~pcem_spark.errors.OutputPathError` (rules 1, 2 and 4 of the module
     docstring) or :class:`FileExistsError` (rule 3); both exit with 2.
     """
@@ -125,14 +171,14 @@ def check_output_paths(spark, outputs: Sequence[Output], inputs: Sequence[Tuple[
     for flag, path in inputs:
         if not path:
             continue
-        for part in (path.split(",") if flag == "--input" else [path]):
-            if not part:
-                continue
+        for part in (_split_input_list(path) if flag == "--input" else [path]):
             if _is_glob(part):
                 base = _glob_base(part)
                 q_base = qualify(spark, base)
                 rest = part[len(base):].lstrip("/") if base != "." else part
                 qualified_inputs.append((flag, part, q_base + "/" + rest, q_base))
+                # What the glob matches now is input too: no output may be, contain or lie inside a match.
+                qualified_inputs += [(flag, part, qualify(spark, match), None) for match in _glob_matches(spark, part)]
             else:
                 qualified_inputs.append((flag, part, qualify(spark, part), None))
     seen = []
@@ -151,7 +197,8 @@ def check_output_paths(spark, outputs: Sequence[Output], inputs: Sequence[Tuple[
                 raise OutputPathError(f"{out.flag} {out.path!r} and {other_flag} {other_path!r} overlap: each "
                                       "output needs a path of its own")
         seen.append((out.flag, out.path, q_out))
-        _check_existing(spark, out, overwrite)
+        if check_existing:  # off for a look at the paths alone, before Spark can say where they live
+            _check_existing(spark, out, overwrite)
 
 
 def _check_existing(spark, out: Output, overwrite: bool) -> None:
@@ -186,6 +233,9 @@ def _state(spark, out: Output):
     """(exists, is a directory, marker dict or None) of an output path, on any file system Spark can reach."""
     path = out.path.rstrip("/") or "/"
     if spark is None:  # local files only (checked before Spark starts)
+        if "://" in path and not path.startswith("file:"):
+            raise OutputPathError(f"{out.flag} {out.path!r}: this output is written with plain file I/O on the "
+                                  "driver; give a local path (and copy it elsewhere afterwards)")
         p = path[len("file:"):] if path.startswith("file:") else path
         if not os.path.lexists(p):
             return False, False, None

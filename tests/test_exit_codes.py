@@ -18,14 +18,16 @@ import tarfile
 import tomllib
 
 import pytest
-from py4j.protocol import Py4JJavaError, Py4JNetworkError
-from pyspark.errors import PySparkRuntimeError
+from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
+from pyspark.errors import PySparkRuntimeError, PySparkTypeError, PySparkValueError
+from pyspark.errors.exceptions.captured import convert_exception
 
 from pcem_spark.cli import main
 from pcem_spark.documents import DocumentsError
 from pcem_spark.errors import InputError
-from pcem_spark.failures import (EXIT_BAD_INPUT, EXIT_BUG, EXIT_TRANSIENT, classify_failure, iter_rules,
-                                 rules_markdown)
+from pcem_spark import failures
+from pcem_spark.failures import (EXIT_BAD_INPUT, EXIT_BUG, EXIT_TRANSIENT, TRANSIENT_JAVA, classify_failure,
+                                 iter_rules, rules_markdown)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
@@ -126,8 +128,9 @@ def _driver(kind):
         "MemoryError": MemoryError(),
         "Py4JNetworkError": Py4JNetworkError("Error while sending or receiving"),
         "ConnectionError": ConnectionResetError("reset"),
-        "EOFError": EOFError(),
-        "other (ValueError, TypeError, KeyError, RuntimeError)": ValueError("a bug"),
+        # With the gateway gone (the test replaces the liveness probe): py4j reports a reset socket so.
+        "Py4JError with the JVM gone": Py4JError("An error occurred while calling o42.count"),
+        "other (ValueError, TypeError, KeyError, RuntimeError, EOFError)": EOFError("Compressed file ended"),
     }[kind]
 
 
@@ -145,9 +148,39 @@ def _message(spark, marker, tmp_path):
     raise KeyError(marker)
 
 
+def _pyspark(spark, kind):
+    if kind == "PySparkValueError":
+        return PySparkValueError(errorClass="VALUE_NOT_POSITIVE", messageParameters={"arg_name": "k",
+                                                                                     "arg_value": "-1"})
+    if kind == "PySparkTypeError":
+        return PySparkTypeError(errorClass="NOT_EXPECTED_TYPE", messageParameters={
+            "arg_name": "k", "expected_type": "int", "arg_type": "str"})
+    if kind == "AnalysisException":
+        return _spark_read_failure(spark, lambda: spark.sql("SELECT no_such_column"))
+    if kind == "IllegalArgumentException":
+        return convert_exception(spark.sparkContext._jvm.java.lang.IllegalArgumentException("bad argument"))
+    raise KeyError(kind)
+
+
+def _lost_executors(spark, kind):
+    jvm = spark.sparkContext._jvm
+    if kind == "org.apache.spark.shuffle.FetchFailedException":
+        # A lost shuffle file: its FileNotFoundException must not make the job look like bad input.
+        none = getattr(getattr(jvm.scala, "None$"), "MODULE$")
+        manager = jvm.org.apache.spark.storage.BlockManagerId.apply("1", "host", 7337, none)
+        lost = jvm.java.io.FileNotFoundException("/tmp/blockmgr-1/0c/shuffle_0_0_0.data (No such file)")
+        return _job_failure(spark, jvm.org.apache.spark.shuffle.FetchFailedException(manager, 0, 0, 0, 0,
+                                                                                      "fetch failed", lost))
+    return _job_failure(spark, jvm.org.apache.spark.ExecutorDeadException("executor 1 is dead"))
+
+
 def _exception(spark, origin, kind, tmp_path):
     if origin == "driver Python":
         return _driver(kind)
+    if origin.startswith("pyspark"):
+        return _pyspark(spark, kind)
+    if origin == "Java cause chain" and kind in TRANSIENT_JAVA:
+        return _lost_executors(spark, kind)
     if origin == "Spark error condition":
         return _condition(spark, kind, tmp_path)
     if origin == "Java cause chain":
@@ -171,7 +204,9 @@ def test_the_readme_table_is_the_rule_table():
 
 
 @pytest.mark.parametrize("origin,kind,code", CASES, ids=[f"{o}:{k}"[:60] for o, k, _ in CASES])
-def test_every_row_of_the_table(spark, tmp_path, origin, kind, code):
+def test_every_row_of_the_table(spark, tmp_path, monkeypatch, origin, kind, code):
+    if kind == "Py4JError with the JVM gone":
+        monkeypatch.setattr(failures, "_jvm_alive", lambda: False)
     exc = _exception(spark, origin, kind, tmp_path)
     got, message = classify_failure(exc)
     assert got == code, f"{origin} {kind}: {type(exc).__name__} -> {got} ({message})"
@@ -185,6 +220,22 @@ def test_internal_value_errors_are_bugs_and_validation_errors_are_bad_input():
     from pcem_spark.config import load_settings
     with pytest.raises(InputError):
         load_settings(None, ["model.tol=-1"])
+
+
+def test_a_py4j_error_with_the_jvm_alive_is_a_bug_and_classifying_never_raises(spark):
+    assert failures._jvm_alive()
+    assert classify_failure(Py4JError("An error occurred while calling o42.count"))[0] == EXIT_BUG
+
+    class Unprintable(Py4JJavaError):  # str() of a py4j error asks the JVM; a dead one cannot answer
+        def __init__(self):
+            Exception.__init__(self, "An error occurred while calling o7.count")
+            self.java_exception, self.errmsg = None, "An error occurred while calling o7.count"
+
+        def __str__(self):
+            raise Py4JNetworkError("Answer from Java side is empty")
+
+    code, message = classify_failure(Unprintable())
+    assert code == EXIT_TRANSIENT and "o7.count" in message
 
 
 def test_the_worker_type_and_message_reach_the_user(spark):
@@ -255,3 +306,18 @@ def test_an_unreadable_documents_folder_exits_2(docs_file, tmp_path):
         os.chmod(folder, 0o755)
     assert proc.returncode == EXIT_BAD_INPUT, proc.stderr[-3000:]
     assert re.search(r"permission denied", proc.stderr, re.I)
+
+
+def test_a_truncated_archive_is_bad_input(tmp_path, capsys):
+    import io
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = os.urandom(100_000)   # incompressible, so half the gzip stream is half the member
+        info = tarfile.TarInfo("20news-bydate-train/alt.atheism/1")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    cut = tmp_path / "20news.tar.gz"
+    cut.write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])
+    assert main(["ingest-20ng", "--archive", str(cut), "--output", str(tmp_path / "d.jsonl")]) == EXIT_BAD_INPUT
+    assert "damaged or truncated archive" in capsys.readouterr().err
+    assert not (tmp_path / "d.jsonl").exists()

@@ -235,3 +235,22 @@ def test_evaluate_output_respects_the_umask_needs_overwrite_and_spares_its_input
     _refused(["evaluate", "--predictions", world["preds"], "--model", world["model"], "--output",
               os.path.join(world["preds"], "metrics.json"), "--overwrite"], capsys, "lies inside the run's input")
     assert _digest(world["preds"]) == before
+
+
+def test_globs_protect_what_they_match_and_input_lists_split_like_ingest_warc(tmp_path):
+    crawl = tmp_path / "crawl"
+    (crawl / "2024").mkdir(parents=True)
+    (crawl / "2024" / "a.warc.gz").write_bytes(b"")
+    docs = Output("--output", str(crawl / "2024"), "documents")
+    for pattern in (str(crawl / "*" / "*.warc.gz"), str(crawl / "202?"), str(crawl / "{2023,2024}" / "a.warc.gz"),
+                    f"{tmp_path / 'other.warc'}, {crawl / '2024'}"):
+        with pytest.raises(OutputPathError, match="run's input --input"):
+            check_output_paths(None, [docs], [("--input", pattern)], True)
+    # A sibling folder with a longer name is not inside the input.
+    check_output_paths(None, [Output("--output", str(crawl / "2024b"), "documents")],
+                       [("--input", str(crawl / "2024"))], True)
+
+
+def test_a_root_output_needs_an_explicit_rejects_path(world, capsys):
+    _refused(["predict", "--model", world["model"], "--docs", world["docs"], "--output", "s3a://bucket/"], capsys,
+             "root of a file system or bucket: give --rejects")
