@@ -309,13 +309,13 @@ def cmd_ingest(args, settings) -> int:
 
 def cmd_ingest_warc(args, settings) -> int:
     from .session import build_session
-    from .warc import ingest_warc, require_libraries
+    from .warc import ingest_warc, require_libraries, split_inputs
     from .output_paths import Output
     require_libraries()  # before starting Spark: a missing library is exit 2 in a second
     spark = build_session(settings.spark)
     rejects = _rejects_output(args, args.output, ",".join(args.input))
     _check_outputs(spark, [Output("--output", args.output, "documents"), rejects],
-                   [("--input", path) for path in args.input], args.overwrite)
+                   [("--input", path) for path in split_inputs(args.input)], args.overwrite)
     ingest_warc(spark, args.input, args.output, rejects.path,
                 id_field=args.id_field, min_text_chars=args.min_text_chars, overwrite=args.overwrite)
     return 0

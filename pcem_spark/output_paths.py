@@ -83,12 +83,6 @@ def _inside(child: str, parent: str) -> bool:
     return child.startswith(parent.rstrip("/") + "/")
 
 
-def _split_input_list(value: str):
-    """``--input`` as ingest-warc reads it: comma-separated, commas inside ``{a,b}`` kept, spaces stripped."""
-    from .warc import split_inputs
-    return split_inputs([value])
-
-
 def _glob_matches(spark, pattern: str):
     """The paths a glob matches now (Hadoop's globStatus with Spark, :func:`glob.glob` without)."""
     if spark is None:
@@ -168,19 +162,18 @@ def check_output_paths(spark, outputs: Sequence[Output], inputs: Sequence[Tuple[
     docstring) or :class:`FileExistsError` (rule 3); both exit with 2.
     """
     qualified_inputs = []
-    for flag, path in inputs:
+    for flag, path in inputs:  # --input lists arrive split (warc.split_inputs): one path or glob each
         if not path:
             continue
-        for part in (_split_input_list(path) if flag == "--input" else [path]):
-            if _is_glob(part):
-                base = _glob_base(part)
-                q_base = qualify(spark, base)
-                rest = part[len(base):].lstrip("/") if base != "." else part
-                qualified_inputs.append((flag, part, q_base + "/" + rest, q_base))
-                # What the glob matches now is input too: no output may be, contain or lie inside a match.
-                qualified_inputs += [(flag, part, qualify(spark, match), None) for match in _glob_matches(spark, part)]
-            else:
-                qualified_inputs.append((flag, part, qualify(spark, part), None))
+        if _is_glob(path):
+            base = _glob_base(path)
+            q_base = qualify(spark, base)
+            rest = path[len(base):].lstrip("/") if base != "." else path
+            qualified_inputs.append((flag, path, q_base + "/" + rest, q_base))
+            # What the glob matches now is input too: no output may be, contain or lie inside a match.
+            qualified_inputs += [(flag, path, qualify(spark, match), None) for match in _glob_matches(spark, path)]
+        else:
+            qualified_inputs.append((flag, path, qualify(spark, path), None))
     seen = []
     for out in outputs:
         q_out = qualify(spark, out.path)

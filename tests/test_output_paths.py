@@ -15,6 +15,7 @@ from pcem_spark.cli import EXIT_BAD_INPUT, main
 from pcem_spark.errors import OutputPathError
 from pcem_spark.output_paths import Output, check_output_paths, qualify
 from pcem_spark.outputs import MARKER, read_marker
+from pcem_spark.warc import split_inputs
 
 from test_outputs import FAST, _write_corpus
 
@@ -245,7 +246,7 @@ def test_globs_protect_what_they_match_and_input_lists_split_like_ingest_warc(tm
     for pattern in (str(crawl / "*" / "*.warc.gz"), str(crawl / "202?"), str(crawl / "{2023,2024}" / "a.warc.gz"),
                     f"{tmp_path / 'other.warc'}, {crawl / '2024'}"):
         with pytest.raises(OutputPathError, match="run's input --input"):
-            check_output_paths(None, [docs], [("--input", pattern)], True)
+            check_output_paths(None, [docs], [("--input", path) for path in split_inputs([pattern])], True)
     # A sibling folder with a longer name is not inside the input.
     check_output_paths(None, [Output("--output", str(crawl / "2024b"), "documents")],
                        [("--input", str(crawl / "2024"))], True)
