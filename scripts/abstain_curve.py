@@ -55,8 +55,8 @@ def dotted_documents(spark, docs_path: str, out_path: str) -> str:
     from pyspark.sql import types as T
 
     from bench_noregret import dotted_labels
-    from pcem_spark.documents import read_documents, split_rejects
-    from pcem_spark.outputs import atomic_output, read_marker
+    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.io.outputs import atomic_output, read_marker
     if read_marker(spark, out_path) is not None:
         return out_path
     good, _ = split_rejects(read_documents(spark, docs_path))
@@ -72,8 +72,8 @@ def dotted_documents(spark, docs_path: str, out_path: str) -> str:
 
 
 def train_like_the_demo(spark, docs: str, model: str, retrain: bool) -> None:
-    from pcem_spark.cli import main
-    from pcem_spark.outputs import read_marker
+    from pcem_spark.cli.main import main
+    from pcem_spark.io.outputs import read_marker
     if not retrain and read_marker(spark, model) is not None:
         log.info("%s exists: not retrained (--retrain to force)", model)
         return
@@ -102,9 +102,9 @@ def kept_column(size_col, marginal_cols: List[str], p: float):
 def curve(spark, model_dir: str, docs: str, tax_name: str, grid, check_p: float) -> List[Dict[str, object]]:
     from pyspark.sql import functions as F
 
-    from pcem_spark.documents import read_documents, split_rejects
-    from pcem_spark.evaluate import evaluate_predictions
-    from pcem_spark.model import PathModel
+    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.evaluation.metrics import evaluate_predictions
+    from pcem_spark.model.path_model import PathModel
     model = PathModel.load(model_dir)
     tax = model.taxonomy
     good, _ = split_rejects(read_documents(spark, docs))
@@ -215,8 +215,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("py4j", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from pcem_spark.config import load_settings
-    from pcem_spark.session import build_session
+    from pcem_spark.cli.config import load_settings
+    from pcem_spark.engine.session import build_session
     spark = build_session(load_settings("conf/20ng.toml").spark)
     spark.sparkContext.setLogLevel("WARN")
     os.makedirs(args.out, exist_ok=True)

@@ -9,7 +9,7 @@ measures whether a DataFrame-only pass could replace it:
                      ``engine.blocks_from_labels`` blocks, classic ``local[2]``;
 * ``df-rows``        a cached DataFrame of per-document sparse vectors;
                      ``mapInArrow`` builds a CSR matrix per Arrow slice of
-                     ``--block-size`` rows, runs ``pathnb.e_step`` with log theta
+                     ``--block-size`` rows, runs ``core.e_step`` with log theta
                      shipped inside the UDF's closure (Connect has no broadcast)
                      and yields the partition's partial sums as Arrow rows
                      (key, float64 bytes); the driver sums them from ``toArrow()``;
@@ -105,15 +105,15 @@ def make_pass_udf(layout, log_prior, log_theta, score_matrix, keys, path_nodes, 
 
     def pass_partition(batches):
         import pyarrow as pa
-        from pcem_spark import pathnb
+        from pcem_spark import core
         log_theta_v = theta_t.T
         acc = np.zeros((n_paths, vocab_size + 1))
         scalars = np.zeros(3)
         blocks = (_rows_blocks(batches, block_size, keys, path_nodes, vocab_size, n_nodes) if layout == "rows"
                   else _packed_blocks(batches, vocab_size, n_nodes))
         for X, node_scores, labeled in blocks:
-            fixed = pathnb.path_scores(node_scores, score_matrix)
-            st = pathnb.e_step(X, fixed, labeled, log_prior, log_theta_v, True)
+            fixed = core.path_scores(node_scores, score_matrix)
+            st = core.e_step(X, fixed, labeled, log_prior, log_theta_v, True)
             acc[:, :-1] += st.word_counts
             acc[:, -1] += st.path_totals
             n_lab = int(labeled.sum())
@@ -181,7 +181,7 @@ def _classic_session(app, memory="2g"):
 
 
 def _load_params(work):
-    from pcem_spark.taxonomy import Taxonomy
+    from pcem_spark.core.taxonomy import Taxonomy
     z = np.load(os.path.join(work, "params.npz"))
     with open(os.path.join(work, "meta.json")) as fh:
         meta = json.load(fh)
@@ -201,23 +201,24 @@ def _load_params(work):
 def _frames(spark, work, params):
     """Cached per-document and packed-block DataFrames of the features table (P partitions each)."""
     from pcem_spark import engine
+    from pcem_spark.engine import blocks as engine_blocks
     rows = spark.read.parquet(os.path.join(work, "features")).repartition(params["partitions"]) \
         .select("features", "labels").cache()
     rows.count()
     keys, path_nodes, bs = params["keys"], params["path_nodes"], params["block_size"]
 
     def pack(batches):
-        return engine._pack_arrow_partition(batches, lambda col: engine.node_score_rows(col, keys, path_nodes), bs)
+        return engine_blocks._pack_arrow_partition(batches, lambda col: engine.node_score_rows(col, keys, path_nodes), bs)
 
-    blocks = rows.mapInArrow(pack, engine._BLOCK_ROW).cache()
+    blocks = rows.mapInArrow(pack, engine_blocks._BLOCK_ROW).cache()
     blocks.count()
     return {"rows": rows, "blocks": blocks}
 
 
 def _workflow(spark, sample_path):
     """Seconds of what a user does before fitting (all DataFrame API)."""
-    from pcem_spark.documents import read_documents, split_rejects
-    from pcem_spark.features import FeatureSettings, featurize, fit_vocabulary
+    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
     out = {}
     t = time.perf_counter()
     good, rejects = split_rejects(read_documents(spark, sample_path, "json"))
@@ -257,9 +258,10 @@ def _save_sums(work, tag, results):
 def phase_prep(args):
     """Sample the corpus, featurise it, write the features and the NB-initialised parameters."""
     from pyspark.sql import functions as F
-    from pcem_spark import engine, pathnb
-    from pcem_spark.features import FeatureSettings, featurize, fit_vocabulary
-    from pcem_spark.model import infer_taxonomy
+    from pcem_spark import engine
+    from pcem_spark import core
+    from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
+    from pcem_spark.model.labels import infer_taxonomy
     work = args.work
     rng = random.Random(args.seed)
     with gzip.open(args.docs, "rt", encoding="utf-8") if args.docs.endswith(".gz") else open(args.docs) as fh:
@@ -269,7 +271,7 @@ def phase_prep(args):
     with open(sample, "w", encoding="utf-8") as out:
         out.writelines(lines)
     spark = _classic_session("bench-connect-prep")
-    from pcem_spark.documents import read_documents, split_rejects
+    from pcem_spark.io.documents import read_documents, split_rejects
     good, _ = split_rejects(read_documents(spark, sample, "json"))
     docs = good.select("id", "text", "labels")
     taxonomy = infer_taxonomy(docs)
@@ -290,7 +292,7 @@ def phase_prep(args):
         feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary), args.block_size))
     score_matrix = np.array(taxonomy.path_node_matrix(), dtype=float)
     wc, totals, _, n_lab, n_unlab = engine.sufficient_stats(blocks, None, score_matrix, len(vocabulary), False)
-    log_prior, log_theta = pathnb.log_parameters(wc, totals, 1.0)
+    log_prior, log_theta = core.log_parameters(wc, totals, 1.0)
     np.savez(os.path.join(work, "params.npz"), log_prior=log_prior, log_theta=log_theta)
     meta = {"taxonomy": taxonomy.to_json(), "vocab_size": len(vocabulary), "block_size": args.block_size,
             "partitions": args.partitions, "n_docs": n_lab + n_unlab, "n_labeled": n_lab, "n_paths": taxonomy.n_paths,
@@ -302,6 +304,7 @@ def phase_prep(args):
 
 def phase_classic(args):
     from pcem_spark import engine
+    from pcem_spark import core
     work = args.work
     params = _load_params(work)
     spark = _classic_session("bench-connect-classic")
@@ -315,7 +318,7 @@ def phase_classic(args):
 
     def run_one(method):
         if method == "rdd":
-            return engine.sufficient_stats(blocks, pathnb.PathParameters.from_log_theta(params["log_prior"], params["log_theta"]),
+            return engine.sufficient_stats(blocks, core.PathParameters.from_log_theta(params["log_prior"], params["log_theta"]),
                                            params["score_matrix"],
                                            params["vocab_size"], True)
         return df_pass(method, frames, params)

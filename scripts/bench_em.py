@@ -74,10 +74,10 @@ def median_time(fn, repeats: int) -> float:
 
 def scipy_iteration(X, fixed, labeled, log_prior, log_theta, smoothing=1.0):
     """One PCEM iteration on the whole corpus in one process (the same math as a block)."""
-    from pcem_spark import pathnb
-    st = pathnb.e_step(X, fixed, labeled, log_prior, log_theta, True)
-    loglik = st.loglik + pathnb.log_prior_density(log_prior, log_theta, smoothing)
-    return pathnb.log_parameters(st.word_counts, st.path_totals, smoothing), loglik
+    from pcem_spark import core
+    st = core.e_step(X, fixed, labeled, log_prior, log_theta, True)
+    loglik = st.loglik + core.log_prior_density(log_prior, log_theta, smoothing)
+    return core.log_parameters(st.word_counts, st.path_totals, smoothing), loglik
 
 
 def main(argv=None) -> int:
@@ -103,13 +103,14 @@ def main(argv=None) -> int:
     from pyspark.sql import functions as F
 
     from pcem_spark import engine
-    from pcem_spark.config import SparkSettings, load_settings
-    from pcem_spark.documents import read_documents, split_rejects
-    from pcem_spark.experiment import assign_roles
-    from pcem_spark.features import featurize, fit_vocabulary
-    from pcem_spark.model import PathModel, score_matrix
-    from pcem_spark.session import build_session, setup_logging
-    from pcem_spark.taxonomy import Taxonomy
+    from pcem_spark.cli.config import SparkSettings, load_settings
+    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.experiment.protocol import assign_roles
+    from pcem_spark.engine.features import featurize, fit_vocabulary
+    from pcem_spark.model.path_model import PathModel
+    from pcem_spark.model.fitting import score_matrix
+    from pcem_spark.engine.session import build_session, setup_logging
+    from pcem_spark.core.taxonomy import Taxonomy
 
     setup_logging("WARNING")
     settings = load_settings(None, args.overrides)
@@ -159,7 +160,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         for item in args.engine_set:
             name, value = item.split("=", 1)
-            setattr(engine, name, int(value))
+            setattr(engine.passes, name, int(value))
         extra = {"top_k": args.top_k} if "top_k" in inspect.signature(engine.fit).parameters else {}
         fit = engine.fit(blocks, pc_scores, V, em=True, max_iter=args.repeats, tol=0.0, label="bench", **extra)
         row["n_docs"] = fit.n_labeled + fit.n_unlabeled
@@ -181,7 +182,7 @@ def main(argv=None) -> int:
               flush=True)
         if args.engine_only:
             blocks.unpersist()
-            row.update(engine=os.path.dirname(os.path.dirname(os.path.abspath(engine.__file__))), top_k=args.top_k)
+            row.update(engine=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(engine.__file__)))), top_k=args.top_k)
             results["sizes"].append(row)
             with open(os.path.join(args.out_dir, "bench_engine.json"), "w") as fh:
                 json.dump(results, fh, indent=2)

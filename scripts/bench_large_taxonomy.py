@@ -136,7 +136,7 @@ def generator(M: int, V: int, seed: int = 7):
 
 
 def build_taxonomy(shape):
-    from pcem_spark.taxonomy import Taxonomy
+    from pcem_spark.core.taxonomy import Taxonomy
     children = {"ROOT": [f"n{i}" for i in range(shape[0])]}
     frontier = list(children["ROOT"])
     for b in shape[1:]:
@@ -153,10 +153,11 @@ def run(args) -> dict:
     from pyspark.sql import types as T
     import scipy.sparse as sp
 
-    from pcem_spark import engine, pathnb
-    from pcem_spark.config import SparkSettings
-    from pcem_spark.model import score_matrix
-    from pcem_spark.session import build_session, setup_logging
+    from pcem_spark import engine
+    from pcem_spark import core
+    from pcem_spark.cli.config import SparkSettings
+    from pcem_spark.model.fitting import score_matrix
+    from pcem_spark.engine.session import build_session, setup_logging
 
     setup_logging("INFO")
     spark = build_session(SparkSettings(master="local[2]", app_name="pcem-large-taxonomy", conf={
@@ -218,12 +219,12 @@ def run(args) -> dict:
     truth = np.asarray(truth)
     t0 = time.perf_counter()
     if hasattr(fit, "params"):
-        tables = pathnb.scoring_tables(fit.params, args.dtype)
-        best, _ = pathnb.predict_paths(X, None, None, tables=tables)
+        tables = core.scoring_tables(fit.params, args.dtype)
+        best, _ = core.predict_paths(X, None, None, tables=tables)
         nnz = int(fit.params.log_ratio.nnz)
         bc_bytes = [s.get("broadcast_bytes") for s in pass_stats or []]
     else:
-        best, _ = pathnb.predict_paths(X, fit.log_prior, fit.log_theta)
+        best, _ = core.predict_paths(X, fit.log_prior, fit.log_theta)
         nnz = M * V
         one = len(pickle.dumps((fit.log_prior.astype(args.dtype), fit.log_theta.T.astype(args.dtype)),
                                protocol=pickle.HIGHEST_PROTOCOL))
@@ -231,7 +232,7 @@ def run(args) -> dict:
     predict_s = time.perf_counter() - t0
     path_nodes = np.array([[taxonomy.node_index[x] for x in p] for p in taxonomy.paths])
     out = {
-        "engine_src": os.path.dirname(os.path.dirname(os.path.abspath(engine.__file__))),
+        "engine_src": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(engine.__file__)))),
         "shape": shape, "leaves": M, "nodes": taxonomy.n_nodes, "vocab_size": V, "docs": n,
         "partitions": parts, "blocks": n_blocks, "dtype": args.dtype, "top_k": args.top_k,
         "posterior_floor": args.posterior_floor, "n_labeled": fit.n_labeled,
@@ -250,11 +251,11 @@ def run(args) -> dict:
         "predict_seconds": round(predict_s, 2),
         "loglik_history": fit.loglik_history,
     }
-    if args.beam and hasattr(pathnb, "beam_predict_paths"):
-        tree = pathnb.beam_tables(fit.params, path_node, args.smoothing)
+    if args.beam and hasattr(core, "beam_predict_paths"):
+        tree = core.beam_tables(fit.params, path_node, args.smoothing)
         for b in [int(x) for x in args.beam.split(",")]:
             t0 = time.perf_counter()
-            bb, _ = pathnb.beam_predict_paths(X, tree, b)
+            bb, _ = core.beam_predict_paths(X, tree, b)
             out.setdefault("beam", []).append({"beam": b, "path_accuracy": float(np.mean(bb == truth)),
                                                "depth_accuracy": [float(np.mean(path_nodes[bb, d] ==
                                                                                 path_nodes[truth, d]))

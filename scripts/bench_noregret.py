@@ -70,7 +70,7 @@ INT_SETTINGS = ("posterior_top_k", "max_iter", "components", "seed", "block_size
 
 def variant_settings(name: str, base):
     """(method, ModelSettings) of a variant name."""
-    from pcem_spark.model import PAPER_MODEL_SETTINGS
+    from pcem_spark.model.settings import PAPER_MODEL_SETTINGS
     if name == "pcem-default":
         return replace(base, method="pcem")
     if name == "pcem-paper":
@@ -154,15 +154,16 @@ def main(argv=None) -> int:
     from pyspark.sql import types as T
 
     from pcem_spark import engine
-    from pcem_spark.config import load_settings
-    from pcem_spark.documents import read_documents, split_rejects
-    from pcem_spark.evaluate import evaluate_predictions
-    from pcem_spark.experiment import assign_roles
-    from pcem_spark.features import featurize, fit_vocabulary
-    from pcem_spark.model import fit_blocks
-    from pcem_spark.session import build_session
-    from pcem_spark.taxonomy import Taxonomy
-    from pcem_spark import tuning
+    from pcem_spark.cli.config import load_settings
+    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.evaluation.metrics import evaluate_predictions
+    from pcem_spark.experiment.protocol import assign_roles
+    from pcem_spark.engine.features import featurize, fit_vocabulary
+    from pcem_spark.model.fitting import fit_blocks
+    from pcem_spark.engine.session import build_session
+    from pcem_spark.ml import PathEM
+    from pcem_spark.core.taxonomy import Taxonomy
+    from pcem_spark.ml import tuning
 
     settings = load_settings(args.config, args.overrides)
     spark = build_session(settings.spark)
@@ -233,7 +234,8 @@ def main(argv=None) -> int:
                     model = None
                     if ms.auto_params():
                         ms, info, model = tuning.resolve_auto(feats, taxonomy, vocabulary, settings.features, ms,
-                                                              settings.tune, seed=seed)
+                                                              settings.tune, seed=seed,
+                                                              estimator_class=PathEM)
                     if model is None:
                         if blocks is None:
                             blocks = engine.cache_blocks(engine.blocks_from_labels(
@@ -249,8 +251,8 @@ def main(argv=None) -> int:
                     record(v, evaluate_predictions(pred, taxonomy), secs, chosen)
                     pred.unpersist()
                 for m in [m for m in todo if m in mllib_methods]:
-                    from pcem_spark.discriminative import fit_linear
-                    from pcem_spark.experiment import _label_path_index
+                    from pcem_spark.baselines.discriminative import fit_linear
+                    from pcem_spark.experiment.protocol import _label_path_index
                     t0 = time.perf_counter()
                     model, _ = fit_linear(feats.select("features", _label_path_index(taxonomy).alias("path_index")),
                                           m.split("-", 1)[1], taxonomy, vocabulary, settings.features,

@@ -110,7 +110,7 @@ def make_page(doc_id: str, text: str, rng: random.Random) -> str:
 def _record(warc_type: str, rid: str, url: str, content: bytes, http: bool = False, content_type: str = None,
             date: str = "2024-03-01T10:00:00Z") -> bytes:
     """One gzip member per record, as Common Crawl writes them."""
-    from pcem_spark.warc import record_bytes
+    from pcem_spark.io.warc_records import record_bytes
     return gzip.compress(record_bytes(warc_type, rid, url, content, http, content_type, date), compresslevel=6)
 
 
@@ -170,7 +170,8 @@ def _quality(texts: Dict[str, str], articles: Dict[str, str]) -> Dict[str, float
 
 def bench_fastwarc(files: Sequence[str]) -> Dict[str, object]:
     """pcem_spark.warc.parse_warc_stream over the files (bytes already in memory), CPU seconds."""
-    from pcem_spark.warc import DOCUMENT, FILE_SUMMARY, parse_warc_stream
+    from pcem_spark.io.warc import DOCUMENT, FILE_SUMMARY
+    from pcem_spark.io.warc_records import parse_warc_stream
     blobs = [(p, open(p, "rb").read()) for p in files]
     texts, records, docs = {}, 0, 0
     t0 = time.process_time()

@@ -89,7 +89,7 @@ def append_row(csv_path: str, row: dict) -> None:
 
 
 def run_one(main, paths, out_dir, rate, seed, run) -> dict:
-    from pcem_spark.model import PathModel
+    from pcem_spark.model.path_model import PathModel
     tag = f"r{rate:g}_s{seed}"
     model = os.path.join(out_dir, "models", f"{run}_{tag}")
     a_model = os.path.join(out_dir, "models", f"A_{tag}")
@@ -156,7 +156,7 @@ def main_bench(argv=None) -> int:
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     paths = split_halves(args.docs, args.out)
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
     csv_path = os.path.join(args.out, "results.csv")
     have = {(float(r["rate"]), int(r["seed"]), r["run"]) for r in done_rows(csv_path)}
     for rate in [float(x) for x in args.rates.split(",")]:

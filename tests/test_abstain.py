@@ -17,13 +17,15 @@ import pytest
 import scipy.sparse as sp
 from chispa import assert_df_equality
 
-from pcem_spark import pathnb
-from pcem_spark.arrow_io import prefix_path_arrays, top_paths_array
-from pcem_spark.evaluate import evaluate_predictions
-from pcem_spark.features import FeatureSettings
-from pcem_spark.methods import method_spec
-from pcem_spark.model import PREDICTION_SCHEMA, ModelSettings, abstention_counts, prediction_schema, train
-from pcem_spark.taxonomy import Taxonomy
+from pcem_spark import core
+from pcem_spark.engine.arrow_io import prefix_path_arrays, top_paths_array
+from pcem_spark.evaluation.metrics import evaluate_predictions
+from pcem_spark.engine.features import FeatureSettings
+from pcem_spark.core.methods import method_spec
+from pcem_spark.model.schema import PREDICTION_SCHEMA, abstention_counts, prediction_schema
+from pcem_spark.model.settings import ModelSettings
+from pcem_spark.ml import train
+from pcem_spark.core.taxonomy import Taxonomy
 
 # Depth 3; "med" is a depth-2 leaf (one dummy) and "misc" a depth-1 leaf (two dummies).
 TREE = {"ROOT": ["sci", "rec", "misc"], "sci": ["space", "med"], "space": ["rockets", "planets"],
@@ -113,7 +115,7 @@ def test_path_posteriors_match_the_reference(method):
     rng = np.random.default_rng(1)
     jll = rng.normal(scale=3.0, size=(9, spec.n_components))
     jll[0] = 0.0                                    # a row with no evidence at all
-    got = pathnb.path_posteriors(jll, spec.structure)
+    got = core.path_posteriors(jll, spec.structure)
     assert got.shape == (9, TAX.n_paths)
     ref = np.vstack([ref_path_posteriors(row, TAX, method) for row in jll])
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
@@ -123,22 +125,22 @@ def test_path_posteriors_match_the_reference(method):
         np.testing.assert_allclose(ref.sum(axis=1), 1.0, rtol=1e-12)
     if method in ("pcem", "emmc"):
         # its argmax is the decoded path
-        np.testing.assert_array_equal(got.argmax(axis=1), pathnb.decode(jll, spec.structure)[0])
+        np.testing.assert_array_equal(got.argmax(axis=1), core.decode(jll, spec.structure)[0])
 
 
 def test_top_down_marginals_are_the_products_of_local_probabilities_to_the_node():
     spec = method_spec(TAX, "tdnb")
     jll = np.random.default_rng(2).normal(size=(5, TAX.n_nodes))
-    marg = pathnb.node_marginals(pathnb.path_posteriors(jll, spec.structure), TAX.path_node_matrix())
-    log_local, _ = pathnb.group_log_softmax(jll, spec.structure.groups)
-    expected = np.exp(pathnb.top_down_log_marginals(log_local, spec.structure.parents))
+    marg = core.node_marginals(core.path_posteriors(jll, spec.structure), TAX.path_node_matrix())
+    log_local, _ = core.group_log_softmax(jll, spec.structure.groups)
+    expected = np.exp(core.top_down_log_marginals(log_local, spec.structure.parents))
     np.testing.assert_allclose(marg, expected, rtol=1e-10, atol=1e-12)
 
 
 def test_node_marginals_sum_the_paths_through_each_node_dense_and_sparse():
     post = np.random.default_rng(3).dirichlet(np.ones(TAX.n_paths), size=7)
-    dense = pathnb.node_marginals(post, TAX.path_node_matrix())
-    sparse = pathnb.node_marginals(post, TAX.path_node_matrix(sparse=True))
+    dense = core.node_marginals(post, TAX.path_node_matrix())
+    sparse = core.node_marginals(post, TAX.path_node_matrix(sparse=True))
     np.testing.assert_allclose(dense, sparse, rtol=1e-14)
     for i in range(len(post)):
         ref = ref_marginals(post[i], TAX)
@@ -150,7 +152,7 @@ def test_node_marginals_sum_the_paths_through_each_node_dense_and_sparse():
 
 
 def test_path_node_table_marks_dummies_and_names_the_real_path():
-    table = pathnb.path_node_table(TAX.path_node_matrix(sparse=True), TAX.is_dummy)
+    table = core.path_node_table(TAX.path_node_matrix(sparse=True), TAX.is_dummy)
     assert table.shape == (TAX.n_paths, TAX.depth)
     for j in range(TAX.n_paths):
         real = [TAX.nodes[k] for k in table[j] if k >= 0]
@@ -166,9 +168,9 @@ def test_abstain_depth_is_the_deepest_node_at_or_above_p(p):
     post[0] = np.eye(TAX.n_paths)[5]                 # certain documents
     post[1] = np.eye(TAX.n_paths)[TAX.leaves.index("misc")]
     best = post.argmax(axis=1)
-    marg = pathnb.node_marginals(post, TAX.path_node_matrix())
-    table = pathnb.path_node_table(TAX.path_node_matrix(), TAX.is_dummy)
-    kept = pathnb.abstain_depth(best, marg, table, p)
+    marg = core.node_marginals(post, TAX.path_node_matrix())
+    table = core.path_node_table(TAX.path_node_matrix(), TAX.is_dummy)
+    kept = core.abstain_depth(best, marg, table, p)
     for i in range(len(post)):
         ref = ref_marginals(post[i], TAX)
         assert kept[i] == ref_kept(best[i], ref, TAX, p), (i, p)
@@ -185,7 +187,7 @@ def test_top_k_paths_sorted_ties_to_the_lower_index():
     post[0] = [0.1, 0.2, 0.2, 0.1, 0.2, 0.05, 0.05, 0.1]      # ties inside and at the k-th value
     post[1] = np.full(8, 1 / 8)
     for k in (0, 1, 3, 8, 12):
-        idx, prob = pathnb.top_k_paths(post, k)
+        idx, prob = core.top_k_paths(post, k)
         assert idx.shape == prob.shape == (50, min(k, 8))
         for i in range(len(post)):
             ref = sorted(range(8), key=lambda j: (-post[i, j], j))[:min(k, 8)]
@@ -199,20 +201,20 @@ def test_top_k_paths_sorted_ties_to_the_lower_index():
 def test_predict_path_details_agrees_with_predict_paths():
     rng = np.random.default_rng(6)
     V = 12
-    params = pathnb.PathParameters.from_log_theta(np.log(rng.dirichlet(np.ones(TAX.n_paths))),
+    params = core.PathParameters.from_log_theta(np.log(rng.dirichlet(np.ones(TAX.n_paths))),
                                                   np.log(rng.dirichlet(np.ones(V), size=TAX.n_paths)))
-    tables = pathnb.scoring_tables(params)
+    tables = core.scoring_tables(params)
     X = sp.csr_matrix(rng.poisson(0.6, size=(30, V)).astype(float))
-    best, prob = pathnb.predict_paths(X, None, None, None, 0.0, tables=tables)
+    best, prob = core.predict_paths(X, None, None, None, 0.0, tables=tables)
     pn = TAX.path_node_matrix(sparse=True)
-    table = pathnb.path_node_table(pn, TAX.is_dummy)
-    plain = pathnb.predict_path_details(X, None, 0.0, tables, pn, table)
+    table = core.path_node_table(pn, TAX.is_dummy)
+    plain = core.predict_path_details(X, None, 0.0, tables, pn, table)
     assert plain.kept is None and plain.top_index is None
-    out = pathnb.predict_path_details(X, None, 0.0, tables, pn, table, min_probability=0.6, top_k=2)
+    out = core.predict_path_details(X, None, 0.0, tables, pn, table, min_probability=0.6, top_k=2)
     np.testing.assert_array_equal(out.best, best)
     np.testing.assert_array_equal(out.probability, prob)
-    post = pathnb.path_posteriors(pathnb.tables_joint_log_likelihood(X, tables))
-    marg = pathnb.node_marginals(post, pn)
+    post = core.path_posteriors(core.tables_joint_log_likelihood(X, tables))
+    marg = core.node_marginals(post, pn)
     for i in range(X.shape[0]):
         k = out.kept[i]
         assert k == ref_kept(best[i], ref_marginals(post[i], TAX), TAX, 0.6)
@@ -224,7 +226,7 @@ def test_predict_path_details_agrees_with_predict_paths():
 
 def test_arrow_prefix_paths_and_top_paths():
     import pyarrow as pa
-    table = pathnb.path_node_table(TAX.path_node_matrix(), TAX.is_dummy)
+    table = core.path_node_table(TAX.path_node_matrix(), TAX.is_dummy)
     names = pa.array(TAX.nodes, pa.string())
     best = np.array([0, 2, 5, 3, 5, 4])
     real_depth = np.array([len(TAX.real_path(j)) for j in best])
@@ -289,12 +291,12 @@ def test_default_predictions_are_unchanged(spark, models, truth):
     with_top = model.transform(truth, top_k=3)
     assert with_top.columns == default.columns + ["top_paths"]
     assert_df_equality(with_top.select(*default.columns), default)
-    # and the rows are those of pathnb.predict_paths on the same counts
-    from pcem_spark.features import featurize
+    # and the rows are those of core.predict_paths on the same counts
+    from pcem_spark.engine.features import featurize
     feats = featurize(truth, model.vocabulary, model.feature_settings).select("id", "features").collect()
     X = sp.vstack([sp.csr_matrix((f.features.values, f.features.indices, [0, len(f.features.indices)]),
                                  shape=(1, len(model.vocabulary))) for f in feats]).tocsr()
-    best, prob = pathnb.predict_paths(X, model.log_prior, model.log_theta, None, model.model_settings.doc_length)
+    best, prob = core.predict_paths(X, model.log_prior, model.log_theta, None, model.model_settings.doc_length)
     got = {r["id"]: r for r in default.collect()}
     for f, j, q in zip(feats, best, prob):
         assert got[f.id]["path"] == TAX.real_path(j) and got[f.id]["leaf"] == TAX.real_path(j)[-1]
@@ -405,7 +407,7 @@ def test_evaluate_counts_an_empty_path_as_missed_true_nodes(spark):
 
 
 def test_pyspark_ml_model_params(spark, models):
-    from pcem_spark.ml import PathEM, PathEMModel
+    from pcem_spark.ml.estimator import PathEM, PathEMModel
     docs = _corpus(spark)
     est = PathEM(taxonomy=TAX.to_json(), minDF=1.0, maxDF=1.0, vocabSize=0, smoothing=1.0, unlabeledWeight=1.0,
                  pathWeight=1.0, maxIter=3)
@@ -439,7 +441,7 @@ def _write_docs(path, df):
     (["--set", "predict.top_k=1.5"], "top_k: expected int"),
 ])
 def test_cli_predict_refuses_bad_options(tmp_path, capsys, flags, needle):
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
     rc = main(["predict", "--model", str(tmp_path / "m"), "--docs", str(tmp_path / "d.jsonl"),
                "--output", str(tmp_path / "p")] + flags)
     assert rc == 2
@@ -449,7 +451,7 @@ def test_cli_predict_refuses_bad_options(tmp_path, capsys, flags, needle):
 
 @pytest.mark.parametrize("flags", [["--top-k", "1.5"], ["--min-probability", "high"]])
 def test_cli_predict_refuses_non_numbers(tmp_path, capsys, flags):
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
     with pytest.raises(SystemExit) as exc:
         main(["predict", "--model", "m", "--docs", "d", "--output", str(tmp_path / "p")] + flags)
     assert exc.value.code == 2
@@ -457,8 +459,8 @@ def test_cli_predict_refuses_non_numbers(tmp_path, capsys, flags):
 
 
 def test_cli_predict_and_evaluate_with_abstaining(spark, models, truth, tmp_path):
-    from pcem_spark.cli import main
-    from pcem_spark.outputs import read_marker
+    from pcem_spark.cli.main import main
+    from pcem_spark.io.outputs import read_marker
     model_dir = str(tmp_path / "model")
     models["pcem"].save(model_dir)
     docs = _write_docs(tmp_path / "docs.jsonl", truth)

@@ -14,10 +14,11 @@ import pytest
 import scipy.sparse as sp
 from chispa import assert_df_equality
 
-from pcem_spark import engine, pathnb
-from pcem_spark.discriminative import hiercost_costs, tree_distance_matrix
-from pcem_spark.methods import GENERATIVE, method_spec
-from pcem_spark.taxonomy import Taxonomy
+from pcem_spark import engine
+from pcem_spark import core
+from pcem_spark.baselines.discriminative import hiercost_costs, tree_distance_matrix
+from pcem_spark.core.methods import GENERATIVE, method_spec
+from pcem_spark.core.taxonomy import Taxonomy
 from test_reference import make_corpus, to_blocks
 
 RTOL = 1e-9
@@ -149,7 +150,7 @@ def fitted_and_predicted(c, method):
     res, spec = fit(c, method)
     parent, depth = ref_nodes(c.padded)
     order = lib_node_order(c)
-    best, prob = pathnb.predict_paths(sp.csr_matrix(c.X), res.log_prior, res.log_theta, spec.structure)
+    best, prob = core.predict_paths(sp.csr_matrix(c.X), res.log_prior, res.log_theta, spec.structure)
     return (parent, depth, list(parent), dict(zip(order, res.log_prior)), dict(zip(order, res.log_theta)),
             best, prob)
 
@@ -177,14 +178,14 @@ def test_greedy_routing_can_differ_from_the_best_path():
     spec = method_spec(tax, "tdnb")
     local = {"a": 0.6, "b": 0.4, "a1": 0.5, "a2": 0.5, "b1": 0.99, "b2": 0.01}
     jll = np.log([[local[n] for n in tax.nodes]])  # already normalised within sibling groups
-    best, prob = pathnb.decode(jll, spec.structure)
+    best, prob = core.decode(jll, spec.structure)
     assert tax.real_path(best[0])[0] == "a"
     assert prob[0] == pytest.approx(0.3)
     # the win-driven rule on the same scores, with depth 2 normalised over all four
     # leaves, picks b1 (0.4 + 0.495 > 0.6 + 0.25)
     wd = method_spec(tax, "wdnb")
     jll_wd = np.log([[local[n] / (1.0 if n in ("a", "b") else 2.0) for n in tax.nodes]])
-    best_wd, _ = pathnb.decode(jll_wd, wd.structure)
+    best_wd, _ = core.decode(jll_wd, wd.structure)
     assert tax.real_path(best_wd[0]) == ["b", "b1"]
 
 
@@ -222,9 +223,9 @@ def test_multi_component_nb_matches_its_definition():
     lp = np.log(rng.dirichlet(np.ones(6)))
     lt = np.log(rng.dirichlet(np.ones(6), size=6))
     node_scores = np.array([[1, 0], [0, 1], [1, 0], [0, 0], [0, 1]], dtype=float)
-    fixed = pathnb.path_scores(node_scores, spec.score_matrix)
+    fixed = core.path_scores(node_scores, spec.score_matrix)
     labeled = node_scores.sum(axis=1) > 0
-    st = pathnb.e_step(X, fixed, labeled, lp, lt, use_unlabeled=False, structure=spec.structure)
+    st = core.e_step(X, fixed, labeled, lp, lt, use_unlabeled=False, structure=spec.structure)
     jll = X.toarray() @ lt.T + lp
     resp = np.zeros((5, 6))
     ll = 0.0
@@ -238,7 +239,7 @@ def test_multi_component_nb_matches_its_definition():
     np.testing.assert_allclose(st.word_counts, resp.T @ X.toarray(), rtol=1e-12)
     assert st.loglik == pytest.approx(ll, rel=1e-12)
     # prediction sums a leaf's components
-    best, prob = pathnb.predict_paths(X, lp, lt, spec.structure)
+    best, prob = core.predict_paths(X, lp, lt, spec.structure)
     post = np.exp(jll - jll.max(axis=1, keepdims=True))
     post /= post.sum(axis=1, keepdims=True)
     by_leaf = np.stack([post[:, :3].sum(axis=1), post[:, 3:].sum(axis=1)], axis=1)
@@ -250,13 +251,13 @@ def test_multi_component_initial_split_puts_each_document_in_one_component():
     tax = Taxonomy({"R": ["a", "b", "c"]})
     spec = method_spec(tax, "emmc", components=4)
     node_scores = np.eye(3)[[0, 1, 2, 0, 0, 1]]
-    fixed = pathnb.path_scores(node_scores, spec.score_matrix)
-    split = pathnb.random_component_split(fixed, spec.structure.owner, np.random.default_rng(1))
+    fixed = core.path_scores(node_scores, spec.score_matrix)
+    split = core.random_component_split(fixed, spec.structure.owner, np.random.default_rng(1))
     assert (np.count_nonzero(split, axis=1) == 1).all()
     owner = spec.structure.owner
     assert (owner[split.argmax(axis=1)] == node_scores.argmax(axis=1)).all()
     # different seeds give different splits of the same documents
-    other = pathnb.random_component_split(fixed, owner, np.random.default_rng(2))
+    other = core.random_component_split(fixed, owner, np.random.default_rng(2))
     assert not np.array_equal(split, other)
 
 
@@ -269,7 +270,7 @@ def test_multi_component_pass_on_spark_matches_reference(deep, use_unlabeled):
     R = spec.n_components
     lp = np.log(rng.dirichlet(np.ones(R)))
     lt = np.log(rng.dirichlet(np.ones(c.V), size=R))
-    wc, totals, ll, n_lab, n_unlab = engine.sufficient_stats(c.blocks, pathnb.PathParameters.from_log_theta(lp, lt), spec.score_matrix, c.V,
+    wc, totals, ll, n_lab, n_unlab = engine.sufficient_stats(c.blocks, core.PathParameters.from_log_theta(lp, lt), spec.score_matrix, c.V,
                                                              use_unlabeled, structure=spec.structure)
     resp = np.zeros((c.X.shape[0], R))
     ref_ll = 0.0
@@ -309,7 +310,7 @@ def test_multi_component_initial_pass_on_spark_splits_each_document_once(deep):
 
 
 def test_posterior_floor_is_refused_for_per_depth_structures():
-    from pcem_spark.model import ModelSettings
+    from pcem_spark.model.settings import ModelSettings
     with pytest.raises(ValueError, match="posterior_floor must be 0 for tdem"):
         ModelSettings(method="tdem", posterior_floor=1e-6).validate()
     # the default top-k truncation does not apply to per-node posteriors: they run exact
@@ -322,20 +323,20 @@ def test_posterior_floor_is_refused_for_per_depth_structures():
     lp = np.zeros(spec.n_components)
     lt = np.log(np.full((spec.n_components, 3), 1 / 3))
     with pytest.raises(ValueError, match="posterior_floor / posterior_top_k apply"):
-        pathnb.e_step(X, np.zeros((2, spec.n_components)), np.zeros(2, bool), lp, lt, posterior_floor=0.01,
+        core.e_step(X, np.zeros((2, spec.n_components)), np.zeros(2, bool), lp, lt, posterior_floor=0.01,
                       structure=spec.structure)
     with pytest.raises(ValueError, match="posterior_floor / posterior_top_k apply"):
-        pathnb.e_step(X, np.zeros((2, spec.n_components)), np.zeros(2, bool), lp, lt, top_k=1,
+        core.e_step(X, np.zeros((2, spec.n_components)), np.zeros(2, bool), lp, lt, top_k=1,
                       structure=spec.structure)
 
 
 def test_top_down_marginals_are_products_down_the_tree():
     parents = np.array([-1, -1, 0, 0, 1, 2])
     log_local = np.log(np.array([[0.7, 0.3, 0.4, 0.6, 1.0, 1.0]]))
-    got = np.exp(pathnb.top_down_log_marginals(log_local, parents))
+    got = np.exp(core.top_down_log_marginals(log_local, parents))
     np.testing.assert_allclose(got, [[0.7, 0.3, 0.28, 0.42, 0.3, 0.28]])
     with pytest.raises(ValueError, match="parent must come before"):
-        pathnb.top_down_log_marginals(log_local, np.array([1, -1, 0, 0, 1, 2]))
+        core.top_down_log_marginals(log_local, np.array([1, -1, 0, 0, 1, 2]))
 
 
 def test_multi_component_em_is_seeded_and_reproducible(deep):
@@ -349,7 +350,7 @@ def test_multi_component_em_is_seeded_and_reproducible(deep):
 
 def test_grouped_priors_sum_to_one_per_group():
     groups = np.array([0, 0, 1, 1, 1, 2])
-    lp, _ = pathnb.log_parameters(np.ones((6, 3)), np.array([1.0, 3.0, 0.0, 2.0, 5.0, 4.0]), 1.0, groups)
+    lp, _ = core.log_parameters(np.ones((6, 3)), np.array([1.0, 3.0, 0.0, 2.0, 5.0, 4.0]), 1.0, groups)
     for g in range(3):
         assert np.exp(lp[groups == g]).sum() == pytest.approx(1.0)
     np.testing.assert_allclose(np.exp(lp[:2]), [2 / 6, 4 / 6])
@@ -381,7 +382,7 @@ def test_tree_distance_and_hiercost_costs():
 
 
 def test_discriminative_features_are_l2_tfidf_rows():
-    from pcem_spark.weak import tfidf_rows
+    from pcem_spark.core.similarity import tfidf_rows
     X = sp.csr_matrix(np.array([[1.0, 0, 2], [0, 0, 0]]))
     idf = np.array([2.0, 1.0, 0.5])
     Y = tfidf_rows(X, idf).toarray()
@@ -402,9 +403,9 @@ def _separable_corpus(spark):
 def test_discriminative_baselines_learn_a_separable_corpus(spark, method):
     from pyspark.sql import functions as F
 
-    from pcem_spark.discriminative import fit_linear
-    from pcem_spark.experiment import _label_path_index
-    from pcem_spark.features import FeatureSettings, featurize, fit_vocabulary
+    from pcem_spark.baselines.discriminative import fit_linear
+    from pcem_spark.experiment.protocol import _label_path_index
+    from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
     df = _separable_corpus(spark)
     tax = Taxonomy({"R": ["a", "b"], "a": ["a1", "a2"], "b": ["b1", "b2"]})
     fs = FeatureSettings(min_df=1.0, max_df=1.0, stop_words="none")
@@ -424,8 +425,10 @@ def test_discriminative_baselines_learn_a_separable_corpus(spark, method):
 
 @pytest.mark.parametrize("method", ["tdem", "wdnb", "emmc"])
 def test_baseline_models_save_load_and_predict_every_document(spark, tmp_path, method):
-    from pcem_spark.features import FeatureSettings
-    from pcem_spark.model import ModelSettings, PathModel, train
+    from pcem_spark.engine.features import FeatureSettings
+    from pcem_spark.model.settings import ModelSettings
+    from pcem_spark.model.path_model import PathModel
+    from pcem_spark.ml import train
     df = _separable_corpus(spark)
     docs = df.selectExpr("id", "text", "case when id like '%-0' or id like '%-1' then labels end as labels")
     tax = Taxonomy({"R": ["a", "b"], "a": ["a1", "a2"], "b": ["b1", "b2"]})

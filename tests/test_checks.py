@@ -4,9 +4,8 @@ import logging
 
 import pytest
 
-from pcem_spark.checks import (_unknown_label_paths, label_coverage, require_known_label_paths,
-                               warn_label_coverage, warn_singleton_leaves)
-from pcem_spark.taxonomy import Taxonomy, TaxonomyError
+from pcem_spark.model.label_checks import _unknown_label_paths, label_coverage, require_known_label_paths, warn_label_coverage, warn_singleton_leaves
+from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError
 
 SCHEMA = "id string, text string, labels array<string>"
 # A shallow leaf ("misc", depth 1) next to depth-2 leaves, and one leaf ("wool") nobody labels.
@@ -42,7 +41,7 @@ def test_label_coverage_reads_per_depth_weak_paths(spark):
 
 def test_warn_label_coverage_names_empty_and_few_leaves(caplog):
     counts = {"sci.space": 5, "sci.med": 2, "rec.autos": 4, "misc": 1}  # rec.wool missing = 0
-    with caplog.at_level(logging.WARNING, logger="pcem_spark.checks"):
+    with caplog.at_level(logging.WARNING, logger="pcem_spark.model.label_checks"):
         empty, few = warn_label_coverage(counts, TAX, where="docs.jsonl")
     assert empty == ["rec.wool"]
     assert few == ["misc", "sci.med"]  # by count, then name
@@ -54,14 +53,14 @@ def test_warn_label_coverage_names_empty_and_few_leaves(caplog):
 
 def test_warn_label_coverage_is_quiet_when_every_leaf_is_covered(caplog):
     counts = {leaf: 10 for leaf in TAX.leaves}
-    with caplog.at_level(logging.WARNING, logger="pcem_spark.checks"):
+    with caplog.at_level(logging.WARNING, logger="pcem_spark.model.label_checks"):
         assert warn_label_coverage(counts, TAX) == ([], [])
     assert caplog.records == []
 
 
 def test_warn_label_coverage_weak_wording_and_long_lists(caplog):
     many = Taxonomy({"R": [f"leaf{i:02d}" for i in range(25)]})
-    with caplog.at_level(logging.WARNING, logger="pcem_spark.checks"):
+    with caplog.at_level(logging.WARNING, logger="pcem_spark.model.label_checks"):
         empty, _ = warn_label_coverage({}, many, kind="weak")
     assert len(empty) == 25
     assert "25 of 25 leaves have no document with a weak label" in caplog.text
@@ -69,7 +68,7 @@ def test_warn_label_coverage_weak_wording_and_long_lists(caplog):
 
 
 def test_singleton_leaf_of_an_inferred_taxonomy_gets_a_did_you_mean(spark, caplog):
-    from pcem_spark.model import infer_taxonomy
+    from pcem_spark.model.labels import infer_taxonomy
 
     rows = [(f"space-{i}", "t", ["sci", "sci.space"]) for i in range(4)]
     rows += [(f"med-{i}", "t", ["sci", "sci.med"]) for i in range(3)]
@@ -77,7 +76,7 @@ def test_singleton_leaf_of_an_inferred_taxonomy_gets_a_did_you_mean(spark, caplo
     docs = _docs(spark, rows)
     tax = infer_taxonomy(docs)
     assert "sci.spcae" in tax.leaves  # the typo silently became a class: hence the warning
-    with caplog.at_level(logging.WARNING, logger="pcem_spark.checks"):
+    with caplog.at_level(logging.WARNING, logger="pcem_spark.model.label_checks"):
         hints = warn_singleton_leaves(docs, tax, where="docs.jsonl")
     assert hints == {"sci.spcae": "sci.space", "misc.forsale": None}
     assert "2 of 4 leaves are used by exactly one document" in caplog.text
@@ -86,7 +85,7 @@ def test_singleton_leaf_of_an_inferred_taxonomy_gets_a_did_you_mean(spark, caplo
 
 
 def test_singleton_leaves_from_counts_and_quiet_without_singletons(caplog):
-    with caplog.at_level(logging.WARNING, logger="pcem_spark.checks"):
+    with caplog.at_level(logging.WARNING, logger="pcem_spark.model.label_checks"):
         assert warn_singleton_leaves({"a": 3, "b": 2}) == {}
         assert caplog.records == []
         assert warn_singleton_leaves({"comp.graphics": 40, "comp.graphcis": 1}) == {

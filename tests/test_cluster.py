@@ -24,7 +24,7 @@ import time
 import numpy as np
 import pytest
 
-from pcem_spark import packaging
+from pcem_spark.ops import packaging
 from standalone import LOOPBACK, StandaloneCluster, loopback_env, spark_bin
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -180,7 +180,7 @@ def cluster_run(cluster, artifacts, corpus, tmp_path_factory):
 # -- tests -------------------------------------------------------------------
 
 def test_cluster_predictions_equal_local_mode(spark, cluster_run):
-    from pcem_spark.model import PathModel
+    from pcem_spark.model.path_model import PathModel
 
     out = cluster_run["dir"]
     model, preds = str(out / "local-model"), str(out / "local-predictions")
@@ -218,7 +218,7 @@ def test_executors_without_shipped_env_cannot_run_it(cluster, artifacts, cluster
 
 
 def test_killing_an_executor_mid_em_gives_the_same_model(spark, cluster, artifacts, cluster_run):
-    from pcem_spark.model import PathModel
+    from pcem_spark.model.path_model import PathModel
 
     model = str(cluster_run["dir"] / "model-after-kill")
     args = submit_args(cluster, artifacts) + [

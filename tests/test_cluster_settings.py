@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from pyspark.errors import PythonException
 
-from pcem_spark import engine, packaging
-from pcem_spark.cli import EXIT_BAD_INPUT, EXIT_TRANSIENT, classify_failure, root_cause
-from pcem_spark.limits import ResultSizeError, check_result_size, max_result_size
+from pcem_spark import engine
+from pcem_spark.ops import packaging
+from pcem_spark.cli.failures import EXIT_BAD_INPUT, EXIT_TRANSIENT, classify_failure, root_cause
+from pcem_spark.engine.limits import ResultSizeError, check_result_size, max_result_size
 
 
 class _Conf:
@@ -100,7 +101,7 @@ def test_py_files_zip_holds_the_package_and_imports(tmp_path):
     path = packaging.build_py_files(str(tmp_path))
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()
-    assert "pcem_spark/__init__.py" in names and "pcem_spark/engine.py" in names
+    assert "pcem_spark/__init__.py" in names and "pcem_spark/engine/passes.py" in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     # Deterministic: the same sources give the same bytes.
     first = packaging.sha256(path)

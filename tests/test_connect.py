@@ -35,7 +35,7 @@ except ImportError as exc:  # PySparkImportError is an ImportError
                 "pip install grpcio grpcio-status googleapis-common-protos zstandard",
                 allow_module_level=True)
 
-from pcem_spark.session import SparkConnectError, is_spark_connect  # noqa: E402
+from pcem_spark.engine.session import SparkConnectError, is_spark_connect  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -127,9 +127,10 @@ def labelled_docs(remote):
 
 
 def _tiny_model():
-    from pcem_spark.features import FeatureSettings
-    from pcem_spark.model import ModelSettings, PathModel
-    from pcem_spark.taxonomy import Taxonomy
+    from pcem_spark.engine.features import FeatureSettings
+    from pcem_spark.model.settings import ModelSettings
+    from pcem_spark.model.path_model import PathModel
+    from pcem_spark.core.taxonomy import Taxonomy
     taxonomy = Taxonomy.from_label_paths([["sci", "space"], ["rec", "hockey"]])
     vocabulary = ["rocket", "orbit", "puck", "goal"]
     log_theta = np.log(np.array([[0.4, 0.4, 0.1, 0.1], [0.1, 0.1, 0.4, 0.4]]))
@@ -151,7 +152,7 @@ def test_the_session_is_recognised_as_spark_connect(remote, labelled_docs):
 
 
 def test_fit_fails_at_once_naming_spark_connect(labelled_docs):
-    from pcem_spark.ml import PathEM
+    from pcem_spark.ml.estimator import PathEM
     est = PathEM(method="pcem", maxIter=2, smoothing=1.0, unlabeledWeight=1.0, pathWeight=1.0,
                  minDF=1.0, maxDF=1.0)
     with pytest.raises(SparkConnectError) as info:
@@ -167,9 +168,10 @@ def test_fit_fails_at_once_naming_spark_connect(labelled_docs):
 
 def test_library_training_entry_points_fail_the_same_way(labelled_docs):
     from pcem_spark import engine
-    from pcem_spark.features import FeatureSettings
-    from pcem_spark.model import ModelSettings, train
-    from pcem_spark.taxonomy import Taxonomy
+    from pcem_spark.engine.features import FeatureSettings
+    from pcem_spark.model.settings import ModelSettings
+    from pcem_spark.ml import train
+    from pcem_spark.core.taxonomy import Taxonomy
     taxonomy = Taxonomy.from_label_paths([["sci", "space"], ["rec", "hockey"]])
     with pytest.raises(SparkConnectError) as info:
         train(labelled_docs, taxonomy, FeatureSettings(min_df=1.0, max_df=1.0), ModelSettings())
@@ -180,7 +182,7 @@ def test_library_training_entry_points_fail_the_same_way(labelled_docs):
 
 
 def test_prediction_fails_naming_the_broadcast(labelled_docs):
-    from pcem_spark.ml import PathEMModel
+    from pcem_spark.ml.estimator import PathEMModel
     model = _tiny_model()
     with pytest.raises(SparkConnectError) as info:
         model.transform(labelled_docs)
@@ -191,8 +193,8 @@ def test_prediction_fails_naming_the_broadcast(labelled_docs):
 
 
 def test_model_files_and_format_detection_fail_naming_the_way_out(remote, tmp_path):
-    from pcem_spark.documents import read_documents
-    from pcem_spark.model import PathModel
+    from pcem_spark.io.documents import read_documents
+    from pcem_spark.model.path_model import PathModel
     with pytest.raises(SparkConnectError) as info:
         PathModel.load(str(tmp_path / "model"))
     _assert_clear(info, "loading models")
@@ -204,7 +206,7 @@ def test_model_files_and_format_detection_fail_naming_the_way_out(remote, tmp_pa
 
 def test_reading_and_checking_documents_works_over_connect(remote):
     """The strict reader and the reject split give the verdicts of tests/test_strict_input.py."""
-    from pcem_spark.documents import read_documents, split_rejects
+    from pcem_spark.io.documents import read_documents, split_rejects
     with open(os.path.join(DATA, "malformed_expected.json"), encoding="utf-8") as fh:
         expected = {int(k): v for k, v in json.load(fh).items() if not k.startswith("_")}
     raw = read_documents(remote, CATALOGUE, "json")
@@ -218,7 +220,7 @@ def test_reading_and_checking_documents_works_over_connect(remote):
 
 
 def test_featurising_works_over_connect(labelled_docs):
-    from pcem_spark.features import FeatureSettings, featurize, fit_vocabulary
+    from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
     settings = FeatureSettings(min_df=1.0, max_df=1.0)
     vocabulary = fit_vocabulary(labelled_docs, settings)
     assert {"rocket", "orbit", "puck", "goal", "document"} <= set(vocabulary)

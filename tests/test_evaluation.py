@@ -4,9 +4,9 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from pcem_spark.evaluate import evaluate_predictions, node_confusion
-from pcem_spark.evaluation import HierarchicalF1Evaluator
-from pcem_spark.taxonomy import Taxonomy
+from pcem_spark.evaluation.metrics import evaluate_predictions, node_confusion
+from pcem_spark.evaluation.evaluator import HierarchicalF1Evaluator
+from pcem_spark.core.taxonomy import Taxonomy
 
 PRED_SCHEMA = "id string, path array<string>, labels array<string>"
 

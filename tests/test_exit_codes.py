@@ -22,12 +22,11 @@ from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 from pyspark.errors import PySparkRuntimeError, PySparkTypeError, PySparkValueError
 from pyspark.errors.exceptions.captured import convert_exception
 
-from pcem_spark.cli import main
-from pcem_spark.documents import DocumentsError
+from pcem_spark.cli.main import main
+from pcem_spark.io.documents import DocumentsError
 from pcem_spark.errors import InputError
-from pcem_spark import failures
-from pcem_spark.failures import (EXIT_BAD_INPUT, EXIT_BUG, EXIT_TRANSIENT, TRANSIENT_JAVA, classify_failure,
-                                 iter_rules, rules_markdown)
+from pcem_spark.cli import failures
+from pcem_spark.cli.failures import EXIT_BAD_INPUT, EXIT_BUG, EXIT_TRANSIENT, TRANSIENT_JAVA, classify_failure, iter_rules, rules_markdown
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
@@ -217,7 +216,7 @@ def test_internal_value_errors_are_bugs_and_validation_errors_are_bad_input():
     assert classify_failure(ValueError("index 3 out of range in a pure function"))[0] == EXIT_BUG
     assert classify_failure(InputError("model.tol must be >= 0"))[0] == EXIT_BAD_INPUT
     # A settings error raised by the settings code is an InputError, not a ValueError
-    from pcem_spark.config import load_settings
+    from pcem_spark.cli.config import load_settings
     with pytest.raises(InputError):
         load_settings(None, ["model.tol=-1"])
 

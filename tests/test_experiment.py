@@ -1,7 +1,7 @@
 import pytest
 
-from pcem_spark.config import ConfigError, load_settings
-from pcem_spark.experiment import assign_roles, markdown_table, summarize
+from pcem_spark.cli.config import ConfigError, load_settings
+from pcem_spark.experiment.protocol import assign_roles, markdown_table, summarize
 
 
 def test_assign_roles_is_stratified_reproducible_and_keeps_one_label_per_leaf(spark):
@@ -98,12 +98,12 @@ def test_supervision_settings():
     (["--set", "experiment.methods=[]"], "[experiment] methods: "),
 ])
 def test_experiment_without_runs_exits_2_before_spark(tmp_path, capsys, monkeypatch, extra, message):
-    import pcem_spark.session
-    from pcem_spark.cli import main
+    import pcem_spark.engine.session
+    from pcem_spark.cli.main import main
 
     def no_spark(*a, **k):
         raise AssertionError("Spark was started")
-    monkeypatch.setattr(pcem_spark.session, "build_session", no_spark)
+    monkeypatch.setattr(pcem_spark.engine.session, "build_session", no_spark)
     docs = tmp_path / "docs.jsonl"
     docs.write_text('{"id": "1", "text": "a b", "labels": ["a"]}\n')
     out = tmp_path / "out"

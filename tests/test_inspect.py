@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pcem_spark import inspect as ins
-from pcem_spark import pathnb
-from pcem_spark.methods import method_spec
-from pcem_spark.taxonomy import Taxonomy
+
+from pcem_spark import core
+from pcem_spark.core import node_stats
+from pcem_spark.ops import inspection, rendering
+from pcem_spark.core.methods import method_spec
+from pcem_spark.core.taxonomy import Taxonomy
 
 # A variable-depth tree: "misc" is a leaf at depth 1 (padded with a dummy node at depth 2).
 TAX = Taxonomy({"ROOT": ["sport", "tech", "misc"], "sport": ["football", "tennis", "hockey"],
@@ -21,7 +23,7 @@ TAX = Taxonomy({"ROOT": ["sport", "tech", "misc"], "sport": ["football", "tennis
 def _random_params(rng, R, V, smoothing, density=0.3):
     counts = sp.random(R, V, density=density, random_state=rng, format="csr") * 20
     totals = rng.uniform(1, 10, R)
-    return counts, totals, pathnb.sparse_log_parameters(counts, totals, smoothing)
+    return counts, totals, core.sparse_log_parameters(counts, totals, smoothing)
 
 
 # ------------------------------------------------------------------------- pure math
@@ -31,8 +33,8 @@ def test_node_counts_and_word_mass_equal_dense_sums(method):
     spec = method_spec(TAX, method, components=3)
     R, V, s = spec.n_components, 40, 0.3
     counts, _, params = _random_params(rng, R, V, s)
-    path_nodes, owner = ins.component_paths(TAX, spec)
-    node, word_mass = ins.node_counts(params, s, path_nodes, owner)
+    path_nodes, owner = node_stats.component_paths(TAX, spec)
+    node, word_mass = node_stats.node_counts(params, s, path_nodes, owner)
     # Dense reference: component -> node membership by hand.
     member = np.zeros((R, TAX.n_nodes))
     for r in range(R):
@@ -55,7 +57,7 @@ def test_node_mass_sums_paths_and_priors_sum_to_one_per_depth():
     labeled = rng.integers(0, 5, M).astype(float)
     total = labeled + rng.uniform(0, 30, M)
     log_prior = np.log(rng.dirichlet(np.ones(M)))
-    mass = ins.node_mass(sp.csr_matrix(A), total, log_prior, labeled)
+    mass = node_stats.node_mass(sp.csr_matrix(A), total, log_prior, labeled)
     np.testing.assert_allclose(mass.total, A.T @ total)
     np.testing.assert_allclose(mass.labeled, A.T @ labeled)
     np.testing.assert_allclose(mass.expected, A.T @ (total - labeled))
@@ -64,7 +66,7 @@ def test_node_mass_sums_paths_and_priors_sum_to_one_per_depth():
     for d in (1, 2):
         assert mass.prior[depth == d].sum() == pytest.approx(1.0)
     # The word-mass fallback: no labelled / expected split.
-    fallback = ins.node_mass(sp.csr_matrix(A), total, log_prior)
+    fallback = node_stats.node_mass(sp.csr_matrix(A), total, log_prior)
     assert fallback.labeled is None and fallback.expected is None
 
 
@@ -74,7 +76,7 @@ def test_top_down_prior_is_the_product_of_conditional_priors():
     groups = spec.structure.groups
     raw = rng.uniform(0.1, 1.0, TAX.n_nodes)
     conditional = raw / np.bincount(groups, weights=raw)[groups]       # normalised among siblings
-    prior = ins.node_prior(np.log(conditional), sp.identity(TAX.n_nodes, format="csr"),
+    prior = node_stats.node_prior(np.log(conditional), sp.identity(TAX.n_nodes, format="csr"),
                            parents=spec.structure.parents)
     k = TAX.node_index
     assert prior[k["hockey"]] == pytest.approx(conditional[k["sport"]] * conditional[k["hockey"]])
@@ -90,13 +92,13 @@ def test_labeled_documents_inverts_the_eq2_masses(g):
     A = TAX.path_node_matrix()
     n = rng.integers(0, 7, TAX.n_paths).astype(float)
     # What the engine sums: each labelled document's path scores (1 - g) leaf + g path (Eq. 2).
-    scores = pathnb.weighted_score_matrix(A, TAX.leaf_node_matrix(), g)     # (M, K)
+    scores = core.weighted_score_matrix(A, TAX.leaf_node_matrix(), g)     # (M, K)
     mass = scores @ (A.T @ n)                                                # (M,)
-    docs = ins.labeled_documents(sp.csr_matrix(A), mass, g)
+    docs = node_stats.labeled_documents(sp.csr_matrix(A), mass, g)
     np.testing.assert_allclose(docs, A.T @ n, atol=1e-9)
     assert docs[TAX.node_index["sport"]] == n[[TAX.path_index[p] for p in TAX.paths if p[0] == "sport"]].sum()
     # Soft (weak) labels are not whole documents: nothing reported.
-    assert ins.labeled_documents(sp.csr_matrix(A), mass + 0.37, g) is None
+    assert node_stats.labeled_documents(sp.csr_matrix(A), mass + 0.37, g) is None
 
 
 def _dense_llr(a, b, na, nb):
@@ -133,7 +135,7 @@ def test_sibling_log_odds_equals_a_dense_reference(rank):
     C = sp.random(K, V, density=0.25, random_state=rng, format="csr")
     C.data = np.round(C.data * 10, 1) + 0.1
     parent_of = np.array([-1, -1, -1, 0, 0, 1, 1, 1, 2])      # node 8 is an only child
-    got = ins.sibling_log_odds(C, parent_of, 0.5, top_n=4, rank=rank)
+    got = node_stats.sibling_log_odds(C, parent_of, 0.5, top_n=4, rank=rank)
     ref = _dense_sibling_reference(C.toarray(), parent_of, 0.5, 4, rank)
     assert got[8] == []
     for k in range(K):
@@ -152,12 +154,12 @@ def test_sibling_log_odds_finds_the_word_that_defines_a_node():
     C[1, [w["the"], w["game"], w["tennis"], w["racket"]]] = [50, 20, 40, 20]
     C[2, [w["the"], w["game"], w["goal"], w["puck"]]] = [50, 20, 60, 1]
     for rank in ("llr", "log-odds"):
-        top = ins.sibling_log_odds(sp.csr_matrix(C), np.array([-1, -1, -1]), 0.1, top_n=3, rank=rank)
+        top = node_stats.sibling_log_odds(sp.csr_matrix(C), np.array([-1, -1, -1]), 0.1, top_n=3, rank=rank)
         assert [vocab[t.term] for t in top[0][:2]] == ["hockey", "puck"]
         assert vocab[top[1][0].term] == "tennis" and vocab[top[2][0].term] == "goal"
         assert all(vocab[t.term] not in ("the", "game") for t in top[0][:2])
     # A hidden (dummy) node is neither scored nor anyone's sibling.
-    top = ins.sibling_log_odds(sp.csr_matrix(C), np.array([-1, -1, -1]), 0.1, top_n=3,
+    top = node_stats.sibling_log_odds(sp.csr_matrix(C), np.array([-1, -1, -1]), 0.1, top_n=3,
                                show=np.array([True, True, False]))
     assert top[2] == [] and top[0][0].sibling_count == 0.0
 
@@ -165,20 +167,21 @@ def test_sibling_log_odds_finds_the_word_that_defines_a_node():
 def test_rare_exclusive_terms_do_not_top_the_llr_ranking():
     # "zq7" occurs twice in the node and never in the siblings; "hockey" 300 times vs 30.
     C = np.array([[300.0, 2.0, 100.0], [30.0, 0.0, 100.0], [0.0, 0.0, 100.0]])
-    by_llr = ins.sibling_log_odds(sp.csr_matrix(C), np.array([-1, -1, -1]), 0.05, top_n=1, rank="llr")
-    by_lo = ins.sibling_log_odds(sp.csr_matrix(C), np.array([-1, -1, -1]), 0.05, top_n=1, rank="log-odds")
+    by_llr = node_stats.sibling_log_odds(sp.csr_matrix(C), np.array([-1, -1, -1]), 0.05, top_n=1, rank="llr")
+    by_lo = node_stats.sibling_log_odds(sp.csr_matrix(C), np.array([-1, -1, -1]), 0.05, top_n=1, rank="log-odds")
     assert by_llr[0][0].term == 0 and by_lo[0][0].term == 1
     # Exact zeros need no smoothing: a term only the siblings have scores negative, one nobody has 0.
-    np.testing.assert_allclose(ins.signed_llr(np.array([0.0, 0.0]), np.array([5.0, 0.0]), 100.0, 100.0)[1], 0.0)
-    assert ins.signed_llr(np.array([0.0]), np.array([5.0]), 100.0, 100.0)[0] < 0
+    np.testing.assert_allclose(node_stats.signed_llr(np.array([0.0, 0.0]), np.array([5.0, 0.0]), 100.0, 100.0)[1], 0.0)
+    assert node_stats.signed_llr(np.array([0.0]), np.array([5.0]), 100.0, 100.0)[0] < 0
 
 
 @pytest.mark.parametrize("method", ["pcem", "flat-em", "emmc", "tdem", "wdem"])
 def test_inspect_model_reads_every_method_structure(method):
     """A hand-made model whose stored masses come from known labelled documents per path, for each
     component structure: the report recovers them per node, hides the dummy and its priors sum to 1."""
-    from pcem_spark.features import FeatureSettings
-    from pcem_spark.model import ModelSettings, PathModel
+    from pcem_spark.engine.features import FeatureSettings
+    from pcem_spark.model.settings import ModelSettings
+    from pcem_spark.model.path_model import PathModel
     rng = np.random.default_rng(6)
     g, lam, s = 0.5, 0.5, 0.2
     spec = method_spec(TAX, method, components=2, path_weight=g)
@@ -186,7 +189,7 @@ def test_inspect_model_reads_every_method_structure(method):
     n = rng.integers(1, 6, TAX.n_paths).astype(float)           # labelled documents per path
     unl = rng.uniform(0, 20, TAX.n_paths)                         # expected unlabelled documents per path
     if method == "pcem":
-        lab = pathnb.weighted_score_matrix(A, TAX.leaf_node_matrix(), g) @ (A.T @ n)    # Eq. 2 weights
+        lab = core.weighted_score_matrix(A, TAX.leaf_node_matrix(), g) @ (A.T @ n)    # Eq. 2 weights
         tot = lab + lam * unl
     elif method == "flat-em":
         lab, tot = n, n + lam * unl
@@ -197,11 +200,11 @@ def test_inspect_model_reads_every_method_structure(method):
         lab, tot = A.T @ n, A.T @ (n + lam * unl)
     R, V = spec.n_components, 30
     counts = sp.random(R, V, density=0.5, random_state=rng, format="csr") * 10
-    params = pathnb.sparse_log_parameters(counts, tot, s, None if spec.structure is None else spec.structure.groups)
+    params = core.sparse_log_parameters(counts, tot, s, None if spec.structure is None else spec.structure.groups)
     ms = ModelSettings(method=method, smoothing=s, unlabeled_weight=lam, path_weight=g, components=2)
     model = PathModel(TAX, [f"t{i}" for i in range(V)], None, params, FeatureSettings(), ms,
                       {"path_mass_labeled": list(lab), "path_mass": list(tot), "n_labeled": int(n.sum())})
-    report = ins.inspect_model(model, top_n=3)
+    report = inspection.inspect_model(model, top_n=3)
     by_name = {x["node"]: x for x in report["nodes"]}
     assert set(by_name) == set(TAX.real_nodes)
     assert report["mass"]["labeled_documents_known"] and report["mass"]["expected_documents_known"]
@@ -212,7 +215,7 @@ def test_inspect_model_reads_every_method_structure(method):
     for d in ("1", "2"):
         assert report["mass"]["prior_sum_per_depth"][d] == pytest.approx(1.0, abs=1e-5)
     assert sum(by_name[x]["labeled_documents"] for x in ("sport", "tech", "misc")) == n.sum()
-    md = ins.render_model_markdown(report)
+    md = rendering.render_model_markdown(report)
     assert "#dummy" not in md and "| 1 | misc |" in md
 
 
@@ -220,7 +223,7 @@ def test_confusion_tables_count_levels_none_and_unknown_names():
     tax = Taxonomy({"ROOT": ["a", "b"], "a": ["a1", "a2"], "b": ["b1"]})
     cells = [(1, "a", "a", 5), (1, "a", "b", 2), (1, "b", None, 1), (1, "zz", "a", 1),
              (2, "a1", "a1", 3), (2, "a1", "a2", 2), (2, "a2", None, 2), (2, "b1", "b1", 1)]
-    conf = ins.confusion_tables(cells, tax, n_scored=9, n_without_labels=4)
+    conf = inspection.confusion_tables(cells, tax, n_scored=9, n_without_labels=4)
     l1, l2 = conf["levels"]["1"], conf["levels"]["2"]
     assert l1["nodes"] == ["a", "b", "zz"] and l1["unknown_nodes"] == ["zz"]
     assert l1["counts"] == [[5, 2, 0, 0], [0, 0, 0, 1], [1, 0, 0, 0]]
@@ -228,26 +231,26 @@ def test_confusion_tables_count_levels_none_and_unknown_names():
     assert l2["accuracy"] == pytest.approx(4 / 8) and l2["documents"] == 8
     # Ties on the count: by true node, then predicted node.
     assert l2["largest_errors"] == [{"true": "a1", "predicted": "a2", "count": 2, "share_of_true": 0.4},
-                                    {"true": "a2", "predicted": ins.NONE_LABEL, "count": 2, "share_of_true": 1.0}]
+                                    {"true": "a2", "predicted": rendering.NONE_LABEL, "count": 2, "share_of_true": 1.0}]
     assert l1["recall"]["a"] == pytest.approx(5 / 7) and l1["recall"]["b"] == 0.0
-    md = ins.render_confusion_markdown(conf)
+    md = rendering.render_confusion_markdown(conf)
     assert "accuracy 55.56% (5 of 9)" in md and "4 without labels" in md
 
 
 def test_write_inspection_is_atomic_and_refuses_what_it_should(tmp_path):
     out = tmp_path / "insp"
-    ins.write_inspection(str(out), {"a.txt": b"one"})
+    inspection.write_inspection(str(out), {"a.txt": b"one"})
     assert (out / "a.txt").read_bytes() == b"one" and (out / "_PCEM_COMPLETE").exists()
     with pytest.raises(FileExistsError, match="--overwrite"):
-        ins.write_inspection(str(out), {"a.txt": b"two"})
-    ins.write_inspection(str(out), {"b.txt": b"two"}, overwrite=True)
+        inspection.write_inspection(str(out), {"a.txt": b"two"})
+    inspection.write_inspection(str(out), {"b.txt": b"two"}, overwrite=True)
     assert sorted(os.listdir(out)) == ["_PCEM_COMPLETE", "b.txt"]          # replaced whole, not merged
     assert [n for n in os.listdir(tmp_path) if n != "insp"] == []          # no temporary sibling left
     with pytest.raises(ValueError, match="local directory"):
-        ins.check_local_output("hdfs://nn/x")
+        inspection.check_local_output("hdfs://nn/x")
     (tmp_path / "file").write_text("x")
     with pytest.raises(NotADirectoryError):
-        ins.check_local_output(str(tmp_path / "file"))
+        inspection.check_local_output(str(tmp_path / "file"))
 
 
 # ------------------------------------------------------------------ end to end (Spark)
@@ -265,7 +268,7 @@ TAX_TSV = "ROOT\tsport\nROOT\ttech\nROOT\tmisc\nsport\tfootball\nsport\ttennis\n
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, spark):
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
     rng = np.random.default_rng(0)
     d = tmp_path_factory.mktemp("inspect")
     docs, tax_file = d / "docs.jsonl", d / "tax.tsv"
@@ -289,7 +292,7 @@ def trained(tmp_path_factory, spark):
 
 
 def _write_predictions(spark, path, rows):
-    from pcem_spark.outputs import atomic_output
+    from pcem_spark.io.outputs import atomic_output
     df = spark.createDataFrame(rows, "id string, path array<string>, leaf string, probability double, "
                                      "labels array<string>")
     with atomic_output(spark, path, "predictions") as staged:
@@ -299,9 +302,9 @@ def _write_predictions(spark, path, rows):
 def test_inspect_end_to_end_masses_and_confusion(spark, trained, tmp_path):
     from chispa import assert_df_equality
     from pyspark.sql import functions as F
-    from pcem_spark.cli import main
-    from pcem_spark.evaluate import evaluate_predictions
-    from pcem_spark.model import PathModel
+    from pcem_spark.cli.main import main
+    from pcem_spark.evaluation.metrics import evaluate_predictions
+    from pcem_spark.model.path_model import PathModel
     out = tmp_path / "insp"
     assert main(["inspect", "--model", trained["model"], "--predictions", trained["pred"],
                  "--output", str(out), "--top-terms", "3"]) == 0
@@ -354,7 +357,7 @@ def test_inspect_end_to_end_masses_and_confusion(spark, trained, tmp_path):
         for i, t in enumerate(lv["nodes"]):
             for j, p in enumerate(lv["columns"]):
                 if lv["counts"][i][j]:
-                    got_rows.append((int(level), t, None if p == ins.NONE_LABEL else p, lv["counts"][i][j]))
+                    got_rows.append((int(level), t, None if p == rendering.NONE_LABEL else p, lv["counts"][i][j]))
     got = spark.createDataFrame(got_rows, "level int, true string, predicted string, n long")
     brute = (pred.where(F.col("labels").isNotNull())
              .select(F.explode(F.sequence(F.lit(1), F.size("labels"))).alias("level"), "labels", "path")
@@ -368,7 +371,7 @@ def test_inspect_end_to_end_masses_and_confusion(spark, trained, tmp_path):
 
 
 def test_inspect_confusion_counts_short_null_and_unlabelled_predictions(spark, trained, tmp_path):
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
     pred = str(tmp_path / "pred")
     _write_predictions(spark, pred, [
         ("1", ["sport", "hockey"], "hockey", 0.9, ["sport", "hockey"]),
@@ -388,17 +391,17 @@ def test_inspect_confusion_counts_short_null_and_unlabelled_predictions(spark, t
         return lv["counts"][lv["nodes"].index(t)][lv["columns"].index(p)]
 
     assert cell(l1, "sport", "sport") == 2 and cell(l1, "sport", "tech") == 1
-    assert cell(l1, "tech", ins.NONE_LABEL) == 1 and cell(l1, "misc", "misc") == 1
+    assert cell(l1, "tech", rendering.NONE_LABEL) == 1 and cell(l1, "misc", "misc") == 1
     assert l1["documents"] == 5 and l1["accuracy"] == pytest.approx(3 / 5)
-    assert cell(l2, "tennis", ins.NONE_LABEL) == 1 and cell(l2, "tennis", "phones") == 1
-    assert cell(l2, "chips", ins.NONE_LABEL) == 1 and cell(l2, "hockey", "hockey") == 1
+    assert cell(l2, "tennis", rendering.NONE_LABEL) == 1 and cell(l2, "tennis", "phones") == 1
+    assert cell(l2, "chips", rendering.NONE_LABEL) == 1 and cell(l2, "hockey", "hockey") == 1
     assert l2["documents"] == 4 and l2["accuracy"] == pytest.approx(1 / 4)
     assert "(none)" in (out / "confusion.md").read_text()
 
 
 def test_inspect_an_older_model_without_path_mass(spark, trained, tmp_path):
-    from pcem_spark.cli import main
-    from pcem_spark.model import PathModel
+    from pcem_spark.cli.main import main
+    from pcem_spark.model.path_model import PathModel
     model = PathModel.load(trained["model"])
     for key in ("path_mass", "path_mass_labeled"):
         model.training_summary.pop(key)
@@ -409,7 +412,7 @@ def test_inspect_an_older_model_without_path_mass(spark, trained, tmp_path):
     report = json.loads((out / "model.json").read_text())
     assert report["mass"]["source"] == "word_counts" and "without path_mass" in report["mass"]["note"]
     assert not report["mass"]["labeled_documents_known"]
-    _, n_words = pathnb.recovered_counts(model.params, float(model.model_settings.smoothing))
+    _, n_words = core.recovered_counts(model.params, float(model.model_settings.smoothing))
     A = model.taxonomy.path_node_matrix()
     for n in report["nodes"]:
         assert n["labeled_mass"] is None and n["expected_mass"] is None
@@ -419,7 +422,7 @@ def test_inspect_an_older_model_without_path_mass(spark, trained, tmp_path):
 
 
 def test_inspect_bad_inputs_exit_2(spark, trained, tmp_path, capsys):
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
     missing = str(tmp_path / "no_model")
     assert main(["inspect", "--model", missing, "--output", str(tmp_path / "o1")]) == 2
     assert "no_model" in capsys.readouterr().err

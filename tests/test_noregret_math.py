@@ -20,9 +20,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pcem_spark import engine, pathnb
-from pcem_spark.methods import method_spec
-from pcem_spark.model import ModelSettings, score_matrix
+from pcem_spark import engine
+from pcem_spark import core
+from pcem_spark.core.methods import method_spec
+from pcem_spark.model.settings import ModelSettings
+from pcem_spark.model.fitting import score_matrix
 
 from test_reference import (ATOL, RTOL, TREES, assert_params, corpora, ref_jll,  # noqa: F401 (fixture)
                             ref_log_params, ref_logsumexp_rows, ref_posterior)
@@ -70,7 +72,7 @@ def ref_dirmult_evidence(counts, a):
 
 @pytest.mark.parametrize("tree", list(TREES))
 def test_path_weight_interpolates_eq2_and_flat(tree):
-    from pcem_spark.taxonomy import Taxonomy
+    from pcem_spark.core.taxonomy import Taxonomy
     tax = Taxonomy(TREES[tree])
     pc, flat = tax.path_node_matrix(), tax.leaf_node_matrix()
     np.testing.assert_array_equal(method_spec(tax, "pcem", path_weight=1.0).score_matrix, pc)
@@ -79,7 +81,7 @@ def test_path_weight_interpolates_eq2_and_flat(tree):
     g = 0.3
     np.testing.assert_allclose(method_spec(tax, "pcnb", path_weight=g).score_matrix, 0.7 * flat + 0.3 * pc)
     with pytest.raises(ValueError, match="path_weight"):
-        pathnb.weighted_score_matrix(pc, flat, 1.5)
+        core.weighted_score_matrix(pc, flat, 1.5)
 
 
 def test_path_weight_one_is_todays_pcem_and_zero_is_flat_em(corpora):
@@ -141,9 +143,9 @@ def test_e_step_unlabeled_weight_scales_only_unlabelled_rows(corpora):
     c = corpora["balanced"]
     lp, lt = ref_log_params(c.X, np.where(c.labeled[:, None], c.S_pc, 0.0), 1.0)
     X = sp.csr_matrix(c.X)
-    full = pathnb.e_step(X, c.S_pc, c.labeled, lp, lt)
-    half = pathnb.e_step(X, c.S_pc, c.labeled, lp, lt, unlabeled_weight=0.5)
-    lab = pathnb.e_step(X, c.S_pc, c.labeled, lp, lt, use_unlabeled=False)
+    full = core.e_step(X, c.S_pc, c.labeled, lp, lt)
+    half = core.e_step(X, c.S_pc, c.labeled, lp, lt, unlabeled_weight=0.5)
+    lab = core.e_step(X, c.S_pc, c.labeled, lp, lt, use_unlabeled=False)
     np.testing.assert_allclose(half.word_counts, 0.5 * (full.word_counts + lab.word_counts), rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(half.path_totals, 0.5 * (full.path_totals + lab.path_totals), rtol=RTOL)
 
@@ -152,8 +154,8 @@ def test_e_step_integer_counts_give_real_sums(corpora):
     """An integer count matrix must not truncate the fractional responsibilities to 0."""
     c = corpora["balanced"]
     lp, lt = ref_log_params(c.X, np.where(c.labeled[:, None], c.S_pc, 0.0), 1.0)
-    as_float = pathnb.e_step(sp.csr_matrix(c.X), c.S_pc, c.labeled, lp, lt)
-    as_int = pathnb.e_step(sp.csr_matrix(c.X.astype(np.int64)), c.S_pc, c.labeled, lp, lt)
+    as_float = core.e_step(sp.csr_matrix(c.X), c.S_pc, c.labeled, lp, lt)
+    as_int = core.e_step(sp.csr_matrix(c.X.astype(np.int64)), c.S_pc, c.labeled, lp, lt)
     np.testing.assert_allclose(as_int.word_counts, as_float.word_counts, rtol=RTOL, atol=ATOL)
     assert as_int.word_counts.dtype == np.float64
 
@@ -166,9 +168,9 @@ def test_dirichlet_evidence_matches_definition():
     counts[2] = 0.0                     # an empty row contributes nothing
     counts[1, :5] += 0.5                # fractional counts (Eq. 2 path scores)
     alphas = [0.01, 0.1, 1.0, 3.0]
-    ev = pathnb.dirichlet_log_evidence(counts, alphas)
+    ev = core.dirichlet_log_evidence(counts, alphas)
     np.testing.assert_allclose(ev, [ref_dirmult_evidence(counts, a) for a in alphas], rtol=1e-10)
-    np.testing.assert_allclose(pathnb.dirichlet_log_evidence(sp.csr_matrix(counts), alphas), ev, rtol=1e-12)
+    np.testing.assert_allclose(core.dirichlet_log_evidence(sp.csr_matrix(counts), alphas), ev, rtol=1e-12)
 
 
 def test_choose_smoothing_is_the_evidence_argmax_and_deterministic():
@@ -177,14 +179,14 @@ def test_choose_smoothing_is_the_evidence_argmax_and_deterministic():
     peaked = np.vstack([rng.multinomial(400, rng.dirichlet(np.full(500, 0.02))) for _ in range(5)])
     # ... nearly uniform ones a large one
     flat = np.vstack([rng.multinomial(400, rng.dirichlet(np.full(500, 50.0))) for _ in range(5)])
-    grid = pathnb.DEFAULT_SMOOTHING_GRID
-    a_peaked, ev = pathnb.choose_smoothing(peaked, grid)
+    grid = core.DEFAULT_SMOOTHING_GRID
+    a_peaked, ev = core.choose_smoothing(peaked, grid)
     assert a_peaked == grid[int(np.argmax(ev))]
-    a_flat, _ = pathnb.choose_smoothing(flat, grid)
+    a_flat, _ = core.choose_smoothing(flat, grid)
     assert a_peaked < 0.1 and a_flat == max(grid)
-    assert pathnb.choose_smoothing(peaked, grid)[0] == a_peaked
+    assert core.choose_smoothing(peaked, grid)[0] == a_peaked
     # ties go to the larger pseudo-count; no counts at all: the largest
-    assert pathnb.choose_smoothing(np.zeros((3, 10)), grid)[0] == max(grid)
+    assert core.choose_smoothing(np.zeros((3, 10)), grid)[0] == max(grid)
 
 
 def test_auto_smoothing_in_the_engine(corpora):
@@ -192,10 +194,10 @@ def test_auto_smoothing_in_the_engine(corpora):
     res = engine.fit(c.blocks, c.tax.path_node_matrix(), c.V, em=True, smoothing="auto", max_iter=2, tol=0.0)
     S0 = np.where(c.labeled[:, None], c.S_pc, 0.0)
     counts = S0.T @ c.X
-    evid = [ref_dirmult_evidence(counts, a) for a in sorted(pathnb.DEFAULT_SMOOTHING_GRID)]
-    best = sorted(pathnb.DEFAULT_SMOOTHING_GRID)[int(np.argmax(evid))]
+    evid = [ref_dirmult_evidence(counts, a) for a in sorted(core.DEFAULT_SMOOTHING_GRID)]
+    best = sorted(core.DEFAULT_SMOOTHING_GRID)[int(np.argmax(evid))]
     assert res.smoothing == best
-    assert set(res.smoothing_evidence) == {f"{a:g}" for a in pathnb.DEFAULT_SMOOTHING_GRID}
+    assert set(res.smoothing_evidence) == {f"{a:g}" for a in core.DEFAULT_SMOOTHING_GRID}
     # the chosen word pseudo-count with Laplace's 1 on the path prior, through the EM iterations
     lp, lt, lls = ref_em_lambda(c.X, c.S_pc, c.labeled, best, 1.0, 2, prior_s=1.0)
     assert_params(res, lp, lt)
@@ -229,10 +231,10 @@ def ref_length_normalize(X, L):
 
 def test_length_normalize_shrinks_only_long_documents():
     X = np.array([[3, 0, 1], [10, 10, 0], [0, 0, 0], [1, 1, 1]], dtype=float)
-    got = pathnb.length_normalize(sp.csr_matrix(X), 5.0).toarray()
+    got = core.length_normalize(sp.csr_matrix(X), 5.0).toarray()
     np.testing.assert_allclose(got, ref_length_normalize(X, 5.0))
     np.testing.assert_allclose(got.sum(axis=1), [4, 5, 0, 3])
-    np.testing.assert_array_equal(pathnb.length_normalize(sp.csr_matrix(X), 0.0).toarray(), X)
+    np.testing.assert_array_equal(core.length_normalize(sp.csr_matrix(X), 0.0).toarray(), X)
 
 
 def test_doc_length_em_matches_dense_reference(corpora):
@@ -245,7 +247,7 @@ def test_doc_length_em_matches_dense_reference(corpora):
     assert_params(res, lp, lt)
     np.testing.assert_allclose(res.loglik_history, lls, rtol=RTOL)
     # prediction scores the same normalised counts
-    best, _ = pathnb.predict_paths(sp.csr_matrix(c.X), lp, lt, doc_length=L)
+    best, _ = core.predict_paths(sp.csr_matrix(c.X), lp, lt, doc_length=L)
     np.testing.assert_array_equal(best, np.argmax(ref_jll(Xn, lp, lt), axis=1))
 
 
@@ -258,6 +260,6 @@ def test_auto_smoothing_with_doc_length_uses_raw_token_scale(corpora):
     Xn = ref_length_normalize(c.X, L)
     counts = S0.T @ Xn
     scale = c.X[c.labeled].sum() / Xn[c.labeled].sum()
-    grid = sorted(pathnb.DEFAULT_SMOOTHING_GRID)
+    grid = sorted(core.DEFAULT_SMOOTHING_GRID)
     evid = [ref_dirmult_evidence(counts * scale, a) for a in grid]
     assert res.smoothing == grid[int(np.argmax(evid))]

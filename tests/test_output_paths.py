@@ -11,11 +11,12 @@ import os
 
 import pytest
 
-from pcem_spark.cli import EXIT_BAD_INPUT, main
+from pcem_spark.cli.failures import EXIT_BAD_INPUT
+from pcem_spark.cli.main import main
 from pcem_spark.errors import OutputPathError
-from pcem_spark.output_paths import Output, check_output_paths, qualify
-from pcem_spark.outputs import MARKER, read_marker
-from pcem_spark.warc import split_inputs
+from pcem_spark.io.output_paths import Output, check_output_paths, qualify
+from pcem_spark.io.outputs import MARKER, read_marker
+from pcem_spark.io.warc import split_inputs
 
 from test_outputs import FAST, _write_corpus
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from chispa import assert_df_equality
 
-from pcem_spark.cli import EXIT_BAD_INPUT, EXIT_TRANSIENT, classify_failure, main, root_cause
-from pcem_spark.model import PathModel
-from pcem_spark.outputs import (MARKER, IncompleteOutputError, atomic_output, atomic_write_text, read_marker,
-                                recover, require_complete)
+from pcem_spark.cli.failures import EXIT_BAD_INPUT, EXIT_TRANSIENT, classify_failure, root_cause
+from pcem_spark.cli.main import main
+from pcem_spark.model.path_model import PathModel
+from pcem_spark.io.outputs import MARKER, IncompleteOutputError, atomic_output, atomic_write_text, read_marker, recover, require_complete
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 FAST = ["--set", "model.smoothing=1.0", "--set", "model.unlabeled_weight=1.0", "--set", "model.path_weight=1.0",
@@ -134,8 +134,8 @@ def test_local_files_respect_the_umask(tmp_path, umask, file_mode, dir_mode):
     (0o777 & ~umask for folders), also when they replace a file with another mode."""
     import stat
 
-    from pcem_spark import packaging
-    from pcem_spark.inspect import write_inspection
+    from pcem_spark.ops import packaging
+    from pcem_spark.ops.inspection import write_inspection
 
     def mode(path):
         return stat.S_IMODE(os.stat(path).st_mode)
@@ -159,7 +159,7 @@ def test_local_files_respect_the_umask(tmp_path, umask, file_mode, dir_mode):
 def test_umask_is_read_without_proc(monkeypatch):
     import builtins
 
-    from pcem_spark import filemodes
+    from pcem_spark.util import filemodes
     real_open = builtins.open
 
     def no_proc(path, *a, **k):
@@ -181,7 +181,7 @@ def test_umask_is_read_without_proc(monkeypatch):
 def test_exit_code_classification_and_root_cause():
     from py4j.protocol import Py4JNetworkError
     from pyspark.errors import AnalysisException, PythonException
-    from pcem_spark.documents import DocumentsError
+    from pcem_spark.io.documents import DocumentsError
     assert classify_failure(DocumentsError("x.jsonl: bad"))[0] == EXIT_BAD_INPUT
     assert classify_failure(FileExistsError("output exists"))[0] == EXIT_BAD_INPUT
     assert classify_failure(AnalysisException("[PATH_NOT_FOUND] Path does not exist: /nope."))[0] == EXIT_BAD_INPUT
@@ -356,16 +356,16 @@ def test_cheap_checks_run_before_reading(tmp_path, capsys):
 def test_progress_is_logged_while_a_long_job_runs(spark, caplog):
     import logging
     import time as _time
-    from pcem_spark.progress import log_progress
+    from pcem_spark.engine.progress import log_progress
 
     def slow(rows):
         for r in rows:
             _time.sleep(0.02)
             yield r
-    with caplog.at_level(logging.INFO, logger="pcem_spark.progress"):
+    with caplog.at_level(logging.INFO, logger="pcem_spark.engine.progress"):
         with log_progress(spark, "predict", n_rows=100, interval=0.2):
             assert spark.sparkContext.parallelize(range(100), 4).mapPartitions(slow).count() == 100
-    lines = [r.getMessage() for r in caplog.records if r.name == "pcem_spark.progress"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "pcem_spark.engine.progress"]
     assert lines and all(line.startswith("predict: ") and "of 100 rows" in line for line in lines)
     # the job group is cleared afterwards: later jobs are not counted as predict's
     assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None

@@ -5,10 +5,14 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import types as T
 
-from pcem_spark.evaluate import evaluate_predictions, f1_scores
-from pcem_spark.features import FeatureSettings
-from pcem_spark.model import PREDICTION_SCHEMA, ModelSettings, PathModel, check_label_paths, train
-from pcem_spark.taxonomy import Taxonomy, TaxonomyError
+from pcem_spark.evaluation.metrics import evaluate_predictions, f1_scores
+from pcem_spark.engine.features import FeatureSettings
+from pcem_spark.model.schema import PREDICTION_SCHEMA
+from pcem_spark.model.settings import ModelSettings
+from pcem_spark.model.path_model import PathModel
+from pcem_spark.model.labels import check_label_paths
+from pcem_spark.ml import train
+from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError
 
 TAX = Taxonomy({"ROOT": ["sport", "tech"], "sport": ["football", "tennis"], "tech": ["phones", "chips"]})
 WORDS = {
@@ -149,7 +153,7 @@ def test_evaluate_on_a_predictions_table(spark):
 def test_pyspark_ml_estimator_in_a_pipeline_and_persistence(spark, tmp_path):
     from pyspark.ml import Pipeline, PipelineModel
 
-    from pcem_spark.ml import PathEM, PathEMModel
+    from pcem_spark.ml.estimator import PathEM, PathEMModel
 
     from pyspark.sql import functions as F
 
@@ -180,8 +184,8 @@ def test_pyspark_ml_estimator_with_weak_supervision(spark):
 
     from pyspark.sql import functions as F
 
-    from pcem_spark.ml import PathEM
-    from pcem_spark.taxonomy import TaxonomyError
+    from pcem_spark.ml.estimator import PathEM
+    from pcem_spark.core.taxonomy import TaxonomyError
 
     docs = _corpus(spark).drop("labels")
     desc = {"sport": "sport games", "tech": "technology devices", "football": "goal striker league",
@@ -216,7 +220,7 @@ PRED_COLS = "id string, path array<string>, leaf string, probability double, lab
 
 def _write_predictions(spark, path, rows):
     """A complete predictions table (with its _PCEM_COMPLETE marker) of (id, path, labels) rows."""
-    from pcem_spark.outputs import atomic_output
+    from pcem_spark.io.outputs import atomic_output
     df = spark.createDataFrame([(i, p, p[-1] if p else None, 1.0, t) for i, p, t in rows], PRED_COLS)
     with atomic_output(spark, path, "predictions") as staged:
         df.write.parquet(staged.tmp)
@@ -224,7 +228,7 @@ def _write_predictions(spark, path, rows):
 
 
 def test_evaluate_refuses_predictions_of_another_taxonomy(spark, tmp_path, capsys):
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
     tax = tmp_path / "ab.tsv"
     tax.write_text(AB_TSV)
     pred = _write_predictions(spark, str(tmp_path / "pred"),
@@ -243,7 +247,7 @@ def test_evaluate_warns_about_a_minority_of_unknown_rows_and_scores_the_rest_con
     import json
     import logging
 
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
     tax = tmp_path / "ab.tsv"
     tax.write_text(AB_TSV)
     pred = _write_predictions(spark, str(tmp_path / "pred"), [

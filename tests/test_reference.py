@@ -24,9 +24,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pcem_spark import engine, pathnb
-from pcem_spark.model import score_matrix
-from pcem_spark.taxonomy import Taxonomy
+from pcem_spark import engine
+from pcem_spark import core
+from pcem_spark.model.fitting import score_matrix
+from pcem_spark.core.taxonomy import Taxonomy
 
 RTOL = 1e-9
 ATOL = 1e-9
@@ -269,7 +270,7 @@ def test_reference_path_scores_paper_figure():
     np.testing.assert_array_equal(ref_score_row(lab, padded, False), want)
     # the library agrees on the node -> path matrix product (Eq. 2)
     node_row = tax.path_node_matrix()[tax.path_index[tax.paths[lab]]][None, :]
-    np.testing.assert_array_equal(pathnb.path_scores(sp.csr_matrix(node_row), tax.path_node_matrix())[0], want)
+    np.testing.assert_array_equal(core.path_scores(sp.csr_matrix(node_row), tax.path_node_matrix())[0], want)
 
 
 def test_reference_path_scores_padded_tree():
@@ -446,9 +447,9 @@ def block():
 def test_path_scores(block, kind):
     c = block
     sm = score_matrix(c.tax, "pcnb" if kind == "pc" else "flat-nb")
-    got = pathnb.path_scores(sp.csr_matrix(c.node_scores), sm)
+    got = core.path_scores(sp.csr_matrix(c.node_scores), sm)
     np.testing.assert_array_equal(got, ref_scores(c, kind))
-    np.testing.assert_array_equal(pathnb.path_scores(c.node_scores, sm), ref_scores(c, kind))
+    np.testing.assert_array_equal(core.path_scores(c.node_scores, sm), ref_scores(c, kind))
 
 
 @pytest.mark.parametrize("smoothing", [1.0, 0.3, 2.5])
@@ -458,7 +459,7 @@ def test_log_parameters(block, smoothing):
     S[~c.labeled] = np.random.default_rng(1).dirichlet(np.ones(c.M), size=int((~c.labeled).sum()))
     word_counts = S.T @ c.X
     totals = S.sum(axis=0)
-    lp, lt = pathnb.log_parameters(word_counts, totals, smoothing)
+    lp, lt = core.log_parameters(word_counts, totals, smoothing)
     rlp, rlt = ref_log_params(c.X, S, smoothing)
     np.testing.assert_allclose(lp, rlp, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(lt, rlt, rtol=RTOL, atol=ATOL)
@@ -467,9 +468,9 @@ def test_log_parameters(block, smoothing):
 def test_joint_log_likelihood_and_posterior(block):
     c = block
     lp, lt = c.params
-    jll = pathnb.joint_log_likelihood(sp.csr_matrix(c.X), lp, lt)
+    jll = core.joint_log_likelihood(sp.csr_matrix(c.X), lp, lt)
     np.testing.assert_allclose(jll, ref_jll(c.X, lp, lt), rtol=RTOL, atol=ATOL)
-    post, log_ev = pathnb.posterior(jll)
+    post, log_ev = core.posterior(jll)
     rpost, rlse = ref_posterior(ref_jll(c.X, lp, lt))
     np.testing.assert_allclose(post, rpost, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(log_ev, rlse, rtol=RTOL, atol=ATOL)
@@ -481,11 +482,11 @@ def test_zero_count_document_gets_prior(block):
     lp, lt = c.params
     X = np.zeros((2, c.V))
     X[1, 0] = 1.0
-    jll = pathnb.joint_log_likelihood(sp.csr_matrix(X), lp, lt)
-    post, log_ev = pathnb.posterior(jll)
+    jll = core.joint_log_likelihood(sp.csr_matrix(X), lp, lt)
+    post, log_ev = core.posterior(jll)
     np.testing.assert_allclose(post[0], np.exp(lp), rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(log_ev[0], 0.0, atol=ATOL)  # the prior sums to 1
-    best, prob = pathnb.predict_paths(sp.csr_matrix(X), lp, lt)
+    best, prob = core.predict_paths(sp.csr_matrix(X), lp, lt)
     assert best[0] == int(np.argmax(lp))
     np.testing.assert_allclose(prob[0], np.exp(lp).max(), rtol=RTOL, atol=ATOL)
 
@@ -495,9 +496,9 @@ def test_zero_count_document_gets_prior(block):
 def test_e_step(block, kind, use_unlabeled):
     c = block
     lp, lt = c.params
-    S_fix = pathnb.path_scores(sp.csr_matrix(c.node_scores),
+    S_fix = core.path_scores(sp.csr_matrix(c.node_scores),
                                score_matrix(c.tax, "pcnb" if kind == "pc" else "flat-nb"))
-    st = pathnb.e_step(sp.csr_matrix(c.X), S_fix, c.labeled, lp, lt, use_unlabeled)
+    st = core.e_step(sp.csr_matrix(c.X), S_fix, c.labeled, lp, lt, use_unlabeled)
     S_ref = ref_scores(c, kind)
     if use_unlabeled:
         R = ref_e_step(c.X, S_ref, c.labeled, lp, lt)
@@ -514,14 +515,14 @@ def test_e_step(block, kind, use_unlabeled):
     np.testing.assert_allclose(st.path_totals, R.sum(axis=0), rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(st.loglik, ll, rtol=RTOL, atol=ATOL)
     # the prior term of Eq. 8
-    np.testing.assert_allclose(pathnb.log_prior_density(lp, lt, 0.3), 0.3 * (lp.sum() + lt.sum()),
+    np.testing.assert_allclose(core.log_prior_density(lp, lt, 0.3), 0.3 * (lp.sum() + lt.sum()),
                                rtol=RTOL)
 
 
 def test_e_step_nb_initialisation_pass(block):
     """Without parameters only labelled rows count and the log-likelihood is 0."""
     c = block
-    st = pathnb.e_step(sp.csr_matrix(c.X), c.S_pc, c.labeled, None, None, False)
+    st = core.e_step(sp.csr_matrix(c.X), c.S_pc, c.labeled, None, None, False)
     R = np.where(c.labeled[:, None], c.S_pc, 0.0)
     np.testing.assert_allclose(st.word_counts, R.T @ c.X, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(st.path_totals, R.sum(axis=0), rtol=RTOL, atol=ATOL)
@@ -531,7 +532,7 @@ def test_e_step_nb_initialisation_pass(block):
 def test_predict_paths(block):
     c = block
     lp, lt = c.params
-    best, prob = pathnb.predict_paths(sp.csr_matrix(c.X), lp, lt)
+    best, prob = core.predict_paths(sp.csr_matrix(c.X), lp, lt)
     rpost, _ = ref_posterior(ref_jll(c.X, lp, lt))
     np.testing.assert_array_equal(best, np.argmax(rpost, axis=1))
     np.testing.assert_allclose(prob, rpost.max(axis=1), rtol=RTOL, atol=ATOL)
@@ -549,10 +550,10 @@ def test_long_documents_are_numerically_stable(block):
     X = np.vstack([rng.multinomial(10000 + 1000 * k, base) for k in range(6)]).astype(float)
     Xs = sp.csr_matrix(X)
 
-    jll = pathnb.joint_log_likelihood(Xs, lp, lt)
+    jll = core.joint_log_likelihood(Xs, lp, lt)
     with np.errstate(under="ignore"):
         assert np.all(np.exp(jll) == 0.0)  # the naive Eq. 5 would be 0/0
-    post, log_ev = pathnb.posterior(jll)
+    post, log_ev = core.posterior(jll)
     rpost, rlse = ref_posterior(ref_jll(X, lp, lt))
     assert np.all(np.isfinite(post)) and np.all(np.isfinite(log_ev))
     # |jll| ~ 3e4, so float64 rounding of log-evidence is ~1e-12 here
@@ -566,12 +567,12 @@ def test_long_documents_are_numerically_stable(block):
     S_fix[0, 0] = 2.0
     S_fix[0, 1] = 1.0
     S_fix[3, 2] = 1.0
-    st = pathnb.e_step(Xs, S_fix, labeled, lp, lt)
+    st = core.e_step(Xs, S_fix, labeled, lp, lt)
     R = ref_e_step(X, S_fix, labeled, lp, lt)
     np.testing.assert_allclose(st.path_totals, R.sum(axis=0), rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(st.word_counts, R.T @ X, rtol=1e-7, atol=1e-5)
     np.testing.assert_allclose(st.loglik, ref_loglik(X, S_fix, labeled, lp, lt, 0.0), rtol=RTOL)
 
-    best, prob = pathnb.predict_paths(Xs, lp, lt)
+    best, prob = core.predict_paths(Xs, lp, lt)
     np.testing.assert_array_equal(best, rpost.argmax(axis=1))
     np.testing.assert_allclose(prob, rpost.max(axis=1), rtol=1e-7, atol=1e-9)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pcem_spark.report import (curves, paired_p_value, significance_mark, table2, write_report)
+from pcem_spark.experiment.report import curves, paired_p_value, significance_mark, table2, write_report
 
 
 def _rows(method, setting, micro, macro, rate=0.01, secs=1.0):
@@ -92,10 +92,10 @@ def _corpus(spark):
 
 
 def test_experiment_runs_every_method_and_resumes(spark, tmp_path, monkeypatch):
-    from pcem_spark import experiment
-    from pcem_spark.features import FeatureSettings
-    from pcem_spark.model import ModelSettings
-    from pcem_spark.taxonomy import Taxonomy
+    from pcem_spark.experiment import protocol as experiment
+    from pcem_spark.engine.features import FeatureSettings
+    from pcem_spark.model.settings import ModelSettings
+    from pcem_spark.core.taxonomy import Taxonomy
     docs = _corpus(spark)
     tax = Taxonomy({"R": ["a", "b"], "a": ["a1", "a2"], "b": ["b1", "b2"]})
     fs = FeatureSettings(min_df=1.0, max_df=1.0, stop_words="none")
@@ -147,10 +147,10 @@ def test_experiment_runs_every_method_and_resumes(spark, tmp_path, monkeypatch):
 
 
 def test_experiment_rejects_unknown_methods_and_settings(spark, tmp_path):
-    from pcem_spark.experiment import run_experiment
-    from pcem_spark.features import FeatureSettings
-    from pcem_spark.model import ModelSettings
-    from pcem_spark.taxonomy import Taxonomy
+    from pcem_spark.experiment.protocol import run_experiment
+    from pcem_spark.engine.features import FeatureSettings
+    from pcem_spark.model.settings import ModelSettings
+    from pcem_spark.core.taxonomy import Taxonomy
     tax = Taxonomy({"R": ["a", "b"]})
     docs = spark.createDataFrame([("x", "t", ["a"])], "id string, text string, labels array<string>")
     with pytest.raises(ValueError, match="unknown method 'nbx'"):
@@ -161,7 +161,7 @@ def test_experiment_rejects_unknown_methods_and_settings(spark, tmp_path):
 
 
 def test_read_csv_names_a_broken_row(tmp_path):
-    from pcem_spark.experiment import read_csv
+    from pcem_spark.experiment.protocol import read_csv
     p = tmp_path / "results.csv"
     p.write_text("method,setting,rate,seed,micro_f1,macro_f1\npcem,labeled,0.01,0,0.7,0.6\n"
                  "pcem,labeled,0.01,,0.7,0.6\n")

@@ -14,8 +14,8 @@ import textwrap
 
 import pytest
 
-from pcem_spark import session as session_module
-from pcem_spark.config import SparkSettings, load_settings
+from pcem_spark.engine import session as session_module
+from pcem_spark.cli.config import SparkSettings, load_settings
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}

@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pcem_spark import engine, limits, pathnb
-from pcem_spark.limits import ResultSizeError
-from pcem_spark.model import score_matrix
+from pcem_spark import engine
+from pcem_spark.engine import limits, passes
+from pcem_spark import core
+from pcem_spark.engine.limits import ResultSizeError
+from pcem_spark.model.fitting import score_matrix
 from test_reference import (ATOL, RTOL, make_corpus, ref_e_step, ref_em, ref_jll, ref_log_params, ref_loglik,
                             ref_posterior, to_blocks)
 
@@ -40,7 +42,7 @@ def test_sparse_parameters_equal_the_dense_equations(smoothing):
     X = wc.toarray()
     # the reference takes documents and path scores: one "document" per path with weight 1
     ref_lp, ref_lt = ref_log_params(X, np.eye(X.shape[0]) * 1.0, smoothing)
-    params = pathnb.sparse_log_parameters(wc, np.ones(X.shape[0]), smoothing)
+    params = core.sparse_log_parameters(wc, np.ones(X.shape[0]), smoothing)
     np.testing.assert_allclose(params.log_prior, ref_lp, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(params.log_theta(), ref_lt, rtol=RTOL, atol=ATOL)
     # stored by what the counts hold: one non-zero per non-zero count, never M x V
@@ -48,12 +50,12 @@ def test_sparse_parameters_equal_the_dense_equations(smoothing):
     assert np.all(params.log_ratio.data > 0)
     # and the dense M-step gives the same numbers (with any totals, groups, prior smoothing)
     groups = np.array([0, 0, 1, 1, 1, 2])
-    lp, lt = pathnb.log_parameters(X, totals, smoothing, groups, prior_smoothing=0.5)
-    sparse = pathnb.sparse_log_parameters(wc, totals, smoothing, groups, prior_smoothing=0.5)
+    lp, lt = core.log_parameters(X, totals, smoothing, groups, prior_smoothing=0.5)
+    sparse = core.sparse_log_parameters(wc, totals, smoothing, groups, prior_smoothing=0.5)
     np.testing.assert_allclose(sparse.log_prior, lp, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(sparse.log_theta(), lt, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(pathnb.sparse_log_prior_density(sparse, smoothing, 0.5),
-                               pathnb.log_prior_density(lp, lt, smoothing, 0.5), rtol=RTOL)
+    np.testing.assert_allclose(core.sparse_log_prior_density(sparse, smoothing, 0.5),
+                               core.log_prior_density(lp, lt, smoothing, 0.5), rtol=RTOL)
     # the caller's counts are not touched
     np.testing.assert_array_equal(wc.toarray(), X)
 
@@ -62,7 +64,7 @@ def test_from_log_theta_is_exact_for_any_dense_parameters():
     rng = np.random.default_rng(3)
     lt = np.log(rng.dirichlet(np.ones(30), size=4))
     lp = np.log(rng.dirichlet(np.ones(4)))
-    p = pathnb.PathParameters.from_log_theta(lp, lt)
+    p = core.PathParameters.from_log_theta(lp, lt)
     np.testing.assert_allclose(p.log_theta(), lt, rtol=0, atol=1e-12)
     assert p.log_ratio.nnz <= lt.size - lt.shape[0]  # each row's minimum is the base
 
@@ -70,29 +72,29 @@ def test_from_log_theta_is_exact_for_any_dense_parameters():
 @pytest.mark.parametrize("dense_share", [0.0, 0.25, 2.0])
 def test_scoring_tables_give_the_reference_joint_log_likelihood(dense_share):
     wc, totals = _sparse_counts(seed=1, M=8, V=60, density=0.15)
-    params = pathnb.sparse_log_parameters(wc, totals, 0.3)
+    params = core.sparse_log_parameters(wc, totals, 0.3)
     rng = np.random.default_rng(4)
     X = rng.poisson(0.4, size=(25, 60)).astype(float)
     ref = ref_jll(X, params.log_prior, params.log_theta())
-    tables = pathnb.scoring_tables(params, "float64", dense_share)
+    tables = core.scoring_tables(params, "float64", dense_share)
     if dense_share == 2.0:
         assert tables.dense_terms is not None and tables.sparse_t.nnz == params.log_ratio.nnz
     if dense_share == 0.0:
         assert tables.dense_terms is None  # every term is frequent: one dense table
-    np.testing.assert_allclose(pathnb.tables_joint_log_likelihood(sp.csr_matrix(X), tables), ref,
+    np.testing.assert_allclose(core.tables_joint_log_likelihood(sp.csr_matrix(X), tables), ref,
                                rtol=RTOL, atol=ATOL)
     # an integer count matrix scores the same
-    np.testing.assert_allclose(pathnb.tables_joint_log_likelihood(sp.csr_matrix(X.astype(np.int64)), tables),
+    np.testing.assert_allclose(core.tables_joint_log_likelihood(sp.csr_matrix(X.astype(np.int64)), tables),
                                ref, rtol=RTOL, atol=ATOL)
 
 
 def test_float32_prediction_matches_float64():
     wc, totals = _sparse_counts(seed=2, M=10, V=80, density=0.3)
-    params = pathnb.sparse_log_parameters(wc, totals, 0.1)
+    params = core.sparse_log_parameters(wc, totals, 0.1)
     rng = np.random.default_rng(5)
     X = sp.csr_matrix(rng.poisson(0.3, size=(200, 80)).astype(float))
-    best64, prob64 = pathnb.predict_paths(X, None, None, tables=pathnb.scoring_tables(params, "float64"))
-    best32, prob32 = pathnb.predict_paths(X, None, None, tables=pathnb.scoring_tables(params, "float32"))
+    best64, prob64 = core.predict_paths(X, None, None, tables=core.scoring_tables(params, "float64"))
+    best32, prob32 = core.predict_paths(X, None, None, tables=core.scoring_tables(params, "float32"))
     np.testing.assert_allclose(prob32, prob64, rtol=0, atol=1e-5)
     agree = best32 == best64
     # a different argmax only where two paths tie to float32 precision
@@ -103,18 +105,18 @@ def test_float32_prediction_matches_float64():
 def test_truncation_keeps_top_k_renormalised_and_is_exact_for_k_ge_m():
     rng = np.random.default_rng(6)
     post = rng.dirichlet(np.ones(7) * 0.3, size=40)
-    np.testing.assert_allclose(pathnb.truncate_posteriors(post, 7).toarray(), post, rtol=0, atol=1e-15)
-    np.testing.assert_allclose(pathnb.truncate_posteriors(post, 0).toarray(), post, rtol=0, atol=1e-15)
-    t2 = pathnb.truncate_posteriors(post, 2).toarray()
+    np.testing.assert_allclose(core.truncate_posteriors(post, 7).toarray(), post, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(core.truncate_posteriors(post, 0).toarray(), post, rtol=0, atol=1e-15)
+    t2 = core.truncate_posteriors(post, 2).toarray()
     for i in range(len(post)):
         top = np.argsort(-post[i])[:2]
         expect = np.zeros(7)
         expect[top] = post[i, top] / post[i, top].sum()
         np.testing.assert_allclose(t2[i], expect, rtol=1e-12, atol=1e-15)
-    t1 = pathnb.truncate_posteriors(post, 1).toarray()
+    t1 = core.truncate_posteriors(post, 1).toarray()
     np.testing.assert_array_equal(t1, np.eye(7)[post.argmax(axis=1)])
     # a floor never empties a row
-    floor = pathnb.truncate_posteriors(np.full((3, 4), 0.25), 0, 0.9).toarray()
+    floor = core.truncate_posteriors(np.full((3, 4), 0.25), 0, 0.9).toarray()
     np.testing.assert_allclose(floor.sum(axis=1), 1.0)
 
 
@@ -122,9 +124,9 @@ def test_truncated_e_step_equals_a_dense_truncated_reference():
     c = make_corpus("deep", n_docs=50, vocab=30, seed=9)
     S_fix, lab = c.S_pc, c.labeled
     lp, lt = ref_log_params(c.X[lab], S_fix[lab], 0.5)
-    tables = pathnb.scoring_tables(pathnb.PathParameters.from_log_theta(lp, lt))
+    tables = core.scoring_tables(core.PathParameters.from_log_theta(lp, lt))
     for k in (1, 2, c.M):
-        st = pathnb.e_step(sp.csr_matrix(c.X), S_fix, lab, None, None, top_k=k, sparse_density=1.0,
+        st = core.e_step(sp.csr_matrix(c.X), S_fix, lab, None, None, top_k=k, sparse_density=1.0,
                            tables=tables)
         post, lse = ref_posterior(ref_jll(c.X[~lab], lp, lt))
         kept = np.zeros_like(post)
@@ -146,7 +148,7 @@ def test_e_step_of_an_integer_count_matrix_is_not_truncated_to_zero():
     c = make_corpus("padded", n_docs=30, vocab=20, seed=2)
     lp, lt = ref_log_params(c.X[c.labeled], c.S_pc[c.labeled], 1.0)
     Xi = sp.csr_matrix(c.X.astype(np.int64))
-    st = pathnb.e_step(Xi, c.S_pc, c.labeled, lp, lt)
+    st = core.e_step(Xi, c.S_pc, c.labeled, lp, lt)
     R = ref_e_step(c.X, c.S_pc, c.labeled, lp, lt)
     assert st.word_counts.dtype == np.float64
     np.testing.assert_allclose(st.word_counts, R.T @ c.X, rtol=RTOL, atol=ATOL)
@@ -166,7 +168,7 @@ def test_engine_with_k_ge_m_is_exact_em(deep):
 def test_engine_sparse_sums_equal_dense_reference(deep, monkeypatch):
     """Force the sparse transport (as with thousands of paths): same numbers to 1e-9."""
     c = deep
-    monkeypatch.setattr(engine, "SPARSE_SUMS_MIN_CELLS", 1)
+    monkeypatch.setattr(passes, "SPARSE_SUMS_MIN_CELLS", 1)
     stats = []
     res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.7, max_iter=3, tol=0.0,
                      stats=stats)
@@ -206,18 +208,18 @@ def test_nb_parameters_of_the_fit_are_freed_during_em(deep):
     import weakref
     c = deep
     refs = []
-    real = pathnb.sparse_log_parameters
+    real = core.sparse_log_parameters
 
     def tracked(*a, **kw):
         p = real(*a, **kw)
         refs.append(weakref.ref(p.log_ratio))
         return p
 
-    pathnb.sparse_log_parameters = tracked
+    core.sparse_log_parameters = tracked
     try:
         res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.7, max_iter=3, tol=0.0)
     finally:
-        pathnb.sparse_log_parameters = real
+        core.sparse_log_parameters = real
     gc.collect()
     alive = [r() is not None for r in refs]
     assert alive == [False] * (len(refs) - 1) + [True]
@@ -226,9 +228,9 @@ def test_nb_parameters_of_the_fit_are_freed_during_em(deep):
 
 def test_sparse_collect_is_checked_against_max_result_size_with_a_clear_message(deep, monkeypatch):
     c = deep
-    monkeypatch.setattr(engine, "SPARSE_SUMS_MIN_CELLS", 1)
+    monkeypatch.setattr(passes, "SPARSE_SUMS_MIN_CELLS", 1)
     monkeypatch.setattr(limits, "max_result_size", lambda sc: 2048)  # a 2 KiB driver limit
-    params = pathnb.PathParameters.from_log_theta(*ref_log_params(c.X[c.labeled], c.S_pc[c.labeled], 1.0))
+    params = core.PathParameters.from_log_theta(*ref_log_params(c.X[c.labeled], c.S_pc[c.labeled], 1.0))
     with pytest.raises(ResultSizeError) as err:
         engine.sufficient_stats(c.blocks, params, score_matrix(c.tax, "pcem"), c.V, True, n_terms=10**6)
     assert f"{c.M:,} paths x {c.V:,} terms" in str(err.value)
@@ -237,18 +239,18 @@ def test_sparse_collect_is_checked_against_max_result_size_with_a_clear_message(
 
 # ------------------------------------------------------------------ taxonomy scale
 def test_sparse_score_matrices_equal_the_dense_ones():
-    from pcem_spark.methods import method_spec
-    from pcem_spark.taxonomy import Taxonomy
+    from pcem_spark.core.methods import method_spec
+    from pcem_spark.core.taxonomy import Taxonomy
     tax = Taxonomy({"R": ["x", "y", "z"], "x": ["x1", "x2"], "x1": ["x11", "x12"], "z": ["z1"]})
     for sparse in (False, True):
         pn, leaf = tax.path_node_matrix(sparse), tax.leaf_node_matrix(sparse)
         assert sp.issparse(pn) == sparse and sp.issparse(leaf) == sparse
     for g in (0.0, 0.4, 1.0):
-        dense = pathnb.weighted_score_matrix(tax.path_node_matrix(), tax.leaf_node_matrix(), g)
-        sparse = pathnb.weighted_score_matrix(tax.path_node_matrix(True), tax.leaf_node_matrix(True), g)
+        dense = core.weighted_score_matrix(tax.path_node_matrix(), tax.leaf_node_matrix(), g)
+        sparse = core.weighted_score_matrix(tax.path_node_matrix(True), tax.leaf_node_matrix(True), g)
         np.testing.assert_array_equal(sparse.toarray(), dense)
         ns = sp.random(9, tax.n_nodes, density=0.4, random_state=1, format="csr")
-        np.testing.assert_allclose(pathnb.path_scores(ns, sparse), pathnb.path_scores(ns, dense), rtol=1e-12)
+        np.testing.assert_allclose(core.path_scores(ns, sparse), core.path_scores(ns, dense), rtol=1e-12)
     # a wide taxonomy gets sparse score matrices from method_spec
     wide = Taxonomy({"R": [f"a{i}" for i in range(40)],
                      **{f"a{i}": [f"a{i}.{j}" for j in range(60)] for i in range(40)}})
@@ -259,7 +261,7 @@ def test_sparse_score_matrices_equal_the_dense_ones():
 
 
 def test_beam_with_a_wide_enough_beam_is_the_exact_argmax_and_narrow_beams_approximate_it():
-    from pcem_spark.taxonomy import Taxonomy
+    from pcem_spark.core.taxonomy import Taxonomy
     children = {"R": ["a", "b", "c"], "a": ["a1", "a2"], "b": ["b1", "b2", "b3"], "c": ["c1"],
                 "a1": ["a11", "a12"], "b2": ["b21", "b22"]}
     tax = Taxonomy(children)  # depth 3 with padded leaves
@@ -269,11 +271,11 @@ def test_beam_with_a_wide_enough_beam_is_the_exact_argmax_and_narrow_beams_appro
     y = rng.integers(M, size=300)
     X = np.vstack([rng.multinomial(30, word[j]) for j in y]).astype(float)
     S = np.eye(M)[y[:150]]
-    params = pathnb.sparse_log_parameters(sp.csr_matrix(S.T @ X[:150]), S.sum(axis=0), 0.5)
+    params = core.sparse_log_parameters(sp.csr_matrix(S.T @ X[:150]), S.sum(axis=0), 0.5)
     Xt = sp.csr_matrix(X[150:])
-    exact, prob = pathnb.predict_paths(Xt, params.log_prior, params.log_theta())
-    tables = pathnb.beam_tables(params, tax.path_node_matrix(sparse=True), 0.5)
-    wide, wide_prob = pathnb.beam_predict_paths(Xt, tables, beam=M)
+    exact, prob = core.predict_paths(Xt, params.log_prior, params.log_theta())
+    tables = core.beam_tables(params, tax.path_node_matrix(sparse=True), 0.5)
+    wide, wide_prob = core.beam_predict_paths(Xt, tables, beam=M)
     np.testing.assert_array_equal(wide, exact)
     np.testing.assert_allclose(wide_prob, prob, rtol=1e-9)
     # the node tables aggregate the counts of the paths below each node
@@ -284,17 +286,18 @@ def test_beam_with_a_wide_enough_beam_is_the_exact_argmax_and_narrow_beams_appro
     counts = (S.T @ X[:150])[under_a].sum(axis=0)
     np.testing.assert_allclose(node_params.log_theta()[slot], np.log((0.5 + counts) / (V * 0.5 + counts.sum())),
                                rtol=1e-9)
-    narrow, _ = pathnb.beam_predict_paths(Xt, tables, beam=1)
+    narrow, _ = core.beam_predict_paths(Xt, tables, beam=1)
     assert narrow.shape == exact.shape and (narrow == exact).mean() > 0.5
 
 
 def test_models_of_format_1_still_load(spark, tmp_path):
     """Models saved with dense log theta rows (format 1) load into the sparse form unchanged."""
     import json
-    from pcem_spark.features import FeatureSettings
-    from pcem_spark.model import ModelSettings, PathModel
-    from pcem_spark.outputs import atomic_output
-    from pcem_spark.taxonomy import Taxonomy
+    from pcem_spark.engine.features import FeatureSettings
+    from pcem_spark.model.settings import ModelSettings
+    from pcem_spark.model.path_model import PathModel
+    from pcem_spark.io.outputs import atomic_output
+    from pcem_spark.core.taxonomy import Taxonomy
     from dataclasses import asdict
     tax = Taxonomy({"R": ["a", "b"], "a": ["a1", "a2"]})
     rng = np.random.default_rng(1)

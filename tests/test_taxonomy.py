@@ -3,8 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from pcem_spark.taxonomy import (PATH_KEY_SEP, Taxonomy, TaxonomyError, closest_name, dummy_name, load_taxonomy,
-                                 path_key)
+from pcem_spark.core.taxonomy import PATH_KEY_SEP, Taxonomy, TaxonomyError, closest_name, dummy_name, load_taxonomy, path_key
 
 # The paper's Figure 1 shape: two level-1 nodes with three children each.
 FIG1 = {"ROOT": ["c1", "c2"], "c1": ["c11", "c12", "c13"], "c2": ["c21", "c22", "c23"]}

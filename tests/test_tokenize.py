@@ -14,8 +14,7 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.ml.feature import RegexTokenizer, StopWordsRemover
 
-from pcem_spark.features import DEFAULT_TOKEN_PATTERN, FeatureSettings, featurize, fit_vocabulary, nfkc, \
-    nfkc_python, tokenize
+from pcem_spark.engine.features import DEFAULT_TOKEN_PATTERN, FeatureSettings, featurize, fit_vocabulary, nfkc, nfkc_python, tokenize
 
 # --------------------------------------------------------------------------- corpora
 TAXONOMY = {"ROOT": ["生活", "商业"], "生活": ["体育", "美食"], "商业": ["科技", "财经"]}
@@ -339,7 +338,7 @@ def test_from_dict_maps_missing_keys_to_the_old_behaviour():
 
 
 def test_settings_validate_and_config_overrides():
-    from pcem_spark.config import load_settings
+    from pcem_spark.cli.config import load_settings
     s = load_settings(None, ["features.cjk=chars", "features.normalize=none"])
     assert (s.features.cjk, s.features.normalize) == ("chars", "none")
     with pytest.raises(ValueError, match="features.normalize"):
@@ -347,7 +346,7 @@ def test_settings_validate_and_config_overrides():
 
 
 def test_pathem_params_map_onto_the_new_settings():
-    from pcem_spark.ml import PathEM
+    from pcem_spark.ml.estimator import PathEM
     assert PathEM().feature_settings() == FeatureSettings()
     fs = PathEM(cjk="chars", normalize="none").feature_settings()
     assert (fs.cjk, fs.normalize) == ("chars", "none")
@@ -370,9 +369,11 @@ def _strip_new_keys(model_dir):
 
 def test_old_model_keeps_predicting_exactly_as_before(spark, tmp_path):
     """A model saved before normalize / cjk existed tokenises with the old behaviour after loading."""
-    from pcem_spark.ml import PathEMModel
-    from pcem_spark.model import ModelSettings, PathModel, train
-    from pcem_spark.taxonomy import Taxonomy
+    from pcem_spark.ml.estimator import PathEMModel
+    from pcem_spark.model.settings import ModelSettings
+    from pcem_spark.model.path_model import PathModel
+    from pcem_spark.ml import train
+    from pcem_spark.core.taxonomy import Taxonomy
 
     tax = Taxonomy({"ROOT": ["a", "b"]})
     rows = [("a1", "ﬁnance ＡＢＣ 北京天安门 money", ["a"]), ("a2", "ﬁnance bank 北京天安门", ["a"]),
@@ -429,9 +430,10 @@ def test_chinese_corpus_vocabulary_empty_without_cjk_splitting(spark):
 
 
 def test_chinese_corpus_trains_with_the_default_settings(spark):
-    from pcem_spark.evaluate import evaluate_predictions
-    from pcem_spark.model import ModelSettings, train
-    from pcem_spark.taxonomy import Taxonomy
+    from pcem_spark.evaluation.metrics import evaluate_predictions
+    from pcem_spark.model.settings import ModelSettings
+    from pcem_spark.ml import train
+    from pcem_spark.core.taxonomy import Taxonomy
 
     tax = Taxonomy(TAXONOMY)
     docs = spark.createDataFrame(corpus_rows(CHINESE, 3), DOC_SCHEMA)
@@ -458,9 +460,10 @@ def measure(methods=("pcnb", "pcem"), modes=("none", "chars", "bigrams"), labele
 
     from pyspark.sql import SparkSession
 
-    from pcem_spark.evaluate import evaluate_predictions
-    from pcem_spark.model import ModelSettings, train
-    from pcem_spark.taxonomy import Taxonomy
+    from pcem_spark.evaluation.metrics import evaluate_predictions
+    from pcem_spark.model.settings import ModelSettings
+    from pcem_spark.ml import train
+    from pcem_spark.core.taxonomy import Taxonomy
 
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "4").getOrCreate())

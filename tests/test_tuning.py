@@ -7,9 +7,10 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from pcem_spark.features import FeatureSettings, featurize, fit_vocabulary
-from pcem_spark.model import ModelSettings, train
-from pcem_spark.tuning import TuneSettings, _preference, resolve_auto, select_grid_point, stratified_folds
+from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
+from pcem_spark.model.settings import ModelSettings
+from pcem_spark.ml import PathEM, train
+from pcem_spark.ml.tuning import TuneSettings, _preference, resolve_auto, select_grid_point, stratified_folds
 
 from test_predict_evaluate import TAX, WORDS  # noqa: E402 (the same four-topic corpus)
 
@@ -54,8 +55,8 @@ def test_cross_validator_over_a_spark_ml_pipeline_with_path_em(spark):
     from pyspark.ml.feature import CountVectorizer, RegexTokenizer, StopWordsRemover
     from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
 
-    from pcem_spark.evaluation import HierarchicalF1Evaluator
-    from pcem_spark.ml import PathEM, PathEMModel
+    from pcem_spark.evaluation.evaluator import HierarchicalF1Evaluator
+    from pcem_spark.ml.estimator import PathEM, PathEMModel
 
     docs = _corpus(spark).where(F.col("labels").isNotNull())
     tok = RegexTokenizer(inputCol="text", outputCol="words", pattern=r"\w+", gaps=False)
@@ -83,8 +84,8 @@ def test_resolve_auto_keeps_unlabelled_docs_in_every_fold_and_is_deterministic(s
     n_unlabeled = docs.where(F.col("labels").isNull()).count()
     tune = TuneSettings(folds=3, unlabeled_weights=[0.0, 1.0], path_weights=[0.0, 1.0], selection="best")
     ms = ModelSettings(method="pcem", max_iter=5)
-    s1, info1, model1 = resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=3)
-    s2, info2, _ = resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=3)
+    s1, info1, model1 = resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=3, estimator_class=PathEM)
+    s2, info2, _ = resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=3, estimator_class=PathEM)
     assert info1["chosen"] == info2["chosen"]
     assert [g["cv_score"] for g in info1["grid"]] == [g["cv_score"] for g in info2["grid"]]
     assert len(info1["grid"]) == 4 and info1["folds"] == 3 and info1["metric"] == "meanF1"
@@ -102,8 +103,8 @@ def test_every_fold_model_trains_on_all_unlabelled_documents(spark):
     """Spark's CrossValidator with the fold column and the unlabelled view that resolve_auto sets up."""
     from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
 
-    from pcem_spark.evaluation import HierarchicalF1Evaluator
-    from pcem_spark.ml import PathEM
+    from pcem_spark.evaluation.evaluator import HierarchicalF1Evaluator
+    from pcem_spark.ml.estimator import PathEM
 
     docs = _corpus(spark)
     feats, _ = _features(spark, docs)
@@ -124,7 +125,7 @@ def test_every_fold_model_trains_on_all_unlabelled_documents(spark):
 
 
 def test_path_em_defaults_choose_weights_by_cross_validation(spark):
-    from pcem_spark.ml import PathEM
+    from pcem_spark.ml.estimator import PathEM
     docs = _corpus(spark)
     model = PathEM(taxonomy=TAX.to_json(), maxIter=5, minDF=1.0, maxDF=1.0, vocabSize=0, tuneFolds=2).fit(docs)
     tuning = model.path_model.training_summary["tuning"]
@@ -139,14 +140,14 @@ def test_too_few_labels_fall_back_to_the_paper_weights(spark):
     docs = _corpus(spark, n_labeled=1)   # 4 labelled documents, 3 folds x 2 needed
     feats, vocab = _features(spark, docs)
     ms, info, model = resolve_auto(feats, TAX, vocab, FS, ModelSettings(method="pcem", max_iter=3),
-                                   TuneSettings(folds=3))
+                                   TuneSettings(folds=3), estimator_class=PathEM)
     assert model is None and not info["tuned"]
     assert (ms.unlabeled_weight, ms.path_weight) == (1.0, 1.0)
 
 
 def test_pcem_train_tune_records_the_choice_in_the_model(spark, tmp_path):
-    from pcem_spark.cli import main
-    from pcem_spark.model import PathModel
+    from pcem_spark.cli.main import main
+    from pcem_spark.model.path_model import PathModel
     rows = _corpus(spark).collect()
     src = tmp_path / "docs.jsonl"
     with open(src, "w") as fh:
@@ -196,7 +197,7 @@ def test_one_se_choice_is_refitted_and_recorded(spark):
     # the preferred point (lambda 0, gamma 0) is listed first
     tune = TuneSettings(folds=3, unlabeled_weights=[0.0, 1.0], path_weights=[0.0, 1.0])
     settings, info, model = resolve_auto(feats, TAX, vocab, FS, ModelSettings(method="pcem", max_iter=5), tune,
-                                         seed=5)
+                                         seed=5, estimator_class=PathEM)
     grid = info["grid"]
     best = max(grid, key=lambda g: g["cv_score"])
     se = best["cv_std"] / np.sqrt(2)
@@ -216,7 +217,7 @@ def test_one_se_choice_is_refitted_and_recorded(spark):
 def test_default_grid_takes_pcnb_only_when_clearly_better():
     """λ = 0 (PCNB, no EM) is in the default grid, last: within one SE of the best it loses to λ 0.3."""
     import os
-    from pcem_spark.config import load_settings
+    from pcem_spark.cli.config import load_settings
 
     tune = TuneSettings()
     conf = load_settings(os.path.join(os.path.dirname(__file__), "..", "conf", "pcem.toml")).tune
@@ -245,7 +246,7 @@ def _no_cross_validation(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("cross-validation ran on a single leaf")
     monkeypatch.setattr(ml_tuning.CrossValidator, "fit", refuse)
-    monkeypatch.setattr("pcem_spark.tuning.stratified_folds", refuse)
+    monkeypatch.setattr("pcem_spark.ml.tuning.stratified_folds", refuse)
 
 
 @pytest.mark.parametrize("extra", [[], ["--tune", "--set", "tune.grid={'smoothing': [0.1, 1.0]}"]],
@@ -253,8 +254,8 @@ def _no_cross_validation(monkeypatch):
 def test_single_leaf_trains_without_cross_validation_and_warns(spark, tmp_path, monkeypatch, caplog, extra):
     import logging
 
-    from pcem_spark.cli import main
-    from pcem_spark.model import PathModel
+    from pcem_spark.cli.main import main
+    from pcem_spark.model.path_model import PathModel
     _no_cross_validation(monkeypatch)
     src = tmp_path / "docs.jsonl"
     with open(src, "w") as fh:
@@ -282,7 +283,7 @@ def test_single_leaf_path_em_skips_cross_validation(spark, monkeypatch, caplog):
 
     from pyspark.ml.feature import CountVectorizer, RegexTokenizer
 
-    from pcem_spark.ml import PathEM
+    from pcem_spark.ml.estimator import PathEM
     _no_cross_validation(monkeypatch)
     docs = spark.createDataFrame([(str(i), "serve racket volley", ["leaf"]) for i in range(10)],
                                  "id string, text string, labels array<string>")

@@ -16,8 +16,9 @@ import os
 import pytest
 
 # FastWARC and Resiliparse are in the test extra: a missing one fails here rather than skipping.
-from pcem_spark import warc
-from pcem_spark.warc import DOCUMENT, FILE_ERROR, FILE_SUMMARY, REJECT, parse_warc_stream, record_bytes
+from pcem_spark.io import warc, warc_records
+from pcem_spark.io.warc_records import DOCUMENT, FILE_ERROR, FILE_SUMMARY, REJECT
+from pcem_spark.io.warc_records import parse_warc_stream, record_bytes
 
 UTC = dt.timezone.utc
 NAV_WORDS = ("Navword", "Footerword", "Sidebarword")
@@ -155,10 +156,10 @@ def by_kind(rows, kind):
 # ---------------------------------------------------------------------------
 
 def test_content_type_helpers():
-    assert warc.split_content_type("Text/HTML; Charset=\"ISO-8859-1\"") == ("text/html", "iso-8859-1")
-    assert warc.split_content_type("application/xhtml+xml") == ("application/xhtml+xml", None)
-    assert warc.split_content_type("  ") == (None, None)
-    assert [warc.payload_kind(t) for t in ("text/html", "application/xhtml+xml", "text/plain", "image/jpeg", None)] \
+    assert warc_records.split_content_type("Text/HTML; Charset=\"ISO-8859-1\"") == ("text/html", "iso-8859-1")
+    assert warc_records.split_content_type("application/xhtml+xml") == ("application/xhtml+xml", None)
+    assert warc_records.split_content_type("  ") == (None, None)
+    assert [warc_records.payload_kind(t) for t in ("text/html", "application/xhtml+xml", "text/plain", "image/jpeg", None)] \
         == ["html", "html", "text", None, None]
     assert warc.split_inputs(["a.warc.gz,b/{x,y}.warc", " c "]) == ["a.warc.gz", "b/{x,y}.warc", "c"]
 
@@ -258,10 +259,11 @@ def test_parser_garbage_truncated_and_empty_files():
 def test_missing_library_is_a_settings_error(monkeypatch, tmp_path):
     import sys
 
-    from pcem_spark.cli import classify_failure, main
+    from pcem_spark.cli.failures import classify_failure
+    from pcem_spark.cli.main import main
     monkeypatch.setitem(sys.modules, "resiliparse.extract.html2text", None)  # import fails
-    with pytest.raises(warc.WarcDependencyError, match=r'pip install "pcem-spark\[warc\]"') as info:
-        warc.require_libraries()
+    with pytest.raises(warc_records.WarcDependencyError, match=r'pip install "pcem-spark\[warc\]"') as info:
+        warc_records.require_libraries()
     assert classify_failure(info.value)[0] == 2
     assert main(["ingest-warc", "--input", str(tmp_path), "--output", str(tmp_path / "o")]) == 2
 
@@ -298,7 +300,7 @@ def _basename(col):
 @pytest.fixture(scope="module")
 def ingested(spark, crawl_dir, tmp_path_factory):
     """``pcem ingest-warc`` over every input of ``crawl_dir``: (exit code, output path)."""
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
     d, _ = crawl_dir
     out = str(tmp_path_factory.mktemp("ingested") / "docs")
     # globs, comma-separated and repeated --input; plain and gzip, WARC and WET; two unreadable files
@@ -311,7 +313,7 @@ def test_ingest_warc_end_to_end(spark, crawl_dir, ingested):
     from chispa import assert_df_equality
     from pyspark.sql import functions as F
 
-    from pcem_spark.outputs import require_complete
+    from pcem_spark.io.outputs import require_complete
     _, expected = crawl_dir
     code, out = ingested
     assert code == 0
@@ -353,7 +355,7 @@ def test_ingest_warc_end_to_end(spark, crawl_dir, ingested):
 def test_ingest_warc_id_url_rejects_every_copy_of_a_repeated_url(spark, crawl_dir, tmp_path):
     from pyspark.sql import functions as F
 
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
     d, _ = crawl_dir
     out = str(tmp_path / "by_url")
     # The WARC and its WET both hold http://zoo.example/zebras: with --id url that id is repeated.
@@ -371,8 +373,8 @@ def test_ingest_warc_id_url_rejects_every_copy_of_a_repeated_url(spark, crawl_di
 
 
 def test_ingest_warc_exit_codes(spark, crawl_dir, ingested, tmp_path):
-    from pcem_spark.cli import main
-    from pcem_spark.outputs import read_marker
+    from pcem_spark.cli.main import main
+    from pcem_spark.io.outputs import read_marker
     d, _ = crawl_dir
     out = str(tmp_path / "docs")
     assert main(["ingest-warc", "--input", str(tmp_path / "nothing-*.warc.gz"), "--output", out]) == 2
@@ -404,8 +406,8 @@ def test_train_and_predict_read_the_ingested_table(spark, tmp_path):
     """The table with its extra columns (url, crawl_date, source_file) is a documents table for train/predict."""
     import numpy as np
 
-    from pcem_spark.cli import main
-    from pcem_spark.documents import read_documents, split_rejects
+    from pcem_spark.cli.main import main
+    from pcem_spark.io.documents import read_documents, split_rejects
     rng = np.random.default_rng(3)
     recs = []
     for leaf, words in TOPIC_WORDS.items():

@@ -1,6 +1,6 @@
 """Warm starts (``pcem train --init-model``, PathEM ``initModel``) against independent dense references.
 
-* :func:`pcem_spark.pathnb.warm_start_parameters` vs a dense numpy computation
+* :func:`pcem_spark.core.warm_start_parameters` vs a dense numpy computation
   from the previous *counts* (not from the library's parameters): the previous
   expected counts moved onto the new vocabulary by name, Eqs. 6-7 at the new
   smoothing.
@@ -20,8 +20,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pcem_spark import engine, pathnb
-from pcem_spark.model import ModelSettings, PathModel, score_matrix
+from pcem_spark import engine
+from pcem_spark import core
+from pcem_spark.model.settings import ModelSettings
+from pcem_spark.model.path_model import PathModel
+from pcem_spark.model.fitting import score_matrix
 
 from test_reference import (ATOL, RTOL, make_corpus, ref_e_step, ref_log_params, ref_loglik,  # noqa: E402
                             to_blocks)
@@ -61,7 +64,7 @@ def ref_warm(prev_counts, prev_vocab, new_vocab, smoothing, path_mass, prior_smo
 
 
 def library_params(counts, path_mass, smoothing, prior_smoothing=None, groups=None):
-    return pathnb.sparse_log_parameters(sp.csr_matrix(counts), np.asarray(path_mass, float), smoothing, groups,
+    return core.sparse_log_parameters(sp.csr_matrix(counts), np.asarray(path_mass, float), smoothing, groups,
                                         prior_smoothing)
 
 
@@ -78,7 +81,7 @@ def test_same_vocabulary_and_smoothing_reproduces_the_previous_model(smoothing, 
     vocab = [f"w{i}" for i in range(40)]
     prev = library_params(counts, mass, smoothing, prior_smoothing)
     for path_mass in (mass, None):
-        warm = pathnb.warm_start_parameters(prev, vocab, vocab, smoothing, smoothing, None, prior_smoothing,
+        warm = core.warm_start_parameters(prev, vocab, vocab, smoothing, smoothing, None, prior_smoothing,
                                             prior_smoothing, path_mass)
         np.testing.assert_allclose(warm.log_theta(), prev.log_theta(), rtol=RTOL, atol=ATOL)
         np.testing.assert_allclose(warm.log_prior, prev.log_prior, rtol=RTOL, atol=ATOL)
@@ -103,7 +106,7 @@ def test_terms_are_mapped_by_name(prev_s, new_s, use_groups):
     new_vocab = kept[:10] + [f"new{i}" for i in range(11)] + kept[10:]
     groups = np.array([0, 0, 1, 1, 1, 2, 2, 2]) if use_groups else None
     prev = library_params(counts, mass, prev_s, None, groups)
-    warm = pathnb.warm_start_parameters(prev, prev_vocab, new_vocab, prev_s, new_s, groups, None, None, mass)
+    warm = core.warm_start_parameters(prev, prev_vocab, new_vocab, prev_s, new_s, groups, None, None, mass)
     lp, lt = ref_warm(counts, prev_vocab, new_vocab, new_s, mass, None, groups)
     assert warm.shape == (R, len(new_vocab))
     np.testing.assert_allclose(warm.log_theta(), lt, rtol=RTOL, atol=ATOL)
@@ -117,35 +120,35 @@ def test_terms_are_mapped_by_name(prev_s, new_s, use_groups):
 
 
 def test_term_mapping_and_overlap():
-    target = pathnb.term_mapping(["a", "b", "c", "d"], ["d", "x", "b"])
+    target = core.term_mapping(["a", "b", "c", "d"], ["d", "x", "b"])
     np.testing.assert_array_equal(target, [-1, 2, -1, 0])
     with pytest.raises(ValueError, match="duplicate"):
-        pathnb.term_mapping(["a"], ["a", "a"])
+        core.term_mapping(["a"], ["a", "a"])
 
 
 def test_recovered_counts_and_refusal_of_dense_parameters():
     rng = np.random.default_rng(3)
     counts = dense_counts(4, 20, rng)
     params = library_params(counts, np.ones(4), 0.5)
-    got, n_words = pathnb.recovered_counts(params, 0.5)
+    got, n_words = core.recovered_counts(params, 0.5)
     np.testing.assert_allclose(got.toarray(), counts, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(n_words, counts.sum(axis=1), rtol=1e-9, atol=1e-9)
     # read with another smoothing: the same theta, counts on that scale
-    scaled, _ = pathnb.recovered_counts(params, 1.0)
+    scaled, _ = core.recovered_counts(params, 1.0)
     np.testing.assert_allclose(scaled.toarray(), counts * 2.0, rtol=1e-9, atol=1e-9)
     # dense parameters (format-1 models: base = each row's minimum) give theta-equivalent counts:
     # the same vocabulary and smoothing reproduce them
     full = library_params(counts + 0.25, np.ones(4), 0.5)
-    dense = pathnb.PathParameters.from_log_theta(full.log_prior, full.log_theta())
+    dense = core.PathParameters.from_log_theta(full.log_prior, full.log_theta())
     vocab = [f"w{i}" for i in range(20)]
-    np.testing.assert_allclose(pathnb.warm_start_parameters(dense, vocab, vocab, 0.5, 0.5).log_theta(),
+    np.testing.assert_allclose(core.warm_start_parameters(dense, vocab, vocab, 0.5, 0.5).log_theta(),
                                full.log_theta(), rtol=RTOL, atol=ATOL)
     # rows that are not distributions are refused
     damaged = params._replace(log_base=params.log_base + 0.1)
     with pytest.raises(ValueError, match="not word distributions"):
-        pathnb.warm_start_parameters(damaged, vocab, ["w1"], 0.5, 0.5)
+        core.warm_start_parameters(damaged, vocab, ["w1"], 0.5, 0.5)
     with pytest.raises(ValueError, match="previous vocabulary has 3 terms"):
-        pathnb.warm_start_parameters(params, ["a", "b", "c"], ["a"], 0.5, 0.5)
+        core.warm_start_parameters(params, ["a", "b", "c"], ["a"], 0.5, 0.5)
 
 
 # =====================================================================
@@ -185,7 +188,7 @@ def test_engine_warm_start_equals_dense_em_from_the_warm_parameters(corpus, n_it
     new_vocab, prev_vocab, counts, mass = _prev_model_counts(c, rng)
     s_prev, s = 0.4, 0.7
     prev = library_params(counts, mass, s_prev)
-    warm = pathnb.warm_start_parameters(prev, prev_vocab, new_vocab, s_prev, s, prev_path_mass=mass)
+    warm = core.warm_start_parameters(prev, prev_vocab, new_vocab, s_prev, s, prev_path_mass=mass)
     res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=s, max_iter=n_iter, tol=0.0,
                      init_params=warm)
     lp0, lt0 = ref_warm(counts, prev_vocab, new_vocab, s, mass)
@@ -203,7 +206,7 @@ def test_engine_warm_start_equals_dense_em_from_the_warm_parameters(corpus, n_it
 def test_engine_max_iter_zero_returns_the_warm_parameters(corpus):
     c = corpus
     new_vocab, prev_vocab, counts, mass = _prev_model_counts(c, np.random.default_rng(2))
-    warm = pathnb.warm_start_parameters(library_params(counts, mass, 0.5), prev_vocab, new_vocab, 0.5, 0.5,
+    warm = core.warm_start_parameters(library_params(counts, mass, 0.5), prev_vocab, new_vocab, 0.5, 0.5,
                                         prev_path_mass=mass)
     res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.5, max_iter=0,
                      init_params=warm)
@@ -227,7 +230,7 @@ def test_batch_without_labels_runs_em_from_the_warm_start_and_fails_clearly_with
     with pytest.raises(ValueError, match="no labelled document"):
         engine.fit(c.blocks, sm, c.V, em=True, smoothing=0.5, max_iter=2)
     new_vocab, prev_vocab, counts, mass = _prev_model_counts(c, np.random.default_rng(9))
-    warm = pathnb.warm_start_parameters(library_params(counts, mass, 0.5), prev_vocab, new_vocab, 0.5, 0.5,
+    warm = core.warm_start_parameters(library_params(counts, mass, 0.5), prev_vocab, new_vocab, 0.5, 0.5,
                                         prev_path_mass=mass)
     res = engine.fit(c.blocks, sm, c.V, em=True, smoothing=0.5, max_iter=2, tol=0.0, init_params=warm)
     lp0, lt0 = ref_warm(counts, prev_vocab, new_vocab, 0.5, mass)
@@ -244,7 +247,7 @@ def test_batch_without_labels_runs_em_from_the_warm_start_and_fails_clearly_with
     with pytest.raises(ValueError, match="unlabeled_weight 0"):
         engine.fit(c.blocks, sm, c.V, em=True, smoothing=0.5, unlabeled_weight=0.0, init_params=warm)
     with pytest.raises(ValueError, match="init_params are"):
-        engine.fit(c.blocks, sm, c.V, em=True, smoothing=0.5, init_params=pathnb.PathParameters(
+        engine.fit(c.blocks, sm, c.V, em=True, smoothing=0.5, init_params=core.PathParameters(
             warm.log_prior, warm.log_base, warm.log_ratio[:, :-1]))
 
 
@@ -283,7 +286,7 @@ def _write_docs(path, day, n_per_leaf=15, n_labeled=2, seed=0):
 
 @pytest.fixture(scope="module")
 def day1_model(spark, tmp_path_factory):
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
     d = tmp_path_factory.mktemp("warm_cli")
     docs = _write_docs(d / "day1.jsonl", 1)
     model = str(d / "day1_model")
@@ -293,7 +296,7 @@ def day1_model(spark, tmp_path_factory):
 
 
 def test_cli_train_from_a_previous_model_records_it(spark, day1_model):
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
     d, prev_path = day1_model
     docs = _write_docs(d / "day2.jsonl", 2, seed=1)
     out = str(d / "day2_warm")
@@ -320,7 +323,7 @@ def test_cli_train_from_a_previous_model_records_it(spark, day1_model):
 
 def test_cli_tune_cross_validates_the_weights_of_warm_started_fits(spark, day1_model):
     """--tune: the weights are chosen again by CV (each fit warm-started, terms mapped by name); smoothing inherited."""
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
     d, prev_path = day1_model
     docs = _write_docs(d / "day2_tune.jsonl", 2, seed=4)
     out = str(d / "day2_tuned")
@@ -338,7 +341,7 @@ def test_cli_tune_cross_validates_the_weights_of_warm_started_fits(spark, day1_m
 
 
 def test_cli_batch_without_labels_needs_the_init_model(spark, day1_model, capsys):
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
     d, prev_path = day1_model
     docs = _write_docs(d / "day2_unlabelled.jsonl", 2, n_labeled=0, seed=2)
     tax = d / "tax.json"
@@ -358,7 +361,7 @@ def test_cli_batch_without_labels_needs_the_init_model(spark, day1_model, capsys
 
 
 def test_cli_refuses_another_taxonomy_a_missing_model_and_another_method(spark, day1_model, capsys):
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
     d, prev_path = day1_model
     docs = _write_docs(d / "day2b.jsonl", 2, seed=3)
     other = d / "other_tax.json"
@@ -406,7 +409,7 @@ def _features_df(spark, c):
 @pytest.fixture(scope="module")
 def saved_prev(spark, corpus, tmp_path_factory):
     """A previous PathModel on the corpus's taxonomy, over PathEM's term names (#i) partly renamed."""
-    from pcem_spark.features import FeatureSettings
+    from pcem_spark.engine.features import FeatureSettings
     c = corpus
     rng = np.random.default_rng(13)
     _, prev_vocab, counts, mass = _prev_model_counts(c, rng)
@@ -425,7 +428,7 @@ def saved_prev(spark, corpus, tmp_path_factory):
 def test_pathem_init_model_starts_from_the_previous_model(spark, corpus, saved_prev, tmp_path):
     from pyspark.ml import Pipeline
 
-    from pcem_spark.ml import PathEM, PathEMModel
+    from pcem_spark.ml.estimator import PathEM, PathEMModel
     c = corpus
     path, prev_vocab, counts, mass, _ = saved_prev
     s = 0.7
@@ -461,7 +464,7 @@ def test_pathem_init_model_starts_from_the_previous_model(spark, corpus, saved_p
 
 
 def test_pathem_auto_params_take_the_init_models_values(spark, corpus, saved_prev):
-    from pcem_spark.ml import PathEM
+    from pcem_spark.ml.estimator import PathEM
     c = corpus
     path, _, _, _, s_prev = saved_prev
     est = PathEM(featuresCol="features", taxonomy=c.tax.to_json(), method="pcem", docLength=0.0, maxIter=2,

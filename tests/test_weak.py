@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pcem_spark.pathnb import path_scores
-from pcem_spark.taxonomy import Taxonomy, TaxonomyError
-from pcem_spark.weak import (argmax_node_scores, cosine_similarities, idf_weights, load_descriptions,
-                             soft_node_scores, to_taxonomy_columns)
+from pcem_spark.core.structure import path_scores
+from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError
+from pcem_spark.core.similarity import argmax_node_scores, cosine_similarities, idf_weights, soft_node_scores, to_taxonomy_columns
+from pcem_spark.io.descriptions import load_descriptions
 
 FIG1 = Taxonomy({"ROOT": ["c1", "c2"], "c1": ["c11", "c12", "c13"], "c2": ["c21", "c22", "c23"]})
 
@@ -67,7 +67,7 @@ def test_descriptions_file_checks(tmp_path, caplog):
     # A node the taxonomy lacks (e.g. a class absent from the data the taxonomy was inferred from):
     # warned about by name, with a hint, and ignored.
     path.write_text(json.dumps({**ok, "c99": "nope", "c2x3": "typo of c23"}))
-    with caplog.at_level(logging.WARNING, logger="pcem_spark.weak"):
+    with caplog.at_level(logging.WARNING, logger="pcem_spark.model.weak_labels"):
         got = load_descriptions(str(path), FIG1)
     assert set(got) == set(FIG1.real_nodes)
     assert f"{path}: 2 description(s) for node(s) that are not in the taxonomy are ignored" in caplog.text
@@ -75,7 +75,7 @@ def test_descriptions_file_checks(tmp_path, caplog):
     # An inner node without a description: described by its descendants, with a warning.
     caplog.clear()
     path.write_text(json.dumps({n: d for n, d in ok.items() if n != "c1"}))
-    with caplog.at_level(logging.WARNING, logger="pcem_spark.weak"):
+    with caplog.at_level(logging.WARNING, logger="pcem_spark.model.weak_labels"):
         assert "c1" not in load_descriptions(str(path), FIG1)
     assert "no description for inner node(s) ['c1']" in caplog.text
     # A leaf without one could never get a weak label: an error naming it, the file and the fix.
@@ -103,9 +103,9 @@ def test_weak_label_table_on_spark_matches_numpy(spark):
     from chispa import assert_df_equality
     from pyspark.sql import functions as F
 
-    from pcem_spark.engine import blocks_from_node_scores
-    from pcem_spark.features import FeatureSettings, featurize
-    from pcem_spark.weak import weak_label
+    from pcem_spark.engine.blocks import blocks_from_node_scores
+    from pcem_spark.engine.features import FeatureSettings, featurize
+    from pcem_spark.model.weak_labels import weak_label
 
     tax = Taxonomy({"ROOT": ["sport", "tech"], "sport": ["football", "tennis"], "tech": ["phones", "chips"]})
     desc = {"sport": "sport games players", "tech": "technology devices engineering",
@@ -133,9 +133,9 @@ def test_weak_label_table_on_spark_matches_numpy(spark):
 
 
 def test_dataless_experiment_reports_weak_label_quality(spark, tmp_path):
-    from pcem_spark.experiment import run_experiment
-    from pcem_spark.features import FeatureSettings
-    from pcem_spark.model import ModelSettings
+    from pcem_spark.experiment.protocol import run_experiment
+    from pcem_spark.engine.features import FeatureSettings
+    from pcem_spark.model.settings import ModelSettings
 
     tax = Taxonomy({"ROOT": ["sport", "tech"], "sport": ["football", "tennis"], "tech": ["phones", "chips"]})
     words = {"football": "goal striker penalty league", "tennis": "racket serve volley deuce",
@@ -160,7 +160,7 @@ def test_dataless_experiment_reports_weak_label_quality(spark, tmp_path):
 
 
 def test_train_with_descriptions_through_the_cli(spark, tmp_path):
-    from pcem_spark.cli import main
+    from pcem_spark.cli.main import main
 
     words = {"football": "goal striker penalty league", "tennis": "racket serve volley deuce",
              "phones": "android screen battery handset", "chips": "silicon wafer transistor fab"}
@@ -190,7 +190,7 @@ def test_train_with_descriptions_through_the_cli(spark, tmp_path):
 def test_precomputed_similarities_column(spark, tmp_path):
     from chispa import assert_df_equality
 
-    from pcem_spark.weak import weak_label_from_similarities
+    from pcem_spark.model.weak_labels import weak_label_from_similarities
 
     tax = Taxonomy({"ROOT": ["sport", "tech"], "sport": ["football", "tennis"], "tech": ["phones", "chips"]})
     df = spark.createDataFrame([
@@ -208,7 +208,7 @@ def test_precomputed_similarities_column(spark, tmp_path):
 
 
 def test_path_mode_always_picks_one_consistent_path():
-    from pcem_spark.weak import best_path_node_scores
+    from pcem_spark.core.similarity import best_path_node_scores
 
     tax = Taxonomy({"R": ["a", "b"], "a": ["a1", "a2"], "b": ["b1"]})
     nodes = ["a", "b", "a1", "a2", "b1"]
@@ -230,8 +230,8 @@ WOOL_VOCAB = ["goal", "striker", "racket", "serve", "cotton", "fabric", "yarn", 
 
 
 def test_description_without_a_vocabulary_word_warns_and_gets_no_weak_label(spark, caplog):
-    from pcem_spark.features import FeatureSettings, featurize
-    from pcem_spark.weak import weak_label
+    from pcem_spark.engine.features import FeatureSettings, featurize
+    from pcem_spark.model.weak_labels import weak_label
 
     fs = FeatureSettings(min_df=3.0, max_df=1.0, vocab_size=0)
     docs = spark.createDataFrame([("f", "goal striker football"), ("t", "racket serve tennis"),
@@ -240,7 +240,7 @@ def test_description_without_a_vocabulary_word_warns_and_gets_no_weak_label(spar
     feats = featurize(docs, WOOL_VOCAB, fs)
     for mode in ("argmax", "path", "soft"):
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="pcem_spark.weak"):
+        with caplog.at_level(logging.WARNING, logger="pcem_spark.model.weak_labels"):
             weak = weak_label(feats, WOOL_VOCAB, fs, WOOL_TAX, WOOL_DESC, mode=mode)
             rows = {r["id"]: r for r in weak.collect()}
         assert "1 node(s) have no word of the vocabulary" in caplog.text
@@ -253,7 +253,7 @@ def test_description_without_a_vocabulary_word_warns_and_gets_no_weak_label(spar
 
 
 def test_path_mode_never_picks_a_path_through_an_excluded_leaf():
-    from pcem_spark.weak import best_path_node_scores
+    from pcem_spark.core.similarity import best_path_node_scores
 
     nodes = ["sport", "textiles", "cotton", "football", "tennis", "wool"]
     nodes = sorted(WOOL_TAX.real_nodes, key=lambda n: (WOOL_TAX.node_depth(n), n))
@@ -269,8 +269,8 @@ def test_path_mode_never_picks_a_path_through_an_excluded_leaf():
 
 
 def test_description_matrix_uses_descendants_for_an_undescribed_inner_node(spark):
-    from pcem_spark.features import FeatureSettings
-    from pcem_spark.weak import description_matrix
+    from pcem_spark.engine.features import FeatureSettings
+    from pcem_spark.model.weak_labels import description_matrix
 
     fs = FeatureSettings(min_df=1.0, max_df=1.0, vocab_size=0)
     desc = {n: d for n, d in WOOL_DESC.items() if n != "sport"}
@@ -282,8 +282,8 @@ def test_description_matrix_uses_descendants_for_an_undescribed_inner_node(spark
 
 
 def test_a_depth_without_any_usable_description_is_an_error(spark):
-    from pcem_spark.features import FeatureSettings
-    from pcem_spark.weak import description_matrix
+    from pcem_spark.engine.features import FeatureSettings
+    from pcem_spark.model.weak_labels import description_matrix
 
     fs = FeatureSettings(min_df=1.0, max_df=1.0, vocab_size=0)
     tax = Taxonomy({"R": ["a", "b"], "a": ["a1"], "b": ["b1"]})

@@ -257,7 +257,7 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def py_files(tmp_path_factory):
     """dist/pcem_spark.zip as scripts/package.sh builds it."""
-    from pcem_spark import packaging
+    from pcem_spark.ops import packaging
 
     return packaging.build_py_files(str(tmp_path_factory.mktemp("dist")))
 

@@ -1,0 +1,7 @@
+"""``python -m pcem_spark.cli``: the same as the ``pcem`` command."""
+
+import sys
+
+from pcem_spark.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,169 @@
+"""Settings from TOML files in ``conf/`` (with ``--set section.key=value`` overrides)."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import tomllib
+from dataclasses import dataclass, field, fields
+from typing import Any, Dict, List, Optional
+
+from pcem_spark.errors import InputError
+from pcem_spark.engine.session import SparkSettings
+from pcem_spark.engine.features import FeatureSettings
+from pcem_spark.model.settings import ModelSettings
+from pcem_spark.ml.tuning import TuneSettings
+
+
+class ConfigError(InputError):
+    """A settings file or override is not valid."""
+
+
+
+
+@dataclass
+class ExperimentSettings:
+    methods: List[str] = field(default_factory=lambda: ["pcnb", "pcem", "flat-nb", "flat-em"])
+    rates: List[float] = field(default_factory=lambda: [0.01])
+    seeds: List[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    test_fraction: float = 0.2
+    settings: List[str] = field(default_factory=lambda: ["labeled"])   # labeled and/or dataless
+    discriminative_c: float = 1.0   # LibLinear-style C of lr / svm / hiercost (regParam = 1 / (C n))
+    report_rate: float = 0.01       # label rate of the Table-2 report
+    paper_reference: str = ""       # "20ng": print the paper's Table-2 numbers beside ours
+
+    def validate(self) -> None:
+        from pcem_spark.core.methods import DISCRIMINATIVE
+        from pcem_spark.core.methods import GENERATIVE
+        known = GENERATIVE + DISCRIMINATIVE
+        bad = [m for m in self.methods if m not in known]
+        if bad:
+            raise ConfigError(f"experiment.methods: unknown method(s) {bad}; known: {', '.join(known)}")
+        bad = [s for s in self.settings if s not in ("labeled", "dataless")]
+        if bad or not self.settings:
+            raise ConfigError(f"experiment.settings must be a non-empty list of 'labeled' / 'dataless', "
+                              f"got {self.settings}")
+        if any(not 0 < r <= 1 for r in self.rates):
+            raise ConfigError(f"experiment.rates must be in (0, 1], got {self.rates}")
+        if self.discriminative_c <= 0:
+            raise ConfigError(f"experiment.discriminative_c must be > 0, got {self.discriminative_c}")
+        if self.paper_reference not in ("", "20ng"):
+            raise ConfigError(f"experiment.paper_reference must be '' or '20ng', got {self.paper_reference!r}")
+
+
+@dataclass
+class SupervisionSettings:
+    kind: str = "labels"           # labels | descriptions | similarities
+    descriptions: str = ""         # JSON node -> description (kind = descriptions)
+    weak_mode: str = "argmax"      # argmax (the paper's rule) | soft
+    min_similarity: float = 0.0    # no weak label unless every depth's best similarity is above this
+
+    def validate(self) -> None:
+        if self.kind not in ("labels", "descriptions", "similarities"):
+            raise ConfigError(f"supervision.kind must be labels, descriptions or similarities, got {self.kind!r}")
+        if self.weak_mode not in ("argmax", "soft", "path"):
+            raise ConfigError(f"supervision.weak_mode must be argmax, soft or path, got {self.weak_mode!r}")
+
+
+@dataclass
+class PredictSettings:
+    """``pcem predict`` defaults (its flags override them)."""
+    min_probability: float = 0.0   # stop a path at its deepest node this probable (0 = the full path)
+    top_k: int = 0                 # add the k most probable paths with their probabilities (0 = no)
+
+    def validate(self) -> None:
+        from pcem_spark.model.schema import check_prediction_options
+        try:
+            check_prediction_options(self.min_probability, self.top_k,
+                                     names=("predict.min_probability", "predict.top_k"))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+
+@dataclass
+class Settings:
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    features: FeatureSettings = field(default_factory=FeatureSettings)
+    model: ModelSettings = field(default_factory=ModelSettings)
+    experiment: ExperimentSettings = field(default_factory=ExperimentSettings)
+    supervision: SupervisionSettings = field(default_factory=SupervisionSettings)
+    tune: TuneSettings = field(default_factory=TuneSettings)
+    predict: PredictSettings = field(default_factory=PredictSettings)
+
+
+_SECTIONS = {"spark": SparkSettings, "features": FeatureSettings, "model": ModelSettings,
+             "experiment": ExperimentSettings, "supervision": SupervisionSettings, "tune": TuneSettings,
+             "predict": PredictSettings}
+
+
+def _build(cls, values: Dict[str, Any], where: str):
+    known = {f.name: f for f in fields(cls)}
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"{where}: unknown setting {key!r}; known: {sorted(known)}")
+    obj = cls()
+    for key, value in values.items():
+        default = getattr(obj, key)
+        if isinstance(default, bool) and not isinstance(value, bool):
+            raise ConfigError(f"{where}.{key}: expected true/false, got {value!r}")
+        if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if default == "auto":
+            # A number or "auto" (model.smoothing, unlabeled_weight, path_weight).
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            if isinstance(value, bool) or not isinstance(value, (float, str)):
+                raise ConfigError(f"{where}.{key}: expected a number or \"auto\", got {value!r}")
+            setattr(obj, key, value)
+            continue
+        if default is not None and not isinstance(value, type(default)):
+            raise ConfigError(f"{where}.{key}: expected {type(default).__name__}, got {value!r}")
+        setattr(obj, key, value)
+    return obj
+
+
+def load_settings(path: Optional[str] = None, overrides: Optional[List[str]] = None) -> Settings:
+    """Read a TOML settings file (sections spark, features, model, experiment).
+
+    ``overrides`` are ``section.key=value`` strings; the value is parsed as a
+    Python literal when possible (``0.01``, ``[1, 2]``), else taken as a string.
+    """
+    raw: Dict[str, Dict[str, Any]] = {}
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                raw = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"settings file {path!r} not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML ({exc})") from None
+    raw = copy.deepcopy(raw)
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        section, dot, name = key.strip().partition(".")
+        if not sep or not dot:
+            raise ConfigError(f"override {item!r}: expected section.key=value")
+        try:
+            parsed = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            parsed = value
+        if section == "spark" and name.startswith("conf."):
+            raw.setdefault("spark", {}).setdefault("conf", {})[name[5:]] = str(value)
+        else:
+            raw.setdefault(section, {})[name] = parsed
+    where = path or "settings"
+    for section in raw:
+        if section not in _SECTIONS:
+            raise ConfigError(f"{where}: unknown section [{section}]; known: {sorted(_SECTIONS)}")
+    settings = Settings(**{name: _build(cls, raw.get(name, {}), f"{where} [{name}]")
+                           for name, cls in _SECTIONS.items()})
+    settings.features.validate()
+    settings.model.validate()
+    settings.supervision.validate()
+    settings.experiment.validate()
+    settings.predict.validate()
+    try:
+        settings.tune.validate()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return settings

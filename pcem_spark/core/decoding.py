@@ -1,0 +1,264 @@
+"""TODO docstring (pathnb)."""
+
+from __future__ import annotations
+from typing import NamedTuple, Optional, Tuple
+import numpy as np
+import scipy.sparse as sp
+from pcem_spark.core.estep import ScoringTables, joint_log_likelihood, length_normalize, tables_joint_log_likelihood
+from pcem_spark.core.structure import Structure, group_log_softmax, posterior
+
+
+def predict_paths(X, log_prior: Optional[np.ndarray], log_theta: Optional[np.ndarray],
+                  structure: Optional[Structure] = None, doc_length: float = 0.0,
+                  tables: Optional[ScoringTables] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """Argmax path of Eq. 5 and its posterior probability (or a baseline's decoding rule).
+
+    The parameters are dense (``log_prior``, ``log_theta``) or ``tables``
+    (:func:`scoring_tables`, what prediction broadcasts).
+
+    Returns
+    -------
+    best : int ndarray, shape (n,), path index
+    prob : ndarray, shape (n,); for ``win`` the mean over depths of the
+        path's node probabilities
+    """
+    X = length_normalize(X, doc_length) if doc_length > 0 else sp.csr_matrix(X)
+    jll = (tables_joint_log_likelihood(X, tables) if tables is not None
+           else joint_log_likelihood(X, log_prior, log_theta))
+    return decode(jll, structure)
+
+
+def decode(jll: np.ndarray, structure: Optional[Structure] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """Best path and its score from component joint log-likelihoods (n, R); see :class:`Structure`."""
+    n = jll.shape[0]
+    if structure is None:
+        post, _ = posterior(jll)
+        best = np.argmax(jll, axis=1)
+        return best, post[np.arange(n), best]
+    if structure.decoder == "posterior":
+        post, _ = posterior(jll)
+        n_paths = int(structure.owner.max()) + 1
+        path_post = np.zeros((n, n_paths))
+        np.add.at(path_post.T, structure.owner, post.T)
+        best = np.argmax(path_post, axis=1)
+        return best, path_post[np.arange(n), best]
+    log_local, _ = group_log_softmax(jll, structure.groups)
+    pn = structure.path_nodes
+    if structure.decoder == "win":
+        local = np.exp(log_local)
+        win = local[:, pn].sum(axis=2)          # (n, M): sum over depths
+        best = np.argmax(win, axis=1)
+        return best, win[np.arange(n), best] / pn.shape[1]
+    if structure.decoder == "greedy":
+        alive = np.ones((n, pn.shape[0]), dtype=bool)
+        for d in range(pn.shape[1]):
+            s = np.where(alive, log_local[:, pn[:, d]], -np.inf)
+            alive &= s >= s.max(axis=1, keepdims=True)
+        best = np.argmax(alive, axis=1)          # first surviving path on ties
+        return best, np.exp(log_local[:, pn].sum(axis=2)[np.arange(n), best])
+    raise ValueError(f"unknown decoder {structure.decoder!r}")
+
+
+# ---------------------------------------------------------------- abstaining and top-k predictions
+def path_posteriors(jll: np.ndarray, structure: Optional[Structure] = None) -> np.ndarray:
+    """A probability distribution over the M paths for every row, for every method.
+
+    * PCNB / PCEM / flat methods (``structure`` None): Eq. 5, ``P(p_j | x)``.
+    * ``decoder="posterior"`` (multiple components per leaf): the sum of the
+      posteriors of a path's components, what :func:`decode` takes the argmax of.
+    * ``decoder="greedy"`` (top-down): the product of the local (per-parent
+      softmax) probabilities of the path's nodes -- the top-down model's own
+      ``P(path | x)``, so a node's marginal (:func:`node_marginals`) is the
+      product of the local probabilities from the top down to it. A dummy node
+      is its parent's only child (local probability 1).
+    * ``decoder="win"`` (win-driven): the product over depths of the path's
+      node probability under that depth's classifier, renormalised over the
+      paths (the per-depth classifiers are independent and also give mass to
+      node combinations that are not paths).
+
+    Rows are renormalised to sum to 1 (for the first three they do up to
+    rounding already). For ``greedy`` / ``win`` the argmax of this
+    distribution can differ from the decoded path (greedy routing, largest
+    summed win): :func:`decode` still decides the predicted path.
+
+    Parameters
+    ----------
+    jll : ndarray (n, R), component joint log-likelihoods
+    structure : Structure or None
+
+    Returns
+    -------
+    ndarray (n, M), float64, rows summing to 1
+    """
+    jll = np.asarray(jll, dtype=np.float64)
+    n = jll.shape[0]
+    if structure is None:
+        return posterior(jll)[0]
+    if structure.decoder == "posterior":
+        post, _ = posterior(jll)
+        n_paths = int(structure.owner.max()) + 1 if len(structure.owner) else 0
+        path_post = np.zeros((n, n_paths))
+        np.add.at(path_post.T, structure.owner, post.T)
+        return path_post / np.maximum(path_post.sum(axis=1, keepdims=True), np.finfo(np.float64).tiny)
+    if structure.decoder not in ("greedy", "win"):
+        raise ValueError(f"unknown decoder {structure.decoder!r}")
+    log_local, _ = group_log_softmax(jll, structure.groups)
+    pn = structure.path_nodes
+    log_path = np.zeros((n, pn.shape[0]))
+    for d in range(pn.shape[1]):   # one (n, M) gather per depth, not an (n, M, D) array
+        log_path += log_local[:, pn[:, d]]
+    return posterior(log_path)[0] if n else log_path
+
+
+def node_marginals(path_post: np.ndarray, path_node) -> np.ndarray:
+    """``P(c | x) = sum of the posteriors of the paths through c``, for every node c.
+
+    Parameters
+    ----------
+    path_post : ndarray (n, M), rows summing to 1 (:func:`path_posteriors`)
+    path_node : ndarray or sparse matrix (M, K), 0/1 path-node membership
+        (``Taxonomy.path_node_matrix()``)
+
+    Returns
+    -------
+    ndarray (n, K), in [0, 1]; along a path the marginals never increase
+    (a node's paths include its children's).
+    """
+    out = np.asarray(path_post @ path_node if not sp.issparse(path_node)
+                     else (sp.csr_matrix(path_node).T @ np.asarray(path_post).T).T, dtype=np.float64)
+    return np.clip(out, 0.0, 1.0)
+
+
+def path_node_table(path_node, is_dummy: np.ndarray) -> np.ndarray:
+    """(M, D) node index of each path at each depth, ``-1`` where the path's node is a dummy.
+
+    A path's real nodes are then its row up to the first -1 (dummies only pad
+    a shallow leaf at the end).
+
+    Parameters
+    ----------
+    path_node : ndarray or sparse matrix (M, K), 0/1, nodes sorted by depth
+        (``Taxonomy.path_node_matrix()``), every path of the same (padded) depth D
+    is_dummy : bool ndarray (K,) (``Taxonomy.is_dummy``)
+    """
+    pn = sp.csr_matrix(path_node)
+    pn.eliminate_zeros()
+    pn.sort_indices()
+    depth = np.diff(pn.indptr)
+    M = pn.shape[0]
+    if M and not np.all(depth == depth[0]):
+        raise ValueError("path_node_table needs padded paths of one depth")
+    table = pn.indices.reshape(M, int(depth[0]) if M else 0).astype(np.int64)
+    return np.where(np.asarray(is_dummy, dtype=bool)[table], -1, table)
+
+
+def abstain_depth(best_path: np.ndarray, marginals: np.ndarray, path_nodes: np.ndarray,
+                  min_probability: float) -> np.ndarray:
+    """How many nodes of each row's predicted path to keep: the longest prefix of real nodes whose
+    marginal probability is >= ``min_probability``.
+
+    Marginals never increase along a path, so this stops at the deepest node
+    with a marginal >= ``min_probability``; 0 = abstain at the root (no node
+    is likely enough). ``min_probability = 0`` keeps every real node.
+
+    Parameters
+    ----------
+    best_path : int ndarray (n,), the predicted path of each row
+    marginals : ndarray (n, K) (:func:`node_marginals`)
+    path_nodes : int ndarray (M, D), -1 at dummies (:func:`path_node_table`)
+    min_probability : float in [0, 1]
+
+    Returns
+    -------
+    int64 ndarray (n,), in 0..(real depth of the row's path)
+    """
+    nodes = path_nodes[np.asarray(best_path, dtype=np.int64)]            # (n, D)
+    real = nodes >= 0
+    if min_probability <= 0:
+        return real.sum(axis=1).astype(np.int64)
+    m = np.take_along_axis(marginals, np.where(real, nodes, 0), axis=1)
+    ok = real & (m >= min_probability)
+    return np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64)
+
+
+def top_k_paths(path_post: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Each row's ``k`` most probable paths, most probable first; ties go to the lower path index.
+
+    Parameters
+    ----------
+    path_post : ndarray (n, M)
+    k : int >= 0; ``min(k, M)`` paths are returned
+
+    Returns
+    -------
+    index : int64 ndarray (n, min(k, M))
+    probability : ndarray (n, min(k, M)), non-increasing along each row
+    """
+    path_post = np.asarray(path_post, dtype=np.float64)
+    n, M = path_post.shape
+    k = min(int(k), M)
+    if k <= 0 or n == 0:
+        return np.zeros((n, max(k, 0)), dtype=np.int64), np.zeros((n, max(k, 0)))
+    if k == M:
+        index = np.argsort(-path_post, axis=1, kind="stable")
+    else:
+        # The k largest per row in O(M) (argpartition), then sorted by (-probability, index);
+        # a row with ties at the k-th value has an arbitrary partition: sorted in full instead.
+        index = np.argpartition(-path_post, k - 1, axis=1)[:, :k]
+        kth = np.take_along_axis(path_post, index, axis=1).min(axis=1)
+        tied = (path_post >= kth[:, None]).sum(axis=1) > k
+        if tied.any():
+            index[tied] = np.argsort(-path_post[tied], axis=1, kind="stable")[:, :k]
+        order = np.lexsort((index, -np.take_along_axis(path_post, index, axis=1)), axis=-1)
+        index = np.take_along_axis(index, order, axis=1)
+    index = np.ascontiguousarray(index[:, :k], dtype=np.int64)
+    return index, np.take_along_axis(path_post, index, axis=1)
+
+
+class PathPredictions(NamedTuple):
+    """What one block's prediction holds with abstaining / top-k (:func:`predict_path_details`).
+
+    best : int64 (n,), the decoded path (as :func:`predict_paths`)
+    probability : (n,), its score (as :func:`predict_paths`)
+    kept : int64 (n,) or None, nodes of ``best`` kept (:func:`abstain_depth`)
+    kept_probability : (n,) or None, marginal of the last kept node (1 for an empty path: the root)
+    top_index, top_probability : (n, min(k, M)) or None (:func:`top_k_paths`)
+    """
+    best: np.ndarray
+    probability: np.ndarray
+    kept: Optional[np.ndarray] = None
+    kept_probability: Optional[np.ndarray] = None
+    top_index: Optional[np.ndarray] = None
+    top_probability: Optional[np.ndarray] = None
+
+
+def predict_path_details(X, structure: Optional[Structure], doc_length: float, tables: ScoringTables,
+                         path_node, path_nodes: np.ndarray, min_probability: float = 0.0,
+                         top_k: int = 0) -> PathPredictions:
+    """:func:`predict_paths` plus the abstained prefix and the top-k paths of every row.
+
+    Parameters
+    ----------
+    X : sparse matrix (n, V)
+    structure, doc_length, tables : as :func:`predict_paths`
+    path_node : ndarray or sparse matrix (M, K) path-node membership
+    path_nodes : int ndarray (M, D), -1 at dummies (:func:`path_node_table`)
+    min_probability : float in [0, 1]; 0 = no abstaining (``kept`` None)
+    top_k : int >= 0; 0 = no top-k (``top_index`` None)
+    """
+    X = length_normalize(X, doc_length) if doc_length > 0 else sp.csr_matrix(X)
+    jll = tables_joint_log_likelihood(X, tables)
+    best, prob = decode(jll, structure)
+    if min_probability <= 0 and top_k <= 0:
+        return PathPredictions(best, prob)
+    path_post = path_posteriors(jll, structure)
+    del jll
+    kept = kept_prob = top_index = top_prob = None
+    if min_probability > 0:
+        marginals = node_marginals(path_post, path_node)
+        kept = abstain_depth(best, marginals, path_nodes, min_probability)
+        last = path_nodes[best, np.maximum(kept - 1, 0)]
+        kept_prob = np.where(kept > 0, marginals[np.arange(len(best)), np.maximum(last, 0)], 1.0)
+    if top_k > 0:
+        top_index, top_prob = top_k_paths(path_post, top_k)
+    return PathPredictions(best, prob, kept, kept_prob, top_index, top_prob)

@@ -1,0 +1,77 @@
+"""The Spark engine: moves blocks of documents, broadcasts parameters and sums statistics.
+
+``session`` builds the SparkSession (only ever from an entry point) and
+refuses a Spark Connect one where the classic API is needed; ``features``
+turns text into term-count vectors with Spark ML; ``arrow_io`` and ``blocks``
+pack a partition's rows into CSR blocks through Arrow; ``passes`` runs one
+E-step pass per EM iteration over the cached blocks (``mapPartitions`` with
+the parameters broadcast, ``reduceByKey`` of the sums) and the M-step on the
+driver; ``limits`` and ``progress`` guard and report those jobs. The
+arithmetic is :mod:`pcem_spark.core`'s: this package only moves data. It
+imports :mod:`pcem_spark.core`, :mod:`pcem_spark.util` and
+:mod:`pcem_spark.errors`, never a package above it.
+"""
+
+from pcem_spark.engine.passes import (  # noqa: F401
+    SPARSE_SUMS_MIN_CELLS,
+    E_STEP_MAX_CELLS,
+    COALESCE_TO_CORES,
+    EM_MODES,
+    em_mode,
+    FitResult,
+    PassSettings,
+    sufficient_stats,
+    fit,
+)
+from pcem_spark.engine.blocks import (  # noqa: F401
+    RDD_NEEDS,
+    Block,
+    blocks_from_labels,
+    blocks_from_node_scores,
+    cache_blocks,
+)
+from pcem_spark.engine.arrow_io import (  # noqa: F401
+    sparse_vector_arrays,
+    arrow_blocks,
+    csr_of,
+    predicted_path_batches,
+    prefix_path_arrays,
+    top_paths_array,
+    label_path_index,
+    node_score_rows,
+    weak_score_rows,
+)
+from pcem_spark.engine.limits import (  # noqa: F401
+    ResultSizeError,
+    check_result_size,
+    max_result_size,
+)
+
+__all__ = [
+    "SPARSE_SUMS_MIN_CELLS",
+    "E_STEP_MAX_CELLS",
+    "COALESCE_TO_CORES",
+    "EM_MODES",
+    "em_mode",
+    "FitResult",
+    "PassSettings",
+    "sufficient_stats",
+    "fit",
+    "RDD_NEEDS",
+    "Block",
+    "blocks_from_labels",
+    "blocks_from_node_scores",
+    "cache_blocks",
+    "sparse_vector_arrays",
+    "arrow_blocks",
+    "csr_of",
+    "predicted_path_batches",
+    "prefix_path_arrays",
+    "top_paths_array",
+    "label_path_index",
+    "node_score_rows",
+    "weak_score_rows",
+    "ResultSizeError",
+    "check_result_size",
+    "max_result_size",
+]

@@ -1,0 +1,161 @@
+"""Arrow adapters: Spark's Arrow batches <-> scipy CSR matrices, with numpy only.
+
+Spark sends a column of ml SparseVectors to Python as Arrow structs; these
+functions turn them (and the label / node-score columns) into CSR arrays
+without a Python object per row, and turn predictions back into Arrow
+batches. No Spark imports: the functions run inside ``mapInArrow`` bodies.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from pcem_spark.core.taxonomy import PATH_KEY_SEP
+
+def sparse_vector_arrays(vectors) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CSR ``(indptr, indices, data)`` of an Arrow column of ml SparseVectors.
+
+    Spark sends a VectorUDT column to Arrow as its SQL struct
+    ``{type, size, indices, values}``; the list offsets are the CSR row
+    pointers, so no Python object is made per row.
+    """
+    import pyarrow.compute as pc
+    kinds = np.asarray(pc.struct_field(vectors, "type").to_numpy(zero_copy_only=False))
+    if kinds.size and kinds.max() != 0:
+        raise ValueError("expected sparse term-count vectors, got dense vectors")
+    idx = pc.struct_field(vectors, "indices")
+    vals = pc.struct_field(vectors, "values")
+    offsets = np.asarray(idx.offsets, dtype=np.int64)
+    indptr = offsets - offsets[0]
+    indices = np.asarray(idx.flatten().to_numpy(zero_copy_only=False), dtype=np.int32)
+    data = np.asarray(vals.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
+    return indptr, indices, data
+
+
+def arrow_blocks(batches, block_size: int):
+    """Slices of at most ``block_size`` rows of each Arrow batch (a block = one matrix product)."""
+    for batch in batches:
+        for start in range(0, batch.num_rows, block_size):
+            yield batch.slice(start, block_size)
+
+
+def csr_of(vectors, vocab_size: int) -> sp.csr_matrix:
+    """(n, V) CSR matrix of an Arrow column of ml SparseVectors."""
+    indptr, indices, data = sparse_vector_arrays(vectors)
+    return sp.csr_matrix((data, indices, indptr), shape=(len(vectors), vocab_size))
+
+
+def predicted_path_batches(batches, n_keep: int, vocab_size: int, block_size: int, paths, names, predict,
+                           node_names=None, path_nodes=None, min_probability: float = 0.0, top_k: int = 0):
+    """mapInArrow body shared by every model's prediction: Arrow in, Arrow out.
+
+    Each batch has ``n_keep`` passthrough columns, then the term-count
+    vectors. Per block of ``block_size`` rows, ``predict(X)`` (X: CSR
+    (n, V)) returns ``(best, prob)``: an index into ``paths`` (real label
+    paths) and a score per row. Yields the passthrough columns plus path,
+    leaf and probability; rows are never dropped or reordered.
+
+    With ``min_probability`` > 0 or ``top_k`` > 0, ``predict(X)`` returns a
+    :class:`pcem_spark.pathnb.PathPredictions`. ``min_probability`` > 0:
+    ``path`` is the kept prefix of the predicted path (``node_names`` (K,)
+    and ``path_nodes`` (M, D), -1 at dummies, name its nodes), ``leaf`` its
+    last node (null for an empty path), and a ``path_probability`` column
+    follows the passthrough and prediction columns; ``top_k`` > 0: then a
+    ``top_paths`` column (:func:`top_paths_array`).
+    """
+    import pyarrow as pa
+    path_arr = pa.array(paths, pa.list_(pa.string()))
+    leaf_arr = pa.array([p[-1] for p in paths], pa.string())
+    node_arr = None if node_names is None else pa.array(list(node_names), pa.string())
+    for b in arrow_blocks(batches, block_size):
+        out = predict(csr_of(b.column(n_keep), vocab_size))
+        best, prob = out[0], out[1]
+        take = pa.array(best, pa.int64())
+        if min_probability > 0:
+            path_col, leaf_col = prefix_path_arrays(node_arr, path_nodes, best, out.kept)
+        else:
+            path_col, leaf_col = path_arr.take(take), leaf_arr.take(take)
+        cols = [b.column(i) for i in range(n_keep)] + [path_col, leaf_col, pa.array(prob, pa.float64())]
+        if min_probability > 0:
+            cols.append(pa.array(out.kept_probability, pa.float64()))
+        if top_k > 0:
+            cols.append(top_paths_array(path_arr, out.top_index, out.top_probability))
+        yield pa.RecordBatch.from_arrays(cols, names=names)
+
+
+def prefix_path_arrays(node_arr, path_nodes: np.ndarray, best: np.ndarray, kept: np.ndarray):
+    """Arrow ``path`` (list<string>) and ``leaf`` (string, null where nothing is kept) of kept prefixes.
+
+    Row i's path is the first ``kept[i]`` nodes of path ``best[i]``
+    (``path_nodes`` (M, D) node indices into ``node_arr``, an Arrow string
+    array of the K node names); built from offsets, no Python list per row.
+    """
+    import pyarrow as pa
+    best = np.asarray(best, dtype=np.int64)
+    kept = np.asarray(kept, dtype=np.int64)
+    nodes = path_nodes[best]                                        # (n, D)
+    mask = np.arange(nodes.shape[1])[None, :] < kept[:, None]
+    values = node_arr.take(pa.array(nodes[mask], pa.int64()))       # row-major: each row's prefix in order
+    offsets = pa.array(np.concatenate([[0], np.cumsum(kept)]).astype(np.int32), pa.int32())
+    paths = pa.ListArray.from_arrays(offsets, values)
+    last = nodes[np.arange(len(best)), np.maximum(kept - 1, 0)] if len(best) else np.zeros(0, np.int64)
+    leaf = node_arr.take(pa.array(np.maximum(last, 0), pa.int64(), mask=kept == 0))
+    return paths, leaf
+
+
+def top_paths_array(path_arr, top_index: np.ndarray, top_probability: np.ndarray):
+    """Arrow ``list<struct<path: list<string>, probability: double>>``: each row's k best paths.
+
+    ``path_arr`` is the Arrow list array of the M real label paths;
+    ``top_index`` / ``top_probability`` (n, k) from
+    :func:`pcem_spark.pathnb.top_k_paths`.
+    """
+    import pyarrow as pa
+    n, k = top_index.shape
+    flat_paths = path_arr.take(pa.array(top_index.ravel(), pa.int64()))
+    entries = pa.StructArray.from_arrays(
+        [flat_paths, pa.array(np.asarray(top_probability, dtype=np.float64).ravel(), pa.float64())],
+        names=["path", "probability"])
+    return pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * k, pa.int32()), entries)
+
+
+def label_path_index(labels, path_keys) -> np.ndarray:
+    """Path index of each label list (``-1`` for null = unlabelled), vectorised with Arrow compute."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    # Spark marks the element type non-nullable, which binary_join has no kernel for.
+    joined = pc.binary_join(labels.cast(pa.list_(pa.string())), PATH_KEY_SEP)
+    found = pc.index_in(joined, value_set=pa.array(path_keys, pa.string()))
+    idx = np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    unknown = np.asarray(labels.is_valid().to_numpy(zero_copy_only=False)) & (idx < 0)
+    if unknown.any():
+        bad = labels[int(np.flatnonzero(unknown)[0])].as_py()
+        raise ValueError(f"label path {bad} is not a path of the taxonomy (validate labels before packing)")
+    return idx
+
+
+def node_score_rows(labels, path_keys, path_nodes: np.ndarray):
+    """CSR ``(indptr, indices, data)`` node scores of true label paths (null = no row entries)."""
+    d = path_nodes.shape[1]
+    q = label_path_index(labels, path_keys)
+    lab = q >= 0
+    indptr = np.concatenate([[0], np.cumsum(np.where(lab, d, 0))]).astype(np.int64)
+    indices = path_nodes[q[lab]].ravel().astype(np.int32)
+    return indptr, indices, np.ones(len(indices))
+
+
+def weak_score_rows(scores):
+    """CSR node scores from an Arrow list<double> column of K scores per row (null = unlabelled)."""
+    import pyarrow.compute as pc
+    lengths = np.asarray(pc.list_value_length(scores).fill_null(0).to_numpy(zero_copy_only=False))
+    flat = np.asarray(scores.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
+    k = int(lengths.max()) if lengths.size else 0
+    dense = np.zeros((len(lengths), k))
+    rows = lengths > 0
+    if rows.any():
+        dense[rows] = flat.reshape(-1, k)
+    m = sp.csr_matrix(dense)
+    return m.indptr.astype(np.int64), m.indices.astype(np.int32), m.data

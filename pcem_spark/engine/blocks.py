@@ -1,0 +1,136 @@
+"""Packing a partition's documents into CSR blocks, cached once for all EM passes.
+
+Each slice of at most ``block_size`` rows of an Arrow batch becomes one
+:class:`Block` (term counts, node scores, labelled mask); the blocks are
+cached as an RDD and read by every pass of :mod:`pcem_spark.engine`.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Tuple
+
+import numpy as np
+import scipy.sparse as sp
+from pyspark import RDD, StorageLevel
+from pyspark.sql import DataFrame
+
+from pcem_spark.engine.arrow_io import arrow_blocks, node_score_rows, sparse_vector_arrays, weak_score_rows
+from pcem_spark.engine.session import require_classic_session
+from pcem_spark.core.taxonomy import PATH_KEY_SEP
+
+# What the EM passes use that a Spark Connect session lacks (pcem_spark.session.require_classic_session).
+RDD_NEEDS = "the RDD API (packed blocks cached as an RDD, log theta broadcast to mapPartitions, reduceByKey)"
+
+
+def _compact(values: np.ndarray) -> np.ndarray:
+    """The smallest dtype that holds ``values`` exactly (term counts fit in uint8/uint16)."""
+    if values.size and np.all(values >= 0) and np.all(values == np.floor(values)):
+        top = values.max()
+        for dtype in (np.uint8, np.uint16):
+            if top <= np.iinfo(dtype).max:
+                return values.astype(dtype)
+    return values
+
+
+class Block:
+    """A partition's documents as matrices.
+
+    X : csr_matrix (n, V) term counts; node_scores : csr_matrix (n, K) of
+    ``S_i(c)``; labeled : bool (n,) -- rows with any supervision.
+
+    Pickled compactly (counts as uint8/uint16 when exact, int32 indices):
+    cached blocks cross from the JVM to Python every EM iteration, and the
+    bytes moved are the main cost of an iteration after the math.
+    """
+
+    __slots__ = ("X", "node_scores", "labeled")
+
+    def __init__(self, X: sp.csr_matrix, node_scores: sp.csr_matrix, labeled: np.ndarray):
+        self.X = X
+        self.node_scores = node_scores
+        self.labeled = labeled
+
+    def __getstate__(self):
+        X = self.X
+        return (X.shape, X.indptr, X.indices.astype(np.int32, copy=False), _compact(X.data),
+                self.node_scores, self.labeled)
+
+    def __setstate__(self, state):
+        shape, indptr, indices, data, node_scores, labeled = state
+        self.X = sp.csr_matrix((data.astype(np.float64, copy=False), indices, indptr), shape=shape)
+        self.node_scores = node_scores
+        self.labeled = labeled
+
+
+_BLOCK_ROW = ("n int, indptr binary, indices binary, data binary, "
+              "ns_indptr binary, ns_indices binary, ns_data binary")
+
+
+def _pack_arrow_partition(batches, supervision, block_size: int):
+    """mapInArrow body: each slice of <= block_size rows becomes one row of CSR bytes."""
+    import pyarrow as pa
+    for b in arrow_blocks(batches, block_size):
+        indptr, indices, data = sparse_vector_arrays(b.column(0))
+        ns_indptr, ns_indices, ns_data = supervision(b.column(1))
+        cols = [pa.array([b.num_rows], pa.int32())] + [
+            pa.array([a.tobytes()], pa.binary())
+            for a in (indptr, indices, data, ns_indptr, ns_indices, ns_data)]
+        yield pa.RecordBatch.from_arrays(cols, names=["n", "indptr", "indices", "data", "ns_indptr",
+                                                      "ns_indices", "ns_data"])
+
+
+def _block_from_row(row, vocab_size: int, n_nodes: int) -> Block:
+    n = row[0]
+    indptr, indices, data, ns_indptr, ns_indices, ns_data = (
+        np.frombuffer(row[i], dtype=t) for i, t in
+        zip(range(1, 7), (np.int64, np.int32, np.float64, np.int64, np.int32, np.float64)))
+    X = sp.csr_matrix((data, indices, indptr), shape=(n, vocab_size))
+    ns = sp.csr_matrix((ns_data, ns_indices, ns_indptr), shape=(n, n_nodes))
+    return Block(X, ns, np.diff(ns_indptr) > 0)
+
+
+def blocks_from_labels(df: DataFrame, path_lookup: Dict[Tuple[str, ...], int], path_node: np.ndarray,
+                       vocab_size: int, block_size: int = 4096, features_col: str = "features",
+                       labels_col: str = "labels") -> RDD:
+    """RDD of :class:`Block` from a featurised DataFrame with true label paths.
+
+    ``labels`` must already be validated against the taxonomy (see
+    :func:`pcem_spark.model.check_label_paths`); null labels = unlabelled.
+    The node scores of a labelled row are the nodes of its (padded) path.
+    Rows go to Python as Arrow batches and are packed with numpy only; each
+    block crosses back as one row of bytes.
+    """
+    require_classic_session(df, "engine.blocks_from_labels", RDD_NEEDS)
+    n_paths, n_nodes = path_node.shape
+    keys = [None] * n_paths
+    for labels, j in path_lookup.items():
+        keys[j] = PATH_KEY_SEP.join(labels)
+    # Node ids of each path, in column (= depth) order; path_node may be dense or sparse.
+    pn = sp.csr_matrix(path_node)
+    pn.eliminate_zeros()
+    pn.sort_indices()
+    path_nodes = pn.indices.reshape(n_paths, -1).astype(np.int32)
+
+    def pack(batches):
+        return _pack_arrow_partition(batches, lambda col: node_score_rows(col, keys, path_nodes), block_size)
+
+    packed = df.select(features_col, labels_col).mapInArrow(pack, _BLOCK_ROW)
+    return packed.rdd.map(lambda row: _block_from_row(row, vocab_size, n_nodes))
+
+
+def blocks_from_node_scores(df: DataFrame, n_nodes: int, vocab_size: int, block_size: int = 4096,
+                            features_col: str = "features", scores_col: str = "node_scores") -> RDD:
+    """RDD of :class:`Block` from weak supervision: ``node_scores`` is array<double> of the
+    taxonomy's K node columns (``Taxonomy.nodes`` order) or null for an unlabelled row."""
+    require_classic_session(df, "engine.blocks_from_node_scores", RDD_NEEDS)
+
+    def pack(batches):
+        return _pack_arrow_partition(batches, weak_score_rows, block_size)
+
+    packed = df.select(features_col, scores_col).mapInArrow(pack, _BLOCK_ROW)
+    return packed.rdd.map(lambda row: _block_from_row(row, vocab_size, n_nodes))
+
+
+def cache_blocks(blocks: RDD, level: StorageLevel = StorageLevel.MEMORY_AND_DISK) -> RDD:
+    """Persist the packed blocks (they are read once per EM iteration)."""
+    return blocks.persist(level)

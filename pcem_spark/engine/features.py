@@ -1,0 +1,305 @@
+"""Text -> term-count vectors with Spark ML transformers.
+
+Tokenisation, in this order, on the executors' JVMs (no Python worker):
+
+1. ``normalize = "nfkc"``: Unicode NFKC, so fullwidth ``ＡＢＣ`` reads ``ABC``,
+   ``e`` + combining acute reads ``é``, the ligature ``ﬁ`` reads ``fi`` and
+   halfwidth katakana read as fullwidth.
+2. ``cjk``: Chinese, Japanese and Korean are written without spaces between
+   words, so a run of Han / Hiragana / Katakana / Hangul would otherwise be
+   one "word" that occurs in one document only. ``"chars"`` (default) makes
+   one token per character (what Lucene's StandardTokenizer does for Han),
+   ``"bigrams"`` the overlapping character bigrams of each such run (a lone
+   character stays a unigram; Lucene's CJKAnalyzer), ``"none"`` leaves the
+   runs whole. docs/TOKENIZATION.md measures the three.
+3. Lower-case, word tokens of ``token_pattern`` (letters/digits holding at
+   least one letter: purely numeric tokens are dropped), minimum length
+   ``min_token_length`` (CJK tokens are exempt: one Han character is a word),
+   English stop words removed.
+
+Text without CJK characters is tokenised exactly as before these settings
+existed, up to what NFKC changes (ligatures, fullwidth forms, ``™``, ...).
+
+Vocabulary: terms in at least ``min_df`` documents and at most ``max_df``
+(fraction) of them, the ``vocab_size`` most frequent kept. The fitted
+vocabulary is stored in the model, so new documents get the same columns, and
+so are these settings: :meth:`FeatureSettings.from_dict` reads a model saved
+before a setting existed with the behaviour it was trained with.
+"""
+
+from __future__ import annotations
+
+import logging
+import unicodedata
+from dataclasses import dataclass, fields
+from typing import Any, Dict, List
+
+import pandas as pd
+from pyspark.ml.feature import CountVectorizer, CountVectorizerModel, RegexTokenizer, StopWordsRemover
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from pcem_spark.errors import InputError
+
+log = logging.getLogger(__name__)
+
+# Java regex: a run of word characters holding at least one letter.
+DEFAULT_TOKEN_PATTERN = r"(?U)\b\w*\p{L}\w*\b"
+
+NORMALIZE_MODES = ("nfkc", "none")
+CJK_MODES = ("bigrams", "chars", "none")
+
+# One character of a script written without spaces between words. U+30FC / U+FF70
+# (the katakana prolonged sound mark "ー" and its halfwidth form) belong to the
+# Common script, but occur only inside kana words, so they count as CJK too.
+# Every such character is at or above U+1100 (Hangul Jamo), so the leading range
+# changes nothing but speed: Java tests it first and stops there for Latin text,
+# where the script lookups alone made the bigram pass 7x slower on 20NG.
+CJK_CHAR = r"[\x{1100}-\x{10FFFF}&&[\p{IsHan}\p{IsHiragana}\p{IsKatakana}\p{IsHangul}\x{30FC}\x{FF70}]]"
+
+# Overlapping bigrams in one regexp_replace; its alternatives, tried in order at each character:
+#   groups 1, 2: a CJK char followed by another -> " $1$2 ", the bigram starting here;
+#   group 3: a CJK char with no CJK neighbour -> " $3 ", kept as a unigram;
+#   else the last char of a run (its bigram was made one step earlier) -> " ".
+# Groups that did not take part are replaced by "" (java.util.regex.Matcher).
+_BIGRAM_REGEX = (f"({CJK_CHAR})(?=({CJK_CHAR}))"
+                 f"|(?<!{CJK_CHAR})({CJK_CHAR})(?!{CJK_CHAR})"
+                 f"|{CJK_CHAR}")
+
+# NFKC with ICU4J, which Spark 4 bundles for its collations: Spark SQL has no
+# normalize() before 4.4, and reflect() cannot pass java.text.Normalizer's enum
+# argument, but ICU's static Normalizer.compose(String, boolean compat) takes
+# only a string and a boolean; compat = true is NFKC.
+_ICU_NORMALIZER = "com.ibm.icu.text.Normalizer"
+
+# Keys that older models' metadata lacks, mapped to the behaviour of the version
+# that wrote them (FeatureSettings.from_dict): their vocabulary was fitted so.
+_BEFORE_SETTING_EXISTED: Dict[str, Any] = {"normalize": "none", "cjk": "none"}
+
+
+@dataclass
+class FeatureSettings:
+    token_pattern: str = DEFAULT_TOKEN_PATTERN
+    min_token_length: int = 2          # CJK tokens are exempt (one Han character is a word)
+    stop_words: str = "english"        # a StopWordsRemover language, or "none"
+    min_df: float = 3.0                # >= 1: document count; < 1: fraction
+    max_df: float = 0.5                # fraction of documents (<= 1) or count (> 1)
+    vocab_size: int = 20000            # keep the most frequent terms (0 = no cap)
+    vocabulary_docs: str = "all"       # fit the vocabulary on "all" training docs or only "labeled" ones
+    normalize: str = "nfkc"            # Unicode normalisation before tokenising: "nfkc" or "none"
+    cjk: str = "chars"                 # Han/kana/Hangul: one token per "chars", "bigrams", or "none" (whole runs)
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "FeatureSettings":
+        """Settings saved in a model's metadata (``asdict`` of an instance).
+
+        Keys missing from ``d`` -- a model saved before the setting existed --
+        get the behaviour of that older version, not today's default, so the
+        model keeps tokenising exactly as when it was trained. Unknown keys (a
+        model from a newer version) raise ValueError.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise InputError(f"unknown feature settings {unknown} (a model from a newer pcem-spark?); "
+                             f"known: {sorted(known)}")
+        settings = cls(**{**_BEFORE_SETTING_EXISTED, **d})
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if self.min_token_length < 1:
+            raise InputError(f"features.min_token_length must be >= 1, got {self.min_token_length}")
+        if self.min_df <= 0:
+            raise InputError(f"features.min_df must be > 0, got {self.min_df}")
+        if self.max_df <= 0:
+            raise InputError(f"features.max_df must be > 0, got {self.max_df}")
+        if self.vocabulary_docs not in ("all", "labeled"):
+            raise InputError(f"features.vocabulary_docs must be 'all' or 'labeled', got {self.vocabulary_docs!r}")
+        if self.vocab_size < 0:
+            raise InputError(f"features.vocab_size must be >= 0, got {self.vocab_size}")
+        if self.normalize not in NORMALIZE_MODES:
+            raise InputError(f"features.normalize must be one of {', '.join(NORMALIZE_MODES)}, "
+                             f"got {self.normalize!r}")
+        if self.cjk not in CJK_MODES:
+            raise InputError(f"features.cjk must be one of {', '.join(CJK_MODES)}, got {self.cjk!r}")
+
+
+def nfkc(text: Column) -> Column:
+    """``text`` in Unicode NFKC, computed on the executors' JVMs (null stays null).
+
+    Spark marks reflect() nondeterministic: a column of it cannot sit directly
+    inside an aggregate function, and filters are not pushed below it, which
+    :func:`tokenize` (a column of its own, read by the tokenizer) never needs.
+    """
+    # ICU throws on null; reflect() would fail the task, so nulls skip the call.
+    return F.when(text.isNotNull(),
+                  F.reflect(F.lit(_ICU_NORMALIZER), F.lit("compose"), text, F.lit(True)))
+
+
+def _nfkc_series(texts: pd.Series) -> pd.Series:
+    """NFKC of a pandas Series of strings (None stays None)."""
+    return texts.map(lambda t: None if t is None else unicodedata.normalize("NFKC", t))
+
+
+def nfkc_python(text: Column) -> Column:
+    """The same as :func:`nfkc` with Python's ``unicodedata`` in a pandas UDF.
+
+    For sessions that refuse ``reflect()`` (``spark.sql.reflect.allowList``,
+    restricted SQL mode): it ships the text to Python workers and back.
+    """
+    from pyspark.sql.functions import pandas_udf
+    return pandas_udf(_nfkc_series, "string")(text)
+
+
+def _with_nfkc(df: DataFrame, text_col: str, out_col: str) -> DataFrame:
+    """``df`` plus ``out_col`` = NFKC of ``text_col``: ICU via reflect(), else the pandas UDF."""
+    from pyspark.errors import AnalysisException
+    try:
+        out = df.withColumn(out_col, nfkc(F.col(text_col)))
+        out.schema  # Spark Connect analyses lazily: make a refused reflect() fail here
+        return out
+    except AnalysisException as exc:
+        # Refused (allow list: DATATYPE_MISMATCH.METHOD_NOT_ALLOWED; restricted mode:
+        # UNSUPPORTED_FEATURE) or no ICU on the class path; anything else (a missing
+        # column, ...) is the caller's error and stays one.
+        condition = exc.getCondition() or ""
+        if not condition.startswith(("DATATYPE_MISMATCH", "UNSUPPORTED_FEATURE")):
+            raise
+        log.warning("reflect() is not allowed here (%s); Unicode NFKC runs in a Python UDF instead",
+                    str(exc).splitlines()[0])
+        return df.withColumn(out_col, nfkc_python(F.col(text_col)))
+
+
+def split_cjk(text: Column, mode: str) -> Column:
+    """Surround each CJK token of ``mode`` ("chars" / "bigrams") with spaces; "none" returns ``text``.
+
+    The token pattern then finds them as words of their own, while text
+    without CJK characters passes through unchanged.
+    """
+    if mode == "chars":
+        spaced = F.regexp_replace(text, f"({CJK_CHAR})", " $1 ")
+    elif mode == "bigrams":
+        spaced = F.regexp_replace(text, _BIGRAM_REGEX, " $1$2$3 ")
+    else:
+        return text
+    # The bigram pattern tries three alternatives at every character; one quick
+    # scan first lets the (many) documents without CJK skip it.
+    return F.when(text.rlike(CJK_CHAR), spaced).otherwise(text)
+
+
+def _long_enough_or_cjk(tokens: Column, min_length: int) -> Column:
+    """Tokens of at least ``min_length`` characters, plus CJK tokens of any length."""
+    def keep(t: Column) -> Column:
+        # RegexTokenizer counts UTF-16 units, F.length code points: the UTF-16
+        # test only runs on the rare short tokens, so non-CJK tokens are kept
+        # exactly as RegexTokenizer(minTokenLength) keeps them.
+        return ((F.length(t) >= min_length) | t.rlike(f"^{CJK_CHAR}+$")
+                | (F.octet_length(F.encode(t, "UTF-16BE")) >= 2 * min_length))
+    return F.filter(tokens, keep)
+
+
+def tokenize(df: DataFrame, settings: FeatureSettings, text_col: str = "text",
+             tokens_col: str = "tokens") -> DataFrame:
+    """Add an array<string> column of tokens (stop words removed); see the module docstring."""
+    source = text_col
+    if settings.normalize == "nfkc" or settings.cjk != "none":
+        source = "_pcem_text"
+        if settings.normalize == "nfkc":
+            # First, so halfwidth kana and compatibility ideographs are CJK proper when split.
+            df = _with_nfkc(df, text_col, source)
+        else:
+            df = df.withColumn(source, F.col(text_col))
+        df = df.withColumn(source, split_cjk(F.col(source), settings.cjk))
+    # With cjk = "none" RegexTokenizer drops short tokens itself, as it always did;
+    # otherwise single CJK characters must survive, so the filter comes after.
+    exempt_cjk = settings.cjk != "none" and settings.min_token_length > 1
+    tok = RegexTokenizer(inputCol=source, outputCol="_raw_tokens", pattern=settings.token_pattern,
+                         gaps=False, toLowercase=True,
+                         minTokenLength=1 if exempt_cjk else settings.min_token_length)
+    out = tok.transform(df)
+    if source != text_col:
+        out = out.drop(source)
+    if exempt_cjk:
+        out = out.withColumn("_raw_tokens", _long_enough_or_cjk(F.col("_raw_tokens"), settings.min_token_length))
+    if settings.stop_words and settings.stop_words.lower() != "none":
+        remover = StopWordsRemover(
+            inputCol="_raw_tokens", outputCol=tokens_col,
+            stopWords=StopWordsRemover.loadDefaultStopWords(settings.stop_words.lower()))
+        out = remover.transform(out).drop("_raw_tokens")
+    else:
+        out = out.withColumnRenamed("_raw_tokens", tokens_col)
+    return out
+
+
+def _document_bounds(settings: FeatureSettings, n_docs: int):
+    """(least, most) documents a term may occur in, as Spark's CountVectorizer reads min_df / max_df."""
+    least = settings.min_df if settings.min_df >= 1 else settings.min_df * n_docs
+    most = settings.max_df * n_docs if settings.max_df <= 1 else settings.max_df
+    return least, most
+
+
+def _too_few_documents(settings: FeatureSettings, n_docs: int, which: str) -> ValueError:
+    """The error for min_df / max_df that no term can satisfy on ``n_docs`` documents."""
+    least, most = _document_bounds(settings, n_docs)
+    need = ""
+    if settings.min_df >= 1 and settings.max_df < 1:
+        need = f" (they need at least {int(-(-settings.min_df // settings.max_df))} documents)"
+    return ValueError(
+        f"{n_docs} {which}documents are too few for features.min_df={settings.min_df:g} and "
+        f"features.max_df={settings.max_df:g}{need}: a term would have to occur in at least {least:g} and at "
+        f"most {most:g} documents. For a small corpus set features.min_df=1 and features.max_df=1.0 "
+        "(--set features.min_df=1 --set features.max_df=1.0; PathEM(minDF=1.0, maxDF=1.0)).")
+
+
+def fit_vocabulary(df: DataFrame, settings: FeatureSettings, text_col: str = "text",
+                   labels_col: str = "labels") -> List[str]:
+    """Fit the vocabulary on ``df`` (only the distributed count; the result is V strings).
+
+    With ``vocabulary_docs = "labeled"`` only rows with labels count: the
+    vocabulary the authors' reference code used (words of the labelled
+    documents), which keeps Laplace smoothing from swamping small classes.
+
+    Raises ValueError, naming the number of documents and the settings to
+    change, when min_df / max_df admit no term or the vocabulary is empty.
+    """
+    from pyspark.errors import IllegalArgumentException
+
+    settings.validate()
+    which = ""
+    if settings.vocabulary_docs == "labeled":
+        df = df.where(F.col(labels_col).isNotNull())
+        which = "labelled "
+    tokens = tokenize(df, settings, text_col)
+    # Spark reads maxDF >= 1 as a document count, so 1.0 would mean "one
+    # document"; our max_df <= 1 is always a fraction, and 1.0 means no cap.
+    max_df = float(settings.max_df)
+    if max_df == 1.0:
+        max_df = float(2 ** 63 - 1)
+    cv = CountVectorizer(inputCol="tokens", outputCol="features", minDF=float(settings.min_df),
+                         maxDF=max_df, vocabSize=settings.vocab_size if settings.vocab_size > 0 else 1 << 30)
+    try:
+        vocab = list(cv.fit(tokens).vocabulary)
+    except IllegalArgumentException as exc:
+        # Spark's "maxDF must be >= minDF" names neither the corpus size nor our settings;
+        # counting the documents costs a pass, so only this error path pays it.
+        if "maxDF must be >= minDF" not in str(exc):
+            raise
+        raise _too_few_documents(settings, tokens.count(), which) from None
+    if not vocab:
+        n_docs = tokens.count()
+        hint = "are the documents' texts empty?"
+        if settings.cjk == "none":
+            hint += " Chinese / Japanese text needs features.cjk = \"bigrams\" or \"chars\"."
+        raise InputError(
+            f"the vocabulary is empty: no token of the {n_docs} {which}documents passes "
+            f"features.min_df={settings.min_df:g}, features.max_df={settings.max_df:g} ({hint})")
+    return vocab
+
+
+def featurize(df: DataFrame, vocabulary: List[str], settings: FeatureSettings,
+              text_col: str = "text", features_col: str = "features") -> DataFrame:
+    """Add a SparseVector column of term counts over ``vocabulary`` (other columns kept)."""
+    tokens = tokenize(df, settings, text_col)
+    cvm = CountVectorizerModel.from_vocabulary(vocabulary, inputCol="tokens", outputCol=features_col)
+    return cvm.transform(tokens).drop("tokens")

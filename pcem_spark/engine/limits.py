@@ -1,0 +1,53 @@
+"""Limits of the driver that a model's size can hit, checked before the job runs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pcem_spark.errors import InputError
+
+
+class ResultSizeError(InputError):
+    """A collect would exceed ``spark.driver.maxResultSize``: a setting to raise, not a retry."""
+
+
+def max_result_size(sc) -> int:
+    """``spark.driver.maxResultSize`` in bytes (0 = unlimited; Spark's default is 1g)."""
+    raw = sc.getConf().get("spark.driver.maxResultSize", "1g")
+    try:
+        return int(sc._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(raw))
+    except Exception:  # noqa: BLE001 - no JVM helper (e.g. a mocked context): parse it here
+        units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+        text = raw.strip().lower().rstrip("b")
+        if text and text[-1] in units:
+            return int(float(text[:-1]) * units[text[-1]])
+        return int(text)
+
+
+def _human(n_bytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n_bytes < 1024 or unit == "TiB":
+            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1024.0
+    return f"{n_bytes:.1f} TiB"
+
+
+def check_result_size(sc, n_bytes: float, what: str) -> None:
+    """Refuse, before the job runs, a collect of about ``n_bytes`` that Spark would abort.
+
+    Spark aborts a stage whose serialized task results pass
+    ``spark.driver.maxResultSize`` only after computing them -- minutes into
+    an EM pass, with a message about "serialized results" that does not say
+    which setting the model size needs. ``what`` names the data
+    ("the per-path sums of 20 paths x 20,000 terms").
+    """
+    limit = max_result_size(sc)
+    # Pickling and the records' framing add a little: 10% headroom.
+    needed = int(n_bytes * 1.1) + (1 << 20)
+    if limit > 0 and needed > limit:
+        suggest = 1 << max(30, int(np.ceil(np.log2(needed))))
+        raise ResultSizeError(
+            f"{what} take about {_human(n_bytes)} on the driver, more than spark.driver.maxResultSize="
+            f"{sc.getConf().get('spark.driver.maxResultSize', '1g')} ({_human(limit)}): raise it, e.g. "
+            f"--conf spark.driver.maxResultSize={suggest >> 30}g (and spark.driver.memory to at least 3x that), "
+            f"or shrink the model (features.max_vocab, model.parameter_dtype=float32)")

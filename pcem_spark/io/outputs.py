@@ -1,0 +1,315 @@
+"""Atomic outputs: a killed run leaves the old complete output or the new complete one, never a mix.
+
+Every output directory this package writes (a model, predictions, a rejects
+table) is built in a hidden temporary sibling, ``.NAME.pcem-tmp-RUNID``, and
+gets a completion marker, ``_PCEM_COMPLETE`` (JSON: kind, format version, run
+id, row counts, time), as its last file. Only then is it moved into place:
+
+1. the old output, if any, is renamed to ``.NAME.pcem-old-RUNID``;
+2. the temporary directory is renamed to ``NAME``;
+3. the old copy is deleted.
+
+A run killed before step 1 leaves the old output untouched (and a stale
+temporary directory that the next writer deletes). A run killed between steps
+1 and 2 leaves no ``NAME`` but a complete temporary sibling: :func:`recover`,
+which every reader and writer calls first, finishes the move. Killed after
+step 2, the new output is in place and the old copy is deleted by the next
+writer. Readers (:func:`require_complete`) refuse a directory without the
+marker, so Spark's own partial writes (part files without ``_SUCCESS``) or a
+directory from an older version are never read as complete.
+
+Guarantees by filesystem: renames of directories are atomic on local disk and
+HDFS, so the above holds exactly. On object stores (S3A, GCS, ABFS without
+hierarchical namespace) a directory rename is a copy then a delete: while a
+writer commits, a reader can find ``NAME`` missing or half-copied, and the
+copy may bring the marker before the data. What still holds there: a
+temporary or partial directory never gets a marker of its own, a killed
+writer is finished or rolled back by the next reader or writer, and after
+the writer's exit the output is complete. Readers must run after writers
+(as a scheduler's task order does); with S3A, prefer a committer-backed
+bucket or write to HDFS and copy.
+
+Files the package writes on the driver's local disk (experiment CSV,
+markdown, figures) go through :func:`atomic_write_bytes` (temp file +
+``os.replace``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import tempfile
+import uuid
+from contextlib import contextmanager
+from typing import Dict, Iterator, List, Optional
+
+from pcem_spark.util.faults import maybe_kill
+from pcem_spark.errors import InputError, OutputPathError
+
+log = logging.getLogger(__name__)
+
+MARKER = "_PCEM_COMPLETE"
+OUTPUT_FORMAT_VERSION = 1
+_TMP = ".pcem-tmp-"
+_OLD = ".pcem-old-"
+
+
+class IncompleteOutputError(InputError):
+    """An output directory lacks its completion marker (partial, foreign or older)."""
+
+
+def new_run_id() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+class _FS:
+    """The few Hadoop FileSystem calls needed, for any URI Spark can write (file, hdfs, s3a, ...)."""
+
+    def __init__(self, spark, path: str):
+        from pcem_spark.engine.session import require_classic_session
+        require_classic_session(spark, "Saving / loading models and writing outputs atomically (pcem_spark.outputs)",
+                                "the driver JVM's Hadoop FileSystem (rename, completion markers)")
+        sc = spark.sparkContext
+        self._jvm = sc._jvm
+        self.path = self._jvm.org.apache.hadoop.fs.Path(path)
+        self.fs = self.path.getFileSystem(sc._jsc.hadoopConfiguration())
+
+    def p(self, path: str):
+        return self._jvm.org.apache.hadoop.fs.Path(path)
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(self.p(path)))
+
+    def delete(self, path: str) -> None:
+        self.fs.delete(self.p(path), True)
+
+    def rename(self, src: str, dst: str) -> None:
+        if not self.fs.rename(self.p(src), self.p(dst)):
+            raise OSError(f"could not rename {src} to {dst}")
+
+    def list_names(self, directory: str) -> List[str]:
+        d = self.p(directory)
+        if not self.fs.exists(d):
+            return []
+        return [str(s.getPath().getName()) for s in self.fs.listStatus(d)]
+
+    def write_text(self, path: str, text: str) -> None:
+        out = self.fs.create(self.p(path), True)
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+
+    def read_text(self, path: str) -> Optional[str]:
+        p = self.p(path)
+        if not self.fs.exists(p):
+            return None
+        stream = self.fs.open(p)
+        try:
+            reader = self._jvm.java.io.BufferedReader(self._jvm.java.io.InputStreamReader(stream, "UTF-8"))
+            lines = []
+            line = reader.readLine()
+            while line is not None:
+                lines.append(line)
+                line = reader.readLine()
+            return "\n".join(lines)
+        finally:
+            stream.close()
+
+
+def _split(path: str):
+    path = path.rstrip("/")
+    parent, name = path.rsplit("/", 1) if "/" in path else (".", path)
+    if not name:
+        raise InputError(f"output path {path!r} has no name")
+    return parent or "/", name
+
+
+def _sibling(path: str, tag: str, run_id: str) -> str:
+    parent, name = _split(path)
+    return f"{parent}/.{name}{tag}{run_id}"
+
+
+def _siblings(fs: _FS, path: str, tag: str) -> List[str]:
+    parent, name = _split(path)
+    prefix = f".{name}{tag}"
+    return sorted(f"{parent}/{n}" for n in fs.list_names(parent) if n.startswith(prefix))
+
+
+def read_marker(spark, path: str) -> Optional[Dict[str, object]]:
+    """The completion marker of ``path`` as a dict, or None when there is none (or it is unreadable)."""
+    text = _FS(spark, path).read_text(f"{path.rstrip('/')}/{MARKER}")
+    if text is None:
+        return None
+    try:
+        marker = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return marker if isinstance(marker, dict) and marker.get("complete") is True else None
+
+
+def recover(spark, path: str, cleanup: bool = False) -> None:
+    """Finish a replacement of ``path`` that was interrupted between its two renames.
+
+    When ``path`` is missing and a complete temporary sibling exists, the
+    newest one is moved into place (the run that made it had finished
+    writing). When ``path`` is missing and only an old copy exists, the old
+    copy is restored. With ``cleanup`` (writers only: never while another
+    writer may be working on the same output), stale temporary and old
+    siblings are deleted.
+    """
+    fs = _FS(spark, path)
+    path = path.rstrip("/")
+    if not fs.exists(path):
+        complete = [t for t in _siblings(fs, path, _TMP) if read_marker(spark, t) is not None]
+        olds = [o for o in _siblings(fs, path, _OLD) if read_marker(spark, o) is not None]
+        if complete:
+            fs.rename(complete[-1], path)
+            log.warning("%s: finished the replacement a killed run had started (moved %s into place)",
+                        path, complete[-1])
+        elif olds:
+            fs.rename(olds[-1], path)
+            log.warning("%s: restored the previous output %s (the run replacing it was killed)", path, olds[-1])
+    if cleanup:
+        for stale in _siblings(fs, path, _TMP) + _siblings(fs, path, _OLD):
+            log.info("deleting %s (left by a killed or failed run)", stale)
+            fs.delete(stale)
+
+
+def require_complete(spark, path: str, kind: Optional[str] = None) -> Dict[str, object]:
+    """Return the marker of ``path`` or raise :class:`IncompleteOutputError` saying what is wrong."""
+    recover(spark, path)
+    fs = _FS(spark, path)
+    if not fs.exists(path):
+        raise FileNotFoundError(f"{path} does not exist")
+    marker = read_marker(spark, path)
+    if marker is None:
+        raise IncompleteOutputError(
+            f"{path} has no completion marker ({MARKER}): it was not written completely by pcem-spark "
+            "(a killed or failed run, another tool, or a version before markers). Rerun the command "
+            "that writes it")
+    if kind is not None and marker.get("kind") != kind:
+        raise IncompleteOutputError(f"{path} is a pcem-spark {marker.get('kind')} output, expected {kind}")
+    version = marker.get("format_version")
+    if version != OUTPUT_FORMAT_VERSION:
+        raise IncompleteOutputError(f"{path}: output format version {version}, this pcem-spark reads "
+                                    f"{OUTPUT_FORMAT_VERSION}")
+    return marker
+
+
+def check_writable(spark, path: str, overwrite: bool) -> None:
+    """Fail before any work when ``path`` holds a complete output and ``overwrite`` is off.
+
+    A directory without a marker at ``path`` (what a killed run of an older
+    version, or Spark's own failed write, leaves) also needs ``overwrite``:
+    it may be someone else's data.
+    """
+    recover(spark, path)
+    if not overwrite and _FS(spark, path).exists(path):
+        raise FileExistsError(f"output {path!r} already exists; pass --overwrite to replace it")
+
+
+class StagedOutput:
+    """A temporary directory being filled; see :func:`atomic_output`."""
+
+    def __init__(self, path: str, tmp: str, run_id: str):
+        self.path = path          # where it will be
+        self.tmp = tmp            # where to write now
+        self.run_id = run_id
+        self.info: Dict[str, object] = {}   # extra marker fields, e.g. row counts
+
+
+@contextmanager
+def atomic_output(spark, path: str, kind: str, overwrite: bool = False,
+                  run_id: Optional[str] = None) -> Iterator[StagedOutput]:
+    """Write an output directory atomically.
+
+    Usage::
+
+        with atomic_output(spark, out, "predictions", overwrite) as staged:
+            df.write.parquet(staged.tmp)
+            staged.info["rows"] = n
+
+    On normal exit the marker (kind, format version, run id, ``staged.info``)
+    is written into the temporary directory, which then replaces ``path``. On
+    an exception the temporary directory is deleted and ``path`` is untouched.
+    """
+    path = path.rstrip("/")
+    fs = _FS(spark, path)
+    recover(spark, path, cleanup=True)
+    if fs.exists(path):
+        if not overwrite:
+            raise FileExistsError(f"output {path!r} already exists; pass --overwrite to replace it")
+        existing = read_marker(spark, path)
+        if existing is not None and existing.get("kind") != kind:
+            # The last line of defence (commands check earlier, pcem_spark.output_paths): a complete output
+            # of another kind -- a model, the input documents -- is never replaced.
+            raise OutputPathError(f"{path!r} holds a complete pcem-spark {existing.get('kind')} output; refusing "
+                                  f"to replace it with {kind}, even with overwrite")
+    run_id = run_id or new_run_id()
+    tmp = _sibling(path, _TMP, run_id)
+    staged = StagedOutput(path, tmp, run_id)
+    try:
+        yield staged
+        maybe_kill(kind, "staged")
+        if not fs.exists(tmp):
+            raise RuntimeError(f"nothing was written to {tmp} for {path}")
+        marker = {"complete": True, "kind": kind, "format_version": OUTPUT_FORMAT_VERSION, "run_id": run_id,
+                  "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                  **staged.info}
+        fs.write_text(f"{tmp}/{MARKER}", json.dumps(marker, sort_keys=True))
+        maybe_kill(kind, "marked")
+    except BaseException:
+        try:
+            fs.delete(tmp)
+        except Exception:  # the JVM may be gone (killed driver): the next writer cleans up
+            pass
+        raise
+    commit(spark, path, tmp, run_id, kind)
+
+
+def commit(spark, path: str, tmp: str, run_id: str, kind: str = "") -> None:
+    """Move the complete ``tmp`` to ``path``, replacing what is there (see the module docstring)."""
+    fs = _FS(spark, path)
+    old = None
+    if fs.exists(path):
+        old = _sibling(path, _OLD, run_id)
+        fs.rename(path, old)
+        maybe_kill(kind, "old_moved")
+    fs.rename(tmp, path)
+    if old is not None:
+        maybe_kill(kind, "committed")
+        fs.delete(old)
+    log.info("%s written (run %s)", path, run_id)
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Replace a local file in one step: a temp file in the same directory, then ``os.replace``.
+
+    The file gets the mode a plain ``open(path, "w")`` would give it, ``0o666 &
+    ~umask`` (``mkstemp`` alone makes it 0o600: unreadable for a task running
+    as another user). A file that replaces an existing one gets that mode too,
+    not the old file's (:mod:`pcem_spark.filemodes`).
+    """
+    from pcem_spark.util.filemodes import file_mode
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), file_mode())
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+

@@ -1,0 +1,38 @@
+"""The pyspark.ml API and training orchestration: what ``PathEM.fit`` and ``pcem train`` share.
+
+``estimator`` holds :class:`PathEM` / :class:`PathEMModel` (an Estimator /
+Model pair with typed Params, persisted with MLWritable / MLReadable, so it
+drops into a ``Pipeline``) and :func:`train`, which ``pcem train`` calls;
+``training`` is the one home of training from documents (vocabulary, label
+checks, warm start, cross-validation of the settings left at "auto", the
+fit); ``tuning`` cross-validates with Spark ML's own ``CrossValidator`` over
+an estimator class it is given, so the recursion ``PathEM.fit`` ->
+``training.train`` -> ``tuning.resolve_auto`` -> ``CrossValidator(PathEM)``
+is a call, not an import cycle. Imports :mod:`pcem_spark.model` and below.
+"""
+
+from pcem_spark.ml.estimator import (  # noqa: F401
+    PathEM,
+    PathEMModel,
+    train,
+)
+from pcem_spark.ml.training import (  # noqa: F401
+    train_weak,
+)
+from pcem_spark.ml.tuning import (  # noqa: F401
+    TuneSettings,
+    resolve_auto,
+)
+from pcem_spark.evaluation.evaluator import (  # noqa: F401
+    HierarchicalF1Evaluator,
+)
+
+__all__ = [
+    "PathEM",
+    "PathEMModel",
+    "train",
+    "train_weak",
+    "TuneSettings",
+    "resolve_auto",
+    "HierarchicalF1Evaluator",
+]
