@@ -4,7 +4,7 @@ setup(
     name="pcem-spark",
     version="0.1.0",
     description="Path cost-sensitive naive Bayes and EM (WWW'19) for semi-supervised and "
-                "weakly supervised hierarchical text classification on Apache Spark",
+    "weakly supervised hierarchical text classification on Apache Spark",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["pcem_spark", "pcem_spark.*"]),
@@ -18,30 +18,40 @@ setup(
     # the efficiency chart); the tests cover them, so the test extra has it.
     # scikit-learn only for scripts/bench_noregret.py's peers (LogisticRegression, MultinomialNB,
     # SelfTrainingClassifier): what users compare against, never a runtime dependency.
-    extras_require={"plots": ["matplotlib>=3.7"],
-                    "bench": ["scikit-learn>=1.3"],
-                    # venv-pack packs the executors' env for --archives (scripts/package.sh):
-                    # the tool Spark's Python packaging guide names for plain virtualenvs;
-                    # the cluster test builds that env, so the test extra has it too.
-                    "cluster": ["venv-pack>=0.2"],
-                    # Spark Connect's client (pyspark 4's "connect" extra minus what we already
-                    # require): only tests/test_connect.py uses it, to show what works over Connect.
-                    "connect": ["grpcio>=1.76.0", "grpcio-status>=1.76.0", "googleapis-common-protos>=1.71.0",
-                                "zstandard>=0.25.0"],
-                    # pcem ingest-warc (pcem_spark/warc.py): FastWARC reads WARC/WET records and
-                    # Resiliparse extracts the main text of HTML pages, both C++: on the same pages
-                    # (scripts/bench_warc.py) ~7x the pages/s per core of warcio + trafilatura.
-                    # Floors = what the tests passed with (2.0.1; older FastWARC has another API).
-                    "warc": ["fastwarc>=2.0.1", "resiliparse>=2.0.1"],
-                    "test": ["pytest>=7", "chispa>=0.10", "matplotlib>=3.7", "venv-pack>=0.2",
-                             "grpcio>=1.76.0", "grpcio-status>=1.76.0", "googleapis-common-protos>=1.71.0",
-                             "zstandard>=0.25.0", "fastwarc>=2.0.1", "resiliparse>=2.0.1"],
-                    # dags/pcem_dag.py and tests/dags (scripts/test_airflow.sh installs it in its own
-                    # venv). Floors = what tests/dags passed with end to end: airflow 3.3.2 + provider
-                    # 6.3.4 (3.0.6 + 6.0.0 install and import the DAG, but dag.test() fails inside
-                    # Airflow there). The provider pulls in pyspark-client, whose files overwrite
-                    # pyspark's: reinstall pyspark after it (pip install --force-reinstall --no-deps
-                    # pyspark==<its version>; the script does).
-                    "airflow": ["apache-airflow>=3.3", "apache-airflow-providers-apache-spark>=6.3"]},
+    extras_require={
+        "plots": ["matplotlib>=3.7"],
+        "bench": ["scikit-learn>=1.3"],
+        # venv-pack packs the executors' env for --archives (scripts/package.sh):
+        # the tool Spark's Python packaging guide names for plain virtualenvs;
+        # the cluster test builds that env, so the test extra has it too.
+        "cluster": ["venv-pack>=0.2"],
+        # Spark Connect's client (pyspark 4's "connect" extra minus what we already
+        # require): only tests/test_connect.py uses it, to show what works over Connect.
+        "connect": ["grpcio>=1.76.0", "grpcio-status>=1.76.0", "googleapis-common-protos>=1.71.0", "zstandard>=0.25.0"],
+        # pcem ingest-warc (pcem_spark/warc.py): FastWARC reads WARC/WET records and
+        # Resiliparse extracts the main text of HTML pages, both C++: on the same pages
+        # (scripts/bench_warc.py) ~7x the pages/s per core of warcio + trafilatura.
+        # Floors = what the tests passed with (2.0.1; older FastWARC has another API).
+        "warc": ["fastwarc>=2.0.1", "resiliparse>=2.0.1"],
+        "test": [
+            "pytest>=7",
+            "chispa>=0.10",
+            "matplotlib>=3.7",
+            "venv-pack>=0.2",
+            "grpcio>=1.76.0",
+            "grpcio-status>=1.76.0",
+            "googleapis-common-protos>=1.71.0",
+            "zstandard>=0.25.0",
+            "fastwarc>=2.0.1",
+            "resiliparse>=2.0.1",
+        ],
+        # dags/pcem_dag.py and tests/dags (scripts/test_airflow.sh installs it in its own
+        # venv). Floors = what tests/dags passed with end to end: airflow 3.3.2 + provider
+        # 6.3.4 (3.0.6 + 6.0.0 install and import the DAG, but dag.test() fails inside
+        # Airflow there). The provider pulls in pyspark-client, whose files overwrite
+        # pyspark's: reinstall pyspark after it (pip install --force-reinstall --no-deps
+        # pyspark==<its version>; the script does).
+        "airflow": ["apache-airflow>=3.3", "apache-airflow-providers-apache-spark>=6.3"],
+    },
     entry_points={"console_scripts": ["pcem=pcem_spark.cli:main"]},
 )

@@ -110,10 +110,10 @@ def describe_default(name: str) -> str:
 
 def _expression(name: str) -> str:
     default = DEFAULTS[name]
-    fallback = (f"({_expression(default[0])}) ~ {default[1]!r}" if isinstance(default, tuple)
-                else repr(default))
-    return (f"(params.{name} if params.{name} not in (None, '') "
-            f"else var.value.get('{VARIABLE_PREFIX}{name}', {fallback}))")
+    fallback = f"({_expression(default[0])}) ~ {default[1]!r}" if isinstance(default, tuple) else repr(default)
+    return (
+        f"(params.{name} if params.{name} not in (None, '') else var.value.get('{VARIABLE_PREFIX}{name}', {fallback}))"
+    )
 
 
 def setting(name: str) -> str:
@@ -179,10 +179,21 @@ class PcemSparkSubmitOperator(SparkSubmitOperator):
     """
 
     template_fields = tuple(SparkSubmitOperator.template_fields) + (
-        "pcem_conn_id", "pcem_env_archive", "pcem_driver_python", "pcem_spark_conf")
+        "pcem_conn_id",
+        "pcem_env_archive",
+        "pcem_driver_python",
+        "pcem_spark_conf",
+    )
 
-    def __init__(self, *, pcem_conn_id: str = "pcem_spark", pcem_env_archive: str = "",
-                 pcem_driver_python: str = "", pcem_spark_conf: str = "{}", **kwargs):
+    def __init__(
+        self,
+        *,
+        pcem_conn_id: str = "pcem_spark",
+        pcem_env_archive: str = "",
+        pcem_driver_python: str = "",
+        pcem_spark_conf: str = "{}",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.pcem_conn_id = pcem_conn_id
         self.pcem_env_archive = pcem_env_archive
@@ -222,7 +233,8 @@ class PcemSparkSubmitOperator(SparkSubmitOperator):
             code = submit_returncode(self._hook, exc)
             if code in NOT_RETRIED:
                 raise AirflowFailException(
-                    f"{self.task_id}: spark-submit exited {code} ({NOT_RETRIED[code]}; not retried): {exc}") from exc
+                    f"{self.task_id}: spark-submit exited {code} ({NOT_RETRIED[code]}; not retried): {exc}"
+                ) from exc
             raise
 
 
@@ -236,12 +248,22 @@ with DAG(
     default_args={"retries": 2, "retry_delay": timedelta(minutes=5), "owner": "pcem"},
     params={
         # Paths and connection: empty = Variable pcem_<name>, else the default above.
-        **{name: Param("", type=["null", "string"] + (["object"] if name == "spark_conf" else []),
-                       description=f"empty: Variable {VARIABLE_PREFIX}{name}, else {describe_default(name)}")
-           for name in DEFAULTS},
+        **{
+            name: Param(
+                "",
+                type=["null", "string"] + (["object"] if name == "spark_conf" else []),
+                description=f"empty: Variable {VARIABLE_PREFIX}{name}, else {describe_default(name)}",
+            )
+            for name in DEFAULTS
+        },
         "method": Param("pcem", type="string", description="pcnb | pcem | flat-nb | flat-em | ..."),
-        "label_rate": Param(0.01, type="number", exclusiveMinimum=0, maximum=1,
-                            description="fraction of each leaf's training documents whose labels are kept"),
+        "label_rate": Param(
+            0.01,
+            type="number",
+            exclusiveMinimum=0,
+            maximum=1,
+            description="fraction of each leaf's training documents whose labels are kept",
+        ),
         "seed": Param(0, type="integer"),
         "train_split": Param("train", type="string"),
         "test_split": Param("test", type="string"),
@@ -263,16 +285,45 @@ with DAG(
             pcem_spark_conf=setting("spark_conf"),
         )
 
-    ingest = submit("ingest", job("ingest_20ng.py"),
-                    ["--archive", setting("archive"), "--output", DOCS, "--overwrite"])
-    train = submit("train", job("train.py"),
-                   ["--docs", DOCS, "--split", "{{ params.train_split }}", "--method", "{{ params.method }}",
-                    "--label-rate", "{{ params.label_rate }}", "--seed", "{{ params.seed }}",
-                    "--model", MODEL, "--overwrite"])
-    predict = submit("predict", job("predict.py"),
-                     ["--model", MODEL, "--docs", DOCS, "--split", "{{ params.test_split }}",
-                      "--output", PREDICTIONS, "--overwrite"])
-    evaluate = submit("evaluate", job("evaluate.py"),
-                      ["--predictions", PREDICTIONS, "--model", MODEL, "--output", METRICS, "--overwrite"])
+    ingest = submit("ingest", job("ingest_20ng.py"), ["--archive", setting("archive"), "--output", DOCS, "--overwrite"])
+    train = submit(
+        "train",
+        job("train.py"),
+        [
+            "--docs",
+            DOCS,
+            "--split",
+            "{{ params.train_split }}",
+            "--method",
+            "{{ params.method }}",
+            "--label-rate",
+            "{{ params.label_rate }}",
+            "--seed",
+            "{{ params.seed }}",
+            "--model",
+            MODEL,
+            "--overwrite",
+        ],
+    )
+    predict = submit(
+        "predict",
+        job("predict.py"),
+        [
+            "--model",
+            MODEL,
+            "--docs",
+            DOCS,
+            "--split",
+            "{{ params.test_split }}",
+            "--output",
+            PREDICTIONS,
+            "--overwrite",
+        ],
+    )
+    evaluate = submit(
+        "evaluate",
+        job("evaluate.py"),
+        ["--predictions", PREDICTIONS, "--model", MODEL, "--output", METRICS, "--overwrite"],
+    )
 
     ingest >> train >> predict >> evaluate

@@ -66,10 +66,13 @@ DF_METHODS = ("df-rows", "df-blocks", "df-blocks-agg")
 # The DataFrame-only pass (the prototype)
 # ---------------------------------------------------------------------------
 
+
 def _rows_blocks(batches, block_size, keys, path_nodes, vocab_size, n_nodes):
     """(X, node_scores, labeled) per slice of <= block_size documents (features, labels columns)."""
     import scipy.sparse as sp
+
     from pcem_spark import engine
+
     for b in engine.arrow_blocks(batches, block_size):
         indptr, indices, data = engine.sparse_vector_arrays(b.column(0))
         X = sp.csr_matrix((data, indices, indptr), shape=(b.num_rows, vocab_size))
@@ -80,19 +83,23 @@ def _rows_blocks(batches, block_size, keys, path_nodes, vocab_size, n_nodes):
 def _packed_blocks(batches, vocab_size, n_nodes):
     """(X, node_scores, labeled) of each packed block row (engine._BLOCK_ROW columns)."""
     import scipy.sparse as sp
+
     types = (np.int64, np.int32, np.float64, np.int64, np.int32, np.float64)
     for b in batches:
         cols = [b.column(i).to_pylist() for i in range(7)]
         for r in range(b.num_rows):
             indptr, indices, data, ns_ptr, ns_idx, ns_val = (
-                np.frombuffer(cols[i + 1][r], dtype=t) for i, t in enumerate(types))
+                np.frombuffer(cols[i + 1][r], dtype=t) for i, t in enumerate(types)
+            )
             n = cols[0][r]
-            yield (sp.csr_matrix((data, indices, indptr), shape=(n, vocab_size)),
-                   sp.csr_matrix((ns_val, ns_idx, ns_ptr), shape=(n, n_nodes)), np.diff(ns_ptr) > 0)
+            yield (
+                sp.csr_matrix((data, indices, indptr), shape=(n, vocab_size)),
+                sp.csr_matrix((ns_val, ns_idx, ns_ptr), shape=(n, n_nodes)),
+                np.diff(ns_ptr) > 0,
+            )
 
 
-def make_pass_udf(layout, log_prior, log_theta, score_matrix, keys, path_nodes, vocab_size, n_nodes,
-                  block_size):
+def make_pass_udf(layout, log_prior, log_theta, score_matrix, keys, path_nodes, vocab_size, n_nodes, block_size):
     """mapInArrow body: one partition's E-step sums as M + 1 Arrow rows (key, float64 bytes).
 
     Parameters travel in the closure: log theta transposed (V, M), as the
@@ -105,12 +112,17 @@ def make_pass_udf(layout, log_prior, log_theta, score_matrix, keys, path_nodes, 
 
     def pass_partition(batches):
         import pyarrow as pa
+
         from pcem_spark import core
+
         log_theta_v = theta_t.T
         acc = np.zeros((n_paths, vocab_size + 1))
         scalars = np.zeros(3)
-        blocks = (_rows_blocks(batches, block_size, keys, path_nodes, vocab_size, n_nodes) if layout == "rows"
-                  else _packed_blocks(batches, vocab_size, n_nodes))
+        blocks = (
+            _rows_blocks(batches, block_size, keys, path_nodes, vocab_size, n_nodes)
+            if layout == "rows"
+            else _packed_blocks(batches, vocab_size, n_nodes)
+        )
         for X, node_scores, labeled in blocks:
             fixed = core.path_scores(node_scores, score_matrix)
             st = core.e_step(X, fixed, labeled, log_prior, log_theta_v, True)
@@ -120,8 +132,8 @@ def make_pass_udf(layout, log_prior, log_theta, score_matrix, keys, path_nodes, 
             scalars += (st.loglik, n_lab, len(labeled) - n_lab)
         rows = [acc[j].tobytes() for j in range(n_paths)] + [scalars.tobytes()]
         yield pa.RecordBatch.from_arrays(
-            [pa.array(list(range(n_paths)) + [-1], pa.int32()), pa.array(rows, pa.binary())],
-            names=["key", "value"])
+            [pa.array(list(range(n_paths)) + [-1], pa.int32()), pa.array(rows, pa.binary())], names=["key", "value"]
+        )
 
     return pass_partition
 
@@ -129,10 +141,15 @@ def make_pass_udf(layout, log_prior, log_theta, score_matrix, keys, path_nodes, 
 def _sum_groups(table):
     """applyInArrow body: the element-wise sum of one key's float64 byte rows."""
     import pyarrow as pa
+
     values = table.column("value").to_pylist()
     total = np.sum([np.frombuffer(v, dtype=np.float64) for v in values], axis=0)
-    return pa.table({"key": pa.array([table.column("key")[0].as_py()], pa.int32()),
-                     "value": pa.array([total.tobytes()], pa.binary())})
+    return pa.table(
+        {
+            "key": pa.array([table.column("key")[0].as_py()], pa.int32()),
+            "value": pa.array([total.tobytes()], pa.binary()),
+        }
+    )
 
 
 def assemble(table, n_paths, vocab_size):
@@ -151,9 +168,17 @@ def assemble(table, n_paths, vocab_size):
 def df_pass(method, frames, params):
     """One DataFrame-only pass; returns the assembled sums."""
     layout = "rows" if method == "df-rows" else "blocks"
-    udf = make_pass_udf(layout, params["log_prior"], params["log_theta"], params["score_matrix"],
-                        params["keys"], params["path_nodes"], params["vocab_size"], params["n_nodes"],
-                        params["block_size"])
+    udf = make_pass_udf(
+        layout,
+        params["log_prior"],
+        params["log_theta"],
+        params["score_matrix"],
+        params["keys"],
+        params["path_nodes"],
+        params["vocab_size"],
+        params["n_nodes"],
+        params["block_size"],
+    )
     src = frames["rows"] if layout == "rows" else frames["blocks"]
     sums = src.mapInArrow(udf, "key int, value binary")
     if method == "df-blocks-agg":
@@ -165,23 +190,29 @@ def df_pass(method, frames, params):
 # Phases (each in its own process)
 # ---------------------------------------------------------------------------
 
+
 def _classic_session(app, memory="2g"):
     from pyspark.sql import SparkSession
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (SparkSession.builder.master("local[2]").appName(app)
-             .config("spark.ui.enabled", "false")
-             .config("spark.driver.memory", memory)
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.sql.shuffle.partitions", "4")
-             .config("spark.ui.showConsoleProgress", "false")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", memory)
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
 def _load_params(work):
     from pcem_spark.core.taxonomy import Taxonomy
+
     z = np.load(os.path.join(work, "params.npz"))
     with open(os.path.join(work, "meta.json")) as fh:
         meta = json.load(fh)
@@ -192,23 +223,40 @@ def _load_params(work):
     for labels, j in lookup.items():
         keys[j] = "\x1f".join(labels)
     path_nodes = np.array([np.flatnonzero(path_node[j]) for j in range(path_node.shape[0])], dtype=np.int32)
-    return dict(log_prior=z["log_prior"], log_theta=z["log_theta"], score_matrix=np.array(path_node, dtype=float),
-                keys=keys, path_nodes=path_nodes, vocab_size=int(meta["vocab_size"]), n_nodes=path_node.shape[1],
-                block_size=int(meta["block_size"]), taxonomy=taxonomy, lookup=lookup, path_node=path_node,
-                partitions=int(meta["partitions"]))
+    return dict(
+        log_prior=z["log_prior"],
+        log_theta=z["log_theta"],
+        score_matrix=np.array(path_node, dtype=float),
+        keys=keys,
+        path_nodes=path_nodes,
+        vocab_size=int(meta["vocab_size"]),
+        n_nodes=path_node.shape[1],
+        block_size=int(meta["block_size"]),
+        taxonomy=taxonomy,
+        lookup=lookup,
+        path_node=path_node,
+        partitions=int(meta["partitions"]),
+    )
 
 
 def _frames(spark, work, params):
     """Cached per-document and packed-block DataFrames of the features table (P partitions each)."""
     from pcem_spark import engine
     from pcem_spark.engine import blocks as engine_blocks
-    rows = spark.read.parquet(os.path.join(work, "features")).repartition(params["partitions"]) \
-        .select("features", "labels").cache()
+
+    rows = (
+        spark.read.parquet(os.path.join(work, "features"))
+        .repartition(params["partitions"])
+        .select("features", "labels")
+        .cache()
+    )
     rows.count()
     keys, path_nodes, bs = params["keys"], params["path_nodes"], params["block_size"]
 
     def pack(batches):
-        return engine_blocks._pack_arrow_partition(batches, lambda col: engine.node_score_rows(col, keys, path_nodes), bs)
+        return engine_blocks._pack_arrow_partition(
+            batches, lambda col: engine.node_score_rows(col, keys, path_nodes), bs
+        )
 
     blocks = rows.mapInArrow(pack, engine_blocks._BLOCK_ROW).cache()
     blocks.count()
@@ -217,8 +265,9 @@ def _frames(spark, work, params):
 
 def _workflow(spark, sample_path):
     """Seconds of what a user does before fitting (all DataFrame API)."""
-    from pcem_spark.io.documents import read_documents, split_rejects
     from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
+    from pcem_spark.io.documents import read_documents, split_rejects
+
     out = {}
     t = time.perf_counter()
     good, rejects = split_rejects(read_documents(spark, sample_path, "json"))
@@ -258,10 +307,11 @@ def _save_sums(work, tag, results):
 def phase_prep(args):
     """Sample the corpus, featurise it, write the features and the NB-initialised parameters."""
     from pyspark.sql import functions as F
-    from pcem_spark import engine
-    from pcem_spark import core
+
+    from pcem_spark import core, engine
     from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
     from pcem_spark.model.labels import infer_taxonomy
+
     work = args.work
     rng = random.Random(args.seed)
     with gzip.open(args.docs, "rt", encoding="utf-8") if args.docs.endswith(".gz") else open(args.docs) as fh:
@@ -272,6 +322,7 @@ def phase_prep(args):
         out.writelines(lines)
     spark = _classic_session("bench-connect-prep")
     from pcem_spark.io.documents import read_documents, split_rejects
+
     good, _ = split_rejects(read_documents(spark, sample, "json"))
     docs = good.select("id", "text", "labels")
     taxonomy = infer_taxonomy(docs)
@@ -284,27 +335,38 @@ def phase_prep(args):
     if args.scale > 1:
         # Larger corpora as in docs/BENCHMARKS.md: the featurised documents repeated --scale times
         # (the vocabulary and labelled share stay those of the sample).
-        feats = feats.crossJoin(spark.range(args.scale).withColumnRenamed("id", "_copy")) \
-            .select(F.concat_ws("#", "id", F.col("_copy").cast("string")).alias("id"), "features", "labels")
+        feats = feats.crossJoin(spark.range(args.scale).withColumnRenamed("id", "_copy")).select(
+            F.concat_ws("#", "id", F.col("_copy").cast("string")).alias("id"), "features", "labels"
+        )
     feats.repartition(args.partitions).write.mode("overwrite").parquet(os.path.join(work, "features"))
     feats = spark.read.parquet(os.path.join(work, "features")).repartition(args.partitions)
-    blocks = engine.cache_blocks(engine.blocks_from_labels(
-        feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary), args.block_size))
+    blocks = engine.cache_blocks(
+        engine.blocks_from_labels(
+            feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary), args.block_size
+        )
+    )
     score_matrix = np.array(taxonomy.path_node_matrix(), dtype=float)
     wc, totals, _, n_lab, n_unlab = engine.sufficient_stats(blocks, None, score_matrix, len(vocabulary), False)
     log_prior, log_theta = core.log_parameters(wc, totals, 1.0)
     np.savez(os.path.join(work, "params.npz"), log_prior=log_prior, log_theta=log_theta)
-    meta = {"taxonomy": taxonomy.to_json(), "vocab_size": len(vocabulary), "block_size": args.block_size,
-            "partitions": args.partitions, "n_docs": n_lab + n_unlab, "n_labeled": n_lab, "n_paths": taxonomy.n_paths,
-            "nnz": int(blocks.map(lambda b: b.X.nnz).sum())}
+    meta = {
+        "taxonomy": taxonomy.to_json(),
+        "vocab_size": len(vocabulary),
+        "block_size": args.block_size,
+        "partitions": args.partitions,
+        "n_docs": n_lab + n_unlab,
+        "n_labeled": n_lab,
+        "n_paths": taxonomy.n_paths,
+        "nnz": int(blocks.map(lambda b: b.X.nnz).sum()),
+    }
     with open(os.path.join(work, "meta.json"), "w") as fh:
         json.dump(meta, fh)
     spark.stop()
 
 
 def phase_classic(args):
-    from pcem_spark import engine
-    from pcem_spark import core
+    from pcem_spark import core, engine
+
     work = args.work
     params = _load_params(work)
     spark = _classic_session("bench-connect-classic")
@@ -312,15 +374,22 @@ def phase_classic(args):
     if args.workflow:
         report["workflow"] = _workflow(spark, os.path.join(work, "sample.jsonl"))
     frames = _frames(spark, work, params)
-    blocks = engine.cache_blocks(engine.blocks_from_labels(
-        frames["rows"], params["lookup"], params["path_node"], params["vocab_size"], params["block_size"]))
+    blocks = engine.cache_blocks(
+        engine.blocks_from_labels(
+            frames["rows"], params["lookup"], params["path_node"], params["vocab_size"], params["block_size"]
+        )
+    )
     blocks.count()
 
     def run_one(method):
         if method == "rdd":
-            return engine.sufficient_stats(blocks, core.PathParameters.from_log_theta(params["log_prior"], params["log_theta"]),
-                                           params["score_matrix"],
-                                           params["vocab_size"], True)
+            return engine.sufficient_stats(
+                blocks,
+                core.PathParameters.from_log_theta(params["log_prior"], params["log_theta"]),
+                params["score_matrix"],
+                params["vocab_size"],
+                True,
+            )
         return df_pass(method, frames, params)
 
     times, results = _timed_passes(("rdd",) + DF_METHODS, run_one, args.repeats)
@@ -334,6 +403,7 @@ def phase_classic(args):
 def phase_connect(args):
     import pyspark.cloudpickle as cloudpickle
     from pyspark.sql import SparkSession
+
     work = args.work
     params = _load_params(work)
     spark = SparkSession.builder.remote(args.remote).getOrCreate()
@@ -343,12 +413,22 @@ def phase_connect(args):
     frames = _frames(spark, work, params)
     times, results = _timed_passes(DF_METHODS, lambda m: df_pass(m, frames, params), args.repeats)
     report["passes"] = times
-    udf = make_pass_udf("blocks", params["log_prior"], params["log_theta"], params["score_matrix"], params["keys"],
-                        params["path_nodes"], params["vocab_size"], params["n_nodes"], params["block_size"])
+    udf = make_pass_udf(
+        "blocks",
+        params["log_prior"],
+        params["log_theta"],
+        params["score_matrix"],
+        params["keys"],
+        params["path_nodes"],
+        params["vocab_size"],
+        params["n_nodes"],
+        params["block_size"],
+    )
     report["closure_bytes"] = len(cloudpickle.dumps(udf))
     # What the product does on this session (the clear error of pcem_spark.session).
     try:
         from pcem_spark import engine
+
         engine.blocks_from_labels(frames["rows"], params["lookup"], params["path_node"], params["vocab_size"])
         report["rdd_path_on_connect"] = "no error (?)"
     except Exception as exc:  # noqa: BLE001 - reported, not handled
@@ -363,6 +443,7 @@ def phase_connect(args):
 # The Connect server and the driver of the phases
 # ---------------------------------------------------------------------------
 
+
 def _pythonpath() -> str:
     """This checkout first, so every process (and the server's Python workers) imports its pcem_spark."""
     return os.pathsep.join([REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -374,28 +455,52 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_connect_server(port: int, log_dir: str, master: str = "local[2]", memory: str = "2g",
-                         timeout: float = 180.0) -> subprocess.Popen:
+def start_connect_server(
+    port: int, log_dir: str, master: str = "local[2]", memory: str = "2g", timeout: float = 180.0
+) -> subprocess.Popen:
     """The installed pyspark's Spark Connect server, in the foreground of its own process group.
 
     Bound to 127.0.0.1 only (gRPC, driver, block manager; no UI). Its Python
     workers run this interpreter and import pcem_spark from this checkout.
     """
     import pyspark
+
     script = os.path.join(os.path.dirname(pyspark.__file__), "sbin", "start-connect-server.sh")
-    env = dict(os.environ, SPARK_LOG_DIR=log_dir, SPARK_PID_DIR=log_dir, PYSPARK_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1",
-               PYTHONPATH=_pythonpath())
+    env = dict(
+        os.environ,
+        SPARK_LOG_DIR=log_dir,
+        SPARK_PID_DIR=log_dir,
+        PYSPARK_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYTHONPATH=_pythonpath(),
+    )
     env.pop("SPARK_REMOTE", None)
     env.pop("SPARK_CONNECT_MODE_ENABLED", None)
-    cmd = ["bash", script, "--wait", "--master", master, "--driver-memory", memory,
-           "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-           "--conf", f"spark.connect.grpc.binding.port={port}",
-           "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.driver.host=127.0.0.1",
-           "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4"]
+    cmd = [
+        "bash",
+        script,
+        "--wait",
+        "--master",
+        master,
+        "--driver-memory",
+        memory,
+        "--conf",
+        "spark.connect.grpc.binding.address=127.0.0.1",
+        "--conf",
+        f"spark.connect.grpc.binding.port={port}",
+        "--conf",
+        "spark.driver.bindAddress=127.0.0.1",
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=4",
+    ]
     log = open(os.path.join(log_dir, "connect-server.out"), "w")
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -426,12 +531,34 @@ def stop_connect_server(proc: subprocess.Popen) -> None:
 
 
 def _run_phase(phase, args, extra=()):
-    cmd = [sys.executable, os.path.abspath(__file__), "--phase", phase, "--work", args.work,
-           "--docs", args.docs, "--n-docs", str(args.n_docs), "--repeats", str(args.repeats),
-           "--partitions", str(args.partitions), "--block-size", str(args.block_size),
-           "--vocab-size", str(args.vocab_size), "--label-rate", str(args.label_rate), "--seed", str(args.seed),
-           "--scale", str(args.scale),
-           *(["--no-workflow"] if not args.workflow else []), *extra]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--phase",
+        phase,
+        "--work",
+        args.work,
+        "--docs",
+        args.docs,
+        "--n-docs",
+        str(args.n_docs),
+        "--repeats",
+        str(args.repeats),
+        "--partitions",
+        str(args.partitions),
+        "--block-size",
+        str(args.block_size),
+        "--vocab-size",
+        str(args.vocab_size),
+        "--label-rate",
+        str(args.label_rate),
+        "--seed",
+        str(args.seed),
+        "--scale",
+        str(args.scale),
+        *(["--no-workflow"] if not args.workflow else []),
+        *extra,
+    ]
     env = dict(os.environ, PYTHONPATH=_pythonpath())
     env.pop("SPARK_REMOTE", None)
     t = time.perf_counter()
@@ -470,8 +597,9 @@ def main(argv=None):
     p.add_argument("--block-size", type=int, default=4096)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-workflow", dest="workflow", action="store_false",
-                   help="skip timing read / vocabulary / featurise")
+    p.add_argument(
+        "--no-workflow", dest="workflow", action="store_false", help="skip timing read / vocabulary / featurise"
+    )
     p.add_argument("--out", default=None, help="write the report (JSON) here")
     p.add_argument("--phase", choices=("prep", "classic", "connect"), help=argparse.SUPPRESS)
     p.add_argument("--work", help=argparse.SUPPRESS)
@@ -482,6 +610,7 @@ def main(argv=None):
         return 0
 
     from pyspark.sql.connect.utils import check_dependencies
+
     check_dependencies()  # fails early, naming the missing Connect client package
     with tempfile.TemporaryDirectory(prefix="pcem-bench-connect-") as work:
         args.work = work
@@ -504,31 +633,47 @@ def main(argv=None):
         diffs = compare(work)
 
     load = os.getloadavg()
-    result = {"data": meta, "repeats": args.repeats, "load_average": load, "wall_seconds": wall,
-              "passes": {f"{m} ({tag})": sorted(v) for tag in reports for m, v in reports[tag]["passes"].items()},
-              "workflow": {tag: reports[tag].get("workflow") for tag in reports},
-              "closure_bytes": reports["connect"].get("closure_bytes"),
-              "rdd_path_on_connect": reports["connect"].get("rdd_path_on_connect"),
-              "differences_from_rdd": diffs}
-    print(f"\n{meta['n_docs']:,} documents ({meta['n_labeled']} labelled), V = {meta['vocab_size']:,}, "
-          f"M = {meta['n_paths']} paths, {meta['nnz']:,} non-zeros, {meta['partitions']} partitions, "
-          f"local[2]; load average {load[0]:.1f}")
-    print(f"\n| pass | session | median s | min s | max s | max abs diff of sums vs rdd |")
+    result = {
+        "data": meta,
+        "repeats": args.repeats,
+        "load_average": load,
+        "wall_seconds": wall,
+        "passes": {f"{m} ({tag})": sorted(v) for tag in reports for m, v in reports[tag]["passes"].items()},
+        "workflow": {tag: reports[tag].get("workflow") for tag in reports},
+        "closure_bytes": reports["connect"].get("closure_bytes"),
+        "rdd_path_on_connect": reports["connect"].get("rdd_path_on_connect"),
+        "differences_from_rdd": diffs,
+    }
+    print(
+        f"\n{meta['n_docs']:,} documents ({meta['n_labeled']} labelled), V = {meta['vocab_size']:,}, "
+        f"M = {meta['n_paths']} paths, {meta['nnz']:,} non-zeros, {meta['partitions']} partitions, "
+        f"local[2]; load average {load[0]:.1f}"
+    )
+    print("\n| pass | session | median s | min s | max s | max abs diff of sums vs rdd |")
     print("|---|---|---|---|---|---|")
     for key, ts in result["passes"].items():
         m, tag = key.rsplit(" (", 1)
         tag = tag.rstrip(")")
         d = diffs.get(key)
-        dd = "reference" if m == "rdd" else (
-            f"{max(d['max_abs_diff_word_sums'], d['max_abs_diff_path_totals']):.1e} "
-            f"(loglik {d['abs_diff_loglik']:.1e})")
+        dd = (
+            "reference"
+            if m == "rdd"
+            else (
+                f"{max(d['max_abs_diff_word_sums'], d['max_abs_diff_path_totals']):.1e} "
+                f"(loglik {d['abs_diff_loglik']:.1e})"
+            )
+        )
         print(f"| {m} | {tag} | {statistics.median(ts):.3f} | {min(ts):.3f} | {max(ts):.3f} | {dd} |")
     for tag, wf in result["workflow"].items():
         if wf:
-            print(f"\nworkflow ({tag}, {wf['n_docs']} docs, V={wf['vocab']}): "
-                  + ", ".join(f"{k} {v:.2f}s" for k, v in wf["seconds"].items()))
-    print(f"\nclosure of the pass UDF: {result['closure_bytes']:,} bytes; RDD path on Connect: "
-          f"{result['rdd_path_on_connect']}")
+            print(
+                f"\nworkflow ({tag}, {wf['n_docs']} docs, V={wf['vocab']}): "
+                + ", ".join(f"{k} {v:.2f}s" for k, v in wf["seconds"].items())
+            )
+    print(
+        f"\nclosure of the pass UDF: {result['closure_bytes']:,} bytes; RDD path on Connect: "
+        f"{result['rdd_path_on_connect']}"
+    )
     print("wall: " + ", ".join(f"{k} {v:.1f}s" for k, v in wall.items()))
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

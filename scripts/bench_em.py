@@ -75,6 +75,7 @@ def median_time(fn, repeats: int) -> float:
 def scipy_iteration(X, fixed, labeled, log_prior, log_theta, smoothing=1.0):
     """One PCEM iteration on the whole corpus in one process (the same math as a block)."""
     from pcem_spark import core
+
     st = core.e_step(X, fixed, labeled, log_prior, log_theta, True)
     loglik = st.loglik + core.log_prior_density(log_prior, log_theta, smoothing)
     return core.log_parameters(st.word_counts, st.path_totals, smoothing), loglik
@@ -89,14 +90,27 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", default="out/bench")
     ap.add_argument("--driver-memory", default="16g")
     ap.add_argument("--skip-predict", action="store_true")
-    ap.add_argument("--engine-only", action="store_true",
-                    help="only the Spark engine's numbers (no NaiveBayes / scipy references, no prediction): "
-                         "for comparing two engines, e.g. PYTHONPATH=<other checkout>")
+    ap.add_argument(
+        "--engine-only",
+        action="store_true",
+        help="only the Spark engine's numbers (no NaiveBayes / scipy references, no prediction): "
+        "for comparing two engines, e.g. PYTHONPATH=<other checkout>",
+    )
     ap.add_argument("--top-k", type=int, default=0, help="model.posterior_top_k of the timed EM (0 = exact)")
-    ap.add_argument("--engine-set", action="append", default=[], metavar="NAME=INT",
-                    help="set a module constant of pcem_spark.engine for an A/B run, e.g. COALESCE_TO_CORES=0")
-    ap.add_argument("--set", dest="overrides", action="append", default=[],
-                    help="settings override as in pcem, e.g. model.block_size=8192")
+    ap.add_argument(
+        "--engine-set",
+        action="append",
+        default=[],
+        metavar="NAME=INT",
+        help="set a module constant of pcem_spark.engine for an A/B run, e.g. COALESCE_TO_CORES=0",
+    )
+    ap.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        help="settings override as in pcem, e.g. model.block_size=8192",
+    )
     args = ap.parse_args(argv)
 
     from pyspark.ml.classification import NaiveBayes
@@ -104,19 +118,28 @@ def main(argv=None) -> int:
 
     from pcem_spark import engine
     from pcem_spark.cli.config import SparkSettings, load_settings
-    from pcem_spark.io.documents import read_documents, split_rejects
-    from pcem_spark.experiment.protocol import assign_roles
-    from pcem_spark.engine.features import featurize, fit_vocabulary
-    from pcem_spark.model.path_model import PathModel
-    from pcem_spark.model.fitting import score_matrix
-    from pcem_spark.engine.session import build_session, setup_logging
     from pcem_spark.core.taxonomy import Taxonomy
+    from pcem_spark.engine.features import featurize, fit_vocabulary
+    from pcem_spark.engine.session import build_session, setup_logging
+    from pcem_spark.experiment.protocol import assign_roles
+    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.model.fitting import score_matrix
+    from pcem_spark.model.path_model import PathModel
 
     setup_logging("WARNING")
     settings = load_settings(None, args.overrides)
-    spark = build_session(SparkSettings(master="local[2]", app_name="pcem-bench", conf={
-        "spark.driver.memory": args.driver_memory, "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"}))
+    spark = build_session(
+        SparkSettings(
+            master="local[2]",
+            app_name="pcem-bench",
+            conf={
+                "spark.driver.memory": args.driver_memory,
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "8",
+                "spark.ui.showConsoleProgress": "false",
+            },
+        )
+    )
     sc = spark.sparkContext
     cores = sc.defaultParallelism
     partitions = args.partitions or 2 * cores
@@ -129,29 +152,43 @@ def main(argv=None) -> int:
     lookup = taxonomy.path_lookup()
     leaf_index = {"/".join(k): float(v) for k, v in lookup.items()}
     roled = assign_roles(docs, seed=0, test_fraction=0.2, label_rate=0.01).where(F.col("role") != "test")
-    base = roled.select("id", "text", F.col("labels").alias("true_labels"),
-                        F.when(F.col("role") == "labeled", F.col("labels")).alias("labels"))
+    base = roled.select(
+        "id",
+        "text",
+        F.col("labels").alias("true_labels"),
+        F.when(F.col("role") == "labeled", F.col("labels")).alias("labels"),
+    )
     vocabulary = fit_vocabulary(base, settings.features)
     V, M = len(vocabulary), taxonomy.n_paths
-    to_leaf = F.udf(lambda l: leaf_index["/".join(l)], "double")  # benchmark set-up only
+    to_leaf = F.udf(lambda labels: leaf_index["/".join(labels)], "double")  # benchmark set-up only
     base = featurize(base, vocabulary, settings.features).withColumn("label", to_leaf("true_labels")).cache()
     n_base = base.count()
     fs, ms = settings.features, settings.model
     pc_scores = score_matrix(taxonomy, "pcem")
     flat_scores = score_matrix(taxonomy, "flat-em")
-    results = {"machine": {"cores": cores, "python": sys.version.split()[0], "platform": platform.platform(),
-                           "cpu": platform.processor() or _cpu_name()},
-               "vocab_size": V, "n_paths": M, "block_size": ms.block_size, "partitions": partitions,
-               "sizes": []}
+    results = {
+        "machine": {
+            "cores": cores,
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "cpu": platform.processor() or _cpu_name(),
+        },
+        "vocab_size": V,
+        "n_paths": M,
+        "block_size": ms.block_size,
+        "partitions": partitions,
+        "sizes": [],
+    }
     print(f"base corpus: {n_base} documents, V={V}, M={M}, partitions={partitions}", flush=True)
 
     for scale in [int(s) for s in args.scales.split(",")]:
-        scaled = (base if scale == 1 else base.sample(withReplacement=True, fraction=float(scale), seed=scale))
+        scaled = base if scale == 1 else base.sample(withReplacement=True, fraction=float(scale), seed=scale)
         scaled = scaled.repartition(partitions)
         row = {"scale": scale}
         # --- Spark engine ---------------------------------------------------
-        blocks = engine.cache_blocks(engine.blocks_from_labels(
-            scaled, lookup, taxonomy.path_node_matrix(), V, ms.block_size))
+        blocks = engine.cache_blocks(
+            engine.blocks_from_labels(scaled, lookup, taxonomy.path_node_matrix(), V, ms.block_size)
+        )
         t0 = time.perf_counter()
         n_blocks = blocks.count()
         row["pack_seconds"] = time.perf_counter() - t0
@@ -171,18 +208,26 @@ def main(argv=None) -> int:
         # What the EM loop itself adds on the driver (earlier phases of this
         # process, e.g. the scipy reference of a smaller size, stay in RSS).
         row["driver_rss_growth_mb"] = row["driver_peak_rss_mb"] - row["driver_rss_before_mb"]
-        row["broadcast_bytes_per_iteration"] = len(pickle.dumps((fit.log_prior, fit.log_theta, pc_scores),
-                                                                protocol=pickle.HIGHEST_PROTOCOL))
+        row["broadcast_bytes_per_iteration"] = len(
+            pickle.dumps((fit.log_prior, fit.log_theta, pc_scores), protocol=pickle.HIGHEST_PROTOCOL)
+        )
         row["pcnb_train_seconds"] = median_time(
-            lambda: engine.fit(blocks, pc_scores, V, em=False, label="bench-pcnb"), args.repeats)
+            lambda: engine.fit(blocks, pc_scores, V, em=False, label="bench-pcnb"), args.repeats
+        )
         row["flatnb_train_seconds"] = median_time(
-            lambda: engine.fit(blocks, flat_scores, V, em=False, label="bench-flatnb"), args.repeats)
-        print(f"x{scale}: {row['n_docs']} docs in {n_blocks} blocks; Spark PCEM iteration "
-              f"{row['spark_iteration_seconds']:.2f}s; driver peak RSS {row['driver_peak_rss_mb']:.0f} MB",
-              flush=True)
+            lambda: engine.fit(blocks, flat_scores, V, em=False, label="bench-flatnb"), args.repeats
+        )
+        print(
+            f"x{scale}: {row['n_docs']} docs in {n_blocks} blocks; Spark PCEM iteration "
+            f"{row['spark_iteration_seconds']:.2f}s; driver peak RSS {row['driver_peak_rss_mb']:.0f} MB",
+            flush=True,
+        )
         if args.engine_only:
             blocks.unpersist()
-            row.update(engine=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(engine.__file__)))), top_k=args.top_k)
+            row.update(
+                engine=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(engine.__file__)))),
+                top_k=args.top_k,
+            )
             results["sizes"].append(row)
             with open(os.path.join(args.out_dir, "bench_engine.json"), "w") as fh:
                 json.dump(results, fh, indent=2)
@@ -216,16 +261,20 @@ def main(argv=None) -> int:
         del X_parts, N_parts
         lp, lt = fit.log_prior, fit.log_theta
         row["scipy_iteration_seconds"] = median_time(
-            lambda: scipy_iteration(X, fixed, labeled, lp, lt), args.repeats)
+            lambda: scipy_iteration(X, fixed, labeled, lp, lt),  # noqa: F821 (deleted after use, below)
+            args.repeats,
+        )
         row["nnz"] = int(X.nnz)
         del X, fixed, labeled
         row["spark_over_scipy"] = row["spark_iteration_seconds"] / row["scipy_iteration_seconds"]
         row["spark_over_mllib_nb"] = row["spark_iteration_seconds"] / row["mllib_nb_fit_seconds"]
         row["spark_docs_per_second_per_core"] = row["n_docs"] / row["spark_iteration_seconds"] / cores
         row["scipy_docs_per_second"] = row["n_docs"] / row["scipy_iteration_seconds"]
-        print(f"x{scale}: scipy iteration {row['scipy_iteration_seconds']:.2f}s; "
-              f"Spark/scipy {row['spark_over_scipy']:.2f}; Spark/NaiveBayes {row['spark_over_mllib_nb']:.2f}",
-              flush=True)
+        print(
+            f"x{scale}: scipy iteration {row['scipy_iteration_seconds']:.2f}s; "
+            f"Spark/scipy {row['spark_over_scipy']:.2f}; Spark/NaiveBayes {row['spark_over_mllib_nb']:.2f}",
+            flush=True,
+        )
         results["sizes"].append(row)
         with open(os.path.join(args.out_dir, "bench.json"), "w") as fh:
             json.dump(results, fh, indent=2)
@@ -253,13 +302,16 @@ def _cpu_name() -> str:
 
 def markdown(results) -> str:
     m = results["machine"]
-    lines = [f"Machine: {m['cores']} cores ({m['cpu']}), Python {m['python']}, {m['platform']}; "
-             f"V={results['vocab_size']}, M={results['n_paths']} paths, block size {results['block_size']}, "
-             f"{results['partitions']} partitions.", "",
-             "| docs | Spark PCEM iteration s | scipy 1-core s | NaiveBayes.fit s | Spark/scipy | "
-             "Spark/NB | docs/s/core (Spark) | PCNB train s | flat NB train s | predict docs/s | "
-             "driver peak RSS MB (growth in EM) | pack s | broadcast MB/iter |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Machine: {m['cores']} cores ({m['cpu']}), Python {m['python']}, {m['platform']}; "
+        f"V={results['vocab_size']}, M={results['n_paths']} paths, block size {results['block_size']}, "
+        f"{results['partitions']} partitions.",
+        "",
+        "| docs | Spark PCEM iteration s | scipy 1-core s | NaiveBayes.fit s | Spark/scipy | "
+        "Spark/NB | docs/s/core (Spark) | PCNB train s | flat NB train s | predict docs/s | "
+        "driver peak RSS MB (growth in EM) | pack s | broadcast MB/iter |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results["sizes"]:
         lines.append(
             f"| {r['n_docs']:,} | {r['spark_iteration_seconds']:.2f} | {r['scipy_iteration_seconds']:.2f} | "
@@ -268,7 +320,8 @@ def markdown(results) -> str:
             f"{r['flatnb_train_seconds']:.2f} | "
             f"{r.get('predict_docs_per_second', float('nan')):,.0f} | {r['driver_peak_rss_mb']:.0f} "
             f"(+{r['driver_rss_growth_mb']:.0f}) | {r['pack_seconds']:.1f} | "
-            f"{r['broadcast_bytes_per_iteration'] / 2**20:.1f} |")
+            f"{r['broadcast_bytes_per_iteration'] / 2**20:.1f} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -111,8 +111,9 @@ def _stage_shuffle_bytes(sc, after_stage: int):
     if not url:
         return None, after_stage
     try:
-        with urllib.request.urlopen(f"{url}/api/v1/applications/{sc.applicationId}/stages?status=complete",
-                                    timeout=30) as resp:
+        with urllib.request.urlopen(
+            f"{url}/api/v1/applications/{sc.applicationId}/stages?status=complete", timeout=30
+        ) as resp:
             stages = json.load(resp)
     except Exception:  # noqa: BLE001 - the UI is optional; the number is then missing, not wrong
         return None, after_stage
@@ -128,15 +129,18 @@ def generator(M: int, V: int, seed: int = 7):
 
     def doc(rng):
         leaf = int(rng.integers(M))
-        words = np.concatenate([rng.choice(topics[leaf], 60),
-                                np.minimum(np.searchsorted(zipf_cdf, rng.random(40)), V - 1)])
+        words = np.concatenate(
+            [rng.choice(topics[leaf], 60), np.minimum(np.searchsorted(zipf_cdf, rng.random(40)), V - 1)]
+        )
         idx, cnt = np.unique(words, return_counts=True)
         return leaf, idx, cnt
+
     return doc
 
 
 def build_taxonomy(shape):
     from pcem_spark.core.taxonomy import Taxonomy
+
     children = {"ROOT": [f"n{i}" for i in range(shape[0])]}
     frontier = list(children["ROOT"])
     for b in shape[1:]:
@@ -149,20 +153,29 @@ def build_taxonomy(shape):
 
 
 def run(args) -> dict:
+    import scipy.sparse as sp
     from pyspark.ml.linalg import SparseVector, VectorUDT
     from pyspark.sql import types as T
-    import scipy.sparse as sp
 
-    from pcem_spark import engine
-    from pcem_spark import core
+    from pcem_spark import core, engine
     from pcem_spark.cli.config import SparkSettings
-    from pcem_spark.model.fitting import score_matrix
     from pcem_spark.engine.session import build_session, setup_logging
+    from pcem_spark.model.fitting import score_matrix
 
     setup_logging("INFO")
-    spark = build_session(SparkSettings(master="local[2]", app_name="pcem-large-taxonomy", conf={
-        "spark.driver.memory": args.driver_memory, "spark.ui.enabled": "true", "spark.ui.port": "4090",
-        "spark.driver.maxResultSize": args.max_result_size, "spark.ui.showConsoleProgress": "false"}))
+    spark = build_session(
+        SparkSettings(
+            master="local[2]",
+            app_name="pcem-large-taxonomy",
+            conf={
+                "spark.driver.memory": args.driver_memory,
+                "spark.ui.enabled": "true",
+                "spark.ui.port": "4090",
+                "spark.driver.maxResultSize": args.max_result_size,
+                "spark.ui.showConsoleProgress": "false",
+            },
+        )
+    )
     sc = spark.sparkContext
     shape = [int(x) for x in args.shape.split(",")]
     V = 1 << args.vocab_bits
@@ -179,8 +192,13 @@ def run(args) -> dict:
             labels = real_paths[leaf] if rng.random() < label_rate else None
             yield (f"d{i}", SparseVector(V, idx.tolist(), cnt.astype(float).tolist()), labels)
 
-    schema = T.StructType([T.StructField("id", T.StringType()), T.StructField("features", VectorUDT()),
-                           T.StructField("labels", T.ArrayType(T.StringType()))])
+    schema = T.StructType(
+        [
+            T.StructField("id", T.StringType()),
+            T.StructField("features", VectorUDT()),
+            T.StructField("labels", T.ArrayType(T.StringType())),
+        ]
+    )
     df = spark.createDataFrame(sc.parallelize(range(parts), parts).mapPartitionsWithIndex(generate), schema)
     try:
         path_node = taxonomy.path_node_matrix(sparse=True)
@@ -191,8 +209,15 @@ def run(args) -> dict:
     n_blocks = blocks.count()
     pack_s = time.perf_counter() - t0
 
-    kwargs = dict(em=True, max_iter=args.iters, tol=args.tol, label="large-taxonomy",
-                  posterior_floor=args.posterior_floor, dtype=args.dtype, smoothing=args.smoothing)
+    kwargs = dict(
+        em=True,
+        max_iter=args.iters,
+        tol=args.tol,
+        label="large-taxonomy",
+        posterior_floor=args.posterior_floor,
+        dtype=args.dtype,
+        smoothing=args.smoothing,
+    )
     fit_params = inspect.signature(engine.fit).parameters
     pass_stats = None
     if "top_k" in fit_params:
@@ -214,7 +239,10 @@ def run(args) -> dict:
     rows, cols, vals, truth = [], [], [], []
     for i in range(args.test_docs):
         leaf, idx, cnt = doc(rng)
-        rows.extend([i] * len(idx)); cols.extend(idx); vals.extend(cnt); truth.append(leaf)
+        rows.extend([i] * len(idx))
+        cols.extend(idx)
+        vals.extend(cnt)
+        truth.append(leaf)
     X = sp.csr_matrix((np.asarray(vals, float), (rows, cols)), shape=(args.test_docs, V))
     truth = np.asarray(truth)
     t0 = time.perf_counter()
@@ -226,28 +254,46 @@ def run(args) -> dict:
     else:
         best, _ = core.predict_paths(X, fit.log_prior, fit.log_theta)
         nnz = M * V
-        one = len(pickle.dumps((fit.log_prior.astype(args.dtype), fit.log_theta.T.astype(args.dtype)),
-                               protocol=pickle.HIGHEST_PROTOCOL))
+        one = len(
+            pickle.dumps(
+                (fit.log_prior.astype(args.dtype), fit.log_theta.T.astype(args.dtype)), protocol=pickle.HIGHEST_PROTOCOL
+            )
+        )
         bc_bytes = [one] * (fit.n_iter + 1)
     predict_s = time.perf_counter() - t0
     path_nodes = np.array([[taxonomy.node_index[x] for x in p] for p in taxonomy.paths])
     out = {
         "engine_src": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(engine.__file__)))),
-        "shape": shape, "leaves": M, "nodes": taxonomy.n_nodes, "vocab_size": V, "docs": n,
-        "partitions": parts, "blocks": n_blocks, "dtype": args.dtype, "top_k": args.top_k,
-        "posterior_floor": args.posterior_floor, "n_labeled": fit.n_labeled,
-        "pack_seconds": round(pack_s, 2), "fit_seconds": round(total, 2), "n_iter": fit.n_iter,
-        "converged": fit.converged, "iteration_seconds": [round(s, 2) for s in fit.iter_seconds],
+        "shape": shape,
+        "leaves": M,
+        "nodes": taxonomy.n_nodes,
+        "vocab_size": V,
+        "docs": n,
+        "partitions": parts,
+        "blocks": n_blocks,
+        "dtype": args.dtype,
+        "top_k": args.top_k,
+        "posterior_floor": args.posterior_floor,
+        "n_labeled": fit.n_labeled,
+        "pack_seconds": round(pack_s, 2),
+        "fit_seconds": round(total, 2),
+        "n_iter": fit.n_iter,
+        "converged": fit.converged,
+        "iteration_seconds": [round(s, 2) for s in fit.iter_seconds],
         "median_iteration_seconds": statistics.median(fit.iter_seconds) if fit.iter_seconds else None,
         "driver_python_peak_rss_mb": round(driver_peak),
-        "jvm_peak_rss_mb": round(mem.jvm_peak), "python_workers_peak_rss_mb": round(mem.workers_peak),
+        "jvm_peak_rss_mb": round(mem.jvm_peak),
+        "python_workers_peak_rss_mb": round(mem.workers_peak),
         "shuffle_write_mb_per_pass": None if shuffle is None else round(shuffle / 2**20 / (fit.n_iter + 1), 2),
         "broadcast_mb_per_iteration": [round(b / 2**20, 2) for b in bc_bytes if b is not None],
-        "nonzero_parameters": nnz, "dense_cells": M * V,
-        "test_docs": args.test_docs, "path_accuracy": float(np.mean(best == truth)),
+        "nonzero_parameters": nnz,
+        "dense_cells": M * V,
+        "test_docs": args.test_docs,
+        "path_accuracy": float(np.mean(best == truth)),
         # share of held-out documents whose predicted node at depth d is the generating one
-        "depth_accuracy": [float(np.mean(path_nodes[best, d] == path_nodes[truth, d]))
-                           for d in range(path_nodes.shape[1])],
+        "depth_accuracy": [
+            float(np.mean(path_nodes[best, d] == path_nodes[truth, d])) for d in range(path_nodes.shape[1])
+        ],
         "predict_seconds": round(predict_s, 2),
         "loglik_history": fit.loglik_history,
     }
@@ -256,12 +302,17 @@ def run(args) -> dict:
         for b in [int(x) for x in args.beam.split(",")]:
             t0 = time.perf_counter()
             bb, _ = core.beam_predict_paths(X, tree, b)
-            out.setdefault("beam", []).append({"beam": b, "path_accuracy": float(np.mean(bb == truth)),
-                                               "depth_accuracy": [float(np.mean(path_nodes[bb, d] ==
-                                                                                path_nodes[truth, d]))
-                                                                  for d in range(path_nodes.shape[1])],
-                                               "agreement_with_exact": float(np.mean(bb == best)),
-                                               "seconds": round(time.perf_counter() - t0, 2)})
+            out.setdefault("beam", []).append(
+                {
+                    "beam": b,
+                    "path_accuracy": float(np.mean(bb == truth)),
+                    "depth_accuracy": [
+                        float(np.mean(path_nodes[bb, d] == path_nodes[truth, d])) for d in range(path_nodes.shape[1])
+                    ],
+                    "agreement_with_exact": float(np.mean(bb == best)),
+                    "seconds": round(time.perf_counter() - t0, 2),
+                }
+            )
     spark.stop()
     return out
 
@@ -291,9 +342,11 @@ def main(argv=None) -> int:
     if args.compare_src:
         # The other engine first, in its own process (its own driver peak), then this one.
         sub = [a for a in (argv if argv is not None else sys.argv[1:])]
-        cmd = [sys.executable, os.path.abspath(__file__)] + _without(sub, "--compare-src", "--compare-dtype", "--out",
-                                                                   "--beam", "--dtype") + [
-            "--out", args.out + ".compare.json", "--dtype", args.compare_dtype or args.dtype]
+        cmd = (
+            [sys.executable, os.path.abspath(__file__)]
+            + _without(sub, "--compare-src", "--compare-dtype", "--out", "--beam", "--dtype")
+            + ["--out", args.out + ".compare.json", "--dtype", args.compare_dtype or args.dtype]
+        )
         env = dict(os.environ, PYTHONPATH=args.compare_src)
         rc = subprocess.call(cmd, env=env)
         if rc == 0:

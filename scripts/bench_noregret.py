@@ -55,8 +55,19 @@ log = logging.getLogger("bench_noregret")
 
 SK_METHODS = ("sk-lr", "sk-mnb", "sk-selftrain")
 DEFAULT_VARIANTS = ["pcem-default", "pcem-paper", "flat-em", "emmc"]
-FIELDS = ["taxonomy", "rate", "seed", "method", "micro_f1", "macro_f1", "train_seconds", "n_labeled",
-          "n_unlabeled", "n_test", "chosen"]
+FIELDS = [
+    "taxonomy",
+    "rate",
+    "seed",
+    "method",
+    "micro_f1",
+    "macro_f1",
+    "train_seconds",
+    "n_labeled",
+    "n_unlabeled",
+    "n_test",
+    "chosen",
+]
 
 
 def dotted_labels(labels: List[str]) -> List[str]:
@@ -71,6 +82,7 @@ INT_SETTINGS = ("posterior_top_k", "max_iter", "components", "seed", "block_size
 def variant_settings(name: str, base):
     """(method, ModelSettings) of a variant name."""
     from pcem_spark.model.settings import PAPER_MODEL_SETTINGS
+
     if name == "pcem-default":
         return replace(base, method="pcem")
     if name == "pcem-paper":
@@ -94,6 +106,7 @@ def sklearn_runs(train_pdf, test_pdf, methods, seed, stop_words="english"):
     from sklearn.linear_model import LogisticRegression
     from sklearn.naive_bayes import MultinomialNB
     from sklearn.semi_supervised import SelfTrainingClassifier
+
     lab = train_pdf["leaf"].notna().to_numpy()
     texts = train_pdf["text"].tolist()
     y = train_pdf["leaf"].to_numpy()
@@ -125,24 +138,43 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--docs", default="out/20ng.jsonl.gz")
     ap.add_argument("--out", default="out/noregret")
-    ap.add_argument("--taxonomies", default="20ng,dotted",
-                    help="'dotted' = 20NG's dotted group names; any other name = the documents' own labels "
-                         "(the name is what the CSV calls them)")
+    ap.add_argument(
+        "--taxonomies",
+        default="20ng,dotted",
+        help="'dotted' = 20NG's dotted group names; any other name = the documents' own labels "
+        "(the name is what the CSV calls them)",
+    )
     ap.add_argument("--rates", default="0.01,0.05,0.1,0.3,0.9")
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
-                    help="generative variants (pcem-default, pcem-paper, a method name, or name:method:k=v;k=v)")
+    ap.add_argument(
+        "--variants",
+        default=",".join(DEFAULT_VARIANTS),
+        help="generative variants (pcem-default, pcem-paper, a method name, or name:method:k=v;k=v)",
+    )
     ap.add_argument("--sklearn", default=",".join(SK_METHODS), help="scikit-learn peers ('' for none)")
-    ap.add_argument("--mllib", default="",
-                    help="this package's MLlib baselines on the labelled documents, as 'mllib-lr', 'mllib-svm' "
-                         "(C = --mllib-c, TF-IDF over the package's vocabulary; '' for none)")
-    ap.add_argument("--mllib-c", type=float, default=10.0,
-                    help="C of the MLlib baselines (10 = the scikit-learn peer's C; `pcem experiment` uses 1)")
-    ap.add_argument("--emmc-rates", default="0.3,0.9",
-                    help="rates at which the emmc variant runs (issue 9 compares with EMMC at 30%% and 90%%; "
-                         "'all' for every rate)")
-    ap.add_argument("--sk-stop-words", default="english", choices=["english", "none"],
-                    help="stop words of the scikit-learn peers (match features.stop_words)")
+    ap.add_argument(
+        "--mllib",
+        default="",
+        help="this package's MLlib baselines on the labelled documents, as 'mllib-lr', 'mllib-svm' "
+        "(C = --mllib-c, TF-IDF over the package's vocabulary; '' for none)",
+    )
+    ap.add_argument(
+        "--mllib-c",
+        type=float,
+        default=10.0,
+        help="C of the MLlib baselines (10 = the scikit-learn peer's C; `pcem experiment` uses 1)",
+    )
+    ap.add_argument(
+        "--emmc-rates",
+        default="0.3,0.9",
+        help="rates at which the emmc variant runs (issue 9 compares with EMMC at 30%% and 90%%; 'all' for every rate)",
+    )
+    ap.add_argument(
+        "--sk-stop-words",
+        default="english",
+        choices=["english", "none"],
+        help="stop words of the scikit-learn peers (match features.stop_words)",
+    )
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--config", default="conf/pcem.toml")
     args = ap.parse_args(argv)
@@ -155,15 +187,14 @@ def main(argv=None) -> int:
 
     from pcem_spark import engine
     from pcem_spark.cli.config import load_settings
-    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.core.taxonomy import Taxonomy
+    from pcem_spark.engine.features import featurize, fit_vocabulary
+    from pcem_spark.engine.session import build_session
     from pcem_spark.evaluation.metrics import evaluate_predictions
     from pcem_spark.experiment.protocol import assign_roles
-    from pcem_spark.engine.features import featurize, fit_vocabulary
+    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.ml import PathEM, tuning
     from pcem_spark.model.fitting import fit_blocks
-    from pcem_spark.engine.session import build_session
-    from pcem_spark.ml import PathEM
-    from pcem_spark.core.taxonomy import Taxonomy
-    from pcem_spark.ml import tuning
 
     settings = load_settings(args.config, args.overrides)
     spark = build_session(settings.spark)
@@ -194,23 +225,30 @@ def main(argv=None) -> int:
     if bad:
         ap.error(f"--mllib: unknown {bad}; known: mllib-lr, mllib-svm")
     for tax_name in args.taxonomies.split(","):
-        docs = base_docs if tax_name != "dotted" else \
-            base_docs.withColumn("labels", dotted_udf("labels")).cache()
+        docs = base_docs if tax_name != "dotted" else base_docs.withColumn("labels", dotted_udf("labels")).cache()
         paths = [r[0] for r in docs.select("labels").distinct().collect()]
         taxonomy = Taxonomy.from_label_paths(paths)
         log.info("taxonomy %s: %r", tax_name, taxonomy)
         for rate in [float(r) for r in args.rates.split(",")]:
             for seed in [int(s) for s in args.seeds.split(",")]:
-                todo = [m for m in variants + sk_methods + mllib_methods if (tax_name, rate, seed, m) not in done
-                        and (m != "emmc" or args.emmc_rates == "all"
-                             or rate in [float(r) for r in args.emmc_rates.split(",") if r])]
+                todo = [
+                    m
+                    for m in variants + sk_methods + mllib_methods
+                    if (tax_name, rate, seed, m) not in done
+                    and (
+                        m != "emmc"
+                        or args.emmc_rates == "all"
+                        or rate in [float(r) for r in args.emmc_rates.split(",") if r]
+                    )
+                ]
                 if not todo:
                     continue
                 roled = assign_roles(docs, seed, 0.2, rate).cache()
                 train = roled.where(F.col("role") != "test")
                 test = roled.where(F.col("role") == "test").select("id", "text", "labels").cache()
-                masked = train.select("id", "text",
-                                      F.when(F.col("role") == "labeled", F.col("labels")).alias("labels")).cache()
+                masked = train.select(
+                    "id", "text", F.when(F.col("role") == "labeled", F.col("labels")).alias("labels")
+                ).cache()
                 n_lab = masked.where(F.col("labels").isNotNull()).count()
                 n_unlab = masked.count() - n_lab
                 n_test = test.count()
@@ -219,44 +257,86 @@ def main(argv=None) -> int:
                 blocks = None
 
                 def record(method, metrics, secs, chosen=""):
-                    row = {"taxonomy": tax_name, "rate": rate, "seed": seed, "method": method,
-                           "micro_f1": round(100 * metrics["micro_f1"], 3),
-                           "macro_f1": round(100 * metrics["macro_f1"], 3), "train_seconds": round(secs, 2),
-                           "n_labeled": n_lab, "n_unlabeled": n_unlab, "n_test": n_test, "chosen": chosen}
+                    row = {
+                        "taxonomy": tax_name,
+                        "rate": rate,
+                        "seed": seed,
+                        "method": method,
+                        "micro_f1": round(100 * metrics["micro_f1"], 3),
+                        "macro_f1": round(100 * metrics["macro_f1"], 3),
+                        "train_seconds": round(secs, 2),
+                        "n_labeled": n_lab,
+                        "n_unlabeled": n_unlab,
+                        "n_test": n_test,
+                        "chosen": chosen,
+                    }
                     rows.append(row)
                     save()
-                    log.info("%s rate=%g seed=%d %-14s micro %.2f macro %.2f (%.1fs) %s", tax_name, rate, seed,
-                             method, row["micro_f1"], row["macro_f1"], secs, chosen)
+                    log.info(
+                        "%s rate=%g seed=%d %-14s micro %.2f macro %.2f (%.1fs) %s",
+                        tax_name,
+                        rate,
+                        seed,
+                        method,
+                        row["micro_f1"],
+                        row["macro_f1"],
+                        secs,
+                        chosen,
+                    )
 
                 for v in [m for m in todo if m in variants]:
                     ms = variant_settings(v, settings.model)
                     t0 = time.perf_counter()
                     model = None
                     if ms.auto_params():
-                        ms, info, model = tuning.resolve_auto(feats, taxonomy, vocabulary, settings.features, ms,
-                                                              settings.tune, seed=seed,
-                                                              estimator_class=PathEM)
+                        ms, info, model = tuning.resolve_auto(
+                            feats,
+                            taxonomy,
+                            vocabulary,
+                            settings.features,
+                            ms,
+                            settings.tune,
+                            seed=seed,
+                            estimator_class=PathEM,
+                        )
                     if model is None:
                         if blocks is None:
-                            blocks = engine.cache_blocks(engine.blocks_from_labels(
-                                feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True), len(vocabulary),
-                                settings.model.block_size))
+                            blocks = engine.cache_blocks(
+                                engine.blocks_from_labels(
+                                    feats,
+                                    taxonomy.path_lookup(),
+                                    taxonomy.path_node_matrix(sparse=True),
+                                    len(vocabulary),
+                                    settings.model.block_size,
+                                )
+                            )
                         model, _ = fit_blocks(blocks, taxonomy, vocabulary, settings.features, ms.resolved())
                     secs = time.perf_counter() - t0
                     summary = model.training_summary
-                    chosen = json.dumps({**summary.get("tuning", {}).get("chosen", {}),
-                                         "smoothing": model.model_settings.smoothing,
-                                         "n_iter": summary.get("n_iter")})
+                    chosen = json.dumps(
+                        {
+                            **summary.get("tuning", {}).get("chosen", {}),
+                            "smoothing": model.model_settings.smoothing,
+                            "n_iter": summary.get("n_iter"),
+                        }
+                    )
                     pred = model.transform(test).cache()
                     record(v, evaluate_predictions(pred, taxonomy), secs, chosen)
                     pred.unpersist()
                 for m in [m for m in todo if m in mllib_methods]:
                     from pcem_spark.baselines.discriminative import fit_linear
                     from pcem_spark.experiment.protocol import _label_path_index
+
                     t0 = time.perf_counter()
-                    model, _ = fit_linear(feats.select("features", _label_path_index(taxonomy).alias("path_index")),
-                                          m.split("-", 1)[1], taxonomy, vocabulary, settings.features,
-                                          C=args.mllib_c, block_size=settings.model.block_size)
+                    model, _ = fit_linear(
+                        feats.select("features", _label_path_index(taxonomy).alias("path_index")),
+                        m.split("-", 1)[1],
+                        taxonomy,
+                        vocabulary,
+                        settings.features,
+                        C=args.mllib_c,
+                        block_size=settings.model.block_size,
+                    )
                     secs = time.perf_counter() - t0
                     pred = model.transform(test).cache()
                     record(m, evaluate_predictions(pred, taxonomy), secs, json.dumps({"C": args.mllib_c}))
@@ -266,12 +346,16 @@ def main(argv=None) -> int:
                     train_pdf = masked.select("text", F.element_at("labels", -1).alias("leaf")).toPandas()
                     test_pdf = test.select("id", "text", "labels").toPandas()
                     path_of_leaf = {p[-1]: list(p) for p in paths}
-                    for m, leaves, secs in sklearn_runs(train_pdf, test_pdf, [m for m in todo if m in sk_methods],
-                                                        seed, args.sk_stop_words):
+                    for m, leaves, secs in sklearn_runs(
+                        train_pdf, test_pdf, [m for m in todo if m in sk_methods], seed, args.sk_stop_words
+                    ):
                         pred = spark.createDataFrame(
-                            [(i, path_of_leaf[leaf], list(lab)) for i, leaf, lab in
-                             zip(test_pdf["id"], leaves, test_pdf["labels"])],
-                            "id string, path array<string>, labels array<string>")
+                            [
+                                (i, path_of_leaf[leaf], list(lab))
+                                for i, leaf, lab in zip(test_pdf["id"], leaves, test_pdf["labels"])
+                            ],
+                            "id string, path array<string>, labels array<string>",
+                        )
                         record(m, evaluate_predictions(pred, taxonomy), secs)
                 if blocks is not None:
                     blocks.unpersist()
@@ -287,13 +371,19 @@ def write_summary(rows, path: str) -> None:
     groups: Dict[tuple, List[dict]] = {}
     for r in rows:
         groups.setdefault((r["taxonomy"], float(r["rate"]), r["method"]), []).append(r)
-    mean = {k: (np.mean([float(r["micro_f1"]) for r in v]), np.mean([float(r["macro_f1"]) for r in v]), len(v))
-            for k, v in groups.items()}
+    mean = {
+        k: (np.mean([float(r["micro_f1"]) for r in v]), np.mean([float(r["macro_f1"]) for r in v]), len(v))
+        for k, v in groups.items()
+    }
     methods = sorted({k[2] for k in mean}, key=lambda m: (m.startswith("sk-"), m))
     lines = []
     for tax in sorted({k[0] for k in mean}):
-        lines += [f"### {tax}: micro / macro F1 (%), mean over seeds (n)", "",
-                  "| rate | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+        lines += [
+            f"### {tax}: micro / macro F1 (%), mean over seeds (n)",
+            "",
+            "| rate | " + " | ".join(methods) + " |",
+            "|---|" + "---|" * len(methods),
+        ]
         for rate in sorted({k[1] for k in mean if k[0] == tax}):
             cells = []
             for m in methods:
@@ -301,9 +391,12 @@ def write_summary(rows, path: str) -> None:
                 cells.append("" if v is None else f"{v[0]:.2f} / {v[1]:.2f} ({v[2]})")
             lines.append(f"| {100 * rate:g}% | " + " | ".join(cells) + " |")
         lines.append("")
-        lines += ["Gap of pcem-default to each peer (micro / macro; positive = default ahead):", "",
-                  "| rate | " + " | ".join(m for m in methods if m != "pcem-default") + " |",
-                  "|---|" + "---|" * (len(methods) - 1)]
+        lines += [
+            "Gap of pcem-default to each peer (micro / macro; positive = default ahead):",
+            "",
+            "| rate | " + " | ".join(m for m in methods if m != "pcem-default") + " |",
+            "|---|" + "---|" * (len(methods) - 1),
+        ]
         for rate in sorted({k[1] for k in mean if k[0] == tax}):
             d = mean.get((tax, rate, "pcem-default"))
             cells = []

@@ -20,6 +20,7 @@ function words ("How do I ...", "What does ..."), so this is not a lookup.
 Rows: ``OUT/results.csv`` (bench_noregret's columns + ``stop_words``);
 ``OUT/summary.md`` the means. Resumable like bench_noregret.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,8 +85,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="out/stopwords")
     ap.add_argument("--rates", default="0.1")
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--variants", default="pcem-default,pcem-paper,pcnb-flat:pcem:unlabeled_weight=0;path_weight=0",
-                    help="as bench_noregret's; pcnb-flat = no EM, own path only (λ 0, γ 0)")
+    ap.add_argument(
+        "--variants",
+        default="pcem-default,pcem-paper,pcnb-flat:pcem:unlabeled_weight=0;path_weight=0",
+        help="as bench_noregret's; pcnb-flat = no EM, own path only (λ 0, γ 0)",
+    )
     ap.add_argument("--sklearn", default="sk-lr,sk-mnb,sk-selftrain")
     ap.add_argument("--mllib", default="mllib-lr", help="as bench_noregret's ('' for none)")
     ap.add_argument("--topical-seeds", default="0", help="seeds of the 20NG (topical) comparison ('' for none)")
@@ -110,11 +114,32 @@ def main(argv=None) -> int:
         runs.append(("20ng", args.docs, args.topical_seeds))
     for stop in ("english", "none"):
         for name, docs, seeds in runs:
-            bench_noregret.main(["--docs", docs, "--out", os.path.join(args.out, f"{name}-{stop}"),
-                                 "--taxonomies", name, "--rates", args.rates, "--seeds", seeds,
-                                 "--variants", args.variants, "--sklearn", args.sklearn, "--mllib", args.mllib,
-                                 "--emmc-rates", "",
-                                 "--sk-stop-words", stop, "--set", f'features.stop_words="{stop}"'])
+            bench_noregret.main(
+                [
+                    "--docs",
+                    docs,
+                    "--out",
+                    os.path.join(args.out, f"{name}-{stop}"),
+                    "--taxonomies",
+                    name,
+                    "--rates",
+                    args.rates,
+                    "--seeds",
+                    seeds,
+                    "--variants",
+                    args.variants,
+                    "--sklearn",
+                    args.sklearn,
+                    "--mllib",
+                    args.mllib,
+                    "--emmc-rates",
+                    "",
+                    "--sk-stop-words",
+                    stop,
+                    "--set",
+                    f'features.stop_words="{stop}"',
+                ]
+            )
 
     rows = []
     for stop in ("english", "none"):
@@ -128,8 +153,10 @@ def main(argv=None) -> int:
         w.writeheader()
         w.writerows(rows)
     # Summary: one table per corpus, the two stop-word settings side by side as "taxonomy" names.
-    bench_noregret.write_summary([{**r, "taxonomy": f'{r["taxonomy"]}, stop_words={r["stop_words"]}'}
-                                  for r in rows], os.path.join(args.out, "summary.md"))
+    bench_noregret.write_summary(
+        [{**r, "taxonomy": f"{r['taxonomy']}, stop_words={r['stop_words']}"} for r in rows],
+        os.path.join(args.out, "summary.md"),
+    )
     print(open(os.path.join(args.out, "summary.md")).read())
     return 0
 

@@ -42,8 +42,22 @@ from typing import Dict, List
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-FIELDS = ["rate", "seed", "run", "n_labeled", "n_unlabeled", "n_iter", "converged", "em_seconds", "train_seconds",
-          "micro_f1", "macro_f1", "terms_kept", "terms_dropped", "terms_new"]
+FIELDS = [
+    "rate",
+    "seed",
+    "run",
+    "n_labeled",
+    "n_unlabeled",
+    "n_iter",
+    "converged",
+    "em_seconds",
+    "train_seconds",
+    "micro_f1",
+    "macro_f1",
+    "terms_kept",
+    "terms_dropped",
+    "terms_new",
+]
 SETTINGS = ["--set", "model.smoothing=0.1", "--set", "model.unlabeled_weight=0.3", "--set", "model.path_weight=0"]
 RUNS = ("A", "cold", "warm", "warm-nolabels")
 
@@ -60,8 +74,12 @@ def split_halves(docs_path: str, out_dir: str) -> Dict[str, str]:
             (train if doc.get("split") == "train" else test).append(doc)
     train.sort(key=lambda d: hashlib.md5(d["id"].encode("utf-8")).hexdigest())
     half = len(train) // 2
-    parts = {"half1": train[:half], "half2": train[half:], "test": test,
-             "half2_nolabels": [{**d, "labels": None} for d in train[half:]]}
+    parts = {
+        "half1": train[:half],
+        "half2": train[half:],
+        "test": test,
+        "half2_nolabels": [{**d, "labels": None} for d in train[half:]],
+    }
     for name, rows in parts.items():
         tmp = paths[name] + ".tmp"
         with gzip.open(tmp, "wt", encoding="utf-8") as fh:
@@ -90,6 +108,7 @@ def append_row(csv_path: str, row: dict) -> None:
 
 def run_one(main, paths, out_dir, rate, seed, run) -> dict:
     from pcem_spark.model.path_model import PathModel
+
     tag = f"r{rate:g}_s{seed}"
     model = os.path.join(out_dir, "models", f"{run}_{tag}")
     a_model = os.path.join(out_dir, "models", f"A_{tag}")
@@ -118,12 +137,22 @@ def run_one(main, paths, out_dir, rate, seed, run) -> dict:
         m = json.load(fh)
     summary = PathModel.load(model).training_summary
     ws = summary.get("warm_start") or {}
-    return {"rate": rate, "seed": seed, "run": run, "n_labeled": summary["n_labeled"],
-            "n_unlabeled": summary["n_unlabeled"], "n_iter": summary["n_iter"], "converged": summary["converged"],
-            "em_seconds": round(sum(summary["iter_seconds"]), 2), "train_seconds": round(train_seconds, 2),
-            "micro_f1": round(100 * m["micro_f1"], 2), "macro_f1": round(100 * m["macro_f1"], 2),
-            "terms_kept": ws.get("terms_kept", ""), "terms_dropped": ws.get("terms_dropped", ""),
-            "terms_new": ws.get("terms_new", "")}
+    return {
+        "rate": rate,
+        "seed": seed,
+        "run": run,
+        "n_labeled": summary["n_labeled"],
+        "n_unlabeled": summary["n_unlabeled"],
+        "n_iter": summary["n_iter"],
+        "converged": summary["converged"],
+        "em_seconds": round(sum(summary["iter_seconds"]), 2),
+        "train_seconds": round(train_seconds, 2),
+        "micro_f1": round(100 * m["micro_f1"], 2),
+        "macro_f1": round(100 * m["macro_f1"], 2),
+        "terms_kept": ws.get("terms_kept", ""),
+        "terms_dropped": ws.get("terms_dropped", ""),
+        "terms_new": ws.get("terms_new", ""),
+    }
 
 
 def summarise(rows: List[dict]) -> str:
@@ -133,17 +162,21 @@ def summarise(rows: List[dict]) -> str:
             return f"{values[0]:.2f}" if values else "-"
         return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
-    out = ["| rate | run | seeds | labelled | EM iterations | EM seconds | train seconds | micro-F1 | macro-F1 |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| rate | run | seeds | labelled | EM iterations | EM seconds | train seconds | micro-F1 | macro-F1 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for rate in sorted({float(r["rate"]) for r in rows}):
         for run in RUNS:
             sel = [r for r in rows if float(r["rate"]) == rate and r["run"] == run]
             if not sel:
                 continue
-            out.append(f"| {rate:g} | {run} | {len(sel)} | {stat(r['n_labeled'] for r in sel)} | "
-                       f"{stat(r['n_iter'] for r in sel)} | {stat(r['em_seconds'] for r in sel)} | "
-                       f"{stat(r['train_seconds'] for r in sel)} | {stat(r['micro_f1'] for r in sel)} | "
-                       f"{stat(r['macro_f1'] for r in sel)} |")
+            out.append(
+                f"| {rate:g} | {run} | {len(sel)} | {stat(r['n_labeled'] for r in sel)} | "
+                f"{stat(r['n_iter'] for r in sel)} | {stat(r['em_seconds'] for r in sel)} | "
+                f"{stat(r['train_seconds'] for r in sel)} | {stat(r['micro_f1'] for r in sel)} | "
+                f"{stat(r['macro_f1'] for r in sel)} |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -157,6 +190,7 @@ def main_bench(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     paths = split_halves(args.docs, args.out)
     from pcem_spark.cli.main import main
+
     csv_path = os.path.join(args.out, "results.csv")
     have = {(float(r["rate"]), int(r["seed"]), r["run"]) for r in done_rows(csv_path)}
     for rate in [float(x) for x in args.rates.split(",")]:

@@ -14,12 +14,15 @@ def spark():
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (SparkSession.builder.master("local[2]").appName("pcem-spark-tests")
-               .config("spark.sql.shuffle.partitions", "4")
-               .config("spark.default.parallelism", "2")
-               .config("spark.ui.enabled", "false")
-               .config("spark.driver.memory", "2g")
-               .getOrCreate())
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("pcem-spark-tests")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

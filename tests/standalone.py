@@ -90,9 +90,15 @@ def cmdline(pid: int) -> str:
 class StandaloneCluster:
     """One master and ``workers`` workers on 127.0.0.1; a context manager."""
 
-    def __init__(self, workers: int = 2, cores_per_worker: int = 1, memory: str = "1g",
-                 worker_env: Optional[Dict[str, str]] = None, log_dir: Optional[str] = None,
-                 start_timeout: float = 120.0):
+    def __init__(
+        self,
+        workers: int = 2,
+        cores_per_worker: int = 1,
+        memory: str = "1g",
+        worker_env: Optional[Dict[str, str]] = None,
+        log_dir: Optional[str] = None,
+        start_timeout: float = 120.0,
+    ):
         self.n_workers = workers
         self.cores_per_worker = cores_per_worker
         self.memory = memory
@@ -133,25 +139,53 @@ class StandaloneCluster:
         # Each daemon runs in its own process group, so stop() can signal it
         # (and nothing else) even if it forked.
         self.master = subprocess.Popen(
-            [spark_class, "org.apache.spark.deploy.master.Master", "--host", LOOPBACK,
-             "--port", str(self.port), "--webui-port", str(self.webui_port)],
-            env=master_env, stdout=self._log("master.log"), stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                LOOPBACK,
+                "--port",
+                str(self.port),
+                "--webui-port",
+                str(self.webui_port),
+            ],
+            env=master_env,
+            stdout=self._log("master.log"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self._wait(lambda state: state is not None, "master to start")
         for i in range(self.n_workers):
             self.start_worker(i)
-        self._wait(lambda state: state and state.get("aliveworkers", 0) >= self.n_workers,
-                   f"{self.n_workers} workers to register")
+        self._wait(
+            lambda state: state and state.get("aliveworkers", 0) >= self.n_workers,
+            f"{self.n_workers} workers to register",
+        )
 
     def start_worker(self, index: int) -> subprocess.Popen:
         env = loopback_env(self.worker_env)
         work_dir = os.path.join(self.log_dir or "/tmp", f"worker-{index}-{self.port}")
         worker = subprocess.Popen(
-            [spark_bin("spark-class"), "org.apache.spark.deploy.worker.Worker", self.master_url,
-             "--host", LOOPBACK, "--cores", str(self.cores_per_worker), "--memory", self.memory,
-             "--webui-port", str(free_port()), "--work-dir", work_dir],
-            env=env, stdout=self._log(f"worker-{index}.log"), stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [
+                spark_bin("spark-class"),
+                "org.apache.spark.deploy.worker.Worker",
+                self.master_url,
+                "--host",
+                LOOPBACK,
+                "--cores",
+                str(self.cores_per_worker),
+                "--memory",
+                self.memory,
+                "--webui-port",
+                str(free_port()),
+                "--work-dir",
+                work_dir,
+            ],
+            env=env,
+            stdout=self._log(f"worker-{index}.log"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.workers.append(worker)
         return worker
 
@@ -176,8 +210,7 @@ class StandaloneCluster:
     def executor_pids(self, worker_index: int) -> List[int]:
         """PIDs of the executor JVMs the worker ``worker_index`` launched."""
         worker = self.workers[worker_index]
-        return [pid for pid in children(worker.pid)
-                if "CoarseGrainedExecutorBackend" in cmdline(pid)]
+        return [pid for pid in children(worker.pid) if "CoarseGrainedExecutorBackend" in cmdline(pid)]
 
     def stop(self) -> None:
         procs = list(self.workers) + ([self.master] if self.master else [])

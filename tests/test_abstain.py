@@ -18,18 +18,23 @@ import scipy.sparse as sp
 from chispa import assert_df_equality
 
 from pcem_spark import core
-from pcem_spark.engine.arrow_io import prefix_path_arrays, top_paths_array
-from pcem_spark.evaluation.metrics import evaluate_predictions
-from pcem_spark.engine.features import FeatureSettings
 from pcem_spark.core.methods import method_spec
+from pcem_spark.core.taxonomy import Taxonomy
+from pcem_spark.engine.arrow_io import prefix_path_arrays, top_paths_array
+from pcem_spark.engine.features import FeatureSettings
+from pcem_spark.evaluation.metrics import evaluate_predictions
+from pcem_spark.ml import train
 from pcem_spark.model.schema import PREDICTION_SCHEMA, abstention_counts, prediction_schema
 from pcem_spark.model.settings import ModelSettings
-from pcem_spark.ml import train
-from pcem_spark.core.taxonomy import Taxonomy
 
 # Depth 3; "med" is a depth-2 leaf (one dummy) and "misc" a depth-1 leaf (two dummies).
-TREE = {"ROOT": ["sci", "rec", "misc"], "sci": ["space", "med"], "space": ["rockets", "planets"],
-        "rec": ["sport"], "sport": ["hockey", "baseball"]}
+TREE = {
+    "ROOT": ["sci", "rec", "misc"],
+    "sci": ["space", "med"],
+    "space": ["rockets", "planets"],
+    "rec": ["sport"],
+    "sport": ["hockey", "baseball"],
+}
 TAX = Taxonomy(TREE)
 WORDS = {
     "rockets": "launch booster thrust nozzle propellant countdown",
@@ -47,6 +52,7 @@ SETTINGS = dict(smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, max_iter=5
 # =====================================================================
 # Dense references
 # =====================================================================
+
 
 def ref_parents(tax):
     """Parent of every padded node (None at depth 1), read off the padded paths."""
@@ -70,7 +76,7 @@ def ref_path_posteriors(jll_row, tax, method, components=2):
         post = ref_softmax(dict(enumerate(jll_row)))
         return np.array([post[j] for j in range(M)])
     if method in ("nbmc", "emmc"):
-        post = ref_softmax(dict(enumerate(jll_row)))       # component r belongs to path r // components
+        post = ref_softmax(dict(enumerate(jll_row)))  # component r belongs to path r // components
         return np.array([sum(post[j * components + c] for c in range(components)) for j in range(M)])
     score = dict(zip(tax.nodes, jll_row))
     parent = ref_parents(tax)
@@ -109,12 +115,13 @@ def ref_kept(best, marg, tax, p):
 # Pure functions
 # =====================================================================
 
+
 @pytest.mark.parametrize("method", ["pcem", "emmc", "tdnb", "wdnb"])
 def test_path_posteriors_match_the_reference(method):
     spec = method_spec(TAX, method, components=2)
     rng = np.random.default_rng(1)
     jll = rng.normal(scale=3.0, size=(9, spec.n_components))
-    jll[0] = 0.0                                    # a row with no evidence at all
+    jll[0] = 0.0  # a row with no evidence at all
     got = core.path_posteriors(jll, spec.structure)
     assert got.shape == (9, TAX.n_paths)
     ref = np.vstack([ref_path_posteriors(row, TAX, method) for row in jll])
@@ -157,15 +164,15 @@ def test_path_node_table_marks_dummies_and_names_the_real_path():
     for j in range(TAX.n_paths):
         real = [TAX.nodes[k] for k in table[j] if k >= 0]
         assert real == TAX.real_path(j)
-        assert list(table[j, len(real):]) == [-1] * (TAX.depth - len(real))   # dummies only at the end
-    assert any(-1 in row for row in table)                                     # the fixture has padded leaves
+        assert list(table[j, len(real) :]) == [-1] * (TAX.depth - len(real))  # dummies only at the end
+    assert any(-1 in row for row in table)  # the fixture has padded leaves
 
 
 @pytest.mark.parametrize("p", [0.0, 0.2, 0.4, 0.5, 0.75, 0.9, 0.99, 1.0])
 def test_abstain_depth_is_the_deepest_node_at_or_above_p(p):
     rng = np.random.default_rng(4)
     post = rng.dirichlet(np.full(TAX.n_paths, 0.3), size=200)
-    post[0] = np.eye(TAX.n_paths)[5]                 # certain documents
+    post[0] = np.eye(TAX.n_paths)[5]  # certain documents
     post[1] = np.eye(TAX.n_paths)[TAX.leaves.index("misc")]
     best = post.argmax(axis=1)
     marg = core.node_marginals(post, TAX.path_node_matrix())
@@ -178,19 +185,19 @@ def test_abstain_depth_is_the_deepest_node_at_or_above_p(p):
         np.testing.assert_array_equal(kept, [len(TAX.real_path(j)) for j in best])
     if p == 1.0:
         assert kept[0] == len(TAX.real_path(best[0])) and kept[1] == 1
-        assert (kept[2:] == 0).all()   # no other row is certain of anything
+        assert (kept[2:] == 0).all()  # no other row is certain of anything
 
 
 def test_top_k_paths_sorted_ties_to_the_lower_index():
     rng = np.random.default_rng(5)
     post = rng.dirichlet(np.ones(8), size=50)
-    post[0] = [0.1, 0.2, 0.2, 0.1, 0.2, 0.05, 0.05, 0.1]      # ties inside and at the k-th value
+    post[0] = [0.1, 0.2, 0.2, 0.1, 0.2, 0.05, 0.05, 0.1]  # ties inside and at the k-th value
     post[1] = np.full(8, 1 / 8)
     for k in (0, 1, 3, 8, 12):
         idx, prob = core.top_k_paths(post, k)
         assert idx.shape == prob.shape == (50, min(k, 8))
         for i in range(len(post)):
-            ref = sorted(range(8), key=lambda j: (-post[i, j], j))[:min(k, 8)]
+            ref = sorted(range(8), key=lambda j: (-post[i, j], j))[: min(k, 8)]
             assert list(idx[i]) == ref, (i, k)
         np.testing.assert_array_equal(prob, np.take_along_axis(post, idx, axis=1))
         if k:
@@ -201,8 +208,9 @@ def test_top_k_paths_sorted_ties_to_the_lower_index():
 def test_predict_path_details_agrees_with_predict_paths():
     rng = np.random.default_rng(6)
     V = 12
-    params = core.PathParameters.from_log_theta(np.log(rng.dirichlet(np.ones(TAX.n_paths))),
-                                                  np.log(rng.dirichlet(np.ones(V), size=TAX.n_paths)))
+    params = core.PathParameters.from_log_theta(
+        np.log(rng.dirichlet(np.ones(TAX.n_paths))), np.log(rng.dirichlet(np.ones(V), size=TAX.n_paths))
+    )
     tables = core.scoring_tables(params)
     X = sp.csr_matrix(rng.poisson(0.6, size=(30, V)).astype(float))
     best, prob = core.predict_paths(X, None, None, None, 0.0, tables=tables)
@@ -226,6 +234,7 @@ def test_predict_path_details_agrees_with_predict_paths():
 
 def test_arrow_prefix_paths_and_top_paths():
     import pyarrow as pa
+
     table = core.path_node_table(TAX.path_node_matrix(), TAX.is_dummy)
     names = pa.array(TAX.nodes, pa.string())
     best = np.array([0, 2, 5, 3, 5, 4])
@@ -240,12 +249,14 @@ def test_arrow_prefix_paths_and_top_paths():
     top = top_paths_array(real, np.array([[1, 0], [4, 2]]), np.array([[0.6, 0.3], [0.5, 0.5]]))
     assert top.to_pylist() == [
         [{"path": TAX.real_path(1), "probability": 0.6}, {"path": TAX.real_path(0), "probability": 0.3}],
-        [{"path": TAX.real_path(4), "probability": 0.5}, {"path": TAX.real_path(2), "probability": 0.5}]]
+        [{"path": TAX.real_path(4), "probability": 0.5}, {"path": TAX.real_path(2), "probability": 0.5}],
+    ]
 
 
 # =====================================================================
 # Spark: the predictions table
 # =====================================================================
+
 
 def _corpus(spark, n_per_leaf=10, n_labeled=2, seed=0, all_labeled=False):
     """Documents mostly of their leaf's words, some mixed with a sibling's or another branch's."""
@@ -258,10 +269,10 @@ def _corpus(spark, n_per_leaf=10, n_labeled=2, seed=0, all_labeled=False):
             other = leaves[(leaves.index(leaf) + 1 + i % 3) % len(leaves)]
             share = [0.0, 0.3, 0.45, 0.6][i % 4] if i >= n_labeled else 0.0
             n_other = int(round(8 * share))
-            words = list(rng.choice(WORDS[leaf].split(), size=8 - n_other)) + \
-                list(rng.choice(WORDS[other].split(), size=n_other))
-            rows.append((f"{leaf}-{i}", " ".join(words),
-                         labels if (all_labeled or i < n_labeled) else None))
+            words = list(rng.choice(WORDS[leaf].split(), size=8 - n_other)) + list(
+                rng.choice(WORDS[other].split(), size=n_other)
+            )
+            rows.append((f"{leaf}-{i}", " ".join(words), labels if (all_labeled or i < n_labeled) else None))
     return spark.createDataFrame(rows, DOC_SCHEMA)
 
 
@@ -281,8 +292,9 @@ def test_default_predictions_are_unchanged(spark, models, truth):
     model = models["pcem"]
     default = model.transform(truth)
     src_schema = truth.schema
-    today = [src_schema["id"]] + [PREDICTION_SCHEMA[c] for c in ("path", "leaf", "probability")] + \
-        [src_schema["labels"]]
+    today = (
+        [src_schema["id"]] + [PREDICTION_SCHEMA[c] for c in ("path", "leaf", "probability")] + [src_schema["labels"]]
+    )
     assert default.schema.fields == today
     assert prediction_schema() == PREDICTION_SCHEMA
     explicit = model.transform(truth, min_probability=0.0, top_k=0)
@@ -293,9 +305,16 @@ def test_default_predictions_are_unchanged(spark, models, truth):
     assert_df_equality(with_top.select(*default.columns), default)
     # and the rows are those of core.predict_paths on the same counts
     from pcem_spark.engine.features import featurize
+
     feats = featurize(truth, model.vocabulary, model.feature_settings).select("id", "features").collect()
-    X = sp.vstack([sp.csr_matrix((f.features.values, f.features.indices, [0, len(f.features.indices)]),
-                                 shape=(1, len(model.vocabulary))) for f in feats]).tocsr()
+    X = sp.vstack(
+        [
+            sp.csr_matrix(
+                (f.features.values, f.features.indices, [0, len(f.features.indices)]), shape=(1, len(model.vocabulary))
+            )
+            for f in feats
+        ]
+    ).tocsr()
     best, prob = core.predict_paths(X, model.log_prior, model.log_theta, None, model.model_settings.doc_length)
     got = {r["id"]: r for r in default.collect()}
     for f, j, q in zip(feats, best, prob):
@@ -307,7 +326,7 @@ def _marginals_from_top_paths(top_paths):
     marg = {}
     for t in top_paths:
         for d in range(len(t["path"])):
-            marg[tuple(t["path"][:d + 1])] = marg.get(tuple(t["path"][:d + 1]), 0.0) + t["probability"]
+            marg[tuple(t["path"][: d + 1])] = marg.get(tuple(t["path"][: d + 1]), 0.0) + t["probability"]
     return marg
 
 
@@ -325,7 +344,7 @@ def test_kept_prefix_is_the_deepest_node_with_marginal_at_least_p(spark, models,
             marg = _marginals_from_top_paths(ref["top_paths"])
             kept = 0
             for d in range(len(ref["path"])):
-                if marg.get(tuple(ref["path"][:d + 1]), 0.0) >= p - 1e-12:
+                if marg.get(tuple(ref["path"][: d + 1]), 0.0) >= p - 1e-12:
                     kept += 1
                 else:
                     break
@@ -337,7 +356,7 @@ def test_kept_prefix_is_the_deepest_node_with_marginal_at_least_p(spark, models,
             assert r["path_probability"] >= p - 1e-12
             assert not any("#dummy" in n for n in r["path"])
             n_cut += len(r["path"]) < len(ref["path"])
-    assert n_cut > 0   # the corpus has uncertain documents
+    assert n_cut > 0  # the corpus has uncertain documents
 
 
 @pytest.mark.parametrize("method", ["pcem", "emmc", "tdnb", "wdnb"])
@@ -362,7 +381,7 @@ def test_top_paths_sorted_and_led_by_the_argmax(spark, models, truth, method):
 def test_min_probability_one_keeps_only_certain_nodes(spark, truth):
     docs = _corpus(spark)
     model, _ = train(docs, TAX, FS, ModelSettings(method="pcnb", doc_length=0.0, **SETTINGS))
-    long_doc = " ".join([WORDS["hockey"]] * 60)     # overwhelming evidence: posterior 1.0 in float64
+    long_doc = " ".join([WORDS["hockey"]] * 60)  # overwhelming evidence: posterior 1.0 in float64
     extra = spark.createDataFrame([("certain", long_doc, ["rec", "sport", "hockey"])], DOC_SCHEMA)
     out = model.transform(truth.unionByName(extra), min_probability=1.0).collect()
     default = {r["id"]: r for r in model.transform(truth.unionByName(extra)).collect()}
@@ -370,7 +389,7 @@ def test_min_probability_one_keeps_only_certain_nodes(spark, truth):
     assert by_id["certain"]["path"] == ["rec", "sport", "hockey"]
     for r in out:
         if r["path"]:
-            assert r["path_probability"] == 1.0 and r["path"] == default[r["id"]]["path"][:len(r["path"])]
+            assert r["path_probability"] == 1.0 and r["path"] == default[r["id"]]["path"][: len(r["path"])]
         else:
             assert r["leaf"] is None and r["path_probability"] == 1.0
     assert sum(not r["path"] for r in out) > 0
@@ -388,15 +407,17 @@ def test_evaluate_scores_abstained_predictions_by_node(spark, models, truth):
     assert m["n_documents"] == base["n_documents"]
     assert m["micro_precision"] > base["micro_precision"]
     assert m["micro_recall"] < base["micro_recall"]
-    n_pred = lambda mm: sum(v["tp"] + v["fp"] for v in mm["per_node"].values())   # noqa: E731
-    n_true = lambda mm: sum(v["tp"] + v["fn"] for v in mm["per_node"].values())   # noqa: E731
+    n_pred = lambda mm: sum(v["tp"] + v["fp"] for v in mm["per_node"].values())  # noqa: E731
+    n_true = lambda mm: sum(v["tp"] + v["fn"] for v in mm["per_node"].values())  # noqa: E731
     assert n_pred(m) < n_pred(base) and n_true(m) == n_true(base)
     cut.unpersist()
 
 
 def test_evaluate_counts_an_empty_path_as_missed_true_nodes(spark):
-    pred = spark.createDataFrame([("1", [], ["sci", "med"]), ("2", ["sci"], ["sci", "space", "rockets"])],
-                                 "id string, path array<string>, labels array<string>")
+    pred = spark.createDataFrame(
+        [("1", [], ["sci", "med"]), ("2", ["sci"], ["sci", "space", "rockets"])],
+        "id string, path array<string>, labels array<string>",
+    )
     m = evaluate_predictions(pred, TAX)
     pn = m["per_node"]
     assert pn["sci"] == {"tp": 1, "fp": 0, "fn": 1}
@@ -408,9 +429,18 @@ def test_evaluate_counts_an_empty_path_as_missed_true_nodes(spark):
 
 def test_pyspark_ml_model_params(spark, models):
     from pcem_spark.ml.estimator import PathEM, PathEMModel
+
     docs = _corpus(spark)
-    est = PathEM(taxonomy=TAX.to_json(), minDF=1.0, maxDF=1.0, vocabSize=0, smoothing=1.0, unlabeledWeight=1.0,
-                 pathWeight=1.0, maxIter=3)
+    est = PathEM(
+        taxonomy=TAX.to_json(),
+        minDF=1.0,
+        maxDF=1.0,
+        vocabSize=0,
+        smoothing=1.0,
+        unlabeledWeight=1.0,
+        pathWeight=1.0,
+        maxIter=3,
+    )
     fitted = est.fit(docs)
     assert isinstance(fitted, PathEMModel)
     assert fitted.transform(docs).columns == docs.columns + ["path", "leaf", "probability"]
@@ -426,6 +456,7 @@ def test_pyspark_ml_model_params(spark, models):
 # CLI
 # =====================================================================
 
+
 def _write_docs(path, df):
     with open(path, "w") as fh:
         for r in df.collect():
@@ -433,17 +464,31 @@ def _write_docs(path, df):
     return str(path)
 
 
-@pytest.mark.parametrize("flags,needle", [
-    (["--min-probability", "1.5"], "--min-probability must be a number in [0, 1]"),
-    (["--min-probability", "-0.1"], "--min-probability must be a number in [0, 1]"),
-    (["--top-k", "-1"], "--top-k must be an integer >= 0"),
-    (["--set", "predict.min_probability=2"], "predict.min_probability must be a number in [0, 1]"),
-    (["--set", "predict.top_k=1.5"], "top_k: expected int"),
-])
+@pytest.mark.parametrize(
+    "flags,needle",
+    [
+        (["--min-probability", "1.5"], "--min-probability must be a number in [0, 1]"),
+        (["--min-probability", "-0.1"], "--min-probability must be a number in [0, 1]"),
+        (["--top-k", "-1"], "--top-k must be an integer >= 0"),
+        (["--set", "predict.min_probability=2"], "predict.min_probability must be a number in [0, 1]"),
+        (["--set", "predict.top_k=1.5"], "top_k: expected int"),
+    ],
+)
 def test_cli_predict_refuses_bad_options(tmp_path, capsys, flags, needle):
     from pcem_spark.cli.main import main
-    rc = main(["predict", "--model", str(tmp_path / "m"), "--docs", str(tmp_path / "d.jsonl"),
-               "--output", str(tmp_path / "p")] + flags)
+
+    rc = main(
+        [
+            "predict",
+            "--model",
+            str(tmp_path / "m"),
+            "--docs",
+            str(tmp_path / "d.jsonl"),
+            "--output",
+            str(tmp_path / "p"),
+        ]
+        + flags
+    )
     assert rc == 2
     assert needle in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "p")
@@ -452,6 +497,7 @@ def test_cli_predict_refuses_bad_options(tmp_path, capsys, flags, needle):
 @pytest.mark.parametrize("flags", [["--top-k", "1.5"], ["--min-probability", "high"]])
 def test_cli_predict_refuses_non_numbers(tmp_path, capsys, flags):
     from pcem_spark.cli.main import main
+
     with pytest.raises(SystemExit) as exc:
         main(["predict", "--model", "m", "--docs", "d", "--output", str(tmp_path / "p")] + flags)
     assert exc.value.code == 2
@@ -461,23 +507,54 @@ def test_cli_predict_refuses_non_numbers(tmp_path, capsys, flags):
 def test_cli_predict_and_evaluate_with_abstaining(spark, models, truth, tmp_path):
     from pcem_spark.cli.main import main
     from pcem_spark.io.outputs import read_marker
+
     model_dir = str(tmp_path / "model")
     models["pcem"].save(model_dir)
     docs = _write_docs(tmp_path / "docs.jsonl", truth)
     plain, cut = str(tmp_path / "plain"), str(tmp_path / "cut")
     assert main(["predict", "--model", model_dir, "--docs", docs, "--output", plain]) == 0
-    assert main(["predict", "--model", model_dir, "--docs", docs, "--output", cut,
-                 "--set", "predict.min_probability=0.5", "--min-probability", "0.9", "--top-k", "2"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                model_dir,
+                "--docs",
+                docs,
+                "--output",
+                cut,
+                "--set",
+                "predict.min_probability=0.5",
+                "--min-probability",
+                "0.9",
+                "--top-k",
+                "2",
+            ]
+        )
+        == 0
+    )
     p0, p1 = spark.read.parquet(plain), spark.read.parquet(cut)
     assert p0.columns == PREDICTION_SCHEMA.names
     assert p1.columns == PREDICTION_SCHEMA.names + ["path_probability", "top_paths"]
-    assert p1.where("path_probability < 0.9").count() == 0              # the flag won over [predict]
+    assert p1.where("path_probability < 0.9").count() == 0  # the flag won over [predict]
     marker = read_marker(spark, cut)
     assert marker["min_probability"] == 0.9 and marker["top_k"] == 2
     assert sum(marker["abstention"].values()) == marker["rows"] == truth.count()
     assert read_marker(spark, plain)["min_probability"] == 0.0
     for name in ("plain", "cut"):
-        assert main(["evaluate", "--predictions", str(tmp_path / name), "--model", model_dir,
-                     "--output", str(tmp_path / f"{name}.json")]) == 0
+        assert (
+            main(
+                [
+                    "evaluate",
+                    "--predictions",
+                    str(tmp_path / name),
+                    "--model",
+                    model_dir,
+                    "--output",
+                    str(tmp_path / f"{name}.json"),
+                ]
+            )
+            == 0
+        )
     m0, m1 = (json.load(open(tmp_path / f"{n}.json")) for n in ("plain", "cut"))
     assert m1["micro_precision"] > m0["micro_precision"]

@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from chispa import assert_df_equality
+from test_reference import make_corpus, to_blocks
 
-from pcem_spark import engine
-from pcem_spark import core
+from pcem_spark import core, engine
 from pcem_spark.baselines.discriminative import hiercost_costs, tree_distance_matrix
 from pcem_spark.core.methods import GENERATIVE, method_spec
 from pcem_spark.core.taxonomy import Taxonomy
-from test_reference import make_corpus, to_blocks
 
 RTOL = 1e-9
 ATOL = 1e-9
@@ -28,6 +27,7 @@ ATOL = 1e-9
 # =====================================================================
 # Dense references: top-down and win-driven naive Bayes
 # =====================================================================
+
 
 def ref_nodes(padded):
     """Nodes of the padded tree with parent and depth, read off the padded paths."""
@@ -91,9 +91,17 @@ def deep(spark):
 
 def fit(c, method, s=0.7, max_iter=0, components=1, seed=0):
     spec = method_spec(c.tax, method, components)
-    return engine.fit(c.blocks, spec.score_matrix, c.V, em=spec.em if max_iter > 0 else False, smoothing=s,
-                      max_iter=max_iter, tol=0.0, structure=spec.structure,
-                      seed=seed), spec
+    return engine.fit(
+        c.blocks,
+        spec.score_matrix,
+        c.V,
+        em=spec.em if max_iter > 0 else False,
+        smoothing=s,
+        max_iter=max_iter,
+        tol=0.0,
+        structure=spec.structure,
+        seed=seed,
+    ), spec
 
 
 @pytest.mark.parametrize("kind", ["td", "wd"])
@@ -120,8 +128,7 @@ def test_td_wd_one_em_iteration_matches_reference(deep, kind):
     nodes = list(parent)
     group_of = parent if kind == "td" else depth
     lab = c.labeled
-    lp0, lt0 = ref_node_params(c.X[lab], [ref_labeled_weights(c, i) for i in np.flatnonzero(lab)],
-                               nodes, group_of, s)
+    lp0, lt0 = ref_node_params(c.X[lab], [ref_labeled_weights(c, i) for i in np.flatnonzero(lab)], nodes, group_of, s)
     weights = []
     for i in range(c.X.shape[0]):
         if lab[i]:
@@ -151,8 +158,7 @@ def fitted_and_predicted(c, method):
     parent, depth = ref_nodes(c.padded)
     order = lib_node_order(c)
     best, prob = core.predict_paths(sp.csr_matrix(c.X), res.log_prior, res.log_theta, spec.structure)
-    return (parent, depth, list(parent), dict(zip(order, res.log_prior)), dict(zip(order, res.log_theta)),
-            best, prob)
+    return (parent, depth, list(parent), dict(zip(order, res.log_prior)), dict(zip(order, res.log_theta)), best, prob)
 
 
 def test_top_down_routing_follows_the_tree(deep):
@@ -202,6 +208,7 @@ def test_win_driven_picks_the_path_of_largest_summed_win(deep):
 # =====================================================================
 # Multiple mixture components per class (Nigam et al.)
 # =====================================================================
+
 
 @pytest.mark.parametrize("nb,flat", [("nbmc", "flat-nb"), ("emmc", "flat-em")])
 def test_one_component_per_class_equals_flat(deep, nb, flat):
@@ -270,14 +277,20 @@ def test_multi_component_pass_on_spark_matches_reference(deep, use_unlabeled):
     R = spec.n_components
     lp = np.log(rng.dirichlet(np.ones(R)))
     lt = np.log(rng.dirichlet(np.ones(c.V), size=R))
-    wc, totals, ll, n_lab, n_unlab = engine.sufficient_stats(c.blocks, core.PathParameters.from_log_theta(lp, lt), spec.score_matrix, c.V,
-                                                             use_unlabeled, structure=spec.structure)
+    wc, totals, ll, n_lab, n_unlab = engine.sufficient_stats(
+        c.blocks,
+        core.PathParameters.from_log_theta(lp, lt),
+        spec.score_matrix,
+        c.V,
+        use_unlabeled,
+        structure=spec.structure,
+    )
     resp = np.zeros((c.X.shape[0], R))
     ref_ll = 0.0
     for i in range(c.X.shape[0]):
         jll = lp + c.X[i] @ lt.T
         if c.labeled[i]:
-            cols = list(range(c.true[i] * C, c.true[i] * C + C))   # components of its leaf
+            cols = list(range(c.true[i] * C, c.true[i] * C + C))  # components of its leaf
         elif use_unlabeled:
             cols = list(range(R))
         else:
@@ -297,20 +310,24 @@ def test_multi_component_initial_pass_on_spark_splits_each_document_once(deep):
     spec = method_spec(c.tax, "nbmc", C)
     counts = []
     for seed in (1, 2):
-        wc, totals, _, _, _ = engine.sufficient_stats(c.blocks, None, spec.score_matrix, c.V, False,
-                                                      structure=spec.structure, init_seed=seed)
+        wc, totals, _, _, _ = engine.sufficient_stats(
+            c.blocks, None, spec.score_matrix, c.V, False, structure=spec.structure, init_seed=seed
+        )
         # every labelled document went, whole, to one component of its own leaf
         per_leaf = totals.reshape(-1, C).sum(axis=1)
         np.testing.assert_array_equal(per_leaf, np.bincount(c.true[c.labeled], minlength=c.M))
-        np.testing.assert_allclose(wc.reshape(c.M, C, c.V).sum(axis=1),
-                                   np.vstack([c.X[c.labeled & (c.true == j)].sum(axis=0) for j in range(c.M)]))
+        np.testing.assert_allclose(
+            wc.reshape(c.M, C, c.V).sum(axis=1),
+            np.vstack([c.X[c.labeled & (c.true == j)].sum(axis=0) for j in range(c.M)]),
+        )
         assert set(np.unique(totals)) <= set(range(c.X.shape[0] + 1))
         counts.append(totals)
-    assert not np.array_equal(counts[0], counts[1])   # the seed decides the split
+    assert not np.array_equal(counts[0], counts[1])  # the seed decides the split
 
 
 def test_posterior_floor_is_refused_for_per_depth_structures():
     from pcem_spark.model.settings import ModelSettings
+
     with pytest.raises(ValueError, match="posterior_floor must be 0 for tdem"):
         ModelSettings(method="tdem", posterior_floor=1e-6).validate()
     # the default top-k truncation does not apply to per-node posteriors: they run exact
@@ -323,11 +340,17 @@ def test_posterior_floor_is_refused_for_per_depth_structures():
     lp = np.zeros(spec.n_components)
     lt = np.log(np.full((spec.n_components, 3), 1 / 3))
     with pytest.raises(ValueError, match="posterior_floor / posterior_top_k apply"):
-        core.e_step(X, np.zeros((2, spec.n_components)), np.zeros(2, bool), lp, lt, posterior_floor=0.01,
-                      structure=spec.structure)
+        core.e_step(
+            X,
+            np.zeros((2, spec.n_components)),
+            np.zeros(2, bool),
+            lp,
+            lt,
+            posterior_floor=0.01,
+            structure=spec.structure,
+        )
     with pytest.raises(ValueError, match="posterior_floor / posterior_top_k apply"):
-        core.e_step(X, np.zeros((2, spec.n_components)), np.zeros(2, bool), lp, lt, top_k=1,
-                      structure=spec.structure)
+        core.e_step(X, np.zeros((2, spec.n_components)), np.zeros(2, bool), lp, lt, top_k=1, structure=spec.structure)
 
 
 def test_top_down_marginals_are_products_down_the_tree():
@@ -369,6 +392,7 @@ def test_every_generative_method_has_a_spec():
 # Discriminative baselines
 # =====================================================================
 
+
 def test_tree_distance_and_hiercost_costs():
     tax = Taxonomy({"R": ["a", "b"], "a": ["a1", "a2"], "b": ["b1"]})
     names = [tuple(tax.real_path(j)) for j in range(tax.n_paths)]
@@ -376,13 +400,14 @@ def test_tree_distance_and_hiercost_costs():
     j = {p[-1]: k for k, p in enumerate(names)}
     assert d[j["a1"], j["a2"]] == 2 and d[j["a1"], j["b1"]] == 4 and d[j["a1"], j["a1"]] == 0
     cost = hiercost_costs(d, j["a1"])
-    assert cost[j["a1"]] == 1.0                      # positives
-    assert cost[j["a2"]] == pytest.approx(0.5)       # a sibling is a cheaper negative
-    assert cost[j["b1"]] == pytest.approx(1.0)       # than a far branch
+    assert cost[j["a1"]] == 1.0  # positives
+    assert cost[j["a2"]] == pytest.approx(0.5)  # a sibling is a cheaper negative
+    assert cost[j["b1"]] == pytest.approx(1.0)  # than a far branch
 
 
 def test_discriminative_features_are_l2_tfidf_rows():
     from pcem_spark.core.similarity import tfidf_rows
+
     X = sp.csr_matrix(np.array([[1.0, 0, 2], [0, 0, 0]]))
     idf = np.array([2.0, 1.0, 0.5])
     Y = tfidf_rows(X, idf).toarray()
@@ -404,8 +429,9 @@ def test_discriminative_baselines_learn_a_separable_corpus(spark, method):
     from pyspark.sql import functions as F
 
     from pcem_spark.baselines.discriminative import fit_linear
-    from pcem_spark.experiment.protocol import _label_path_index
     from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
+    from pcem_spark.experiment.protocol import _label_path_index
+
     df = _separable_corpus(spark)
     tax = Taxonomy({"R": ["a", "b"], "a": ["a1", "a2"], "b": ["b1", "b2"]})
     fs = FeatureSettings(min_df=1.0, max_df=1.0, stop_words="none")
@@ -413,9 +439,10 @@ def test_discriminative_baselines_learn_a_separable_corpus(spark, method):
     feats = featurize(df, vocab, fs).select("features", _label_path_index(tax).alias("path_index"))
     model, n = fit_linear(feats, method, tax, vocab, fs, C=10.0)
     assert n == 24 and model.coefficients.shape == (4, len(vocab))
-    test = spark.createDataFrame([("t1", "apricot alpha", None), ("t2", "banana beta", ["b", "b1"]),
-                                  ("t3", "nothing known here", None)],
-                                 "id string, text string, labels array<string>")
+    test = spark.createDataFrame(
+        [("t1", "apricot alpha", None), ("t2", "banana beta", ["b", "b1"]), ("t3", "nothing known here", None)],
+        "id string, text string, labels array<string>",
+    )
     pred = model.transform(test)
     got = pred.select("id", "path").where(F.col("id") != "t3")
     want = spark.createDataFrame([("t1", ["a", "a2"]), ("t2", ["b", "b1"])], "id string, path array<string>")
@@ -426,9 +453,10 @@ def test_discriminative_baselines_learn_a_separable_corpus(spark, method):
 @pytest.mark.parametrize("method", ["tdem", "wdnb", "emmc"])
 def test_baseline_models_save_load_and_predict_every_document(spark, tmp_path, method):
     from pcem_spark.engine.features import FeatureSettings
-    from pcem_spark.model.settings import ModelSettings
-    from pcem_spark.model.path_model import PathModel
     from pcem_spark.ml import train
+    from pcem_spark.model.path_model import PathModel
+    from pcem_spark.model.settings import ModelSettings
+
     df = _separable_corpus(spark)
     docs = df.selectExpr("id", "text", "case when id like '%-0' or id like '%-1' then labels end as labels")
     tax = Taxonomy({"R": ["a", "b"], "a": ["a1", "a2"], "b": ["b1", "b2"]})

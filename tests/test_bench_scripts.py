@@ -1,4 +1,5 @@
 """The pure parts of the benchmark scripts (no Spark, no scikit-learn)."""
+
 import os
 import sys
 
@@ -10,26 +11,33 @@ from bench_stopwords import question_corpus, questions_of  # noqa: E402
 
 def test_dotted_labels_are_the_prefixes_of_the_group_name():
     assert dotted_labels(["comp", "comp.sys.mac.hardware"]) == [
-        "comp", "comp.sys", "comp.sys.mac", "comp.sys.mac.hardware"]
+        "comp",
+        "comp.sys",
+        "comp.sys.mac",
+        "comp.sys.mac.hardware",
+    ]
     assert dotted_labels(["misc", "misc.forsale"]) == ["misc", "misc.forsale"]
 
 
 def test_questions_are_labelled_by_their_first_word_and_quotes_are_skipped():
-    text = ("Subject: help\n\nHi all. How do I install the new driver on my machine? Thanks!\n"
-            "> What is the quoted question here anyway?\n"
-            "Does anyone know where the FAQ is kept\nthese days? Is it ok? Why?\n"
-            "I wonder if you know what the answer is to this one?")
+    text = (
+        "Subject: help\n\nHi all. How do I install the new driver on my machine? Thanks!\n"
+        "> What is the quoted question here anyway?\n"
+        "Does anyone know where the FAQ is kept\nthese days? Is it ok? Why?\n"
+        "I wonder if you know what the answer is to this one?"
+    )
     got = list(questions_of("d1", text))
-    assert [(q["id"], q["labels"]) for q in got] == [
-        ("d1#q0", ["wh", "how"]), ("d1#q1", ["polar", "does"])]
+    assert [(q["id"], q["labels"]) for q in got] == [("d1#q0", ["wh", "how"]), ("d1#q1", ["polar", "does"])]
     assert got[0]["text"] == "How do I install the new driver on my machine?"
     # the wrapped sentence is joined on one line
     assert got[1]["text"] == "Does anyone know where the FAQ is kept these days?"
 
 
 def test_question_corpus_keeps_the_first_copy_of_each_text():
-    docs = [{"id": "a", "text": "Why is the sky so very blue today?"},
-            {"id": "b", "text": "why is the sky so very BLUE today? What colour is grass usually?"}]
+    docs = [
+        {"id": "a", "text": "Why is the sky so very blue today?"},
+        {"id": "b", "text": "why is the sky so very BLUE today? What colour is grass usually?"},
+    ]
     corpus = question_corpus(docs)
     assert [q["id"] for q in corpus] == ["a#q0", "b#q1"]
     assert corpus[1]["labels"] == ["wh", "what"]

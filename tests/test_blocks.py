@@ -7,17 +7,21 @@ import pyarrow as pa
 import pytest
 import scipy.sparse as sp
 
-from pcem_spark.engine.passes import Block
 from pcem_spark.engine.arrow_io import label_path_index, sparse_vector_arrays
+from pcem_spark.engine.passes import Block
 
 
 def _vector_struct(rows, size):
     """Arrow struct array shaped like Spark's VectorUDT (type 0 = sparse)."""
     return pa.StructArray.from_arrays(
-        [pa.array([0] * len(rows), pa.int8()), pa.array([size] * len(rows), pa.int32()),
-         pa.array([[i for i, _ in r] for r in rows], pa.list_(pa.int32())),
-         pa.array([[v for _, v in r] for r in rows], pa.list_(pa.float64()))],
-        names=["type", "size", "indices", "values"])
+        [
+            pa.array([0] * len(rows), pa.int8()),
+            pa.array([size] * len(rows), pa.int32()),
+            pa.array([[i for i, _ in r] for r in rows], pa.list_(pa.int32())),
+            pa.array([[v for _, v in r] for r in rows], pa.list_(pa.float64())),
+        ],
+        names=["type", "size", "indices", "values"],
+    )
 
 
 def test_sparse_vector_arrays_are_csr_even_for_a_slice():
@@ -33,8 +37,14 @@ def test_sparse_vector_arrays_are_csr_even_for_a_slice():
 
 def test_dense_vectors_are_refused():
     arr = pa.StructArray.from_arrays(
-        [pa.array([1], pa.int8()), pa.array([None], pa.int32()), pa.array([None], pa.list_(pa.int32())),
-         pa.array([[1.0, 2.0]], pa.list_(pa.float64()))], names=["type", "size", "indices", "values"])
+        [
+            pa.array([1], pa.int8()),
+            pa.array([None], pa.int32()),
+            pa.array([None], pa.list_(pa.int32())),
+            pa.array([[1.0, 2.0]], pa.list_(pa.float64())),
+        ],
+        names=["type", "size", "indices", "values"],
+    )
     with pytest.raises(ValueError, match="expected sparse"):
         sparse_vector_arrays(arr)
 
@@ -65,7 +75,7 @@ def test_block_pickles_compactly_and_exactly():
 
 def test_sparse_and_dense_word_sums_agree_and_mix():
     from pcem_spark import core
-    from pcem_spark.engine.passes import _SumAccumulator, _add
+    from pcem_spark.engine.passes import _add, _SumAccumulator
 
     rng = np.random.default_rng(3)
     X = sp.random(40, 30, density=0.2, format="csr", random_state=2)
@@ -110,6 +120,12 @@ def test_posterior_floor_above_one_over_m_never_empties_a_row():
 
     M = 20
     X = sp.csr_matrix((1, 5))  # no known word: the posterior is the uniform prior, 0.05 each
-    st = core.e_step(X, np.zeros((1, M)), np.zeros(1, bool), np.log(np.full(M, 1 / M)),
-                       np.log(np.full((M, 5), 0.2)), posterior_floor=0.06)
+    st = core.e_step(
+        X,
+        np.zeros((1, M)),
+        np.zeros(1, bool),
+        np.log(np.full(M, 1 / M)),
+        np.log(np.full((M, 5), 0.2)),
+        posterior_floor=0.06,
+    )
     assert np.isfinite(st.path_totals).all() and st.path_totals.sum() == pytest.approx(1.0)

@@ -4,13 +4,18 @@ import logging
 
 import pytest
 
-from pcem_spark.model.label_checks import _unknown_label_paths, label_coverage, require_known_label_paths, warn_label_coverage, warn_singleton_leaves
 from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError
+from pcem_spark.model.label_checks import (
+    _unknown_label_paths,
+    label_coverage,
+    require_known_label_paths,
+    warn_label_coverage,
+    warn_singleton_leaves,
+)
 
 SCHEMA = "id string, text string, labels array<string>"
 # A shallow leaf ("misc", depth 1) next to depth-2 leaves, and one leaf ("wool") nobody labels.
-TAX = Taxonomy({"ROOT": ["sci", "rec", "misc"], "sci": ["sci.space", "sci.med"],
-                "rec": ["rec.autos", "rec.wool"]})
+TAX = Taxonomy({"ROOT": ["sci", "rec", "misc"], "sci": ["sci.space", "sci.med"], "rec": ["rec.autos", "rec.wool"]})
 
 
 def _docs(spark, rows):
@@ -27,16 +32,27 @@ def _labelled(spark):
 
 def test_label_coverage_counts_every_leaf_including_zero_and_shallow(spark):
     assert label_coverage(_labelled(spark), TAX) == {
-        "sci.space": 5, "sci.med": 2, "rec.autos": 4, "rec.wool": 0, "misc": 1}
+        "sci.space": 5,
+        "sci.med": 2,
+        "rec.autos": 4,
+        "rec.wool": 0,
+        "misc": 1,
+    }
 
 
 def test_label_coverage_reads_per_depth_weak_paths(spark):
     # weak_path of the per-depth argmax: a shallow leaf may be followed by a node chosen at depth 2;
     # a leaf counts only at its own depth, so "misc" is counted once and "sci.med" once.
-    weak = spark.createDataFrame([("a", ["misc", "sci.med"]), ("b", ["sci", "sci.space"]), ("c", None)],
-                                 "id string, weak_path array<string>")
+    weak = spark.createDataFrame(
+        [("a", ["misc", "sci.med"]), ("b", ["sci", "sci.space"]), ("c", None)], "id string, weak_path array<string>"
+    )
     assert label_coverage(weak, TAX, "weak_path") == {
-        "sci.space": 1, "sci.med": 1, "rec.autos": 0, "rec.wool": 0, "misc": 1}
+        "sci.space": 1,
+        "sci.med": 1,
+        "rec.autos": 0,
+        "rec.wool": 0,
+        "misc": 1,
+    }
 
 
 def test_warn_label_coverage_names_empty_and_few_leaves(caplog):
@@ -88,8 +104,7 @@ def test_singleton_leaves_from_counts_and_quiet_without_singletons(caplog):
     with caplog.at_level(logging.WARNING, logger="pcem_spark.model.label_checks"):
         assert warn_singleton_leaves({"a": 3, "b": 2}) == {}
         assert caplog.records == []
-        assert warn_singleton_leaves({"comp.graphics": 40, "comp.graphcis": 1}) == {
-            "comp.graphcis": "comp.graphics"}
+        assert warn_singleton_leaves({"comp.graphics": 40, "comp.graphcis": 1}) == {"comp.graphcis": "comp.graphics"}
     assert "'comp.graphcis' (did you mean 'comp.graphics'?)" in caplog.text
 
 
@@ -101,28 +116,43 @@ def test_singleton_check_needs_the_taxonomy_with_a_dataframe(spark):
 def test_unknown_label_paths_on_spark(spark):
     from chispa import assert_df_equality
 
-    docs = _docs(spark, [("a", "t", ["sci", "sci.space"]), ("b", "t", ["sci", "sci.spcae"]),
-                         ("c", "t", ["sci", "sci.spcae"]), ("d", "t", ["rec", "sci.med"]),
-                         ("e", "t", None), ("f", "t", ["misc"])])
-    expected = spark.createDataFrame([(["sci", "sci.spcae"], 2, "b"), (["rec", "sci.med"], 1, "d")],
-                                     "labels array<string>, n long, example_id string")
-    assert_df_equality(_unknown_label_paths(docs, TAX, "labels"), expected, ignore_row_order=True,
-                       ignore_nullable=True)
+    docs = _docs(
+        spark,
+        [
+            ("a", "t", ["sci", "sci.space"]),
+            ("b", "t", ["sci", "sci.spcae"]),
+            ("c", "t", ["sci", "sci.spcae"]),
+            ("d", "t", ["rec", "sci.med"]),
+            ("e", "t", None),
+            ("f", "t", ["misc"]),
+        ],
+    )
+    expected = spark.createDataFrame(
+        [(["sci", "sci.spcae"], 2, "b"), (["rec", "sci.med"], 1, "d")],
+        "labels array<string>, n long, example_id string",
+    )
+    assert_df_equality(_unknown_label_paths(docs, TAX, "labels"), expected, ignore_row_order=True, ignore_nullable=True)
 
 
 def test_labels_outside_a_given_taxonomy_are_an_error_naming_paths_counts_and_nearest(spark):
-    docs = _docs(spark, [("a", "t", ["sci", "sci.space"])]
-                 + [(f"typo-{i}", "t", ["sci", "sci.spcae"]) for i in range(3)]
-                 + [("bad-doc", "t", ["rec", "sci.med"]), ("stop", "t", ["sci"])])
+    docs = _docs(
+        spark,
+        [("a", "t", ["sci", "sci.space"])]
+        + [(f"typo-{i}", "t", ["sci", "sci.spcae"]) for i in range(3)]
+        + [("bad-doc", "t", ["rec", "sci.med"]), ("stop", "t", ["sci"])],
+    )
     with pytest.raises(TaxonomyError) as err:
         require_known_label_paths(docs, TAX, where="docs.jsonl")
     msg = str(err.value)
-    assert msg.startswith("docs.jsonl: labels that are not paths of the taxonomy: 3 distinct label path(s) "
-                          "on 5 document(s):")
+    assert msg.startswith(
+        "docs.jsonl: labels that are not paths of the taxonomy: 3 distinct label path(s) on 5 document(s):"
+    )
     lines = msg.splitlines()
     # Most frequent first, with the example document, the reason and the nearest known path.
-    assert lines[1].strip() == ("['sci', 'sci.spcae'] on 3 document(s): document 'typo-0': label 'sci.spcae' "
-                                "(level 2) is not a node of the taxonomy; did you mean ['sci', 'sci.space']?")
+    assert lines[1].strip() == (
+        "['sci', 'sci.spcae'] on 3 document(s): document 'typo-0': label 'sci.spcae' "
+        "(level 2) is not a node of the taxonomy; did you mean ['sci', 'sci.space']?"
+    )
     assert "document 'bad-doc'" in msg and "parent of 'sci.med' is 'sci', not 'rec'" in msg
     assert "did you mean ['sci', 'sci.med']?" in msg
     assert "stop at 'sci', which is not a leaf" in msg

@@ -1,4 +1,5 @@
-"""On a real Spark standalone cluster (127.0.0.1): same predictions as local mode, shipped dependencies, a lost executor.
+"""On a real Spark standalone cluster (127.0.0.1): same predictions as local mode, shipped dependencies,
+a lost executor.
 
 A master and two 1-core workers are started from the installed pyspark
 (``spark-class ...Master`` / ``...Worker``, :mod:`tests.standalone`). The
@@ -23,19 +24,26 @@ import time
 
 import numpy as np
 import pytest
+from standalone import LOOPBACK, StandaloneCluster, loopback_env, spark_bin
 
 from pcem_spark.ops import packaging
-from standalone import LOOPBACK, StandaloneCluster, loopback_env, spark_bin
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 # Fixed, fast settings (the "auto" ones cross-validate: minutes on 2 cores);
 # tol 0 runs every iteration, so the kill below lands mid-EM.
-TRAIN_SETTINGS = ["model.smoothing=0.1", "model.unlabeled_weight=1", "model.path_weight=1",
-                  "model.max_iter=6", "model.tol=0", "features.min_df=2"]
+TRAIN_SETTINGS = [
+    "model.smoothing=0.1",
+    "model.unlabeled_weight=1",
+    "model.path_weight=1",
+    "model.max_iter=6",
+    "model.tol=0",
+    "features.min_df=2",
+]
 GROUPS = ["comp.graphics", "comp.sys.mac.hardware", "rec.autos", "rec.sport.hockey", "sci.med", "sci.space"]
 
 
 # -- fixtures ----------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def artifacts():
@@ -51,19 +59,22 @@ def bare_worker_env(tmp_path_factory):
     """A worker environment whose ``python3`` has no numpy/scipy/pyarrow/pandas/pcem_spark."""
     bare = str(tmp_path_factory.mktemp("bare") / "venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", bare], check=True)
-    probe = subprocess.run([os.path.join(bare, "bin", "python3"), "-c", "import numpy"],
-                           capture_output=True, text=True)
+    probe = subprocess.run([os.path.join(bare, "bin", "python3"), "-c", "import numpy"], capture_output=True, text=True)
     assert probe.returncode != 0, "the bare worker Python must not import numpy"
     java_bin = os.path.dirname(os.path.realpath(shutil.which("java") or "/usr/bin/java"))
-    return {"PATH": os.pathsep.join([os.path.join(bare, "bin"), java_bin, "/usr/bin", "/bin"]),
-            "HOME": os.environ.get("HOME", "/tmp"), "LANG": "C.UTF-8"}
+    return {
+        "PATH": os.pathsep.join([os.path.join(bare, "bin"), java_bin, "/usr/bin", "/bin"]),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "LANG": "C.UTF-8",
+    }
 
 
 @pytest.fixture(scope="module")
 def cluster(bare_worker_env, tmp_path_factory):
     logs = str(tmp_path_factory.mktemp("cluster-logs"))
-    with StandaloneCluster(workers=2, cores_per_worker=1, memory="1g", worker_env=bare_worker_env,
-                           log_dir=logs) as running:
+    with StandaloneCluster(
+        workers=2, cores_per_worker=1, memory="1g", worker_env=bare_worker_env, log_dir=logs
+    ) as running:
         yield running
 
 
@@ -76,8 +87,9 @@ def corpus(tmp_path_factory):
     """
     # As conftest.py finds it (not imported: with tests/dags/conftest.py also
     # collected, the module name "conftest" is ambiguous).
-    archive_20ng = os.environ.get("PCEM_20NG_ARCHIVE", os.path.join(REPO, "..", "shared", "data",
-                                                                    "20news-bydate.tar.gz"))
+    archive_20ng = os.environ.get(
+        "PCEM_20NG_ARCHIVE", os.path.join(REPO, "..", "shared", "data", "20news-bydate.tar.gz")
+    )
     path = str(tmp_path_factory.mktemp("corpus") / "20news-small.tar.gz")
     wanted = {"train": 40, "test": 15}
     taken = {(split, g): 0 for split in wanted for g in GROUPS}
@@ -110,16 +122,38 @@ def corpus(tmp_path_factory):
 
 
 def submit_args(cluster, artifacts, ship_env=True):
-    args = [spark_bin("spark-submit"), "--master", cluster.master_url,
-            "--conf", f"spark.driver.host={LOOPBACK}", "--conf", f"spark.driver.bindAddress={LOOPBACK}",
-            "--conf", "spark.executor.memory=768m", "--conf", "spark.executor.cores=1",
-            "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
-            "--conf", "spark.default.parallelism=2", "--conf", "spark.task.maxFailures=4"]
+    args = [
+        spark_bin("spark-submit"),
+        "--master",
+        cluster.master_url,
+        "--conf",
+        f"spark.driver.host={LOOPBACK}",
+        "--conf",
+        f"spark.driver.bindAddress={LOOPBACK}",
+        "--conf",
+        "spark.executor.memory=768m",
+        "--conf",
+        "spark.executor.cores=1",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=4",
+        "--conf",
+        "spark.default.parallelism=2",
+        "--conf",
+        "spark.task.maxFailures=4",
+    ]
     if ship_env:
-        args += ["--py-files", artifacts["py_files"],
-                 "--archives", f"{artifacts['env']}#environment",
-                 "--conf", "spark.pyspark.python=./environment/bin/python",
-                 "--conf", f"spark.pyspark.driver.python={sys.executable}"]
+        args += [
+            "--py-files",
+            artifacts["py_files"],
+            "--archives",
+            f"{artifacts['env']}#environment",
+            "--conf",
+            "spark.pyspark.python=./environment/bin/python",
+            "--conf",
+            f"spark.pyspark.driver.python={sys.executable}",
+        ]
     return args
 
 
@@ -134,8 +168,7 @@ def submit_env():
 
 
 def run(args, timeout=900, env=None):
-    proc = subprocess.run(args, cwd=REPO, env=env or submit_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(args, cwd=REPO, env=env or submit_env(), capture_output=True, text=True, timeout=timeout)
     return proc
 
 
@@ -145,9 +178,14 @@ def check(proc, what):
 
 def local_cli(*args):
     env = dict(os.environ, SPARK_LOCAL_IP=LOOPBACK, PYSPARK_PYTHON=sys.executable)
-    return subprocess.run([sys.executable, "-m", "pcem_spark.cli", *args,
-                           "--set", "spark.master=local[2]"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "pcem_spark.cli", *args, "--set", "spark.master=local[2]"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def settings_args():
@@ -170,32 +208,71 @@ def cluster_run(cluster, artifacts, corpus, tmp_path_factory):
     check(run(base + ["jobs/ingest_20ng.py", "--archive", corpus, "--output", docs]), "ingest on the cluster")
     # Rows shipped inside the tasks (no driver-local file the executors would need), committed atomically.
     assert os.path.exists(os.path.join(docs, "_PCEM_COMPLETE"))
-    check(run(base + ["jobs/train.py", "--docs", docs, "--model", model, "--split", "train",
-                      "--label-rate", "0.1", "--seed", "3"] + settings_args()), "train on the cluster")
-    check(run(base + ["jobs/predict.py", "--model", model, "--docs", docs, "--output", preds,
-                      "--split", "test"]), "predict on the cluster")
+    check(
+        run(
+            base
+            + [
+                "jobs/train.py",
+                "--docs",
+                docs,
+                "--model",
+                model,
+                "--split",
+                "train",
+                "--label-rate",
+                "0.1",
+                "--seed",
+                "3",
+            ]
+            + settings_args()
+        ),
+        "train on the cluster",
+    )
+    check(
+        run(base + ["jobs/predict.py", "--model", model, "--docs", docs, "--output", preds, "--split", "test"]),
+        "predict on the cluster",
+    )
     return {"docs": docs, "model": model, "predictions": preds, "dir": out}
 
 
 # -- tests -------------------------------------------------------------------
+
 
 def test_cluster_predictions_equal_local_mode(spark, cluster_run):
     from pcem_spark.model.path_model import PathModel
 
     out = cluster_run["dir"]
     model, preds = str(out / "local-model"), str(out / "local-predictions")
-    check(local_cli("train", "--docs", cluster_run["docs"], "--model", model, "--split", "train",
-                    "--label-rate", "0.1", "--seed", "3", *settings_args()), "local train")
-    check(local_cli("predict", "--model", model, "--docs", cluster_run["docs"], "--output", preds,
-                    "--split", "test"), "local predict")
+    check(
+        local_cli(
+            "train",
+            "--docs",
+            cluster_run["docs"],
+            "--model",
+            model,
+            "--split",
+            "train",
+            "--label-rate",
+            "0.1",
+            "--seed",
+            "3",
+            *settings_args(),
+        ),
+        "local train",
+    )
+    check(
+        local_cli("predict", "--model", model, "--docs", cluster_run["docs"], "--output", preds, "--split", "test"),
+        "local predict",
+    )
 
     on_cluster = read_table(spark, cluster_run["predictions"]).toPandas().set_index("id").sort_index()
     local = read_table(spark, preds).toPandas().set_index("id").sort_index()
     assert len(on_cluster) == len(local) == 6 * 15
     assert list(on_cluster.index) == list(local.index)
     assert [list(p) for p in on_cluster["path"]] == [list(p) for p in local["path"]]
-    np.testing.assert_allclose(on_cluster["probability"].to_numpy(dtype=float),
-                               local["probability"].to_numpy(dtype=float), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(
+        on_cluster["probability"].to_numpy(dtype=float), local["probability"].to_numpy(dtype=float), rtol=0, atol=1e-9
+    )
     # And the parameters themselves.
     a, b = PathModel.load(cluster_run["model"]), PathModel.load(model)
     assert a.vocabulary == b.vocabulary
@@ -205,10 +282,23 @@ def test_cluster_predictions_equal_local_mode(spark, cluster_run):
 def test_executors_without_shipped_env_cannot_run_it(cluster, artifacts, cluster_run):
     """The workers' own Python lacks the dependencies: without --archives the job fails, and says why."""
     out = cluster_run["dir"]
-    proc = run(submit_args(cluster, artifacts, ship_env=False)
-               + ["--py-files", artifacts["py_files"], "jobs/train.py", "--docs", cluster_run["docs"],
-                  "--model", str(out / "no-env-model"), "--split", "train", "--label-rate", "0.1"]
-               + settings_args())
+    proc = run(
+        submit_args(cluster, artifacts, ship_env=False)
+        + [
+            "--py-files",
+            artifacts["py_files"],
+            "jobs/train.py",
+            "--docs",
+            cluster_run["docs"],
+            "--model",
+            str(out / "no-env-model"),
+            "--split",
+            "train",
+            "--label-rate",
+            "0.1",
+        ]
+        + settings_args()
+    )
     # spark-submit's Python runner sends the driver's stderr (our log) to its stdout.
     ours = "\n".join(line for line in (proc.stdout + proc.stderr).splitlines() if "pcem" in line)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -221,11 +311,26 @@ def test_killing_an_executor_mid_em_gives_the_same_model(spark, cluster, artifac
     from pcem_spark.model.path_model import PathModel
 
     model = str(cluster_run["dir"] / "model-after-kill")
-    args = submit_args(cluster, artifacts) + [
-        "jobs/train.py", "--docs", cluster_run["docs"], "--model", model, "--split", "train",
-        "--label-rate", "0.1", "--seed", "3"] + settings_args()
-    proc = subprocess.Popen(args, cwd=REPO, env=submit_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    args = (
+        submit_args(cluster, artifacts)
+        + [
+            "jobs/train.py",
+            "--docs",
+            cluster_run["docs"],
+            "--model",
+            model,
+            "--split",
+            "train",
+            "--label-rate",
+            "0.1",
+            "--seed",
+            "3",
+        ]
+        + settings_args()
+    )
+    proc = subprocess.Popen(
+        args, cwd=REPO, env=submit_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines, killed = [], []
 
     def watch():

@@ -10,9 +10,9 @@ import pytest
 from pyspark.errors import PythonException
 
 from pcem_spark import engine
-from pcem_spark.ops import packaging
 from pcem_spark.cli.failures import EXIT_BAD_INPUT, EXIT_TRANSIENT, classify_failure, root_cause
 from pcem_spark.engine.limits import ResultSizeError, check_result_size, max_result_size
+from pcem_spark.ops import packaging
 
 
 class _Conf:
@@ -25,6 +25,7 @@ class _Conf:
 
 class _Context:
     """Just enough of a SparkContext for the size check (no JVM: the parser's fallback)."""
+
     def __init__(self, limit):
         self.conf = _Conf({} if limit is None else {"spark.driver.maxResultSize": limit})
 
@@ -43,7 +44,7 @@ def test_max_result_size_parses_spark_sizes(spark):
 
 def test_check_result_size_names_the_setting_before_the_job():
     check_result_size(_Context("1g"), 500e6, "sums")  # fits
-    check_result_size(_Context("0"), 1e15, "sums")    # 0 = unlimited
+    check_result_size(_Context("0"), 1e15, "sums")  # 0 = unlimited
     with pytest.raises(ResultSizeError) as err:
         check_result_size(_Context("1g"), 2000 * 61000 * 8.0, "the per-path sums of 2,000 paths x 61,000 terms")
     message = str(err.value)
@@ -55,8 +56,10 @@ def test_check_result_size_names_the_setting_before_the_job():
 
 def test_em_pass_refuses_a_model_too_big_for_the_driver(spark):
     """The engine checks (M + 1) x (V + 1) cells before the pass runs, not after minutes of work."""
+
     class BlocksOnSmallDriver:
         context = _Context("2m")  # spark.driver.maxResultSize=2m
+
     with pytest.raises(ResultSizeError, match="20 paths x 20,000 terms"):
         engine.sufficient_stats(BlocksOnSmallDriver(), None, np.zeros((20, 2)), 20000, True)
     # float32 sums need half: 20 x 6,000 x 4 bytes fit where float64 would not.
@@ -70,9 +73,11 @@ def test_em_pass_refuses_a_model_too_big_for_the_driver(spark):
 
 
 def test_missing_dependency_on_executors_is_a_deployment_error_not_a_retry():
-    worker = ("An exception was thrown from the Python worker. Please see the stack trace below.\n"
-              "Traceback (most recent call last):\n  File \"pcem_spark/engine.py\", line 20, in <module>\n"
-              "ModuleNotFoundError: No module named 'scipy'\n")
+    worker = (
+        "An exception was thrown from the Python worker. Please see the stack trace below.\n"
+        'Traceback (most recent call last):\n  File "pcem_spark/engine.py", line 20, in <module>\n'
+        "ModuleNotFoundError: No module named 'scipy'\n"
+    )
     code, message = classify_failure(PythonException(worker))
     assert code == EXIT_BAD_INPUT
     assert "No module named 'scipy'" in message and "pcem_env.tar.gz#environment" in message
@@ -81,19 +86,26 @@ def test_missing_dependency_on_executors_is_a_deployment_error_not_a_retry():
 def test_missing_input_thrown_by_the_jvm_is_bad_input():
     class FakeJava(Exception):
         pass
-    thrown = FakeJava("An error occurred while calling o79.getFileStatus.\n"
-                      ": java.io.FileNotFoundException: File file:/data/docs does not exist\n\tat org.apache...")
+
+    thrown = FakeJava(
+        "An error occurred while calling o79.getFileStatus.\n"
+        ": java.io.FileNotFoundException: File file:/data/docs does not exist\n\tat org.apache..."
+    )
     assert root_cause(thrown) == "java.io.FileNotFoundException: File file:/data/docs does not exist"
     # What the CLI sees: a PySpark exception carrying that text.
     code, message = classify_failure(PythonException(str(thrown)))
     assert code == EXIT_BAD_INPUT and "does not exist" in message
-    too_big = ("An error occurred while calling o5.collect.\nCaused by: org.apache.spark.SparkException: "
-               "Job aborted due to stage failure: Total size of serialized results of 3 tasks (1100.0 MiB) "
-               "is bigger than spark.driver.maxResultSize (1024.0 MiB)")
+    too_big = (
+        "An error occurred while calling o5.collect.\nCaused by: org.apache.spark.SparkException: "
+        "Job aborted due to stage failure: Total size of serialized results of 3 tasks (1100.0 MiB) "
+        "is bigger than spark.driver.maxResultSize (1024.0 MiB)"
+    )
     code, message = classify_failure(PythonException(too_big))
     assert code == EXIT_BAD_INPUT and "spark.driver.maxResultSize" in message
-    lost = ("An error occurred while calling o5.collect.\nCaused by: org.apache.spark.SparkException: "
-            "Job aborted due to stage failure: ExecutorLostFailure (executor 1 exited)")
+    lost = (
+        "An error occurred while calling o5.collect.\nCaused by: org.apache.spark.SparkException: "
+        "Job aborted due to stage failure: ExecutorLostFailure (executor 1 exited)"
+    )
     assert classify_failure(PythonException(lost))[0] == EXIT_TRANSIENT
 
 
@@ -107,9 +119,19 @@ def test_py_files_zip_holds_the_package_and_imports(tmp_path):
     first = packaging.sha256(path)
     assert packaging.sha256(packaging.build_py_files(str(tmp_path))) == first
     # Importable from the zip alone (what an executor does with --py-files).
-    probe = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                            "import pcem_spark.cli, pcem_spark.engine; print(pcem_spark.engine.__file__)", path],
-                           capture_output=True, text=True, cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": ""})
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.path.insert(0, sys.argv[1]); "
+            "import pcem_spark.cli, pcem_spark.engine; print(pcem_spark.engine.__file__)",
+            path,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": ""},
+    )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip().startswith(path)
 
@@ -117,6 +139,7 @@ def test_py_files_zip_holds_the_package_and_imports(tmp_path):
 def test_driver_pins_name_the_installed_versions():
     import numpy
     import scipy
+
     pins = packaging.driver_pins()
     assert f"numpy=={numpy.__version__}" in pins and f"scipy=={scipy.__version__}" in pins
     assert {p.split("==")[0] for p in pins} == set(packaging.EXECUTOR_REQUIREMENTS)
@@ -124,6 +147,7 @@ def test_driver_pins_name_the_installed_versions():
 
 def test_optional_pins_pack_the_warc_libraries_only_when_installed():
     from importlib import metadata
+
     pins = packaging.optional_pins(("fastwarc", "no-such-package-pcem"))
     # the test extra installs fastwarc: it is pinned to the installed version; a missing one is skipped
     assert pins == [f"fastwarc=={metadata.version('fastwarc')}"]

@@ -29,11 +29,14 @@ import pytest
 
 try:
     from pyspark.sql.connect.utils import check_dependencies
+
     check_dependencies()
 except ImportError as exc:  # PySparkImportError is an ImportError
-    pytest.skip(f"Spark Connect client packages missing ({exc}); install them with "
-                "pip install grpcio grpcio-status googleapis-common-protos zstandard",
-                allow_module_level=True)
+    pytest.skip(
+        f"Spark Connect client packages missing ({exc}); install them with "
+        "pip install grpcio grpcio-status googleapis-common-protos zstandard",
+        allow_module_level=True,
+    )
 
 from pcem_spark.engine.session import SparkConnectError, is_spark_connect  # noqa: E402
 
@@ -54,22 +57,44 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def connect_url(tmp_path_factory):
     import pyspark
+
     log_dir = str(tmp_path_factory.mktemp("connect-server"))
     port = _free_port()
     script = os.path.join(os.path.dirname(pyspark.__file__), "sbin", "start-connect-server.sh")
     env = {k: v for k, v in os.environ.items() if k not in _CONNECT_ENV}
-    env.update(SPARK_LOG_DIR=log_dir, SPARK_PID_DIR=log_dir, PYSPARK_PYTHON=sys.executable,
-               SPARK_LOCAL_IP="127.0.0.1",
-               PYTHONPATH=os.pathsep.join([REPO] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    cmd = ["bash", script, "--wait", "--master", "local[2]", "--driver-memory", "1g",
-           "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
-           "--conf", f"spark.connect.grpc.binding.port={port}",
-           "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.driver.host=127.0.0.1",
-           "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2"]
+    env.update(
+        SPARK_LOG_DIR=log_dir,
+        SPARK_PID_DIR=log_dir,
+        PYSPARK_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+        PYTHONPATH=os.pathsep.join([REPO] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]),
+    )
+    cmd = [
+        "bash",
+        script,
+        "--wait",
+        "--master",
+        "local[2]",
+        "--driver-memory",
+        "1g",
+        "--conf",
+        "spark.connect.grpc.binding.address=127.0.0.1",
+        "--conf",
+        f"spark.connect.grpc.binding.port={port}",
+        "--conf",
+        "spark.driver.bindAddress=127.0.0.1",
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+    ]
     log_path = os.path.join(log_dir, "server.out")
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     try:
         deadline = time.monotonic() + 240
         while True:
@@ -102,6 +127,7 @@ def connect_url(tmp_path_factory):
 def remote(connect_url):
     """A Spark Connect client session (``create``: a classic session may already exist in this process)."""
     from pyspark.sql import SparkSession
+
     saved = {k: os.environ.get(k) for k in _CONNECT_ENV}
     session = SparkSession.builder.remote(connect_url).create()
     try:
@@ -127,15 +153,22 @@ def labelled_docs(remote):
 
 
 def _tiny_model():
-    from pcem_spark.engine.features import FeatureSettings
-    from pcem_spark.model.settings import ModelSettings
-    from pcem_spark.model.path_model import PathModel
     from pcem_spark.core.taxonomy import Taxonomy
+    from pcem_spark.engine.features import FeatureSettings
+    from pcem_spark.model.path_model import PathModel
+    from pcem_spark.model.settings import ModelSettings
+
     taxonomy = Taxonomy.from_label_paths([["sci", "space"], ["rec", "hockey"]])
     vocabulary = ["rocket", "orbit", "puck", "goal"]
     log_theta = np.log(np.array([[0.4, 0.4, 0.1, 0.1], [0.1, 0.1, 0.4, 0.4]]))
-    return PathModel(taxonomy, vocabulary, np.log([0.5, 0.5]), log_theta,
-                     FeatureSettings(min_df=1.0, max_df=1.0), ModelSettings(method="pcnb").resolved(smoothing=1.0))
+    return PathModel(
+        taxonomy,
+        vocabulary,
+        np.log([0.5, 0.5]),
+        log_theta,
+        FeatureSettings(min_df=1.0, max_df=1.0),
+        ModelSettings(method="pcnb").resolved(smoothing=1.0),
+    )
 
 
 def _assert_clear(exc_info, what):
@@ -153,8 +186,8 @@ def test_the_session_is_recognised_as_spark_connect(remote, labelled_docs):
 
 def test_fit_fails_at_once_naming_spark_connect(labelled_docs):
     from pcem_spark.ml.estimator import PathEM
-    est = PathEM(method="pcem", maxIter=2, smoothing=1.0, unlabeledWeight=1.0, pathWeight=1.0,
-                 minDF=1.0, maxDF=1.0)
+
+    est = PathEM(method="pcem", maxIter=2, smoothing=1.0, unlabeledWeight=1.0, pathWeight=1.0, minDF=1.0, maxDF=1.0)
     with pytest.raises(SparkConnectError) as info:
         est.fit(labelled_docs)
     _assert_clear(info, "PathEM.fit")
@@ -168,10 +201,11 @@ def test_fit_fails_at_once_naming_spark_connect(labelled_docs):
 
 def test_library_training_entry_points_fail_the_same_way(labelled_docs):
     from pcem_spark import engine
-    from pcem_spark.engine.features import FeatureSettings
-    from pcem_spark.model.settings import ModelSettings
-    from pcem_spark.ml import train
     from pcem_spark.core.taxonomy import Taxonomy
+    from pcem_spark.engine.features import FeatureSettings
+    from pcem_spark.ml import train
+    from pcem_spark.model.settings import ModelSettings
+
     taxonomy = Taxonomy.from_label_paths([["sci", "space"], ["rec", "hockey"]])
     with pytest.raises(SparkConnectError) as info:
         train(labelled_docs, taxonomy, FeatureSettings(min_df=1.0, max_df=1.0), ModelSettings())
@@ -183,6 +217,7 @@ def test_library_training_entry_points_fail_the_same_way(labelled_docs):
 
 def test_prediction_fails_naming_the_broadcast(labelled_docs):
     from pcem_spark.ml.estimator import PathEMModel
+
     model = _tiny_model()
     with pytest.raises(SparkConnectError) as info:
         model.transform(labelled_docs)
@@ -195,6 +230,7 @@ def test_prediction_fails_naming_the_broadcast(labelled_docs):
 def test_model_files_and_format_detection_fail_naming_the_way_out(remote, tmp_path):
     from pcem_spark.io.documents import read_documents
     from pcem_spark.model.path_model import PathModel
+
     with pytest.raises(SparkConnectError) as info:
         PathModel.load(str(tmp_path / "model"))
     _assert_clear(info, "loading models")
@@ -207,6 +243,7 @@ def test_model_files_and_format_detection_fail_naming_the_way_out(remote, tmp_pa
 def test_reading_and_checking_documents_works_over_connect(remote):
     """The strict reader and the reject split give the verdicts of tests/test_strict_input.py."""
     from pcem_spark.io.documents import read_documents, split_rejects
+
     with open(os.path.join(DATA, "malformed_expected.json"), encoding="utf-8") as fh:
         expected = {int(k): v for k, v in json.load(fh).items() if not k.startswith("_")}
     raw = read_documents(remote, CATALOGUE, "json")
@@ -221,6 +258,7 @@ def test_reading_and_checking_documents_works_over_connect(remote):
 
 def test_featurising_works_over_connect(labelled_docs):
     from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
+
     settings = FeatureSettings(min_df=1.0, max_df=1.0)
     vocabulary = fit_vocabulary(labelled_docs, settings)
     assert {"rocket", "orbit", "puck", "goal", "document"} <= set(vocabulary)
@@ -234,11 +272,18 @@ def test_featurising_works_over_connect(labelled_docs):
 def test_pcem_train_against_spark_connect_exits_2_with_the_reason(connect_url, tmp_path):
     """``SPARK_REMOTE=sc://... pcem train``: a bad-input exit (2), not the scheduler's retry code (75)."""
     env = {k: v for k, v in os.environ.items() if k not in _CONNECT_ENV}
-    env.update(SPARK_REMOTE=connect_url,
-               PYTHONPATH=os.pathsep.join([REPO] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    proc = subprocess.run([sys.executable, "-m", "pcem_spark.cli", "train", "--docs", CATALOGUE,
-                           "--model", str(tmp_path / "model")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    env.update(
+        SPARK_REMOTE=connect_url,
+        PYTHONPATH=os.pathsep.join([REPO] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "pcem_spark.cli", "train", "--docs", CATALOGUE, "--model", str(tmp_path / "model")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "pcem train: error: pcem (its commands and jobs/*.py) needs the driver's JVM" in proc.stderr
     assert f"SPARK_REMOTE={connect_url} asks for a Spark Connect session" in proc.stderr

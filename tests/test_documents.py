@@ -18,30 +18,45 @@ def _write_jsonl(path, lines, gz=False):
 
 def test_jsonl_gz_is_read_into_the_documents_table(spark, tmp_path):
     path = str(tmp_path / "docs.jsonl.gz")
-    _write_jsonl(path, [{"id": "a", "text": "hello world", "labels": ["x", "x1"], "split": "train"},
-                        {"id": "b", "text": "no labels here", "labels": None}], gz=True)
+    _write_jsonl(
+        path,
+        [
+            {"id": "a", "text": "hello world", "labels": ["x", "x1"], "split": "train"},
+            {"id": "b", "text": "no labels here", "labels": None},
+        ],
+        gz=True,
+    )
     good, rejects = split_rejects(read_documents(spark, path))
     good = good.drop("similarities")
     expected = spark.createDataFrame(
         [("a", "hello world", ["x", "x1"], "train"), ("b", "no labels here", None, None)],
-        T.StructType([T.StructField("id", T.StringType()), T.StructField("text", T.StringType()),
-                      T.StructField("labels", T.ArrayType(T.StringType())),
-                      T.StructField("split", T.StringType())]))
+        T.StructType(
+            [
+                T.StructField("id", T.StringType()),
+                T.StructField("text", T.StringType()),
+                T.StructField("labels", T.ArrayType(T.StringType())),
+                T.StructField("split", T.StringType()),
+            ]
+        ),
+    )
     assert_df_equality(good, expected, ignore_row_order=True, ignore_nullable=True)
     assert rejects.count() == 0
 
 
 def test_bad_rows_go_to_rejects_with_a_reason_and_nothing_is_dropped(spark, tmp_path):
     path = str(tmp_path / "docs.jsonl")
-    _write_jsonl(path, [
-        {"id": "ok", "text": "fine", "labels": ["x", "x1"]},
-        {"id": "dup", "text": "first"},
-        {"id": "dup", "text": "second"},
-        {"text": "who am i"},
-        {"id": "notext", "labels": ["x", "x1"]},
-        '{"id": "broken", "text": ',
-        {"id": "badlabels", "text": "t", "labels": "x/x1"},
-    ])
+    _write_jsonl(
+        path,
+        [
+            {"id": "ok", "text": "fine", "labels": ["x", "x1"]},
+            {"id": "dup", "text": "first"},
+            {"id": "dup", "text": "second"},
+            {"text": "who am i"},
+            {"id": "notext", "labels": ["x", "x1"]},
+            '{"id": "broken", "text": ',
+            {"id": "badlabels", "text": "t", "labels": "x/x1"},
+        ],
+    )
     raw = read_documents(spark, path)
     good, rejects = split_rejects(raw)
     assert [r["id"] for r in good.collect()] == ["ok"]

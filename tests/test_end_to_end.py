@@ -1,9 +1,7 @@
 """ingest -> train -> predict -> evaluate through the `pcem` command on a slice of 20NG."""
 
 import gzip
-import itertools
 import json
-import os
 
 import pytest
 
@@ -60,8 +58,13 @@ def test_train_predict_evaluate_on_a_20ng_slice(spark, archive_20ng, tmp_path):
     assert per_split == {"train": 200, "test": 75}
     model, pred, metrics = (str(tmp_path / x) for x in ("model", "pred", "metrics.json"))
     common = ["--set", "features.min_df=2", "--set", "model.max_iter=10"]
-    assert main(["train", "--docs", docs, "--model", model, "--split", "train",
-                 "--label-rate", "0.25", "--method", "pcem"] + common) == 0
+    assert (
+        main(
+            ["train", "--docs", docs, "--model", model, "--split", "train", "--label-rate", "0.25", "--method", "pcem"]
+            + common
+        )
+        == 0
+    )
     assert main(["predict", "--model", model, "--docs", docs, "--split", "test", "--output", pred] + common) == 0
     assert main(["evaluate", "--predictions", pred, "--model", model, "--output", metrics]) == 0
 
@@ -92,16 +95,34 @@ def test_cli_errors_are_clear_and_exit_2(tmp_path, capsys):
 
 def test_split_filter_never_hides_rejects_and_cli_errors_exit_2(spark, tmp_path, capsys):
     docs = tmp_path / "docs.jsonl"
-    docs.write_text("\n".join([
-        json.dumps({"id": "a", "text": "goal striker", "labels": ["s", "s1"], "split": "train"}),
-        json.dumps({"id": "b", "text": "chip wafer", "labels": ["t", "t1"], "split": "train"}),
-        json.dumps({"id": "c", "text": "goal", "labels": None, "split": "test"}),
-        "this is not json",
-        '{"id": "e", "text": ',
-    ]) + "\n")
+    docs.write_text(
+        "\n".join(
+            [
+                json.dumps({"id": "a", "text": "goal striker", "labels": ["s", "s1"], "split": "train"}),
+                json.dumps({"id": "b", "text": "chip wafer", "labels": ["t", "t1"], "split": "train"}),
+                json.dumps({"id": "c", "text": "goal", "labels": None, "split": "test"}),
+                "this is not json",
+                '{"id": "e", "text": ',
+            ]
+        )
+        + "\n"
+    )
     model = str(tmp_path / "model")
-    args = ["train", "--docs", str(docs), "--model", model, "--split", "train", "--method", "pcnb",
-            "--set", "features.min_df=1.0", "--set", "features.max_df=1.0"]
+    args = [
+        "train",
+        "--docs",
+        str(docs),
+        "--model",
+        model,
+        "--split",
+        "train",
+        "--method",
+        "pcnb",
+        "--set",
+        "features.min_df=1.0",
+        "--set",
+        "features.max_df=1.0",
+    ]
     assert main(args) == 0
     rejects = spark.read.parquet(model + "_rejects")
     assert rejects.count() == 2  # both malformed lines, although their split is unknown

@@ -4,9 +4,9 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
-from pcem_spark.evaluation.metrics import evaluate_predictions, node_confusion
-from pcem_spark.evaluation.evaluator import HierarchicalF1Evaluator
 from pcem_spark.core.taxonomy import Taxonomy
+from pcem_spark.evaluation.evaluator import HierarchicalF1Evaluator
+from pcem_spark.evaluation.metrics import evaluate_predictions, node_confusion
 
 PRED_SCHEMA = "id string, path array<string>, labels array<string>"
 
@@ -26,8 +26,14 @@ ROWS2 = [
 #   phones   (pred 4     true 4)       1   0   0   1
 #   chips    (pred 3     true -)       0   1   0   0
 #   total                              5   3   3
-PER_NODE2 = {"sport": (2, 0, 1), "tech": (1, 1, 0), "football": (1, 0, 1), "tennis": (0, 1, 1),
-             "phones": (1, 0, 0), "chips": (0, 1, 0)}
+PER_NODE2 = {
+    "sport": (2, 0, 1),
+    "tech": (1, 1, 0),
+    "football": (1, 0, 1),
+    "tennis": (0, 1, 1),
+    "phones": (1, 0, 0),
+    "chips": (0, 1, 0),
+}
 MICRO2 = 2 * 5 / (2 * 5 + 3 + 3)  # = 5/8
 MACRO2 = (4 / 5 + 2 / 3 + 2 / 3 + 0 + 1 + 0) / 6  # = 47/90
 
@@ -49,13 +55,14 @@ ROWS3 = [
 #   a2   (pred 3        true 4)        0   1   1   0
 #   b    (pred 4        true 5)        0   1   1   0
 #   total                              6   6   6
-PER_NODE3 = {"a": (3, 1, 1), "a1": (2, 1, 1), "a1x": (1, 1, 1), "a1y": (0, 1, 1), "a2": (0, 1, 1),
-             "b": (0, 1, 1)}
+PER_NODE3 = {"a": (3, 1, 1), "a1": (2, 1, 1), "a1x": (1, 1, 1), "a1y": (0, 1, 1), "a2": (0, 1, 1), "b": (0, 1, 1)}
 MICRO3 = 2 * 6 / (2 * 6 + 6 + 6)  # = 1/2
 MACRO3 = (6 / 8 + 4 / 6 + 2 / 4 + 0 + 0 + 0) / 6  # = 23/72
 
-CASES = [pytest.param(TAX2, ROWS2, PER_NODE2, MICRO2, MACRO2, id="2-level"),
-         pytest.param(TAX3, ROWS3, PER_NODE3, MICRO3, MACRO3, id="3-level")]
+CASES = [
+    pytest.param(TAX2, ROWS2, PER_NODE2, MICRO2, MACRO2, id="2-level"),
+    pytest.param(TAX3, ROWS3, PER_NODE3, MICRO3, MACRO3, id="3-level"),
+]
 
 
 def _f1(spark_df, metric, **kw):
@@ -96,11 +103,15 @@ def test_node_confusion_counts(spark):
     pred = spark.createDataFrame(ROWS2, PRED_SCHEMA)
     n_pred, n_true, n_tp = node_confusion(pred, "path", "labels")
     nodes = sorted(set(n_pred) | set(n_true))
-    actual = spark.createDataFrame([(c, n_pred.get(c, 0), n_true.get(c, 0), n_tp.get(c, 0)) for c in nodes],
-                                   "node string, n_pred long, n_true long, n_tp long")
+    actual = spark.createDataFrame(
+        [(c, n_pred.get(c, 0), n_true.get(c, 0), n_tp.get(c, 0)) for c in nodes],
+        "node string, n_pred long, n_true long, n_tp long",
+    )
     # n_pred = TP + FP, n_true = TP + FN; nodes that never occur are absent.
-    expected = spark.createDataFrame([(c, tp + fp, tp + fn, tp) for c, (tp, fp, fn) in PER_NODE2.items()],
-                                     "node string, n_pred long, n_true long, n_tp long")
+    expected = spark.createDataFrame(
+        [(c, tp + fp, tp + fn, tp) for c, (tp, fp, fn) in PER_NODE2.items()],
+        "node string, n_pred long, n_true long, n_tp long",
+    )
     assert_df_equality(actual, expected, ignore_row_order=True)
 
 
@@ -115,8 +126,11 @@ def test_rows_with_null_labels_are_ignored(spark):
 
 
 def test_custom_column_names(spark):
-    pred = spark.createDataFrame(ROWS2, PRED_SCHEMA).withColumnRenamed("path", "guess") \
+    pred = (
+        spark.createDataFrame(ROWS2, PRED_SCHEMA)
+        .withColumnRenamed("path", "guess")
         .withColumnRenamed("labels", "truth")
+    )
     ev = HierarchicalF1Evaluator(predictionCol="guess", labelCol="truth", metricName="macroF1")
     assert ev.evaluate(pred) == pytest.approx(MACRO2)
     with pytest.raises(ValueError, match="no column 'path'"):
@@ -148,6 +162,7 @@ def test_taxonomy_param_only_counts_its_nodes(spark):
 
 def test_taxonomy_param_refuses_labels_of_another_taxonomy(spark):
     from pcem_spark.errors import InputError
+
     pred = spark.createDataFrame([(str(i), ["x", "x1"], ["x", "x1"]) for i in range(3)] + ROWS2[:1], PRED_SCHEMA)
     with pytest.raises(InputError, match=r"3 of the 4 .*'x'.*another taxonomy / model\?"):
         _f1(pred, "microF1", taxonomy=TAX2.to_json())
@@ -174,8 +189,7 @@ def test_invalid_params_raise(spark):
 
 def test_all_null_labels_raise(spark):
     ev = HierarchicalF1Evaluator(taxonomy=TAX2.to_json())
-    pred = spark.createDataFrame([("1", ["sport", "tennis"], None), ("2", ["tech", "chips"], None)],
-                                 PRED_SCHEMA)
+    pred = spark.createDataFrame([("1", ["sport", "tennis"], None), ("2", ["tech", "chips"], None)], PRED_SCHEMA)
     with pytest.raises(ValueError, match="nothing to score.*column 'labels'"):
         ev.evaluate(pred)
     with pytest.raises(ValueError, match="nothing to score.*column 'labels'"):
@@ -188,8 +202,12 @@ def test_save_load_roundtrip(spark, tmp_path):
     ev.save(path)
     loaded = HierarchicalF1Evaluator.load(path)
     assert isinstance(loaded, HierarchicalF1Evaluator) and loaded.uid == ev.uid
-    assert {p.name: v for p, v in loaded.extractParamMap().items()} == \
-        {"predictionCol": "guess", "labelCol": "labels", "metricName": "macroF1", "taxonomy": TAX3.to_json()}
+    assert {p.name: v for p, v in loaded.extractParamMap().items()} == {
+        "predictionCol": "guess",
+        "labelCol": "labels",
+        "metricName": "macroF1",
+        "taxonomy": TAX3.to_json(),
+    }
     assert not loaded.isSet(loaded.labelCol)  # a default stays a default
     ev.setMetricName("microF1").write().overwrite().save(path)
     assert HierarchicalF1Evaluator.load(path).getMetricName() == "microF1"

@@ -22,11 +22,19 @@ from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 from pyspark.errors import PySparkRuntimeError, PySparkTypeError, PySparkValueError
 from pyspark.errors.exceptions.captured import convert_exception
 
-from pcem_spark.cli.main import main
-from pcem_spark.io.documents import DocumentsError
-from pcem_spark.errors import InputError
 from pcem_spark.cli import failures
-from pcem_spark.cli.failures import EXIT_BAD_INPUT, EXIT_BUG, EXIT_TRANSIENT, TRANSIENT_JAVA, classify_failure, iter_rules, rules_markdown
+from pcem_spark.cli.failures import (
+    EXIT_BAD_INPUT,
+    EXIT_BUG,
+    EXIT_TRANSIENT,
+    TRANSIENT_JAVA,
+    classify_failure,
+    iter_rules,
+    rules_markdown,
+)
+from pcem_spark.cli.main import main
+from pcem_spark.errors import InputError
+from pcem_spark.io.documents import DocumentsError
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
@@ -86,8 +94,9 @@ def _condition(spark, name, tmp_path):
     if name == "JAVA_GATEWAY_EXITED":  # end to end in test_reported_settings_failures_exit_2
         return PySparkRuntimeError(errorClass="JAVA_GATEWAY_EXITED", messageParameters={})
     if name == "CANNOT_CONFIGURE_SPARK_CONNECT_MASTER":
-        return PySparkRuntimeError(errorClass=name, messageParameters={"master_url": "local[2]",
-                                                                       "connect_url": "sc://localhost"})
+        return PySparkRuntimeError(
+            errorClass=name, messageParameters={"master_url": "local[2]", "connect_url": "sc://localhost"}
+        )
     raise KeyError(name)
 
 
@@ -136,9 +145,13 @@ def _driver(kind):
 def _message(spark, marker, tmp_path):
     if marker == "spark.driver.maxResultSize":
         jvm = spark.sparkContext._jvm
-        return Py4JJavaError("An error occurred while calling o9.collectToPython.\n", jvm.org.apache.spark.SparkException(
-            "Job aborted due to stage failure: Total size of serialized results of 3 tasks (1100.0 MiB) is "
-            "bigger than spark.driver.maxResultSize (1024.0 MiB)"))
+        return Py4JJavaError(
+            "An error occurred while calling o9.collectToPython.\n",
+            jvm.org.apache.spark.SparkException(
+                "Job aborted due to stage failure: Total size of serialized results of 3 tasks (1100.0 MiB) is "
+                "bigger than spark.driver.maxResultSize (1024.0 MiB)"
+            ),
+        )
     if marker.startswith("EOFException"):  # a truncated .gz file
         path = tmp_path / "cut.jsonl.gz"
         data = gzip.compress(b"".join(b'{"id": "%d", "text": "word"}\n' % i for i in range(2000)))
@@ -149,11 +162,14 @@ def _message(spark, marker, tmp_path):
 
 def _pyspark(spark, kind):
     if kind == "PySparkValueError":
-        return PySparkValueError(errorClass="VALUE_NOT_POSITIVE", messageParameters={"arg_name": "k",
-                                                                                     "arg_value": "-1"})
+        return PySparkValueError(
+            errorClass="VALUE_NOT_POSITIVE", messageParameters={"arg_name": "k", "arg_value": "-1"}
+        )
     if kind == "PySparkTypeError":
-        return PySparkTypeError(errorClass="NOT_EXPECTED_TYPE", messageParameters={
-            "arg_name": "k", "expected_type": "int", "arg_type": "str"})
+        return PySparkTypeError(
+            errorClass="NOT_EXPECTED_TYPE",
+            messageParameters={"arg_name": "k", "expected_type": "int", "arg_type": "str"},
+        )
     if kind == "AnalysisException":
         return _spark_read_failure(spark, lambda: spark.sql("SELECT no_such_column"))
     if kind == "IllegalArgumentException":
@@ -168,8 +184,9 @@ def _lost_executors(spark, kind):
         none = getattr(getattr(jvm.scala, "None$"), "MODULE$")
         manager = jvm.org.apache.spark.storage.BlockManagerId.apply("1", "host", 7337, none)
         lost = jvm.java.io.FileNotFoundException("/tmp/blockmgr-1/0c/shuffle_0_0_0.data (No such file)")
-        return _job_failure(spark, jvm.org.apache.spark.shuffle.FetchFailedException(manager, 0, 0, 0, 0,
-                                                                                      "fetch failed", lost))
+        return _job_failure(
+            spark, jvm.org.apache.spark.shuffle.FetchFailedException(manager, 0, 0, 0, 0, "fetch failed", lost)
+        )
     return _job_failure(spark, jvm.org.apache.spark.ExecutorDeadException("executor 1 is dead"))
 
 
@@ -217,6 +234,7 @@ def test_internal_value_errors_are_bugs_and_validation_errors_are_bad_input():
     assert classify_failure(InputError("model.tol must be >= 0"))[0] == EXIT_BAD_INPUT
     # A settings error raised by the settings code is an InputError, not a ValueError
     from pcem_spark.cli.config import load_settings
+
     with pytest.raises(InputError):
         load_settings(None, ["model.tol=-1"])
 
@@ -246,16 +264,32 @@ def test_the_worker_type_and_message_reach_the_user(spark):
 def _pcem(args, preexec=()):
     env = {k: v for k, v in os.environ.items() if k not in ("PCEM_KILL_AT", "PCEM_INJECT_FAULT")}
     env["PYSPARK_PYTHON"] = sys.executable
-    return subprocess.run([*preexec, sys.executable, "-m", "pcem_spark.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [*preexec, sys.executable, "-m", "pcem_spark.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
 def docs_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("docs") / "docs.jsonl"
-    path.write_text("".join(json.dumps({"id": f"d{i}", "text": "apple banana" if i % 2 else "car wheel",
-                                        "labels": ["f", "apple"] if i % 2 else ["v", "car"]}) + "\n"
-                            for i in range(20)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "id": f"d{i}",
+                    "text": "apple banana" if i % 2 else "car wheel",
+                    "labels": ["f", "apple"] if i % 2 else ["v", "car"],
+                }
+            )
+            + "\n"
+            for i in range(20)
+        )
+    )
     return str(path)
 
 
@@ -267,11 +301,23 @@ def test_reported_settings_failures_exit_2(docs_file, tmp_path, setting):
 
 
 def test_reported_input_failures_exit_2(spark, docs_file, tmp_path, capsys):
-    fast = ["--set", "model.smoothing=0.1", "--set", "model.unlabeled_weight=0.5", "--set", "model.path_weight=0",
-            "--set", "features.min_df=1", "--log-level", "WARNING"]
+    fast = [
+        "--set",
+        "model.smoothing=0.1",
+        "--set",
+        "model.unlabeled_weight=0.5",
+        "--set",
+        "model.path_weight=0",
+        "--set",
+        "features.min_df=1",
+        "--log-level",
+        "WARNING",
+    ]
     # --format parquet on a JSON file
-    assert main(["train", "--docs", docs_file, "--format", "parquet", "--model", str(tmp_path / "m1"), *fast]) \
+    assert (
+        main(["train", "--docs", docs_file, "--format", "parquet", "--model", str(tmp_path / "m1"), *fast])
         == EXIT_BAD_INPUT
+    )
     assert "not a Parquet" in capsys.readouterr().err
     # a truncated Parquet part file (no checksum file beside it, as on object stores)
     table = str(tmp_path / "table")
@@ -286,8 +332,10 @@ def test_reported_input_failures_exit_2(spark, docs_file, tmp_path, capsys):
     model = str(tmp_path / "model")
     assert main(["train", "--docs", docs_file, "--model", model, *fast]) == 0
     (tmp_path / "afile").write_text("x")
-    assert main(["predict", "--model", model, "--docs", docs_file, "--output", str(tmp_path / "afile" / "sub"),
-                 *fast]) == EXIT_BAD_INPUT
+    assert (
+        main(["predict", "--model", model, "--docs", docs_file, "--output", str(tmp_path / "afile" / "sub"), *fast])
+        == EXIT_BAD_INPUT
+    )
     err = capsys.readouterr().err
     assert "afile" in err and "retry" not in err
 
@@ -309,9 +357,10 @@ def test_an_unreadable_documents_folder_exits_2(docs_file, tmp_path):
 
 def test_a_truncated_archive_is_bad_input(tmp_path, capsys):
     import io
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        data = os.urandom(100_000)   # incompressible, so half the gzip stream is half the member
+        data = os.urandom(100_000)  # incompressible, so half the gzip stream is half the member
         info = tarfile.TarInfo("20news-bydate-train/alt.atheism/1")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))

@@ -31,8 +31,18 @@ def test_assign_roles_rejects_bad_rates(spark):
 
 
 def test_summary_table_means_and_stds():
-    rows = [{"method": "pcem", "setting": "labeled", "rate": 0.01, "seed": s, "micro_f1": m, "macro_f1": m - 0.1,
-             "train_seconds": 2.0} for s, m in enumerate([0.70, 0.72, 0.74])]
+    rows = [
+        {
+            "method": "pcem",
+            "setting": "labeled",
+            "rate": 0.01,
+            "seed": s,
+            "micro_f1": m,
+            "macro_f1": m - 0.1,
+            "train_seconds": 2.0,
+        }
+        for s, m in enumerate([0.70, 0.72, 0.74])
+    ]
     (s,) = summarize(rows)
     assert s["micro_mean"] == pytest.approx(72.0) and s["micro_std"] == pytest.approx(2.0)
     assert "| labeled | 1% | pcem | 3 | 72.00 ± 2.00 | 62.00 ± 2.00 | 2.0 |" in markdown_table(rows)
@@ -55,6 +65,7 @@ def test_settings_file_and_overrides(tmp_path):
 
 def test_shipped_config_files_load():
     import os
+
     root = os.path.join(os.path.dirname(__file__), "..", "conf")
     for name in ("pcem.toml", "20ng.toml", "experiments/20ng.toml", "experiments/20ng_figures.toml"):
         s = load_settings(os.path.join(root, name))
@@ -82,27 +93,31 @@ def test_supervision_settings():
 
 
 # ------------------------------------------------- an experiment that plans no run (issue B)
-@pytest.mark.parametrize("extra, message", [
-    (["--seeds", "0"], "--seeds 0: "),
-    (["--seeds", "-2"], "--seeds -2: "),
-    (["--seeds", ""], "--seeds '': "),
-    (["--seeds", "1,x"], "--seeds 1,x: "),
-    (["--rates", "0"], "--rates 0: "),
-    (["--rates", ""], "--rates '': "),
-    (["--rates", "0.1,0"], "--rates 0.1,0: "),
-    (["--methods", ""], "--methods '': "),
-    (["--methods", "pcem,"], "--methods pcem,: "),
-    (["--set", "experiment.seeds=[]"], "[experiment] seeds: "),
-    (["--set", "experiment.seeds=[-1]"], "[experiment] seeds: "),
-    (["--set", "experiment.rates=[]"], "[experiment] rates: "),
-    (["--set", "experiment.methods=[]"], "[experiment] methods: "),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--seeds", "0"], "--seeds 0: "),
+        (["--seeds", "-2"], "--seeds -2: "),
+        (["--seeds", ""], "--seeds '': "),
+        (["--seeds", "1,x"], "--seeds 1,x: "),
+        (["--rates", "0"], "--rates 0: "),
+        (["--rates", ""], "--rates '': "),
+        (["--rates", "0.1,0"], "--rates 0.1,0: "),
+        (["--methods", ""], "--methods '': "),
+        (["--methods", "pcem,"], "--methods pcem,: "),
+        (["--set", "experiment.seeds=[]"], "[experiment] seeds: "),
+        (["--set", "experiment.seeds=[-1]"], "[experiment] seeds: "),
+        (["--set", "experiment.rates=[]"], "[experiment] rates: "),
+        (["--set", "experiment.methods=[]"], "[experiment] methods: "),
+    ],
+)
 def test_experiment_without_runs_exits_2_before_spark(tmp_path, capsys, monkeypatch, extra, message):
     import pcem_spark.engine.session
     from pcem_spark.cli.main import main
 
     def no_spark(*a, **k):
         raise AssertionError("Spark was started")
+
     monkeypatch.setattr(pcem_spark.engine.session, "build_session", no_spark)
     docs = tmp_path / "docs.jsonl"
     docs.write_text('{"id": "1", "text": "a b", "labels": ["a"]}\n')

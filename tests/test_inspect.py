@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-
 from pcem_spark import core
 from pcem_spark.core import node_stats
-from pcem_spark.ops import inspection, rendering
 from pcem_spark.core.methods import method_spec
 from pcem_spark.core.taxonomy import Taxonomy
+from pcem_spark.ops import inspection, rendering
 
 # A variable-depth tree: "misc" is a leaf at depth 1 (padded with a dummy node at depth 2).
-TAX = Taxonomy({"ROOT": ["sport", "tech", "misc"], "sport": ["football", "tennis", "hockey"],
-                "tech": ["phones", "chips"]})
+TAX = Taxonomy(
+    {"ROOT": ["sport", "tech", "misc"], "sport": ["football", "tennis", "hockey"], "tech": ["phones", "chips"]}
+)
 
 
 def _random_params(rng, R, V, smoothing, density=0.3):
@@ -39,9 +39,9 @@ def test_node_counts_and_word_mass_equal_dense_sums(method):
     member = np.zeros((R, TAX.n_nodes))
     for r in range(R):
         if method == "tdem":
-            member[r, r] = 1.0                       # components are the nodes
+            member[r, r] = 1.0  # components are the nodes
         else:
-            j = r // 3 if method == "emmc" else r   # emmc: 3 components per path, in path order
+            j = r // 3 if method == "emmc" else r  # emmc: 3 components per path, in path order
             for n in TAX.paths[j]:
                 member[r, TAX.node_index[n]] = 1.0
     expected = member.T @ counts.toarray()
@@ -52,7 +52,7 @@ def test_node_counts_and_word_mass_equal_dense_sums(method):
 
 def test_node_mass_sums_paths_and_priors_sum_to_one_per_depth():
     rng = np.random.default_rng(2)
-    M, K = TAX.n_paths, TAX.n_nodes
+    M = TAX.n_paths
     A = TAX.path_node_matrix()
     labeled = rng.integers(0, 5, M).astype(float)
     total = labeled + rng.uniform(0, 30, M)
@@ -75,12 +75,13 @@ def test_top_down_prior_is_the_product_of_conditional_priors():
     spec = method_spec(TAX, "tdnb")
     groups = spec.structure.groups
     raw = rng.uniform(0.1, 1.0, TAX.n_nodes)
-    conditional = raw / np.bincount(groups, weights=raw)[groups]       # normalised among siblings
-    prior = node_stats.node_prior(np.log(conditional), sp.identity(TAX.n_nodes, format="csr"),
-                           parents=spec.structure.parents)
+    conditional = raw / np.bincount(groups, weights=raw)[groups]  # normalised among siblings
+    prior = node_stats.node_prior(
+        np.log(conditional), sp.identity(TAX.n_nodes, format="csr"), parents=spec.structure.parents
+    )
     k = TAX.node_index
     assert prior[k["hockey"]] == pytest.approx(conditional[k["sport"]] * conditional[k["hockey"]])
-    assert prior[k["misc#dummy2"]] == pytest.approx(conditional[k["misc"]])   # an only child: 1 x its parent
+    assert prior[k["misc#dummy2"]] == pytest.approx(conditional[k["misc"]])  # an only child: 1 x its parent
     depth = np.array([TAX.node_depth(n) for n in TAX.nodes])
     for d in (1, 2):
         assert prior[depth == d].sum() == pytest.approx(1.0)
@@ -92,8 +93,8 @@ def test_labeled_documents_inverts_the_eq2_masses(g):
     A = TAX.path_node_matrix()
     n = rng.integers(0, 7, TAX.n_paths).astype(float)
     # What the engine sums: each labelled document's path scores (1 - g) leaf + g path (Eq. 2).
-    scores = core.weighted_score_matrix(A, TAX.leaf_node_matrix(), g)     # (M, K)
-    mass = scores @ (A.T @ n)                                                # (M,)
+    scores = core.weighted_score_matrix(A, TAX.leaf_node_matrix(), g)  # (M, K)
+    mass = scores @ (A.T @ n)  # (M,)
     docs = node_stats.labeled_documents(sp.csr_matrix(A), mass, g)
     np.testing.assert_allclose(docs, A.T @ n, atol=1e-9)
     assert docs[TAX.node_index["sport"]] == n[[TAX.path_index[p] for p in TAX.paths if p[0] == "sport"]].sum()
@@ -134,14 +135,15 @@ def test_sibling_log_odds_equals_a_dense_reference(rank):
     K, V = 9, 60
     C = sp.random(K, V, density=0.25, random_state=rng, format="csr")
     C.data = np.round(C.data * 10, 1) + 0.1
-    parent_of = np.array([-1, -1, -1, 0, 0, 1, 1, 1, 2])      # node 8 is an only child
+    parent_of = np.array([-1, -1, -1, 0, 0, 1, 1, 1, 2])  # node 8 is an only child
     got = node_stats.sibling_log_odds(C, parent_of, 0.5, top_n=4, rank=rank)
     ref = _dense_sibling_reference(C.toarray(), parent_of, 0.5, 4, rank)
     assert got[8] == []
     for k in range(K):
         assert [t.term for t in got[k]] == [r[0] for r in ref[k]], k
-        np.testing.assert_allclose([(t.log_odds, t.llr, t.count, t.sibling_count) for t in got[k]],
-                                   [r[1:] for r in ref[k]], rtol=1e-9)
+        np.testing.assert_allclose(
+            [(t.log_odds, t.llr, t.count, t.sibling_count) for t in got[k]], [r[1:] for r in ref[k]], rtol=1e-9
+        )
 
 
 def test_sibling_log_odds_finds_the_word_that_defines_a_node():
@@ -159,8 +161,9 @@ def test_sibling_log_odds_finds_the_word_that_defines_a_node():
         assert vocab[top[1][0].term] == "tennis" and vocab[top[2][0].term] == "goal"
         assert all(vocab[t.term] not in ("the", "game") for t in top[0][:2])
     # A hidden (dummy) node is neither scored nor anyone's sibling.
-    top = node_stats.sibling_log_odds(sp.csr_matrix(C), np.array([-1, -1, -1]), 0.1, top_n=3,
-                               show=np.array([True, True, False]))
+    top = node_stats.sibling_log_odds(
+        sp.csr_matrix(C), np.array([-1, -1, -1]), 0.1, top_n=3, show=np.array([True, True, False])
+    )
     assert top[2] == [] and top[0][0].sibling_count == 0.0
 
 
@@ -180,30 +183,38 @@ def test_inspect_model_reads_every_method_structure(method):
     """A hand-made model whose stored masses come from known labelled documents per path, for each
     component structure: the report recovers them per node, hides the dummy and its priors sum to 1."""
     from pcem_spark.engine.features import FeatureSettings
-    from pcem_spark.model.settings import ModelSettings
     from pcem_spark.model.path_model import PathModel
+    from pcem_spark.model.settings import ModelSettings
+
     rng = np.random.default_rng(6)
     g, lam, s = 0.5, 0.5, 0.2
     spec = method_spec(TAX, method, components=2, path_weight=g)
     A = TAX.path_node_matrix()
-    n = rng.integers(1, 6, TAX.n_paths).astype(float)           # labelled documents per path
-    unl = rng.uniform(0, 20, TAX.n_paths)                         # expected unlabelled documents per path
+    n = rng.integers(1, 6, TAX.n_paths).astype(float)  # labelled documents per path
+    unl = rng.uniform(0, 20, TAX.n_paths)  # expected unlabelled documents per path
     if method == "pcem":
-        lab = core.weighted_score_matrix(A, TAX.leaf_node_matrix(), g) @ (A.T @ n)    # Eq. 2 weights
+        lab = core.weighted_score_matrix(A, TAX.leaf_node_matrix(), g) @ (A.T @ n)  # Eq. 2 weights
         tot = lab + lam * unl
     elif method == "flat-em":
         lab, tot = n, n + lam * unl
-    elif method == "emmc":                                        # two components per path, split unevenly
+    elif method == "emmc":  # two components per path, split unevenly
         share = np.tile([0.3, 0.7], TAX.n_paths)
         lab, tot = np.repeat(n, 2) * share, np.repeat(n + lam * unl, 2) * share
-    else:                                                         # components are the nodes
+    else:  # components are the nodes
         lab, tot = A.T @ n, A.T @ (n + lam * unl)
     R, V = spec.n_components, 30
     counts = sp.random(R, V, density=0.5, random_state=rng, format="csr") * 10
     params = core.sparse_log_parameters(counts, tot, s, None if spec.structure is None else spec.structure.groups)
     ms = ModelSettings(method=method, smoothing=s, unlabeled_weight=lam, path_weight=g, components=2)
-    model = PathModel(TAX, [f"t{i}" for i in range(V)], None, params, FeatureSettings(), ms,
-                      {"path_mass_labeled": list(lab), "path_mass": list(tot), "n_labeled": int(n.sum())})
+    model = PathModel(
+        TAX,
+        [f"t{i}" for i in range(V)],
+        None,
+        params,
+        FeatureSettings(),
+        ms,
+        {"path_mass_labeled": list(lab), "path_mass": list(tot), "n_labeled": int(n.sum())},
+    )
     report = inspection.inspect_model(model, top_n=3)
     by_name = {x["node"]: x for x in report["nodes"]}
     assert set(by_name) == set(TAX.real_nodes)
@@ -221,8 +232,16 @@ def test_inspect_model_reads_every_method_structure(method):
 
 def test_confusion_tables_count_levels_none_and_unknown_names():
     tax = Taxonomy({"ROOT": ["a", "b"], "a": ["a1", "a2"], "b": ["b1"]})
-    cells = [(1, "a", "a", 5), (1, "a", "b", 2), (1, "b", None, 1), (1, "zz", "a", 1),
-             (2, "a1", "a1", 3), (2, "a1", "a2", 2), (2, "a2", None, 2), (2, "b1", "b1", 1)]
+    cells = [
+        (1, "a", "a", 5),
+        (1, "a", "b", 2),
+        (1, "b", None, 1),
+        (1, "zz", "a", 1),
+        (2, "a1", "a1", 3),
+        (2, "a1", "a2", 2),
+        (2, "a2", None, 2),
+        (2, "b1", "b1", 1),
+    ]
     conf = inspection.confusion_tables(cells, tax, n_scored=9, n_without_labels=4)
     l1, l2 = conf["levels"]["1"], conf["levels"]["2"]
     assert l1["nodes"] == ["a", "b", "zz"] and l1["unknown_nodes"] == ["zz"]
@@ -230,8 +249,10 @@ def test_confusion_tables_count_levels_none_and_unknown_names():
     assert l1["accuracy"] == pytest.approx(5 / 9)
     assert l2["accuracy"] == pytest.approx(4 / 8) and l2["documents"] == 8
     # Ties on the count: by true node, then predicted node.
-    assert l2["largest_errors"] == [{"true": "a1", "predicted": "a2", "count": 2, "share_of_true": 0.4},
-                                    {"true": "a2", "predicted": rendering.NONE_LABEL, "count": 2, "share_of_true": 1.0}]
+    assert l2["largest_errors"] == [
+        {"true": "a1", "predicted": "a2", "count": 2, "share_of_true": 0.4},
+        {"true": "a2", "predicted": rendering.NONE_LABEL, "count": 2, "share_of_true": 1.0},
+    ]
     assert l1["recall"]["a"] == pytest.approx(5 / 7) and l1["recall"]["b"] == 0.0
     md = rendering.render_confusion_markdown(conf)
     assert "accuracy 55.56% (5 of 9)" in md and "4 without labels" in md
@@ -244,8 +265,8 @@ def test_write_inspection_is_atomic_and_refuses_what_it_should(tmp_path):
     with pytest.raises(FileExistsError, match="--overwrite"):
         inspection.write_inspection(str(out), {"a.txt": b"two"})
     inspection.write_inspection(str(out), {"b.txt": b"two"}, overwrite=True)
-    assert sorted(os.listdir(out)) == ["_PCEM_COMPLETE", "b.txt"]          # replaced whole, not merged
-    assert [n for n in os.listdir(tmp_path) if n != "insp"] == []          # no temporary sibling left
+    assert sorted(os.listdir(out)) == ["_PCEM_COMPLETE", "b.txt"]  # replaced whole, not merged
+    assert [n for n in os.listdir(tmp_path) if n != "insp"] == []  # no temporary sibling left
     with pytest.raises(ValueError, match="local directory"):
         inspection.check_local_output("hdfs://nn/x")
     (tmp_path / "file").write_text("x")
@@ -262,13 +283,15 @@ LEAF_WORDS = {
     ("tech", "chips"): "silicon transistor wafer nanometer fab lithography",
     ("misc",): "recipe garden holiday painting knitting poetry",
 }
-TAX_TSV = "ROOT\tsport\nROOT\ttech\nROOT\tmisc\nsport\tfootball\nsport\ttennis\nsport\thockey\n" \
-          "tech\tphones\ntech\tchips\n"
+TAX_TSV = (
+    "ROOT\tsport\nROOT\ttech\nROOT\tmisc\nsport\tfootball\nsport\ttennis\nsport\thockey\ntech\tphones\ntech\tchips\n"
+)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, spark):
     from pcem_spark.cli.main import main
+
     rng = np.random.default_rng(0)
     d = tmp_path_factory.mktemp("inspect")
     docs, tax_file = d / "docs.jsonl", d / "tax.tsv"
@@ -281,20 +304,51 @@ def trained(tmp_path_factory, spark):
             lines.append(json.dumps({"id": f"{path[-1]}-{i}", "text": text, "labels": list(path), "split": split}))
     docs.write_text("\n".join(lines) + "\n")
     model, pred = str(d / "model"), str(d / "pred")
-    common = ["--set", "features.min_df=1", "--set", "features.max_df=1.0", "--set", "model.smoothing=0.5",
-              "--set", "model.unlabeled_weight=1.0", "--set", "model.path_weight=1.0",
-              "--set", "model.max_iter=5"]
-    assert main(["train", "--docs", str(docs), "--model", model, "--taxonomy", str(tax_file), "--split", "train",
-                 "--label-rate", "0.2", "--method", "pcem"] + common) == 0
-    assert main(["predict", "--model", model, "--docs", str(docs), "--split", "test", "--output", pred]
-                + common) == 0
+    common = [
+        "--set",
+        "features.min_df=1",
+        "--set",
+        "features.max_df=1.0",
+        "--set",
+        "model.smoothing=0.5",
+        "--set",
+        "model.unlabeled_weight=1.0",
+        "--set",
+        "model.path_weight=1.0",
+        "--set",
+        "model.max_iter=5",
+    ]
+    assert (
+        main(
+            [
+                "train",
+                "--docs",
+                str(docs),
+                "--model",
+                model,
+                "--taxonomy",
+                str(tax_file),
+                "--split",
+                "train",
+                "--label-rate",
+                "0.2",
+                "--method",
+                "pcem",
+            ]
+            + common
+        )
+        == 0
+    )
+    assert main(["predict", "--model", model, "--docs", str(docs), "--split", "test", "--output", pred] + common) == 0
     return {"dir": d, "model": model, "pred": pred, "docs": str(docs)}
 
 
 def _write_predictions(spark, path, rows):
     from pcem_spark.io.outputs import atomic_output
-    df = spark.createDataFrame(rows, "id string, path array<string>, leaf string, probability double, "
-                                     "labels array<string>")
+
+    df = spark.createDataFrame(
+        rows, "id string, path array<string>, leaf string, probability double, labels array<string>"
+    )
     with atomic_output(spark, path, "predictions") as staged:
         df.write.parquet(staged.tmp)
 
@@ -302,17 +356,33 @@ def _write_predictions(spark, path, rows):
 def test_inspect_end_to_end_masses_and_confusion(spark, trained, tmp_path):
     from chispa import assert_df_equality
     from pyspark.sql import functions as F
+
     from pcem_spark.cli.main import main
     from pcem_spark.evaluation.metrics import evaluate_predictions
     from pcem_spark.model.path_model import PathModel
+
     out = tmp_path / "insp"
-    assert main(["inspect", "--model", trained["model"], "--predictions", trained["pred"],
-                 "--output", str(out), "--top-terms", "3"]) == 0
+    assert (
+        main(
+            [
+                "inspect",
+                "--model",
+                trained["model"],
+                "--predictions",
+                trained["pred"],
+                "--output",
+                str(out),
+                "--top-terms",
+                "3",
+            ]
+        )
+        == 0
+    )
     files = set(os.listdir(out))
     assert {"model.md", "model.json", "taxonomy.html", "taxonomy.png", "confusion.md", "confusion.json"} <= files
     assert (out / "taxonomy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = (out / "taxonomy.html").read_text()
-    assert "<script" not in html and "http" not in html.replace("http-equiv", "")   # self-contained
+    assert "<script" not in html and "http" not in html.replace("http-equiv", "")  # self-contained
     report = json.loads((out / "model.json").read_text())
     model = PathModel.load(trained["model"])
     ts = model.training_summary
@@ -359,11 +429,17 @@ def test_inspect_end_to_end_masses_and_confusion(spark, trained, tmp_path):
                 if lv["counts"][i][j]:
                     got_rows.append((int(level), t, None if p == rendering.NONE_LABEL else p, lv["counts"][i][j]))
     got = spark.createDataFrame(got_rows, "level int, true string, predicted string, n long")
-    brute = (pred.where(F.col("labels").isNotNull())
-             .select(F.explode(F.sequence(F.lit(1), F.size("labels"))).alias("level"), "labels", "path")
-             .select("level", F.expr("labels[level - 1]").alias("true"),
-                     F.expr("IF(size(path) >= level, path[level - 1], NULL)").alias("predicted"))
-             .groupBy("level", "true", "predicted").agg(F.count(F.lit(1)).alias("n")))
+    brute = (
+        pred.where(F.col("labels").isNotNull())
+        .select(F.explode(F.sequence(F.lit(1), F.size("labels"))).alias("level"), "labels", "path")
+        .select(
+            "level",
+            F.expr("labels[level - 1]").alias("true"),
+            F.expr("IF(size(path) >= level, path[level - 1], NULL)").alias("predicted"),
+        )
+        .groupBy("level", "true", "predicted")
+        .agg(F.count(F.lit(1)).alias("n"))
+    )
     assert_df_equality(got, brute, ignore_row_order=True, ignore_nullable=True)
     metrics = evaluate_predictions(pred, tax)
     for level, acc in metrics["level_accuracy"].items():
@@ -372,15 +448,20 @@ def test_inspect_end_to_end_masses_and_confusion(spark, trained, tmp_path):
 
 def test_inspect_confusion_counts_short_null_and_unlabelled_predictions(spark, trained, tmp_path):
     from pcem_spark.cli.main import main
+
     pred = str(tmp_path / "pred")
-    _write_predictions(spark, pred, [
-        ("1", ["sport", "hockey"], "hockey", 0.9, ["sport", "hockey"]),
-        ("2", ["sport"], "sport", 0.6, ["sport", "tennis"]),          # stops above level 2
-        ("3", None, None, 0.0, ["tech", "chips"]),                    # no prediction at all
-        ("4", ["misc"], "misc", 0.8, ["misc"]),                       # a depth-1 leaf: not at level 2
-        ("5", ["tech", "phones"], "phones", 0.7, None),               # no labels: not scored
-        ("6", ["tech", "phones"], "phones", 0.7, ["sport", "tennis"]),
-    ])
+    _write_predictions(
+        spark,
+        pred,
+        [
+            ("1", ["sport", "hockey"], "hockey", 0.9, ["sport", "hockey"]),
+            ("2", ["sport"], "sport", 0.6, ["sport", "tennis"]),  # stops above level 2
+            ("3", None, None, 0.0, ["tech", "chips"]),  # no prediction at all
+            ("4", ["misc"], "misc", 0.8, ["misc"]),  # a depth-1 leaf: not at level 2
+            ("5", ["tech", "phones"], "phones", 0.7, None),  # no labels: not scored
+            ("6", ["tech", "phones"], "phones", 0.7, ["sport", "tennis"]),
+        ],
+    )
     out = tmp_path / "insp"
     assert main(["inspect", "--model", trained["model"], "--predictions", pred, "--output", str(out)]) == 0
     conf = json.loads((out / "confusion.json").read_text())
@@ -402,6 +483,7 @@ def test_inspect_confusion_counts_short_null_and_unlabelled_predictions(spark, t
 def test_inspect_an_older_model_without_path_mass(spark, trained, tmp_path):
     from pcem_spark.cli.main import main
     from pcem_spark.model.path_model import PathModel
+
     model = PathModel.load(trained["model"])
     for key in ("path_mass", "path_mass_labeled"):
         model.training_summary.pop(key)
@@ -423,13 +505,16 @@ def test_inspect_an_older_model_without_path_mass(spark, trained, tmp_path):
 
 def test_inspect_bad_inputs_exit_2(spark, trained, tmp_path, capsys):
     from pcem_spark.cli.main import main
+
     missing = str(tmp_path / "no_model")
     assert main(["inspect", "--model", missing, "--output", str(tmp_path / "o1")]) == 2
     assert "no_model" in capsys.readouterr().err
     partial = tmp_path / "partial_pred"
     spark.createDataFrame([("1", ["a"])], "id string, path array<string>").write.parquet(str(partial))
-    assert main(["inspect", "--model", trained["model"], "--predictions", str(partial),
-                 "--output", str(tmp_path / "o2")]) == 2
+    assert (
+        main(["inspect", "--model", trained["model"], "--predictions", str(partial), "--output", str(tmp_path / "o2")])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "partial_pred" in err and "completion marker" in err
     assert not (tmp_path / "o2").exists()

@@ -19,15 +19,22 @@ import math
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from test_reference import (  # noqa: F401 (fixture)
+    ATOL,
+    RTOL,
+    TREES,
+    assert_params,
+    corpora,
+    ref_jll,
+    ref_log_params,
+    ref_logsumexp_rows,
+    ref_posterior,
+)
 
-from pcem_spark import engine
-from pcem_spark import core
+from pcem_spark import core, engine
 from pcem_spark.core.methods import method_spec
-from pcem_spark.model.settings import ModelSettings
 from pcem_spark.model.fitting import score_matrix
-
-from test_reference import (ATOL, RTOL, TREES, assert_params, corpora, ref_jll,  # noqa: F401 (fixture)
-                            ref_log_params, ref_logsumexp_rows, ref_posterior)
+from pcem_spark.model.settings import ModelSettings
 
 
 def ref_em_lambda(X, S_fixed, labeled, s, lam, max_iter, prior_s=None):
@@ -70,14 +77,17 @@ def ref_dirmult_evidence(counts, a):
 
 # ----------------------------------------------------------- path weight
 
+
 @pytest.mark.parametrize("tree", list(TREES))
 def test_path_weight_interpolates_eq2_and_flat(tree):
     from pcem_spark.core.taxonomy import Taxonomy
+
     tax = Taxonomy(TREES[tree])
     pc, flat = tax.path_node_matrix(), tax.leaf_node_matrix()
     np.testing.assert_array_equal(method_spec(tax, "pcem", path_weight=1.0).score_matrix, pc)
-    np.testing.assert_array_equal(method_spec(tax, "pcem", path_weight=0.0).score_matrix,
-                                  method_spec(tax, "flat-em").score_matrix)
+    np.testing.assert_array_equal(
+        method_spec(tax, "pcem", path_weight=0.0).score_matrix, method_spec(tax, "flat-em").score_matrix
+    )
     g = 0.3
     np.testing.assert_allclose(method_spec(tax, "pcnb", path_weight=g).score_matrix, 0.7 * flat + 0.3 * pc)
     with pytest.raises(ValueError, match="path_weight"):
@@ -87,16 +97,19 @@ def test_path_weight_interpolates_eq2_and_flat(tree):
 def test_path_weight_one_is_todays_pcem_and_zero_is_flat_em(corpora):
     c = corpora["padded"]
     today = engine.fit(c.blocks, c.tax.path_node_matrix(), c.V, em=True, smoothing=1.0, max_iter=4, tol=0.0)
-    g1 = engine.fit(c.blocks, score_matrix(c.tax, "pcem", path_weight=1.0), c.V, em=True, smoothing=1.0,
-                    max_iter=4, tol=0.0)
+    g1 = engine.fit(
+        c.blocks, score_matrix(c.tax, "pcem", path_weight=1.0), c.V, em=True, smoothing=1.0, max_iter=4, tol=0.0
+    )
     assert_params(g1, today.log_prior, today.log_theta)
     flat = engine.fit(c.blocks, score_matrix(c.tax, "flat-em"), c.V, em=True, smoothing=1.0, max_iter=4, tol=0.0)
-    g0 = engine.fit(c.blocks, score_matrix(c.tax, "pcem", path_weight=0.0), c.V, em=True, smoothing=1.0,
-                    max_iter=4, tol=0.0)
+    g0 = engine.fit(
+        c.blocks, score_matrix(c.tax, "pcem", path_weight=0.0), c.V, em=True, smoothing=1.0, max_iter=4, tol=0.0
+    )
     assert_params(g0, flat.log_prior, flat.log_theta)
     # and something in between is neither
-    mid = engine.fit(c.blocks, score_matrix(c.tax, "pcem", path_weight=0.5), c.V, em=True, smoothing=1.0,
-                     max_iter=4, tol=0.0)
+    mid = engine.fit(
+        c.blocks, score_matrix(c.tax, "pcem", path_weight=0.5), c.V, em=True, smoothing=1.0, max_iter=4, tol=0.0
+    )
     assert np.abs(mid.log_theta - g1.log_theta).max() > 1e-3
     assert np.abs(mid.log_theta - g0.log_theta).max() > 1e-3
 
@@ -107,21 +120,24 @@ def test_fractional_path_weight_matches_dense_reference(corpora, tree):
     g = 0.4
     S = (1 - g) * c.S_flat + g * c.S_pc
     lp, lt, lls = ref_em_lambda(c.X, S, c.labeled, 0.5, 1.0, 3)
-    res = engine.fit(c.blocks, score_matrix(c.tax, "pcem", path_weight=g), c.V, em=True, smoothing=0.5,
-                     max_iter=3, tol=0.0)
+    res = engine.fit(
+        c.blocks, score_matrix(c.tax, "pcem", path_weight=g), c.V, em=True, smoothing=0.5, max_iter=3, tol=0.0
+    )
     assert_params(res, lp, lt)
     np.testing.assert_allclose(res.loglik_history, lls, rtol=RTOL)
 
 
 # ------------------------------------------------------- unlabelled weight
 
+
 @pytest.mark.parametrize("lam", [0.1, 0.5, 1.0])
 @pytest.mark.parametrize("tree", ["balanced", "padded"])
 def test_unlabeled_weight_matches_dense_reference(corpora, tree, lam):
     c = corpora[tree]
     lp, lt, lls = ref_em_lambda(c.X, c.S_pc, c.labeled, 1.0, lam, 3)
-    res = engine.fit(c.blocks, c.tax.path_node_matrix(), c.V, em=True, smoothing=1.0, max_iter=3, tol=0.0,
-                     unlabeled_weight=lam)
+    res = engine.fit(
+        c.blocks, c.tax.path_node_matrix(), c.V, em=True, smoothing=1.0, max_iter=3, tol=0.0, unlabeled_weight=lam
+    )
     assert_params(res, lp, lt)
     np.testing.assert_allclose(res.loglik_history, lls, rtol=RTOL)
     # EM-lambda is still EM on its own objective: the log-likelihood never decreases
@@ -162,11 +178,12 @@ def test_e_step_integer_counts_give_real_sums(corpora):
 
 # ----------------------------------------------------------- smoothing
 
+
 def test_dirichlet_evidence_matches_definition():
     rng = np.random.default_rng(3)
     counts = rng.poisson(0.7, size=(4, 30)).astype(float)
-    counts[2] = 0.0                     # an empty row contributes nothing
-    counts[1, :5] += 0.5                # fractional counts (Eq. 2 path scores)
+    counts[2] = 0.0  # an empty row contributes nothing
+    counts[1, :5] += 0.5  # fractional counts (Eq. 2 path scores)
     alphas = [0.01, 0.1, 1.0, 3.0]
     ev = core.dirichlet_log_evidence(counts, alphas)
     np.testing.assert_allclose(ev, [ref_dirmult_evidence(counts, a) for a in alphas], rtol=1e-10)
@@ -212,13 +229,19 @@ def test_model_settings_accept_numbers_or_auto():
     assert ModelSettings(method="pcnb").auto_params() == ["path_weight"]
     r = ms.resolved(path_weight=0.5)
     assert (r.unlabeled_weight, r.path_weight, r.smoothing) == (1.0, 0.5, "auto")
-    for bad in (dict(smoothing=0.0), dict(smoothing="sometimes"), dict(unlabeled_weight=1.5),
-                dict(path_weight=-0.1), dict(path_weight=True)):
+    for bad in (
+        dict(smoothing=0.0),
+        dict(smoothing="sometimes"),
+        dict(unlabeled_weight=1.5),
+        dict(path_weight=-0.1),
+        dict(path_weight=True),
+    ):
         with pytest.raises(ValueError):
             ModelSettings(**bad).validate()
 
 
 # ------------------------------------------------------- document length
+
 
 def ref_length_normalize(X, L):
     out = np.array(X, dtype=float)
@@ -242,8 +265,17 @@ def test_doc_length_em_matches_dense_reference(corpora):
     L = 8.0
     Xn = ref_length_normalize(c.X, L)
     lp, lt, lls = ref_em_lambda(Xn, c.S_pc, c.labeled, 0.5, 0.3, 3)
-    res = engine.fit(c.blocks, c.tax.path_node_matrix(), c.V, em=True, smoothing=0.5, max_iter=3, tol=0.0,
-                     unlabeled_weight=0.3, doc_length=L)
+    res = engine.fit(
+        c.blocks,
+        c.tax.path_node_matrix(),
+        c.V,
+        em=True,
+        smoothing=0.5,
+        max_iter=3,
+        tol=0.0,
+        unlabeled_weight=0.3,
+        doc_length=L,
+    )
     assert_params(res, lp, lt)
     np.testing.assert_allclose(res.loglik_history, lls, rtol=RTOL)
     # prediction scores the same normalised counts

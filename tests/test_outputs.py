@@ -17,18 +17,39 @@ from chispa import assert_df_equality
 
 from pcem_spark.cli.failures import EXIT_BAD_INPUT, EXIT_TRANSIENT, classify_failure, root_cause
 from pcem_spark.cli.main import main
+from pcem_spark.io.outputs import (
+    MARKER,
+    IncompleteOutputError,
+    atomic_output,
+    atomic_write_text,
+    read_marker,
+    recover,
+    require_complete,
+)
 from pcem_spark.model.path_model import PathModel
-from pcem_spark.io.outputs import MARKER, IncompleteOutputError, atomic_output, atomic_write_text, read_marker, recover, require_complete
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-FAST = ["--set", "model.smoothing=1.0", "--set", "model.unlabeled_weight=1.0", "--set", "model.path_weight=1.0",
-        "--set", "model.max_iter=3", "--set", "features.min_df=1",
-        "--log-level", "WARNING"]
+FAST = [
+    "--set",
+    "model.smoothing=1.0",
+    "--set",
+    "model.unlabeled_weight=1.0",
+    "--set",
+    "model.path_weight=1.0",
+    "--set",
+    "model.max_iter=3",
+    "--set",
+    "features.min_df=1",
+    "--log-level",
+    "WARNING",
+]
 
-WORDS = {("sport", "football"): "goal keeper striker league pitch referee",
-         ("sport", "tennis"): "serve racket volley court deuce wimbledon",
-         ("tech", "phones"): "android screen battery camera apps mobile",
-         ("tech", "chips"): "silicon transistor wafer foundry nanometer cpu"}
+WORDS = {
+    ("sport", "football"): "goal keeper striker league pitch referee",
+    ("sport", "tennis"): "serve racket volley court deuce wimbledon",
+    ("tech", "phones"): "android screen battery camera apps mobile",
+    ("tech", "chips"): "silicon transistor wafer foundry nanometer cpu",
+}
 
 
 def _write_corpus(path, n_per_leaf=10, seed=0):
@@ -49,8 +70,9 @@ def _pcem(args, kill_at=None, fault=None, check=None):
         env["PCEM_KILL_AT"] = kill_at
     if fault:
         env["PCEM_INJECT_FAULT"] = fault
-    proc = subprocess.run([sys.executable, "-m", "pcem_spark.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pcem_spark.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     if check is not None:
         assert proc.returncode == check, proc.stderr[-3000:]
     return proc
@@ -67,6 +89,7 @@ def _leftovers(path):
 
 
 # ----------------------------------------------------------------- unit level
+
 
 def test_atomic_output_replaces_only_when_complete(spark, tmp_path):
     out = str(tmp_path / "out")
@@ -94,7 +117,7 @@ def test_atomic_output_replaces_only_when_complete(spark, tmp_path):
 
 def test_readers_refuse_a_directory_without_the_marker(spark, tmp_path):
     out = str(tmp_path / "plain")
-    spark.range(3).write.parquet(out)           # Spark's own write: _SUCCESS but no pcem marker
+    spark.range(3).write.parquet(out)  # Spark's own write: _SUCCESS but no pcem marker
     with pytest.raises(IncompleteOutputError, match="no completion marker"):
         require_complete(spark, out)
     marker_file = tmp_path / "plain" / MARKER
@@ -146,7 +169,7 @@ def test_local_files_respect_the_umask(tmp_path, umask, file_mode, dir_mode):
         atomic_write_text(metrics, "{}")
         assert mode(metrics) == file_mode
         os.chmod(metrics, 0o640)
-        atomic_write_text(metrics, "{}")          # a replacement takes the umask too, not the old mode
+        atomic_write_text(metrics, "{}")  # a replacement takes the umask too, not the old mode
         assert mode(metrics) == file_mode
         insp = write_inspection(str(tmp_path / "insp"), {"model.md": b"x"})
         assert mode(insp) == dir_mode and mode(os.path.join(insp, "model.md")) == file_mode
@@ -160,6 +183,7 @@ def test_umask_is_read_without_proc(monkeypatch):
     import builtins
 
     from pcem_spark.util import filemodes
+
     real_open = builtins.open
 
     def no_proc(path, *a, **k):
@@ -173,7 +197,7 @@ def test_umask_is_read_without_proc(monkeypatch):
         monkeypatch.setattr(builtins, "open", no_proc)
         assert filemodes.current_umask() == 0o027 and filemodes.file_mode() == 0o640
         assert filemodes.dir_mode() == 0o750
-        assert os.umask(0o027) == 0o027            # restored
+        assert os.umask(0o027) == 0o027  # restored
     finally:
         os.umask(old)
 
@@ -181,27 +205,35 @@ def test_umask_is_read_without_proc(monkeypatch):
 def test_exit_code_classification_and_root_cause():
     from py4j.protocol import Py4JNetworkError
     from pyspark.errors import AnalysisException, PythonException
+
     from pcem_spark.io.documents import DocumentsError
+
     assert classify_failure(DocumentsError("x.jsonl: bad"))[0] == EXIT_BAD_INPUT
     assert classify_failure(FileExistsError("output exists"))[0] == EXIT_BAD_INPUT
     assert classify_failure(AnalysisException("[PATH_NOT_FOUND] Path does not exist: /nope."))[0] == EXIT_BAD_INPUT
     assert classify_failure(Py4JNetworkError("gone"))[0] == EXIT_TRANSIENT
-    worker = ("An exception was thrown from the Python worker. Please see the stack trace below.\n"
-              "Traceback (most recent call last):\n  File \"engine.py\", line 3, in _pass_partition\n"
-              "    maybe_fail()\npcem_spark.faults.InjectedFault: injected permanent fault in em_pass\n")
+    worker = (
+        "An exception was thrown from the Python worker. Please see the stack trace below.\n"
+        'Traceback (most recent call last):\n  File "engine.py", line 3, in _pass_partition\n'
+        "    maybe_fail()\npcem_spark.faults.InjectedFault: injected permanent fault in em_pass\n"
+    )
     code, message = classify_failure(PythonException(worker))
     assert code == EXIT_TRANSIENT
     assert message == "Spark job failed: pcem_spark.faults.InjectedFault: injected permanent fault in em_pass"
 
     class FakeJava(Exception):
         pass
-    java = FakeJava("An error occurred while calling o6650.count.\norg.apache.spark.SparkException: Job aborted\n"
-                    "\tat org.apache...\nCaused by: java.io.IOException: No space left on device\n\tat x")
+
+    java = FakeJava(
+        "An error occurred while calling o6650.count.\norg.apache.spark.SparkException: Job aborted\n"
+        "\tat org.apache...\nCaused by: java.io.IOException: No space left on device\n\tat x"
+    )
     assert root_cause(java) == "java.io.IOException: No space left on device"
     assert classify_failure(KeyError("bug"))[0] == 1
 
 
 # ------------------------------------------------------- kill at every stage
+
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
@@ -218,10 +250,11 @@ def test_train_killed_at_each_write_stage_leaves_old_or_new_model(spark, trained
     current = "pcnb"
     for point, replaced in (("staged", False), ("marked", False), ("old_moved", True), ("committed", True)):
         new = "flat-nb" if current == "pcnb" else "pcnb"
-        proc = _pcem(["train", "--docs", docs, "--model", model, "--method", new, "--overwrite", *FAST],
-                     kill_at=f"model:{point}")
+        proc = _pcem(
+            ["train", "--docs", docs, "--model", model, "--method", new, "--overwrite", *FAST], kill_at=f"model:{point}"
+        )
         assert proc.returncode == -9, proc.stderr[-2000:]
-        loaded = PathModel.load(model)      # complete, whichever it is (recover() runs first)
+        loaded = PathModel.load(model)  # complete, whichever it is (recover() runs first)
         assert loaded.model_settings.method == (new if replaced else current), point
         assert len(loaded.vocabulary) == loaded.log_theta.shape[1]
         current = loaded.model_settings.method
@@ -236,8 +269,10 @@ def test_predict_killed_at_each_write_stage_then_rerun(spark, trained):
     _run(["predict", "--model", model, "--docs", docs, "--output", out, *FAST])
     old_run = read_marker(spark, out)["run_id"]
     for point, same in (("staged", True), ("marked", True), ("old_moved", False), ("committed", False)):
-        proc = _pcem(["predict", "--model", model, "--docs", docs, "--output", out, "--overwrite", *FAST],
-                     kill_at=f"predictions:{point}")
+        proc = _pcem(
+            ["predict", "--model", model, "--docs", docs, "--output", out, "--overwrite", *FAST],
+            kill_at=f"predictions:{point}",
+        )
         assert proc.returncode == -9, proc.stderr[-2000:]
         marker = require_complete(spark, out, "predictions")
         assert (marker["run_id"] == old_run) == same, point
@@ -252,8 +287,7 @@ def test_predict_killed_at_each_write_stage_then_rerun(spark, trained):
 def test_killed_first_predict_leaves_nothing_and_rerun_needs_no_overwrite(spark, trained):
     d, docs, model = trained
     out = str(d / "pred_first")
-    proc = _pcem(["predict", "--model", model, "--docs", docs, "--output", out, *FAST],
-                 kill_at="predictions:staged")
+    proc = _pcem(["predict", "--model", model, "--docs", docs, "--output", out, *FAST], kill_at="predictions:staged")
     assert proc.returncode == -9
     assert not os.path.exists(out)
     # leftovers (rejects of the killed run, its temporary directory) do not block the plain rerun
@@ -265,8 +299,9 @@ def test_killed_first_predict_leaves_nothing_and_rerun_needs_no_overwrite(spark,
 def test_evaluate_and_predict_refuse_outputs_without_the_marker(spark, trained, tmp_path, capsys):
     d, docs, model = trained
     # Spark-written predictions, e.g. a partial or foreign write: refused, exit 2
-    pred = spark.createDataFrame([("a", ["sport", "tennis"], ["sport", "tennis"])],
-                                 "id string, path array<string>, labels array<string>")
+    pred = spark.createDataFrame(
+        [("a", ["sport", "tennis"], ["sport", "tennis"])], "id string, path array<string>, labels array<string>"
+    )
     plain = str(tmp_path / "plain")
     pred.write.parquet(plain)
     assert main(["evaluate", "--predictions", plain, "--model", model]) == EXIT_BAD_INPUT
@@ -274,6 +309,7 @@ def test_evaluate_and_predict_refuse_outputs_without_the_marker(spark, trained, 
     # a half-replaced model (issue: new metadata beside old parameters) has no marker: refused
     broken = str(tmp_path / "broken")
     import shutil
+
     shutil.copytree(model, broken)
     os.remove(os.path.join(broken, MARKER))
     assert main(["predict", "--model", broken, "--docs", docs, "--output", str(tmp_path / "p")]) == EXIT_BAD_INPUT
@@ -284,7 +320,7 @@ def test_evaluate_and_predict_refuse_outputs_without_the_marker(spark, trained, 
     meta_dir = os.path.join(corrupt, "metadata")
     for name in os.listdir(meta_dir):
         if name.endswith(".crc"):
-            os.remove(os.path.join(meta_dir, name))   # an edited file, not a bit flip (that is below)
+            os.remove(os.path.join(meta_dir, name))  # an edited file, not a bit flip (that is below)
         elif name.startswith("part-"):
             with open(os.path.join(meta_dir, name), "w") as fh:
                 fh.write('{"format_version": 1}\n')
@@ -312,28 +348,41 @@ def test_evaluate_and_predict_refuse_outputs_without_the_marker(spark, trained, 
 def test_experiment_outputs_survive_a_kill_and_resume(spark, tmp_path):
     docs = _write_corpus(tmp_path / "docs.jsonl", n_per_leaf=12)
     out = str(tmp_path / "exp")
-    args = ["experiment", "--docs", docs, "--output-dir", out, "--methods", "pcnb", "--rates", "0.5",
-            "--seeds", "1", *FAST]
+    args = [
+        "experiment",
+        "--docs",
+        docs,
+        "--output-dir",
+        out,
+        "--methods",
+        "pcnb",
+        "--rates",
+        "0.5",
+        "--seeds",
+        "1",
+        *FAST,
+    ]
     _run(args)
     before = open(os.path.join(out, "results.csv")).read()
     proc = _pcem(args + ["--no-resume"], kill_at="rejects:old_moved")
     assert proc.returncode == -9
-    assert open(os.path.join(out, "results.csv")).read() == before   # untouched: complete
-    _run(args)                                                        # rerun recovers and resumes
+    assert open(os.path.join(out, "results.csv")).read() == before  # untouched: complete
+    _run(args)  # rerun recovers and resumes
     assert require_complete(spark, os.path.join(out, "rejects"), "rejects")["rows_read"] == 48
     assert _leftovers(os.path.join(out, "rejects")) == []
 
 
 # ------------------------------------------------------------- retries, codes
 
+
 def test_worker_failure_is_retried_to_the_identical_model_and_a_permanent_one_exits_75(spark, trained, tmp_path):
     d, docs, _ = trained
     em = ["--method", "pcem", *FAST]
     ref, retried, failed = (str(tmp_path / n) for n in ("ref", "retried", "failed"))
-    _pcem(["train", "--docs", docs, "--model", ref, *em], check=0)   # same master and partitions as below
+    _pcem(["train", "--docs", docs, "--model", ref, *em], check=0)  # same master and partitions as below
     proc = _pcem(["train", "--docs", docs, "--model", retried, *em], fault=f"em_pass:once:{tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert os.path.exists(tmp_path / "fault-em_pass")           # the fault did fire once
+    assert os.path.exists(tmp_path / "fault-em_pass")  # the fault did fire once
     a, b = PathModel.load(ref), PathModel.load(retried)
     np.testing.assert_array_equal(a.log_theta, b.log_theta)
     np.testing.assert_array_equal(a.log_prior, b.log_prior)
@@ -348,20 +397,24 @@ def test_cheap_checks_run_before_reading(tmp_path, capsys):
     docs = _write_corpus(tmp_path / "docs.jsonl")
     assert main(["train", "--docs", docs, "--model", str(tmp_path / "m"), "--label-rate", "1.5"]) == 2
     assert "--label-rate must be in (0, 1]" in capsys.readouterr().err
-    assert main(["train", "--docs", docs, "--model", str(tmp_path / "m"), "--taxonomy",
-                 str(tmp_path / "missing.tsv")]) == 2
-    assert not os.path.exists(str(tmp_path / "m_rejects"))      # failed before any read or write
+    assert (
+        main(["train", "--docs", docs, "--model", str(tmp_path / "m"), "--taxonomy", str(tmp_path / "missing.tsv")])
+        == 2
+    )
+    assert not os.path.exists(str(tmp_path / "m_rejects"))  # failed before any read or write
 
 
 def test_progress_is_logged_while_a_long_job_runs(spark, caplog):
     import logging
     import time as _time
+
     from pcem_spark.engine.progress import log_progress
 
     def slow(rows):
         for r in rows:
             _time.sleep(0.02)
             yield r
+
     with caplog.at_level(logging.INFO, logger="pcem_spark.engine.progress"):
         with log_progress(spark, "predict", n_rows=100, interval=0.2):
             assert spark.sparkContext.parallelize(range(100), 4).mapPartitions(slow).count() == 100

@@ -5,14 +5,14 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import types as T
 
-from pcem_spark.evaluation.metrics import evaluate_predictions, f1_scores
+from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError
 from pcem_spark.engine.features import FeatureSettings
+from pcem_spark.evaluation.metrics import evaluate_predictions, f1_scores
+from pcem_spark.ml import train
+from pcem_spark.model.labels import check_label_paths
+from pcem_spark.model.path_model import PathModel
 from pcem_spark.model.schema import PREDICTION_SCHEMA
 from pcem_spark.model.settings import ModelSettings
-from pcem_spark.model.path_model import PathModel
-from pcem_spark.model.labels import check_label_paths
-from pcem_spark.ml import train
-from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError
 
 TAX = Taxonomy({"ROOT": ["sport", "tech"], "sport": ["football", "tennis"], "tech": ["phones", "chips"]})
 WORDS = {
@@ -58,12 +58,17 @@ def test_predictions_table_schema_and_one_row_per_document(spark):
     docs = _corpus(spark)
     model, _ = train(docs, TAX, FS, ModelSettings(method="pcnb"))
     new = spark.createDataFrame(
-        [("n1", "goal striker penalty", ["sport", "football"]),
-         ("n2", "zzz unknown words only", None),
-         ("n3", "", None)], DOC_SCHEMA)
+        [
+            ("n1", "goal striker penalty", ["sport", "football"]),
+            ("n2", "zzz unknown words only", None),
+            ("n3", "", None),
+        ],
+        DOC_SCHEMA,
+    )
     pred = model.transform(new)
-    assert [(f.name, f.dataType.simpleString()) for f in pred.schema.fields] == \
-        [(f.name, f.dataType.simpleString()) for f in PREDICTION_SCHEMA.fields]
+    assert [(f.name, f.dataType.simpleString()) for f in pred.schema.fields] == [
+        (f.name, f.dataType.simpleString()) for f in PREDICTION_SCHEMA.fields
+    ]
     assert not any(f.nullable for f in pred.schema.fields if f.name in ("path", "leaf", "probability"))
     rows = {r["id"]: r for r in pred.collect()}
     assert sorted(rows) == ["n1", "n2", "n3"]
@@ -76,16 +81,24 @@ def test_predictions_table_schema_and_one_row_per_document(spark):
         assert rows[doc]["path"] == TAX.real_path(best)
         assert rows[doc]["probability"] == pytest.approx(prior_prob, rel=1e-9)
         assert rows[doc]["labels"] is None
-    expected = spark.createDataFrame([("n1", ["sport", "football"], "football", ["sport", "football"])],
-                                     "id string, path array<string>, leaf string, labels array<string>")
+    expected = spark.createDataFrame(
+        [("n1", ["sport", "football"], "football", ["sport", "football"])],
+        "id string, path array<string>, leaf string, labels array<string>",
+    )
     assert_df_equality(pred.where("id = 'n1'").drop("probability"), expected, ignore_nullable=True)
 
 
 def test_predictions_hide_dummy_nodes(spark):
     tax = Taxonomy({"ROOT": ["a", "b"], "a": ["a1", "a2"]})
     docs = spark.createDataFrame(
-        [("1", "apple apple pear", ["a", "a1"]), ("2", "kiwi kiwi mango", ["a", "a2"]),
-         ("3", "bolt nut screw", ["b"]), ("4", "nut bolt screw screw", None)], DOC_SCHEMA)
+        [
+            ("1", "apple apple pear", ["a", "a1"]),
+            ("2", "kiwi kiwi mango", ["a", "a2"]),
+            ("3", "bolt nut screw", ["b"]),
+            ("4", "nut bolt screw screw", None),
+        ],
+        DOC_SCHEMA,
+    )
     model, _ = train(docs, tax, FS, ModelSettings(method="pcem", max_iter=5))
     rows = {r["id"]: r for r in model.transform(docs).collect()}
     assert rows["4"]["path"] == ["b"] and rows["4"]["leaf"] == "b"
@@ -110,8 +123,9 @@ def test_model_save_load_roundtrip(spark, tmp_path):
 
 
 def test_invalid_label_path_names_the_document(spark):
-    docs = spark.createDataFrame([("good", "goal", ["sport", "football"]),
-                                  ("bad-doc", "chip", ["sport", "chips"])], DOC_SCHEMA)
+    docs = spark.createDataFrame(
+        [("good", "goal", ["sport", "football"]), ("bad-doc", "chip", ["sport", "chips"])], DOC_SCHEMA
+    )
     with pytest.raises(TaxonomyError, match=r"document 'bad-doc'.*parent of 'chips' is 'tech', not 'sport'"):
         check_label_paths(docs, TAX)
 
@@ -126,15 +140,22 @@ def test_f1_scores_against_hand_computation():
 
 
 def test_evaluate_on_a_predictions_table(spark):
-    schema = T.StructType([T.StructField("id", T.StringType()),
-                           T.StructField("path", T.ArrayType(T.StringType())),
-                           T.StructField("labels", T.ArrayType(T.StringType()))])
-    pred = spark.createDataFrame([
-        ("1", ["sport", "football"], ["sport", "football"]),
-        ("2", ["sport", "tennis"], ["sport", "football"]),
-        ("3", ["tech", "chips"], ["sport", "tennis"]),
-        ("4", ["tech", "phones"], None),
-    ], schema)
+    schema = T.StructType(
+        [
+            T.StructField("id", T.StringType()),
+            T.StructField("path", T.ArrayType(T.StringType())),
+            T.StructField("labels", T.ArrayType(T.StringType())),
+        ]
+    )
+    pred = spark.createDataFrame(
+        [
+            ("1", ["sport", "football"], ["sport", "football"]),
+            ("2", ["sport", "tennis"], ["sport", "football"]),
+            ("3", ["tech", "chips"], ["sport", "tennis"]),
+            ("4", ["tech", "phones"], None),
+        ],
+        schema,
+    )
     m = evaluate_predictions(pred, TAX)
     assert m["n_documents"] == 3 and m["n_without_labels"] == 1
     assert m["level_accuracy"] == {"1": pytest.approx(2 / 3), "2": pytest.approx(1 / 3)}
@@ -152,10 +173,9 @@ def test_evaluate_on_a_predictions_table(spark):
 
 def test_pyspark_ml_estimator_in_a_pipeline_and_persistence(spark, tmp_path):
     from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.sql import functions as F
 
     from pcem_spark.ml.estimator import PathEM, PathEMModel
-
-    from pyspark.sql import functions as F
 
     docs = _corpus(spark).withColumn("extra", F.lit(7))
     est = PathEM(method="pcem", maxIter=5, minDF=1.0, maxDF=1.0, vocabSize=0, taxonomy=TAX.to_json())
@@ -173,8 +193,17 @@ def test_pyspark_ml_estimator_in_a_pipeline_and_persistence(spark, tmp_path):
 
 def test_float32_parameters_give_the_same_model_within_float32_precision(spark):
     docs = _corpus(spark)
-    m64, r64 = train(docs, TAX, FS, ModelSettings(method="pcem", max_iter=4, tol=0.0, unlabeled_weight=1.0, path_weight=1.0))
-    m32, r32 = train(docs, TAX, FS, ModelSettings(method="pcem", max_iter=4, tol=0.0, unlabeled_weight=1.0, path_weight=1.0, parameter_dtype="float32"))
+    m64, r64 = train(
+        docs, TAX, FS, ModelSettings(method="pcem", max_iter=4, tol=0.0, unlabeled_weight=1.0, path_weight=1.0)
+    )
+    m32, r32 = train(
+        docs,
+        TAX,
+        FS,
+        ModelSettings(
+            method="pcem", max_iter=4, tol=0.0, unlabeled_weight=1.0, path_weight=1.0, parameter_dtype="float32"
+        ),
+    )
     np.testing.assert_allclose(m32.log_theta, m64.log_theta, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(r32.loglik_history, r64.loglik_history, rtol=1e-5)
 
@@ -184,29 +213,55 @@ def test_pyspark_ml_estimator_with_weak_supervision(spark):
 
     from pyspark.sql import functions as F
 
-    from pcem_spark.ml.estimator import PathEM
     from pcem_spark.core.taxonomy import TaxonomyError
+    from pcem_spark.ml.estimator import PathEM
 
     docs = _corpus(spark).drop("labels")
-    desc = {"sport": "sport games", "tech": "technology devices", "football": "goal striker league",
-            "tennis": "racket wimbledon serve", "phones": "android iphone handset", "chips": "silicon wafer fab"}
-    est = PathEM(method="pcem", maxIter=5, minDF=1.0, maxDF=1.0, vocabSize=0, taxonomy=TAX.to_json(),
-                 supervision="descriptions", descriptions=json.dumps(desc))
+    desc = {
+        "sport": "sport games",
+        "tech": "technology devices",
+        "football": "goal striker league",
+        "tennis": "racket wimbledon serve",
+        "phones": "android iphone handset",
+        "chips": "silicon wafer fab",
+    }
+    est = PathEM(
+        method="pcem",
+        maxIter=5,
+        minDF=1.0,
+        maxDF=1.0,
+        vocabSize=0,
+        taxonomy=TAX.to_json(),
+        supervision="descriptions",
+        descriptions=json.dumps(desc),
+    )
     out = est.fit(docs).transform(docs)
     assert out.count() == docs.count()
     right = out.where(F.col("leaf") == F.split("id", "-")[0]).count()
     assert right >= 0.9 * docs.count()
     # precomputed similarities: a map column, no descriptions needed
-    sims = docs.withColumn("similarities", F.create_map(
-        F.lit("sport"), F.when(F.col("id").rlike("^(football|tennis)"), 0.9).otherwise(0.1),
-        F.lit("tech"), F.when(F.col("id").rlike("^(phones|chips)"), 0.9).otherwise(0.1),
-        *[x for leaf in WORDS for x in (F.lit(leaf), F.when(F.col("id").startswith(leaf), 0.8).otherwise(0.05))]))
-    out2 = PathEM(maxIter=3, minDF=1.0, maxDF=1.0, vocabSize=0, taxonomy=TAX.to_json(),
-                  supervision="similarities").fit(sims).transform(sims)
+    sims = docs.withColumn(
+        "similarities",
+        F.create_map(
+            F.lit("sport"),
+            F.when(F.col("id").rlike("^(football|tennis)"), 0.9).otherwise(0.1),
+            F.lit("tech"),
+            F.when(F.col("id").rlike("^(phones|chips)"), 0.9).otherwise(0.1),
+            *[x for leaf in WORDS for x in (F.lit(leaf), F.when(F.col("id").startswith(leaf), 0.8).otherwise(0.05))],
+        ),
+    )
+    out2 = (
+        PathEM(maxIter=3, minDF=1.0, maxDF=1.0, vocabSize=0, taxonomy=TAX.to_json(), supervision="similarities")
+        .fit(sims)
+        .transform(sims)
+    )
     assert out2.where(F.col("leaf") == F.split("id", "-")[0]).count() >= 0.9 * docs.count()
     with pytest.raises(TaxonomyError, match=r"no description for leaf node\(s\) \['chips'\]"):
-        PathEM(taxonomy=TAX.to_json(), supervision="descriptions",
-               descriptions=json.dumps({k: v for k, v in desc.items() if k != "chips"})).fit(docs)
+        PathEM(
+            taxonomy=TAX.to_json(),
+            supervision="descriptions",
+            descriptions=json.dumps({k: v for k, v in desc.items() if k != "chips"}),
+        ).fit(docs)
     with pytest.raises(ValueError, match="needs the taxonomy Param"):
         PathEM(supervision="descriptions", descriptions=json.dumps(desc)).fit(docs)
     with pytest.raises(ValueError, match="column 'similarities'"):
@@ -221,6 +276,7 @@ PRED_COLS = "id string, path array<string>, leaf string, probability double, lab
 def _write_predictions(spark, path, rows):
     """A complete predictions table (with its _PCEM_COMPLETE marker) of (id, path, labels) rows."""
     from pcem_spark.io.outputs import atomic_output
+
     df = spark.createDataFrame([(i, p, p[-1] if p else None, 1.0, t) for i, p, t in rows], PRED_COLS)
     with atomic_output(spark, path, "predictions") as staged:
         df.write.parquet(staged.tmp)
@@ -229,10 +285,10 @@ def _write_predictions(spark, path, rows):
 
 def test_evaluate_refuses_predictions_of_another_taxonomy(spark, tmp_path, capsys):
     from pcem_spark.cli.main import main
+
     tax = tmp_path / "ab.tsv"
     tax.write_text(AB_TSV)
-    pred = _write_predictions(spark, str(tmp_path / "pred"),
-                              [(f"d{i}", ["x", "x1"], ["x", "x1"]) for i in range(4)])
+    pred = _write_predictions(spark, str(tmp_path / "pred"), [(f"d{i}", ["x", "x1"], ["x", "x1"]) for i in range(4)])
     out = tmp_path / "metrics.json"
     rc = main(["evaluate", "--predictions", pred, "--taxonomy", str(tax), "--output", str(out)])
     captured = capsys.readouterr()
@@ -243,20 +299,26 @@ def test_evaluate_refuses_predictions_of_another_taxonomy(spark, tmp_path, capsy
 
 
 def test_evaluate_warns_about_a_minority_of_unknown_rows_and_scores_the_rest_consistently(
-        spark, tmp_path, capsys, caplog):
+    spark, tmp_path, capsys, caplog
+):
     import json
     import logging
 
     from pcem_spark.cli.main import main
+
     tax = tmp_path / "ab.tsv"
     tax.write_text(AB_TSV)
-    pred = _write_predictions(spark, str(tmp_path / "pred"), [
-        ("1", ["a", "a1"], ["a", "a1"]),
-        ("2", ["b", "b1"], ["b", "b1"]),
-        ("3", ["a", "a1"], ["b", "b1"]),
-        ("4", ["x", "x1"], ["x", "x1"]),   # true labels unknown: not scored at all
-        ("5", ["x", "x1"], ["a", "a1"]),   # predicted path unknown: scored, wrong at every level
-    ])
+    pred = _write_predictions(
+        spark,
+        str(tmp_path / "pred"),
+        [
+            ("1", ["a", "a1"], ["a", "a1"]),
+            ("2", ["b", "b1"], ["b", "b1"]),
+            ("3", ["a", "a1"], ["b", "b1"]),
+            ("4", ["x", "x1"], ["x", "x1"]),  # true labels unknown: not scored at all
+            ("5", ["x", "x1"], ["a", "a1"]),  # predicted path unknown: scored, wrong at every level
+        ],
+    )
     out = tmp_path / "metrics.json"
     with caplog.at_level(logging.WARNING):
         rc = main(["evaluate", "--predictions", pred, "--taxonomy", str(tax), "--output", str(out)])
@@ -278,14 +340,18 @@ def test_evaluate_warns_about_a_minority_of_unknown_rows_and_scores_the_rest_con
 def test_level_accuracy_and_f1_count_the_same_rows(spark):
     tax = Taxonomy({"ROOT": ["a", "b"], "a": ["a1"], "b": ["b1"]})
     # A truth the taxonomy does not know can be neither right (level accuracy) nor a node (F1).
-    pred = spark.createDataFrame([("1", ["x", "x1"], ["x", "x1"]), ("2", ["a", "a1"], ["a", "a1"]),
-                                  ("3", ["b", "b1"], ["b", "b1"])], "id string, path array<string>, labels array<string>")
+    pred = spark.createDataFrame(
+        [("1", ["x", "x1"], ["x", "x1"]), ("2", ["a", "a1"], ["a", "a1"]), ("3", ["b", "b1"], ["b", "b1"])],
+        "id string, path array<string>, labels array<string>",
+    )
     m = evaluate_predictions(pred, tax)
     assert m["n_documents"] == 2 and m["n_unknown_labels"] == 1
     assert m["level_accuracy"] == {"1": 1.0, "2": 1.0} and m["micro_f1"] == m["macro_f1"] == 1.0
     # A path that names known nodes but is not a parent -> child chain is unknown too.
-    pred = spark.createDataFrame([("1", ["b", "a1"], ["a", "a1"]), ("2", ["a", "a1"], ["a", "a1"]),
-                                  ("3", ["b", "b1"], ["b", "b1"])], "id string, path array<string>, labels array<string>")
+    pred = spark.createDataFrame(
+        [("1", ["b", "a1"], ["a", "a1"]), ("2", ["a", "a1"], ["a", "a1"]), ("3", ["b", "b1"], ["b", "b1"])],
+        "id string, path array<string>, labels array<string>",
+    )
     m = evaluate_predictions(pred, tax)
     assert m["n_unknown_predictions"] == 1 and m["n_documents"] == 3 and "unknown_nodes" not in m
     assert m["unknown_paths"] == [["b", "a1"]]

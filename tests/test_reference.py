@@ -24,10 +24,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pcem_spark import engine
-from pcem_spark import core
-from pcem_spark.model.fitting import score_matrix
+from pcem_spark import core, engine
 from pcem_spark.core.taxonomy import Taxonomy
+from pcem_spark.model.fitting import score_matrix
 
 RTOL = 1e-9
 ATOL = 1e-9
@@ -45,6 +44,7 @@ TREES = {
 # =====================================================================
 # Independent dense reference (paper Section 4)
 # =====================================================================
+
 
 def ref_real_paths(children):
     """Root-excluded real paths (level 1 -> leaf) of a children mapping."""
@@ -177,6 +177,7 @@ def ref_em(X, S_fixed, labeled, s, max_iter, tol=0.0):
 # Corpus and engine plumbing
 # =====================================================================
 
+
 class Corpus:
     pass
 
@@ -193,9 +194,9 @@ def make_corpus(tree_name, n_docs=48, vocab=25, seed=0):
     lengths = rng.integers(3, 30, size=n_docs)
     X = np.vstack([rng.multinomial(L, word_dists[j]) for L, j in zip(lengths, true)]).astype(float)
     labeled = rng.random(n_docs) < 0.35
-    labeled[:m] = True          # every path has a labelled example...
+    labeled[:m] = True  # every path has a labelled example...
     true[:m] = np.arange(m)
-    labeled[m] = False          # ...and there is always unlabelled data
+    labeled[m] = False  # ...and there is always unlabelled data
     # one all-zero labelled document and one all-zero unlabelled document
     X[m + 1] = 0.0
     labeled[m + 1] = True
@@ -204,10 +205,8 @@ def make_corpus(tree_name, n_docs=48, vocab=25, seed=0):
     c = Corpus()
     c.tree, c.tax, c.order, c.padded = tree_name, tax, order, padded
     c.X, c.labeled, c.true, c.V, c.M = X, labeled, true, vocab, m
-    c.S_pc = np.array([ref_score_row(true[i], padded, False) if labeled[i] else np.zeros(m)
-                       for i in range(n_docs)])
-    c.S_flat = np.array([ref_score_row(true[i], padded, True) if labeled[i] else np.zeros(m)
-                         for i in range(n_docs)])
+    c.S_pc = np.array([ref_score_row(true[i], padded, False) if labeled[i] else np.zeros(m) for i in range(n_docs)])
+    c.S_flat = np.array([ref_score_row(true[i], padded, True) if labeled[i] else np.zeros(m) for i in range(n_docs)])
     return c
 
 
@@ -215,10 +214,12 @@ def to_blocks(spark, c, block_size=3, n_partitions=3):
     from pyspark.ml.linalg import SparseVector, VectorUDT
     from pyspark.sql import types as T
 
-    schema = T.StructType([
-        T.StructField("features", VectorUDT(), False),
-        T.StructField("labels", T.ArrayType(T.StringType(), False), True),
-    ])
+    schema = T.StructType(
+        [
+            T.StructField("features", VectorUDT(), False),
+            T.StructField("labels", T.ArrayType(T.StringType(), False), True),
+        ]
+    )
     rows = []
     for i in range(c.X.shape[0]):
         nz = np.flatnonzero(c.X[i])
@@ -257,6 +258,7 @@ def assert_params(res, lp, lt):
 # =====================================================================
 # Sanity of the reference and of the test data
 # =====================================================================
+
 
 def test_reference_path_scores_paper_figure():
     """Figure 1 of the paper: x_i labelled {c_1^1, c_2^2} scores 1,2,1,0,0,0."""
@@ -305,9 +307,11 @@ def test_blocks_exercise_partition_and_block_sums(corpora):
 # 1 + 4. NB (PCNB and flat NB): Eqs. 3-4
 # =====================================================================
 
-@pytest.mark.parametrize("tree,smoothing,kind",
-                         [(t, s, "pc") for t in TREES for s in (1.0, 0.3)]
-                         + [(t, 1.0, "flat") for t in TREES] + [("padded", 0.3, "flat")])
+
+@pytest.mark.parametrize(
+    "tree,smoothing,kind",
+    [(t, s, "pc") for t in TREES for s in (1.0, 0.3)] + [(t, 1.0, "flat") for t in TREES] + [("padded", 0.3, "flat")],
+)
 def test_nb_parameters_match_reference(corpora, tree, smoothing, kind):
     c = corpora[tree]
     nb, _ = method_names(kind)
@@ -334,8 +338,8 @@ def test_pc_and_flat_differ(corpora):
 # 2. One EM iteration: NB init, E-step (Eq. 5), M-step (Eqs. 6-7), Eq. 8
 # =====================================================================
 
-@pytest.mark.parametrize("tree,kind", [("balanced", "pc"), ("padded", "pc"), ("deep", "pc"),
-                                       ("padded", "flat")])
+
+@pytest.mark.parametrize("tree,kind", [("balanced", "pc"), ("padded", "pc"), ("deep", "pc"), ("padded", "flat")])
 def test_one_em_iteration(corpora, tree, kind):
     c = corpora[tree]
     _, em = method_names(kind)
@@ -374,14 +378,14 @@ def test_one_em_iteration(corpora, tree, kind):
 # 3. PCEM / flat EM over many iterations, and to convergence
 # =====================================================================
 
+
 @pytest.mark.parametrize("tree,kind", [("padded", "pc"), ("deep", "pc"), ("deep", "flat")])
 def test_em_fixed_iterations(corpora, tree, kind):
     """tol=0: exactly n_iter EM iterations (the balanced tree runs to convergence below)."""
     c = corpora[tree]
     _, em = method_names(kind)
     n_iter = 8
-    res = engine.fit(c.blocks, score_matrix(c.tax, em), c.V, em=True, smoothing=1.0,
-                     max_iter=n_iter, tol=0.0)
+    res = engine.fit(c.blocks, score_matrix(c.tax, em), c.V, em=True, smoothing=1.0, max_iter=n_iter, tol=0.0)
     lp, lt, lls = ref_em(c.X, ref_scores(c, kind), c.labeled, 1.0, n_iter)
     assert res.n_iter == n_iter and not res.converged
     assert_params(res, lp, lt)
@@ -397,8 +401,7 @@ def test_em_converged(corpora, tree, kind):
     c = corpora[tree]
     _, em = method_names(kind)
     tol = 1e-9
-    res = engine.fit(c.blocks, score_matrix(c.tax, em), c.V, em=True, smoothing=1.0,
-                     max_iter=200, tol=tol)
+    res = engine.fit(c.blocks, score_matrix(c.tax, em), c.V, em=True, smoothing=1.0, max_iter=200, tol=tol)
     lp, lt, lls = ref_em(c.X, ref_scores(c, kind), c.labeled, 1.0, 200, tol=tol)
     assert res.converged
     assert res.n_iter == len(lls) < 200
@@ -427,6 +430,7 @@ def test_em_independent_of_blocking(spark, corpora):
 # =====================================================================
 # 5. Pure functions of pathnb on one block
 # =====================================================================
+
 
 @pytest.fixture(scope="module")
 def block():
@@ -496,8 +500,7 @@ def test_zero_count_document_gets_prior(block):
 def test_e_step(block, kind, use_unlabeled):
     c = block
     lp, lt = c.params
-    S_fix = core.path_scores(sp.csr_matrix(c.node_scores),
-                               score_matrix(c.tax, "pcnb" if kind == "pc" else "flat-nb"))
+    S_fix = core.path_scores(sp.csr_matrix(c.node_scores), score_matrix(c.tax, "pcnb" if kind == "pc" else "flat-nb"))
     st = core.e_step(sp.csr_matrix(c.X), S_fix, c.labeled, lp, lt, use_unlabeled)
     S_ref = ref_scores(c, kind)
     if use_unlabeled:
@@ -515,8 +518,7 @@ def test_e_step(block, kind, use_unlabeled):
     np.testing.assert_allclose(st.path_totals, R.sum(axis=0), rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(st.loglik, ll, rtol=RTOL, atol=ATOL)
     # the prior term of Eq. 8
-    np.testing.assert_allclose(core.log_prior_density(lp, lt, 0.3), 0.3 * (lp.sum() + lt.sum()),
-                               rtol=RTOL)
+    np.testing.assert_allclose(core.log_prior_density(lp, lt, 0.3), 0.3 * (lp.sum() + lt.sum()), rtol=RTOL)
 
 
 def test_e_step_nb_initialisation_pass(block):

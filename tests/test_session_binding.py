@@ -14,8 +14,8 @@ import textwrap
 
 import pytest
 
-from pcem_spark.engine import session as session_module
 from pcem_spark.cli.config import SparkSettings, load_settings
+from pcem_spark.engine import session as session_module
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
@@ -23,9 +23,20 @@ LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 # Variables of the surrounding environment that would change what the child does:
 # a gateway of this process (spark-submit mode), a user's binding, Connect mode,
 # pyspark's test switch that turns the UI off.
-_CHILD_DROPS = ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME",
-                "SPARK_PUBLIC_DNS", "SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE",
-                "SPARK_API_MODE", "SPARK_TESTING", "PYSPARK_SUBMIT_ARGS", "MASTER")
+_CHILD_DROPS = (
+    "PYSPARK_GATEWAY_PORT",
+    "PYSPARK_GATEWAY_SECRET",
+    "SPARK_LOCAL_IP",
+    "SPARK_LOCAL_HOSTNAME",
+    "SPARK_PUBLIC_DNS",
+    "SPARK_REMOTE",
+    "SPARK_CONNECT_MODE_ENABLED",
+    "SPARK_LOCAL_REMOTE",
+    "SPARK_API_MODE",
+    "SPARK_TESTING",
+    "PYSPARK_SUBMIT_ARGS",
+    "MASTER",
+)
 
 _PROBE = textwrap.dedent(r"""
     import json, os, socket, struct, sys, urllib.request
@@ -114,11 +125,12 @@ def test_local_cli_run_listens_on_loopback_only():
     """conf/pcem.toml with a local master: the UI is up, on 127.0.0.1, and no JVM socket is on *."""
     env = {k: v for k, v in os.environ.items() if k not in _CHILD_DROPS}
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", _PROBE, REPO], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, REPO], cwd=REPO, env=env, capture_output=True, text=True, timeout=180
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE ")][-1]
-    probe = json.loads(line[len("PROBE "):])
+    probe = json.loads(line[len("PROBE ") :])
     assert probe["jvms"], probe
     ports = {port for _, port in probe["listening"]}
     exposed = [sock for sock in probe["listening"] if sock[0] not in LOOPBACK]
@@ -134,6 +146,7 @@ def test_local_cli_run_listens_on_loopback_only():
 
 
 # --- what build_session hands to the builder, without a JVM ---------------------------------
+
 
 class _FakeBuilder:
     def __init__(self):
@@ -170,12 +183,13 @@ _ENV = ("SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME", "PYSPARK_GATEWAY_PORT", "SPARK
 def fake_builder(monkeypatch):
     """``build_session`` against a recording builder; the environment is restored afterwards."""
     for name in _ENV + ("PYSPARK_PYTHON",):
-        monkeypatch.setenv(name, "placeholder")   # recorded, so teardown restores the real value
+        monkeypatch.setenv(name, "placeholder")  # recorded, so teardown restores the real value
         monkeypatch.delenv(name)
     builder = _FakeBuilder()
 
     class FakeSparkSession:
         pass
+
     FakeSparkSession.builder = builder
     monkeypatch.setattr(session_module, "SparkSession", FakeSparkSession)
     # As in a fresh CLI process: no SparkContext and no JVM yet (the shared test session has both).
@@ -191,18 +205,19 @@ def test_local_master_gets_loopback_binding(fake_builder):
         assert os.environ["SPARK_LOCAL_IP"] == "127.0.0.1", master
         assert fake_builder.options["spark.driver.host"] == "127.0.0.1", master
         assert fake_builder.options["spark.driver.bindAddress"] == "127.0.0.1", master
-        assert "spark.ui.enabled" not in fake_builder.options   # the UI stays on, on loopback
+        assert "spark.ui.enabled" not in fake_builder.options  # the UI stays on, on loopback
 
 
-@pytest.mark.parametrize("master", ["spark://10.0.0.5:7077", "yarn", "k8s://https://k8s:443", "local-cluster[2,1,1024]"])
+@pytest.mark.parametrize(
+    "master", ["spark://10.0.0.5:7077", "yarn", "k8s://https://k8s:443", "local-cluster[2,1,1024]"]
+)
 def test_cluster_or_unknown_master_is_left_as_configured(fake_builder, master):
     session_module.build_session(SparkSettings(master=master))
     assert "SPARK_LOCAL_IP" not in os.environ
     assert not {"spark.driver.host", "spark.driver.bindAddress", "spark.ui.enabled"} & set(fake_builder.options)
 
 
-def test_no_master_is_pysparks_local_default_unless_the_environment_may_name_one(fake_builder, monkeypatch,
-                                                                                  tmp_path):
+def test_no_master_is_pysparks_local_default_unless_the_environment_may_name_one(fake_builder, monkeypatch, tmp_path):
     for var in ("PYSPARK_SUBMIT_ARGS", "MASTER", "SPARK_CONF_DIR", "SPARK_HOME", "SPARK_LOCAL_IP"):
         monkeypatch.delenv(var, raising=False)
     session_module.build_session(SparkSettings(master=None))
@@ -239,8 +254,8 @@ def test_users_driver_address_is_kept(fake_builder, key):
     session_module.build_session(SparkSettings(master="local[2]", conf={key: "myhost.example"}))
     assert fake_builder.options[key] == "myhost.example"
     other = ({"spark.driver.host", "spark.driver.bindAddress"} - {key}).pop()
-    assert other not in fake_builder.options    # Spark's own fallback between the two applies
-    assert os.environ["SPARK_LOCAL_IP"] == "127.0.0.1"   # the UI still binds to loopback
+    assert other not in fake_builder.options  # Spark's own fallback between the two applies
+    assert os.environ["SPARK_LOCAL_IP"] == "127.0.0.1"  # the UI still binds to loopback
 
 
 def test_running_jvm_without_loopback_turns_the_ui_off(fake_builder, monkeypatch):
@@ -249,7 +264,7 @@ def test_running_jvm_without_loopback_turns_the_ui_off(fake_builder, monkeypatch
     session_module.build_session(SparkSettings(master="local[2]"))
     assert fake_builder.options["spark.ui.enabled"] == "false"
     assert fake_builder.options["spark.driver.host"] == "127.0.0.1"
-    assert "SPARK_LOCAL_IP" not in os.environ   # too late for the JVM; not left behind either
+    assert "SPARK_LOCAL_IP" not in os.environ  # too late for the JVM; not left behind either
     # The user asked for the UI explicitly: kept.
     fake_builder.options.clear()
     session_module.build_session(SparkSettings(master="local[2]", conf={"spark.ui.enabled": "true"}))

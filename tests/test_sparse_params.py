@@ -10,14 +10,23 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from test_reference import (
+    ATOL,
+    RTOL,
+    make_corpus,
+    ref_e_step,
+    ref_em,
+    ref_jll,
+    ref_log_params,
+    ref_loglik,
+    ref_posterior,
+    to_blocks,
+)
 
-from pcem_spark import engine
+from pcem_spark import core, engine
 from pcem_spark.engine import limits, passes
-from pcem_spark import core
 from pcem_spark.engine.limits import ResultSizeError
 from pcem_spark.model.fitting import score_matrix
-from test_reference import (ATOL, RTOL, make_corpus, ref_e_step, ref_em, ref_jll, ref_log_params, ref_loglik,
-                            ref_posterior, to_blocks)
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +63,9 @@ def test_sparse_parameters_equal_the_dense_equations(smoothing):
     sparse = core.sparse_log_parameters(wc, totals, smoothing, groups, prior_smoothing=0.5)
     np.testing.assert_allclose(sparse.log_prior, lp, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(sparse.log_theta(), lt, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(core.sparse_log_prior_density(sparse, smoothing, 0.5),
-                               core.log_prior_density(lp, lt, smoothing, 0.5), rtol=RTOL)
+    np.testing.assert_allclose(
+        core.sparse_log_prior_density(sparse, smoothing, 0.5), core.log_prior_density(lp, lt, smoothing, 0.5), rtol=RTOL
+    )
     # the caller's counts are not touched
     np.testing.assert_array_equal(wc.toarray(), X)
 
@@ -81,11 +91,11 @@ def test_scoring_tables_give_the_reference_joint_log_likelihood(dense_share):
         assert tables.dense_terms is not None and tables.sparse_t.nnz == params.log_ratio.nnz
     if dense_share == 0.0:
         assert tables.dense_terms is None  # every term is frequent: one dense table
-    np.testing.assert_allclose(core.tables_joint_log_likelihood(sp.csr_matrix(X), tables), ref,
-                               rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(core.tables_joint_log_likelihood(sp.csr_matrix(X), tables), ref, rtol=RTOL, atol=ATOL)
     # an integer count matrix scores the same
-    np.testing.assert_allclose(core.tables_joint_log_likelihood(sp.csr_matrix(X.astype(np.int64)), tables),
-                               ref, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(
+        core.tables_joint_log_likelihood(sp.csr_matrix(X.astype(np.int64)), tables), ref, rtol=RTOL, atol=ATOL
+    )
 
 
 def test_float32_prediction_matches_float64():
@@ -126,8 +136,7 @@ def test_truncated_e_step_equals_a_dense_truncated_reference():
     lp, lt = ref_log_params(c.X[lab], S_fix[lab], 0.5)
     tables = core.scoring_tables(core.PathParameters.from_log_theta(lp, lt))
     for k in (1, 2, c.M):
-        st = core.e_step(sp.csr_matrix(c.X), S_fix, lab, None, None, top_k=k, sparse_density=1.0,
-                           tables=tables)
+        st = core.e_step(sp.csr_matrix(c.X), S_fix, lab, None, None, top_k=k, sparse_density=1.0, tables=tables)
         post, lse = ref_posterior(ref_jll(c.X[~lab], lp, lt))
         kept = np.zeros_like(post)
         for i in range(len(post)):
@@ -157,8 +166,7 @@ def test_e_step_of_an_integer_count_matrix_is_not_truncated_to_zero():
 # ------------------------------------------------------------------ the engine
 def test_engine_with_k_ge_m_is_exact_em(deep):
     c = deep
-    res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.7, max_iter=4, tol=0.0,
-                     top_k=c.M)
+    res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.7, max_iter=4, tol=0.0, top_k=c.M)
     lp, lt, lls = ref_em(c.X, c.S_pc, c.labeled, 0.7, 4)
     np.testing.assert_allclose(res.log_prior, lp, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(res.log_theta, lt, rtol=RTOL, atol=ATOL)
@@ -170,8 +178,9 @@ def test_engine_sparse_sums_equal_dense_reference(deep, monkeypatch):
     c = deep
     monkeypatch.setattr(passes, "SPARSE_SUMS_MIN_CELLS", 1)
     stats = []
-    res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.7, max_iter=3, tol=0.0,
-                     stats=stats)
+    res = engine.fit(
+        c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.7, max_iter=3, tol=0.0, stats=stats
+    )
     lp, lt, lls = ref_em(c.X, c.S_pc, c.labeled, 0.7, 3)
     np.testing.assert_allclose(res.log_theta, lt, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(res.loglik_history, lls, rtol=RTOL, atol=ATOL)
@@ -182,8 +191,7 @@ def test_engine_sparse_sums_equal_dense_reference(deep, monkeypatch):
 def test_engine_truncated_em_follows_the_truncated_reference(deep):
     c = deep
     k = 2
-    res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.7, max_iter=3, tol=0.0,
-                     top_k=k)
+    res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.7, max_iter=3, tol=0.0, top_k=k)
     # dense reference of truncated EM
     lp, lt = ref_log_params(c.X[c.labeled], c.S_pc[c.labeled], 0.7)
     for _ in range(3):
@@ -206,6 +214,7 @@ def test_nb_parameters_of_the_fit_are_freed_during_em(deep):
     """The result keeps only the final parameters: nothing references the initial NB ones."""
     import gc
     import weakref
+
     c = deep
     refs = []
     real = core.sparse_log_parameters
@@ -241,6 +250,7 @@ def test_sparse_collect_is_checked_against_max_result_size_with_a_clear_message(
 def test_sparse_score_matrices_equal_the_dense_ones():
     from pcem_spark.core.methods import method_spec
     from pcem_spark.core.taxonomy import Taxonomy
+
     tax = Taxonomy({"R": ["x", "y", "z"], "x": ["x1", "x2"], "x1": ["x11", "x12"], "z": ["z1"]})
     for sparse in (False, True):
         pn, leaf = tax.path_node_matrix(sparse), tax.leaf_node_matrix(sparse)
@@ -252,8 +262,9 @@ def test_sparse_score_matrices_equal_the_dense_ones():
         ns = sp.random(9, tax.n_nodes, density=0.4, random_state=1, format="csr")
         np.testing.assert_allclose(core.path_scores(ns, sparse), core.path_scores(ns, dense), rtol=1e-12)
     # a wide taxonomy gets sparse score matrices from method_spec
-    wide = Taxonomy({"R": [f"a{i}" for i in range(40)],
-                     **{f"a{i}": [f"a{i}.{j}" for j in range(60)] for i in range(40)}})
+    wide = Taxonomy(
+        {"R": [f"a{i}" for i in range(40)], **{f"a{i}": [f"a{i}.{j}" for j in range(60)] for i in range(40)}}
+    )
     assert wide.n_paths * wide.n_nodes >= 1 << 22
     for method in ("pcem", "flat-em", "emmc", "tdem"):
         spec = method_spec(wide, method, 2)
@@ -262,8 +273,15 @@ def test_sparse_score_matrices_equal_the_dense_ones():
 
 def test_beam_with_a_wide_enough_beam_is_the_exact_argmax_and_narrow_beams_approximate_it():
     from pcem_spark.core.taxonomy import Taxonomy
-    children = {"R": ["a", "b", "c"], "a": ["a1", "a2"], "b": ["b1", "b2", "b3"], "c": ["c1"],
-                "a1": ["a11", "a12"], "b2": ["b21", "b22"]}
+
+    children = {
+        "R": ["a", "b", "c"],
+        "a": ["a1", "a2"],
+        "b": ["b1", "b2", "b3"],
+        "c": ["c1"],
+        "a1": ["a11", "a12"],
+        "b2": ["b21", "b22"],
+    }
     tax = Taxonomy(children)  # depth 3 with padded leaves
     M, V = tax.n_paths, 40
     rng = np.random.default_rng(12)
@@ -284,8 +302,9 @@ def test_beam_with_a_wide_enough_beam_is_the_exact_argmax_and_narrow_beams_appro
     slot = int(np.flatnonzero(nodes == a)[0])
     under_a = tax.paths_through("a")
     counts = (S.T @ X[:150])[under_a].sum(axis=0)
-    np.testing.assert_allclose(node_params.log_theta()[slot], np.log((0.5 + counts) / (V * 0.5 + counts.sum())),
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+        node_params.log_theta()[slot], np.log((0.5 + counts) / (V * 0.5 + counts.sum())), rtol=1e-9
+    )
     narrow, _ = core.beam_predict_paths(Xt, tables, beam=1)
     assert narrow.shape == exact.shape and (narrow == exact).mean() > 0.5
 
@@ -293,29 +312,41 @@ def test_beam_with_a_wide_enough_beam_is_the_exact_argmax_and_narrow_beams_appro
 def test_models_of_format_1_still_load(spark, tmp_path):
     """Models saved with dense log theta rows (format 1) load into the sparse form unchanged."""
     import json
-    from pcem_spark.engine.features import FeatureSettings
-    from pcem_spark.model.settings import ModelSettings
-    from pcem_spark.model.path_model import PathModel
-    from pcem_spark.io.outputs import atomic_output
-    from pcem_spark.core.taxonomy import Taxonomy
     from dataclasses import asdict
+
+    from pcem_spark.core.taxonomy import Taxonomy
+    from pcem_spark.engine.features import FeatureSettings
+    from pcem_spark.io.outputs import atomic_output
+    from pcem_spark.model.path_model import PathModel
+    from pcem_spark.model.settings import ModelSettings
+
     tax = Taxonomy({"R": ["a", "b"], "a": ["a1", "a2"]})
     rng = np.random.default_rng(1)
     lt = np.log(rng.dirichlet(np.ones(5), size=tax.n_paths))
     lp = np.log(rng.dirichlet(np.ones(tax.n_paths)))
     ms = ModelSettings(smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0)
     path = str(tmp_path / "v1")
-    meta = {"format_version": 1, "class": "pcem_spark.model.PathModel", "taxonomy": json.loads(tax.to_json()),
-            "feature_settings": asdict(FeatureSettings()), "model_settings": asdict(ms), "n_paths": tax.n_paths,
-            "vocab_size": 5, "features_col": None, "training_summary": {}}
+    meta = {
+        "format_version": 1,
+        "class": "pcem_spark.model.PathModel",
+        "taxonomy": json.loads(tax.to_json()),
+        "feature_settings": asdict(FeatureSettings()),
+        "model_settings": asdict(ms),
+        "n_paths": tax.n_paths,
+        "vocab_size": 5,
+        "features_col": None,
+        "training_summary": {},
+    }
     meta["model_settings"].pop("posterior_top_k")  # format-1 models predate it
     with atomic_output(spark, path, "model") as staged:
         spark.createDataFrame([(json.dumps(meta),)], "value string").coalesce(1).write.text(f"{staged.tmp}/metadata")
         spark.createDataFrame(list(enumerate("vwxyz")), "index int, term string").write.parquet(
-            f"{staged.tmp}/vocabulary")
-        spark.createDataFrame([(j, float(lp[j]), lt[j].astype("<f8").tobytes()) for j in range(tax.n_paths)],
-                              "path_index int, log_prior double, log_theta binary").write.parquet(
-            f"{staged.tmp}/parameters")
+            f"{staged.tmp}/vocabulary"
+        )
+        spark.createDataFrame(
+            [(j, float(lp[j]), lt[j].astype("<f8").tobytes()) for j in range(tax.n_paths)],
+            "path_index int, log_prior double, log_theta binary",
+        ).write.parquet(f"{staged.tmp}/parameters")
     model = PathModel.load(path)
     np.testing.assert_allclose(model.log_theta, lt, rtol=0, atol=1e-12)
     np.testing.assert_allclose(model.log_prior, lp, rtol=0, atol=0)

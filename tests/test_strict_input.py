@@ -57,8 +57,8 @@ def test_a_rejected_line_keeps_its_raw_text(catalogue):
     _, _, rejects = catalogue
     raw = _raw_lines()
     records = {r["line"]: r["record"] for r in rejects.collect()}
-    assert records[3] == raw[2].decode()                      # both objects, as written
-    assert records[21] == ""                                   # the empty line
+    assert records[3] == raw[2].decode()  # both objects, as written
+    assert records[21] == ""  # the empty line
     assert records[23] == '{"id": "bad-utf8", "text": "caf\\xe9"}'  # the bad byte, visible
     # Rejected after parsing (duplicate id): the parsed row as JSON.
     assert json.loads(records[28]) == {"id": "dup-id", "text": "one"}
@@ -66,12 +66,15 @@ def test_a_rejected_line_keeps_its_raw_text(catalogue):
 
 def test_valid_lines_come_through_with_exact_values(spark, catalogue):
     _, good, _ = catalogue
-    expected = spark.createDataFrame([
-        ("ok-1", "a valid document", ["sci", "sci.space"], "train", None),
-        ("ok-2", "unlabelled, with scores", None, None, {"sci": 0.5, "rec": 1.0}),
-        ("ok-3", "line one\nline two \u2014 \u00fcn\u00efcode", ["rec"], "test", None),
-        ("ok-crlf", "windows line end", ["sci", "sci.space"], None, None),
-    ], DOCUMENT_SCHEMA)
+    expected = spark.createDataFrame(
+        [
+            ("ok-1", "a valid document", ["sci", "sci.space"], "train", None),
+            ("ok-2", "unlabelled, with scores", None, None, {"sci": 0.5, "rec": 1.0}),
+            ("ok-3", "line one\nline two \u2014 \u00fcn\u00efcode", ["rec"], "test", None),
+            ("ok-crlf", "windows line end", ["sci", "sci.space"], None, None),
+        ],
+        DOCUMENT_SCHEMA,
+    )
     # Sorted by id rather than ignore_row_order: chispa's sort cannot hash a map column.
     assert_df_equality(good.orderBy("id"), expected.orderBy("id"), ignore_nullable=True)
 
@@ -135,8 +138,7 @@ def test_a_folder_of_jsonl_gz_files_is_json(spark, tmp_path):
 
 def test_a_folder_of_parquet_files_is_parquet(spark, tmp_path):
     folder = str(tmp_path / "docs")
-    spark.createDataFrame([("a", "x", ["sci"])], "id string, text string, labels array<string>") \
-        .write.parquet(folder)
+    spark.createDataFrame([("a", "x", ["sci"])], "id string, text string, labels array<string>").write.parquet(folder)
     good, rejects = split_rejects(read_documents(spark, folder))
     assert [r["id"] for r in good.collect()] == ["a"] and rejects.count() == 0
 
@@ -173,16 +175,19 @@ def test_unknown_files_need_an_explicit_format(spark, tmp_path):
 def test_parquet_rows_get_the_element_checks_parquet_types_do_not_make(spark, tmp_path):
     path = str(tmp_path / "docs.parquet")
     schema = T.StructType([f for f in DOCUMENT_SCHEMA.fields if f.name != "split"])
-    spark.createDataFrame([
-        ("ok", "x", ["sci", "sci.space"], {"sci": 0.5}),
-        ("null-label", "x", ["sci", None], None),
-        ("empty-labels", "x", [], None),
-        ("padded", "x", ["sci", "space "], None),
-        ("empty-label", "x", ["", "sci"], None),
-        ("null-score", "x", None, {"sci": None}),
-        ("nan-score", "x", None, {"sci": math.nan}),
-        ("", "empty id", None, None),
-    ], schema).write.parquet(path)
+    spark.createDataFrame(
+        [
+            ("ok", "x", ["sci", "sci.space"], {"sci": 0.5}),
+            ("null-label", "x", ["sci", None], None),
+            ("empty-labels", "x", [], None),
+            ("padded", "x", ["sci", "space "], None),
+            ("empty-label", "x", ["", "sci"], None),
+            ("null-score", "x", None, {"sci": None}),
+            ("nan-score", "x", None, {"sci": math.nan}),
+            ("", "empty id", None, None),
+        ],
+        schema,
+    ).write.parquet(path)
     raw = read_documents(spark, path)
     good, rejects = split_rejects(raw)
     assert [r["id"] for r in good.collect()] == ["ok"]
@@ -190,7 +195,7 @@ def test_parquet_rows_get_the_element_checks_parquet_types_do_not_make(spark, tm
     assert got == {
         "null-label": "labels[1]: expected a non-empty string, got null",
         "empty-labels": "field 'labels': expected a non-empty array of strings (null for unlabelled), "
-                        "got an empty array",
+        "got an empty array",
         "padded": 'labels[1]: "space " has leading or trailing whitespace',
         "empty-label": "labels[0]: expected a non-empty string, got an empty string",
         "null-score": 'similarities["sci"]: expected a finite number, got null',
@@ -207,7 +212,8 @@ def test_a_byte_order_mark_is_accepted_on_line_1_only(spark, tmp_path):
     good, rejects = split_rejects(read_documents(spark, str(path)))
     assert [r["id"] for r in good.collect()] == ["a"]
     assert [(r["line"], r["reason"]) for r in rejects.collect()] == [
-        (2, "byte-order mark (U+FEFF) at the start of a line other than line 1")]
+        (2, "byte-order mark (U+FEFF) at the start of a line other than line 1")
+    ]
 
 
 def test_an_id_shared_with_a_malformed_line_is_a_duplicate(spark, tmp_path):
@@ -217,7 +223,9 @@ def test_an_id_shared_with_a_malformed_line_is_a_duplicate(spark, tmp_path):
     good, rejects = split_rejects(read_documents(spark, str(path)))
     assert good.count() == 0
     assert sorted((r["line"], r["reason"]) for r in rejects.collect()) == [
-        (1, "duplicate id: 2 rows share this id"), (2, "field 'text': expected a string, got number")]
+        (1, "duplicate id: 2 rows share this id"),
+        (2, "field 'text': expected a string, got number"),
+    ]
 
 
 # ---------------------------------------------------------------------------
@@ -251,20 +259,22 @@ def test_a_lone_surrogate_is_a_reject_naming_the_field_not_a_failed_job(spark, t
     path.write_text("\n".join(lines) + "\n", encoding="ascii")
     raw = read_documents(spark, str(path))
     good, rejects = split_rejects(raw)
-    expected_good = spark.createDataFrame([
-        ("ok-1", "before", None, None, None),
-        ("ok-pair", "rocket \U0001F680 launch", None, None, None),
-        ("ok-ignored", "y", None, None, None),
-        ("ok-escaped", "a backslash then \\ud800, not an escape", None, None, None),
-    ], DOCUMENT_SCHEMA)
+    expected_good = spark.createDataFrame(
+        [
+            ("ok-1", "before", None, None, None),
+            ("ok-pair", "rocket \U0001f680 launch", None, None, None),
+            ("ok-ignored", "y", None, None, None),
+            ("ok-escaped", "a backslash then \\ud800, not an escape", None, None, None),
+        ],
+        DOCUMENT_SCHEMA,
+    )
     assert_df_equality(good.orderBy("id"), expected_good.orderBy("id"), ignore_nullable=True)
     got = {r["line"]: r for r in rejects.collect()}
     expected = {
         2: ("s1", r"field 'text': lone surrogate \ud800 at character 6 " + _SURROGATE_REASON),
         3: ("s-label", r"labels[1]: lone surrogate \udc00 at character 4 " + _SURROGATE_REASON),
         4: ("s-split", r"field 'split': lone surrogate \udbff at character 2 " + _SURROGATE_REASON),
-        5: ("s-sims", r'similarities["k\ud800"]: lone surrogate \ud800 at character 1 of the key '
-                      + _SURROGATE_REASON),
+        5: ("s-sims", r'similarities["k\ud800"]: lone surrogate \ud800 at character 1 of the key ' + _SURROGATE_REASON),
         6: (None, r"field 'id': lone surrogate \ud800 at character 1 " + _SURROGATE_REASON),
         7: ("s-reversed", r"field 'text': lone surrogate \udc00 at character 0 " + _SURROGATE_REASON),
         8: ("s-padded", r'labels[0]: " \ud800" has leading or trailing whitespace'),
@@ -292,12 +302,14 @@ def test_a_lone_surrogate_in_a_gz_file_is_a_reject_too(spark, tmp_path):
     good, rejects = split_rejects(read_documents(spark, path))
     assert [r["id"] for r in good.collect()] == ["a"]
     assert [(r["id"], r["line"], r["reason"].split(" (")[0]) for r in rejects.collect()] == [
-        ("s1", 2, r"field 'text': lone surrogate \ud800 at character 6")]
+        ("s1", 2, r"field 'text': lone surrogate \ud800 at character 6")
+    ]
 
 
 # ---------------------------------------------------------------------------
 # Line numbers of rejects when a file is read in several splits
 # ---------------------------------------------------------------------------
+
 
 @pytest.fixture
 def small_splits(spark):
@@ -312,8 +324,10 @@ def small_splits(spark):
 
 def _mixed_lines(prefix):
     """41 lines, 13 of them rejects of different kinds scattered through (first and last line included)."""
-    lines = [json.dumps({"id": f"{prefix}{i}", "text": f"document {i} " + "w" * (i % 7), "labels": ["sci"]})
-             for i in range(1, 42)]
+    lines = [
+        json.dumps({"id": f"{prefix}{i}", "text": f"document {i} " + "w" * (i % 7), "labels": ["sci"]})
+        for i in range(1, 42)
+    ]
     bad = {
         1: '{"id": "%s-two", "text": "a"}{"id": "%s-x", "text": "b"}' % (prefix, prefix),
         4: '{"id": "%s-trail", "text": "t"} xyz' % prefix,
@@ -354,8 +368,9 @@ def _assert_lines_address_rejects(rejects, files):
         for r in by_file[name]:
             text = file_lines[r["line"] - 1]
             # The parser keeps the raw line; rows rejected after parsing keep the parsed row as JSON.
-            assert r["record"] == text or json.loads(r["record"]) == json.loads(text), \
+            assert r["record"] == text or json.loads(r["record"]) == json.loads(text), (
                 f"{name} line {r['line']}: {r['record']!r} is not {text!r}"
+            )
 
 
 def _n_splits(spark, path):

@@ -3,7 +3,15 @@ import json
 import numpy as np
 import pytest
 
-from pcem_spark.core.taxonomy import PATH_KEY_SEP, Taxonomy, TaxonomyError, closest_name, dummy_name, load_taxonomy, path_key
+from pcem_spark.core.taxonomy import (
+    PATH_KEY_SEP,
+    Taxonomy,
+    TaxonomyError,
+    closest_name,
+    dummy_name,
+    load_taxonomy,
+    path_key,
+)
 
 # The paper's Figure 1 shape: two level-1 nodes with three children each.
 FIG1 = {"ROOT": ["c1", "c2"], "c1": ["c11", "c12", "c13"], "c2": ["c21", "c22", "c23"]}
@@ -13,8 +21,7 @@ def test_paths_are_enumerated_depth_first_with_sorted_children():
     t = Taxonomy(FIG1)
     assert t.root == "ROOT"
     assert t.depth == 2
-    assert t.paths == [("c1", "c11"), ("c1", "c12"), ("c1", "c13"),
-                       ("c2", "c21"), ("c2", "c22"), ("c2", "c23")]
+    assert t.paths == [("c1", "c11"), ("c1", "c12"), ("c1", "c13"), ("c2", "c21"), ("c2", "c22"), ("c2", "c23")]
     assert t.n_paths == 6 and t.n_nodes == 8
     assert t.nodes[:2] == ["c1", "c2"]
     assert t.node_depth("c1") == 1 and t.node_depth("c23") == 2 and t.node_depth("ROOT") == 0
@@ -39,8 +46,9 @@ def test_path_keys_follow_path_lookup_and_names_cannot_contain_the_separator():
     t = Taxonomy({"R": ["a", "b"], "a": ["a1"], "a1": ["a11", "a12"]})
     keys = t.path_keys()
     assert len(keys) == t.n_paths
-    assert {labels: keys[j] for labels, j in t.path_lookup().items()} == \
-        {labels: path_key(labels) for labels in t.path_lookup()}
+    assert {labels: keys[j] for labels, j in t.path_lookup().items()} == {
+        labels: path_key(labels) for labels in t.path_lookup()
+    }
     assert keys[t.path_of_labels(["b"])] == "b"
     assert keys[t.path_of_labels(["a", "a1", "a12"])] == f"a{PATH_KEY_SEP}a1{PATH_KEY_SEP}a12"
     with pytest.raises(TaxonomyError, match="reserved to join label paths"):
@@ -117,12 +125,12 @@ def test_bad_tsv_line_names_file_and_line(tmp_path):
 
 def test_suggest_path_for_wrong_labels():
     t = Taxonomy({"ROOT": ["sci", "rec", "misc"], "sci": ["sci.space", "sci.med"], "rec": ["rec.autos"]})
-    assert t.suggest_path(["sci", "sci.spcae"]) == ["sci", "sci.space"]   # typo of a leaf
-    assert t.suggest_path(["rec", "sci.med"]) == ["sci", "sci.med"]       # known leaf, wrong parent
-    assert t.suggest_path(["misk"]) == ["misc"]                          # shallow leaf
-    assert t.suggest_path(["sci"]) is None                               # stops at an inner node
-    assert t.suggest_path(["sci", "sci.space"]) is None                  # already right
-    assert t.suggest_path(["zzz", "qqqqqq"]) is None                     # nothing similar
+    assert t.suggest_path(["sci", "sci.spcae"]) == ["sci", "sci.space"]  # typo of a leaf
+    assert t.suggest_path(["rec", "sci.med"]) == ["sci", "sci.med"]  # known leaf, wrong parent
+    assert t.suggest_path(["misk"]) == ["misc"]  # shallow leaf
+    assert t.suggest_path(["sci"]) is None  # stops at an inner node
+    assert t.suggest_path(["sci", "sci.space"]) is None  # already right
+    assert t.suggest_path(["zzz", "qqqqqq"]) is None  # nothing similar
     assert t.suggest_path([]) is None
 
 

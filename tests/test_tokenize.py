@@ -14,7 +14,15 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.ml.feature import RegexTokenizer, StopWordsRemover
 
-from pcem_spark.engine.features import DEFAULT_TOKEN_PATTERN, FeatureSettings, featurize, fit_vocabulary, nfkc, nfkc_python, tokenize
+from pcem_spark.engine.features import (
+    DEFAULT_TOKEN_PATTERN,
+    FeatureSettings,
+    featurize,
+    fit_vocabulary,
+    nfkc,
+    nfkc_python,
+    tokenize,
+)
 
 # --------------------------------------------------------------------------- corpora
 TAXONOMY = {"ROOT": ["生活", "商业"], "生活": ["体育", "美食"], "商业": ["科技", "财经"]}
@@ -176,6 +184,7 @@ DOC_SCHEMA = "id string, text string, labels array<string>"
 def corpus_rows(sentences, labeled_per_leaf, seed=0, all_labels=False):
     """(id, text, labels) rows: ``labeled_per_leaf`` random documents of each leaf keep their path."""
     import random
+
     rows = []
     rng = random.Random(seed)
     for leaf, texts in sentences.items():
@@ -196,8 +205,9 @@ def _expected(spark, token_lists):
 
 
 def _assert_tokens(spark, texts, settings, token_lists):
-    assert_df_equality(_tokens(spark, texts, settings), _expected(spark, token_lists),
-                       ignore_nullable=True, ignore_row_order=True)
+    assert_df_equality(
+        _tokens(spark, texts, settings), _expected(spark, token_lists), ignore_nullable=True, ignore_row_order=True
+    )
 
 
 # --------------------------------------------------------------------------- CJK modes
@@ -205,41 +215,73 @@ ZH = ["我爱北京天安门。", "这款手机的芯片很快", "的", "iPhone�
 
 
 def test_chinese_chars_one_token_per_character(spark):
-    _assert_tokens(spark, ZH, FeatureSettings(cjk="chars"), [
-        ["我", "爱", "北", "京", "天", "安", "门"],
-        ["这", "款", "手", "机", "的", "芯", "片", "很", "快"],
-        ["的"],
-        ["iphone", "手", "机", "和", "5g", "网", "络"],
-    ])
+    _assert_tokens(
+        spark,
+        ZH,
+        FeatureSettings(cjk="chars"),
+        [
+            ["我", "爱", "北", "京", "天", "安", "门"],
+            ["这", "款", "手", "机", "的", "芯", "片", "很", "快"],
+            ["的"],
+            ["iphone", "手", "机", "和", "5g", "网", "络"],
+        ],
+    )
 
 
 def test_chinese_bigrams_overlap_within_each_run(spark):
     # A lone character stays a unigram; Latin and digits split off as their own tokens.
-    _assert_tokens(spark, ZH, FeatureSettings(cjk="bigrams"), [
-        ["我爱", "爱北", "北京", "京天", "天安", "安门"],
-        ["这款", "款手", "手机", "机的", "的芯", "芯片", "片很", "很快"],
-        ["的"],
-        ["iphone", "手机", "机和", "5g", "网络"],
-    ])
+    _assert_tokens(
+        spark,
+        ZH,
+        FeatureSettings(cjk="bigrams"),
+        [
+            ["我爱", "爱北", "北京", "京天", "天安", "安门"],
+            ["这款", "款手", "手机", "机的", "的芯", "芯片", "片很", "很快"],
+            ["的"],
+            ["iphone", "手机", "机和", "5g", "网络"],
+        ],
+    )
 
 
 def test_chinese_none_keeps_whole_runs_as_before(spark):
-    _assert_tokens(spark, ZH, FeatureSettings(cjk="none"), [
-        ["我爱北京天安门"], ["这款手机的芯片很快"], [], ["iphone手机和5g网络"],
-    ])
+    _assert_tokens(
+        spark,
+        ZH,
+        FeatureSettings(cjk="none"),
+        [
+            ["我爱北京天安门"],
+            ["这款手机的芯片很快"],
+            [],
+            ["iphone手机和5g网络"],
+        ],
+    )
 
 
 JA = ["コーヒーを飲む。", "東京タワー", "ｶﾀｶﾅ"]
 
 
 def test_japanese_chars_and_bigrams(spark):
-    _assert_tokens(spark, JA, FeatureSettings(cjk="chars"), [
-        ["コ", "ー", "ヒ", "ー", "を", "飲", "む"], ["東", "京", "タ", "ワ", "ー"], ["カ", "タ", "カ", "ナ"],
-    ])
+    _assert_tokens(
+        spark,
+        JA,
+        FeatureSettings(cjk="chars"),
+        [
+            ["コ", "ー", "ヒ", "ー", "を", "飲", "む"],
+            ["東", "京", "タ", "ワ", "ー"],
+            ["カ", "タ", "カ", "ナ"],
+        ],
+    )
     # Halfwidth katakana are NFKC-normalised to fullwidth before splitting.
-    _assert_tokens(spark, JA, FeatureSettings(cjk="bigrams"), [
-        ["コー", "ーヒ", "ヒー", "ーを", "を飲", "飲む"], ["東京", "京タ", "タワ", "ワー"], ["カタ", "タカ", "カナ"],
-    ])
+    _assert_tokens(
+        spark,
+        JA,
+        FeatureSettings(cjk="bigrams"),
+        [
+            ["コー", "ーヒ", "ヒー", "ーを", "を飲", "飲む"],
+            ["東京", "京タ", "タワ", "ワー"],
+            ["カタ", "タカ", "カナ"],
+        ],
+    )
     _assert_tokens(spark, JA, FeatureSettings(cjk="none"), [["コーヒーを飲む"], ["東京タワー"], ["カタカナ"]])
 
 
@@ -255,9 +297,20 @@ def test_cjk_tokens_are_exempt_from_min_token_length(spark):
 
 # --------------------------------------------------------------------------- NFKC
 def test_nfkc_fullwidth_decomposed_accents_and_ligatures(spark):
-    texts = ["ＡＢＣ ｃｏｍｐｕｔｅｒ", "cafe\u0301 re\u0301sume\u0301", "ﬁle ﬂow", "café résumé", "abc computer file flow"]
-    nfkc_tokens = [["abc", "computer"], ["café", "résumé"], ["file", "flow"], ["café", "résumé"],
-                   ["abc", "computer", "file", "flow"]]
+    texts = [
+        "ＡＢＣ ｃｏｍｐｕｔｅｒ",
+        "cafe\u0301 re\u0301sume\u0301",
+        "ﬁle ﬂow",
+        "café résumé",
+        "abc computer file flow",
+    ]
+    nfkc_tokens = [
+        ["abc", "computer"],
+        ["café", "résumé"],
+        ["file", "flow"],
+        ["café", "résumé"],
+        ["abc", "computer", "file", "flow"],
+    ]
     _assert_tokens(spark, texts, FeatureSettings(), nfkc_tokens)
     # The decomposed and the precomposed spellings become the same string (U+00E9).
     assert nfkc_tokens[1][0] == "caf\u00e9"
@@ -270,18 +323,21 @@ def test_nfkc_fullwidth_decomposed_accents_and_ligatures(spark):
 
 def test_jvm_and_python_nfkc_agree(spark):
     from pyspark.sql import functions as F
+
     texts = ["ＡＢＣ ﬁ cafe\u0301 ½ ™ ｶﾀｶﾅ ㍻ ①", "", None, "plain ascii"]
     df = spark.createDataFrame([(i, t) for i, t in enumerate(texts)], "id int, text string")
     jvm = df.select("id", nfkc(F.col("text")).alias("n"))
     py = df.select("id", nfkc_python(F.col("text")).alias("n"))
     assert_df_equality(jvm, py, ignore_nullable=True, ignore_row_order=True)
     import unicodedata
+
     assert jvm.where("id = 0").first().n == unicodedata.normalize("NFKC", texts[0])
 
 
 def test_nfkc_falls_back_to_python_when_reflect_is_refused(spark, monkeypatch):
     """A session whose reflect() cannot reach ICU (allow list, restricted mode) still normalises."""
     import pcem_spark.features as features
+
     monkeypatch.setattr(features, "_ICU_NORMALIZER", "no.such.Normalizer")
     _assert_tokens(spark, ["ＡＢＣ ﬁle cafe\u0301"], FeatureSettings(), [["abc", "file", "café"]])
     # A real mistake is not hidden by the fallback.
@@ -301,19 +357,31 @@ LATIN = [
 
 def _pre_change_tokens(df, text_col="text"):
     """What tokenize() did before normalize / cjk existed (RegexTokenizer + StopWordsRemover)."""
-    tok = RegexTokenizer(inputCol=text_col, outputCol="raw", pattern=DEFAULT_TOKEN_PATTERN, gaps=False,
-                         toLowercase=True, minTokenLength=2)
-    remover = StopWordsRemover(inputCol="raw", outputCol="tokens",
-                               stopWords=StopWordsRemover.loadDefaultStopWords("english"))
+    tok = RegexTokenizer(
+        inputCol=text_col,
+        outputCol="raw",
+        pattern=DEFAULT_TOKEN_PATTERN,
+        gaps=False,
+        toLowercase=True,
+        minTokenLength=2,
+    )
+    remover = StopWordsRemover(
+        inputCol="raw", outputCol="tokens", stopWords=StopWordsRemover.loadDefaultStopWords("english")
+    )
     return remover.transform(tok.transform(df)).select("id", "tokens")
 
 
-@pytest.mark.parametrize("settings", [FeatureSettings(), FeatureSettings(cjk="chars"),
-                                      FeatureSettings(normalize="none", cjk="none")])
+@pytest.mark.parametrize(
+    "settings", [FeatureSettings(), FeatureSettings(cjk="chars"), FeatureSettings(normalize="none", cjk="none")]
+)
 def test_latin_text_tokenised_exactly_as_before(spark, settings):
     df = spark.createDataFrame([(i, t) for i, t in enumerate(LATIN)], "id int, text string")
-    assert_df_equality(tokenize(df, settings).select("id", "tokens"), _pre_change_tokens(df),
-                       ignore_nullable=True, ignore_row_order=True)
+    assert_df_equality(
+        tokenize(df, settings).select("id", "tokens"),
+        _pre_change_tokens(df),
+        ignore_nullable=True,
+        ignore_row_order=True,
+    )
 
 
 def test_tokenize_keeps_the_other_columns(spark):
@@ -324,8 +392,15 @@ def test_tokenize_keeps_the_other_columns(spark):
 
 # --------------------------------------------------------------------------- settings
 def test_from_dict_maps_missing_keys_to_the_old_behaviour():
-    old_meta = {"token_pattern": DEFAULT_TOKEN_PATTERN, "min_token_length": 2, "stop_words": "english",
-                "min_df": 3.0, "max_df": 0.5, "vocab_size": 20000, "vocabulary_docs": "all"}
+    old_meta = {
+        "token_pattern": DEFAULT_TOKEN_PATTERN,
+        "min_token_length": 2,
+        "stop_words": "english",
+        "min_df": 3.0,
+        "max_df": 0.5,
+        "vocab_size": 20000,
+        "vocabulary_docs": "all",
+    }
     fs = FeatureSettings.from_dict(old_meta)
     assert (fs.normalize, fs.cjk) == ("none", "none")
     # New metadata round-trips unchanged, defaults included.
@@ -339,6 +414,7 @@ def test_from_dict_maps_missing_keys_to_the_old_behaviour():
 
 def test_settings_validate_and_config_overrides():
     from pcem_spark.cli.config import load_settings
+
     s = load_settings(None, ["features.cjk=chars", "features.normalize=none"])
     assert (s.features.cjk, s.features.normalize) == ("chars", "none")
     with pytest.raises(ValueError, match="features.normalize"):
@@ -347,6 +423,7 @@ def test_settings_validate_and_config_overrides():
 
 def test_pathem_params_map_onto_the_new_settings():
     from pcem_spark.ml.estimator import PathEM
+
     assert PathEM().feature_settings() == FeatureSettings()
     fs = PathEM(cjk="chars", normalize="none").feature_settings()
     assert (fs.cjk, fs.normalize) == ("chars", "none")
@@ -369,20 +446,26 @@ def _strip_new_keys(model_dir):
 
 def test_old_model_keeps_predicting_exactly_as_before(spark, tmp_path):
     """A model saved before normalize / cjk existed tokenises with the old behaviour after loading."""
-    from pcem_spark.ml.estimator import PathEMModel
-    from pcem_spark.model.settings import ModelSettings
-    from pcem_spark.model.path_model import PathModel
-    from pcem_spark.ml import train
     from pcem_spark.core.taxonomy import Taxonomy
+    from pcem_spark.ml import train
+    from pcem_spark.ml.estimator import PathEMModel
+    from pcem_spark.model.path_model import PathModel
+    from pcem_spark.model.settings import ModelSettings
 
     tax = Taxonomy({"ROOT": ["a", "b"]})
-    rows = [("a1", "ﬁnance ＡＢＣ 北京天安门 money", ["a"]), ("a2", "ﬁnance bank 北京天安门", ["a"]),
-            ("b1", "finance abc sport 上海 goal", ["b"]), ("b2", "finance abc 上海 goal team", ["b"]),
-            ("u1", "ﬁnance money bank", None), ("u2", "sport goal team", None)]
+    rows = [
+        ("a1", "ﬁnance ＡＢＣ 北京天安门 money", ["a"]),
+        ("a2", "ﬁnance bank 北京天安门", ["a"]),
+        ("b1", "finance abc sport 上海 goal", ["b"]),
+        ("b2", "finance abc 上海 goal team", ["b"]),
+        ("u1", "ﬁnance money bank", None),
+        ("u2", "sport goal team", None),
+    ]
     docs = spark.createDataFrame(rows, DOC_SCHEMA)
     old_fs = FeatureSettings(min_df=1, max_df=1.0, vocab_size=0, normalize="none", cjk="none")
-    model, _ = train(docs, tax, old_fs, ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0,
-                                                      path_weight=1.0))
+    model, _ = train(
+        docs, tax, old_fs, ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0)
+    )
     assert "ﬁnance" in model.vocabulary and "北京天安门" in model.vocabulary
     path = str(tmp_path / "old-model")
     model.save(path)
@@ -390,11 +473,16 @@ def test_old_model_keeps_predicting_exactly_as_before(spark, tmp_path):
 
     loaded = PathModel.load(path)
     assert loaded.feature_settings == old_fs
-    new = spark.createDataFrame([("n1", "ﬁnance ＡＢＣ 北京天安门", None), ("n2", "finance abc 北京 天安门", None)],
-                                DOC_SCHEMA)
+    new = spark.createDataFrame(
+        [("n1", "ﬁnance ＡＢＣ 北京天安门", None), ("n2", "finance abc 北京 天安门", None)], DOC_SCHEMA
+    )
     cols = ["id", "path", "probability"]
-    assert_df_equality(loaded.transform(new).select(*cols), model.transform(new).select(*cols),
-                       ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(
+        loaded.transform(new).select(*cols),
+        model.transform(new).select(*cols),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
     # With today's defaults the same words would be tokenised differently (the point of from_dict).
     today = tokenize(new, FeatureSettings()).orderBy("id").first().tokens
     assert "ﬁnance" not in today and "北京天安门" not in today
@@ -430,10 +518,10 @@ def test_chinese_corpus_vocabulary_empty_without_cjk_splitting(spark):
 
 
 def test_chinese_corpus_trains_with_the_default_settings(spark):
-    from pcem_spark.evaluation.metrics import evaluate_predictions
-    from pcem_spark.model.settings import ModelSettings
-    from pcem_spark.ml import train
     from pcem_spark.core.taxonomy import Taxonomy
+    from pcem_spark.evaluation.metrics import evaluate_predictions
+    from pcem_spark.ml import train
+    from pcem_spark.model.settings import ModelSettings
 
     tax = Taxonomy(TAXONOMY)
     docs = spark.createDataFrame(corpus_rows(CHINESE, 3), DOC_SCHEMA)
@@ -449,8 +537,7 @@ def test_chinese_corpus_trains_with_the_default_settings(spark):
 
 
 # --------------------------------------------------------------------------- measurement (docs/TOKENIZATION.md)
-def measure(methods=("pcnb", "pcem"), modes=("none", "chars", "bigrams"), labeled=(1, 3), seeds=range(5),
-            min_df=3.0):
+def measure(methods=("pcnb", "pcem"), modes=("none", "chars", "bigrams"), labeled=(1, 3), seeds=range(5), min_df=3.0):
     """Micro / macro F1 of each cjk mode on the Chinese and Japanese corpora, averaged over seeds.
 
     The labelled documents of each seed are a random ``labeled`` per leaf; the
@@ -460,13 +547,17 @@ def measure(methods=("pcnb", "pcem"), modes=("none", "chars", "bigrams"), labele
 
     from pyspark.sql import SparkSession
 
-    from pcem_spark.evaluation.metrics import evaluate_predictions
-    from pcem_spark.model.settings import ModelSettings
-    from pcem_spark.ml import train
     from pcem_spark.core.taxonomy import Taxonomy
+    from pcem_spark.evaluation.metrics import evaluate_predictions
+    from pcem_spark.ml import train
+    from pcem_spark.model.settings import ModelSettings
 
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     tax = Taxonomy(TAXONOMY)
     print("| corpus | labelled/leaf | method | cjk | V | micro-F1 | macro-F1 |")
@@ -479,14 +570,22 @@ def measure(methods=("pcnb", "pcem"), modes=("none", "chars", "bigrams"), labele
                     for seed in seeds:
                         docs = spark.createDataFrame(corpus_rows(sentences, k, seed), DOC_SCHEMA)
                         try:
-                            model, _ = train(docs, tax, FeatureSettings(cjk=mode, min_df=min_df),
-                                             ModelSettings(method=method))
+                            model, _ = train(
+                                docs, tax, FeatureSettings(cjk=mode, min_df=min_df), ModelSettings(method=method)
+                            )
                         except ValueError as exc:
                             error = str(exc).split(":")[0]
                             break
-                        pred = model.transform(docs.where("labels is null")).select("id", "path").join(
-                            spark.createDataFrame(corpus_rows(sentences, 0, all_labels=True), DOC_SCHEMA)
-                            .select("id", "labels"), "id")
+                        pred = (
+                            model.transform(docs.where("labels is null"))
+                            .select("id", "path")
+                            .join(
+                                spark.createDataFrame(corpus_rows(sentences, 0, all_labels=True), DOC_SCHEMA).select(
+                                    "id", "labels"
+                                ),
+                                "id",
+                            )
+                        )
                         m = evaluate_predictions(pred, tax)
                         micro.append(m["micro_f1"])
                         macro.append(m["macro_f1"])
@@ -494,16 +593,21 @@ def measure(methods=("pcnb", "pcem"), modes=("none", "chars", "bigrams"), labele
                     if error:
                         print(f"| {name} | {k} | {method} | {mode} | 0 | fails: {error} | |")
                     else:
-                        print(f"| {name} | {k} | {method} | {mode} | {statistics.mean(sizes):.0f} | "
-                              f"{100 * statistics.mean(micro):.1f} | {100 * statistics.mean(macro):.1f} |",
-                              flush=True)
+                        print(
+                            f"| {name} | {k} | {method} | {mode} | {statistics.mean(sizes):.0f} | "
+                            f"{100 * statistics.mean(micro):.1f} | {100 * statistics.mean(macro):.1f} |",
+                            flush=True,
+                        )
 
 
 if __name__ == "__main__":
     # python tests/test_tokenize.py [min_df [method,... [mode,... [labelled,...]]]]
     import sys
+
     args = sys.argv[1:] + [None] * 4
-    measure(methods=tuple(args[1].split(",")) if args[1] else ("pcnb", "pcem"),
-            modes=tuple(args[2].split(",")) if args[2] else ("none", "chars", "bigrams"),
-            labeled=tuple(int(k) for k in args[3].split(",")) if args[3] else (1, 3),
-            min_df=float(args[0]) if args[0] else 3.0)
+    measure(
+        methods=tuple(args[1].split(",")) if args[1] else ("pcnb", "pcem"),
+        modes=tuple(args[2].split(",")) if args[2] else ("none", "chars", "bigrams"),
+        labeled=tuple(int(k) for k in args[3].split(",")) if args[3] else (1, 3),
+        min_df=float(args[0]) if args[0] else 3.0,
+    )

@@ -6,15 +6,14 @@ import numpy as np
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
-
-from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
-from pcem_spark.model.settings import ModelSettings
-from pcem_spark.ml import PathEM, train
-from pcem_spark.ml.tuning import TuneSettings, _preference, resolve_auto, select_grid_point, stratified_folds
-
 from test_predict_evaluate import TAX, WORDS  # noqa: E402 (the same four-topic corpus)
 
-SHARED = "match player score device power market"   # words every class uses: a harder problem
+from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
+from pcem_spark.ml import PathEM
+from pcem_spark.ml.tuning import TuneSettings, _preference, resolve_auto, select_grid_point, stratified_folds
+from pcem_spark.model.settings import ModelSettings
+
+SHARED = "match player score device power market"  # words every class uses: a harder problem
 FS = FeatureSettings(min_df=1, max_df=1.0, vocab_size=0)
 
 
@@ -40,8 +39,10 @@ def test_stratified_folds_cover_every_leaf_and_are_deterministic(spark):
     a = stratified_folds(docs, 3, seed=7)
     b = stratified_folds(docs, 3, seed=7)
     assert_df_equality(a, b, ignore_row_order=True)
-    counts = {(r["leaf"], r["fold"]): r["n"] for r in
-              a.groupBy(F.element_at("labels", -1).alias("leaf"), "fold").agg(F.count("*").alias("n")).collect()}
+    counts = {
+        (r["leaf"], r["fold"]): r["n"]
+        for r in a.groupBy(F.element_at("labels", -1).alias("leaf"), "fold").agg(F.count("*").alias("n")).collect()
+    }
     # 6 labelled per leaf, 3 folds: every leaf twice in every fold
     assert counts == {(leaf, f): 2 for leaf in WORDS for f in range(3)}
     c = stratified_folds(docs, 3, seed=8)
@@ -62,11 +63,17 @@ def test_cross_validator_over_a_spark_ml_pipeline_with_path_em(spark):
     tok = RegexTokenizer(inputCol="text", outputCol="words", pattern=r"\w+", gaps=False)
     stop = StopWordsRemover(inputCol="words", outputCol="tokens")
     cv_stage = CountVectorizer(inputCol="tokens", outputCol="tf", minDF=1.0)
-    est = PathEM(featuresCol="tf", taxonomy=TAX.to_json(), maxIter=5, smoothing=0.5, unlabeledWeight=1.0,
-                 pathWeight=1.0)
+    est = PathEM(
+        featuresCol="tf", taxonomy=TAX.to_json(), maxIter=5, smoothing=0.5, unlabeledWeight=1.0, pathWeight=1.0
+    )
     pipe = Pipeline(stages=[tok, stop, cv_stage, est])
-    grid = (ParamGridBuilder().addGrid(est.pathWeight, [0.0, 1.0]).addGrid(est.smoothing, [0.1, 1.0])
-            .addGrid(stop.stopWords, [StopWordsRemover.loadDefaultStopWords("english"), []]).build())
+    grid = (
+        ParamGridBuilder()
+        .addGrid(est.pathWeight, [0.0, 1.0])
+        .addGrid(est.smoothing, [0.1, 1.0])
+        .addGrid(stop.stopWords, [StopWordsRemover.loadDefaultStopWords("english"), []])
+        .build()
+    )
     ev = HierarchicalF1Evaluator(metricName="macroF1", taxonomy=TAX.to_json())
     cv = CrossValidator(estimator=pipe, estimatorParamMaps=grid, evaluator=ev, numFolds=2, seed=1)
     model = cv.fit(docs)
@@ -89,8 +96,10 @@ def test_resolve_auto_keeps_unlabelled_docs_in_every_fold_and_is_deterministic(s
     assert info1["chosen"] == info2["chosen"]
     assert [g["cv_score"] for g in info1["grid"]] == [g["cv_score"] for g in info2["grid"]]
     assert len(info1["grid"]) == 4 and info1["folds"] == 3 and info1["metric"] == "meanF1"
-    assert (s1.unlabeled_weight, s1.path_weight) == (info1["chosen"]["unlabeled_weight"],
-                                                      info1["chosen"]["path_weight"])
+    assert (s1.unlabeled_weight, s1.path_weight) == (
+        info1["chosen"]["unlabeled_weight"],
+        info1["chosen"]["path_weight"],
+    )
     best = max(info1["grid"], key=lambda g: g["cv_score"])
     assert info1["chosen"] == {k: best[k] for k in ("unlabeled_weight", "path_weight")}
     # the refitted model saw every labelled and every unlabelled document
@@ -111,36 +120,51 @@ def test_every_fold_model_trains_on_all_unlabelled_documents(spark):
     unl = feats.where(F.col("labels").isNull())
     unl.createOrReplaceTempView("test_unlabeled_docs")
     labeled = stratified_folds(feats.where(F.col("labels").isNotNull()), 3, seed=0)
-    est = PathEM(featuresCol="features", taxonomy=TAX.to_json(), maxIter=3, smoothing=1.0, unlabeledWeight=1.0,
-                 pathWeight=1.0, unlabeledTable="test_unlabeled_docs")
+    est = PathEM(
+        featuresCol="features",
+        taxonomy=TAX.to_json(),
+        maxIter=3,
+        smoothing=1.0,
+        unlabeledWeight=1.0,
+        pathWeight=1.0,
+        unlabeledTable="test_unlabeled_docs",
+    )
     grid = ParamGridBuilder().addGrid(est.unlabeledWeight, [0.5, 1.0]).build()
-    cv = CrossValidator(estimator=est, estimatorParamMaps=grid, evaluator=HierarchicalF1Evaluator(),
-                        numFolds=3, foldCol="fold", collectSubModels=True)
+    cv = CrossValidator(
+        estimator=est,
+        estimatorParamMaps=grid,
+        evaluator=HierarchicalF1Evaluator(),
+        numFolds=3,
+        foldCol="fold",
+        collectSubModels=True,
+    )
     model = cv.fit(labeled)
     for fold_models in model.subModels:
         for m in fold_models:
             s = m.path_model.training_summary
-            assert s["n_unlabeled"] == unl.count() and s["n_labeled"] == 16   # 2 of 3 folds of 24
+            assert s["n_unlabeled"] == unl.count() and s["n_labeled"] == 16  # 2 of 3 folds of 24
     spark.catalog.dropTempView("test_unlabeled_docs")
 
 
 def test_path_em_defaults_choose_weights_by_cross_validation(spark):
     from pcem_spark.ml.estimator import PathEM
+
     docs = _corpus(spark)
     model = PathEM(taxonomy=TAX.to_json(), maxIter=5, minDF=1.0, maxDF=1.0, vocabSize=0, tuneFolds=2).fit(docs)
     tuning = model.path_model.training_summary["tuning"]
     assert tuning["tuned"] and set(tuning["chosen"]) == {"unlabeled_weight", "path_weight"}
     ms = model.path_model.model_settings
     assert ms.unlabeled_weight == tuning["chosen"]["unlabeled_weight"]
-    assert isinstance(ms.smoothing, float) and ms.smoothing > 0   # "auto" smoothing resolved by evidence
+    assert isinstance(ms.smoothing, float) and ms.smoothing > 0  # "auto" smoothing resolved by evidence
     assert model.transform(docs).count() == docs.count()
 
 
 def test_too_few_labels_fall_back_to_the_paper_weights(spark):
-    docs = _corpus(spark, n_labeled=1)   # 4 labelled documents, 3 folds x 2 needed
+    docs = _corpus(spark, n_labeled=1)  # 4 labelled documents, 3 folds x 2 needed
     feats, vocab = _features(spark, docs)
-    ms, info, model = resolve_auto(feats, TAX, vocab, FS, ModelSettings(method="pcem", max_iter=3),
-                                   TuneSettings(folds=3), estimator_class=PathEM)
+    ms, info, model = resolve_auto(
+        feats, TAX, vocab, FS, ModelSettings(method="pcem", max_iter=3), TuneSettings(folds=3), estimator_class=PathEM
+    )
     assert model is None and not info["tuned"]
     assert (ms.unlabeled_weight, ms.path_weight) == (1.0, 1.0)
 
@@ -148,16 +172,37 @@ def test_too_few_labels_fall_back_to_the_paper_weights(spark):
 def test_pcem_train_tune_records_the_choice_in_the_model(spark, tmp_path):
     from pcem_spark.cli.main import main
     from pcem_spark.model.path_model import PathModel
+
     rows = _corpus(spark).collect()
     src = tmp_path / "docs.jsonl"
     with open(src, "w") as fh:
         for r in rows:
             fh.write(json.dumps({"id": r["id"], "text": r["text"], "labels": r["labels"]}) + "\n")
     out = str(tmp_path / "model")
-    rc = main(["train", "--docs", str(src), "--model", out, "--tune", "--set", "model.max_iter=4",
-               "--set", "model.unlabeled_weight=1.0", "--set", "model.path_weight=1.0",
-               "--set", "tune.grid={'smoothing': [0.1, 1.0]}", "--set", "tune.folds=2",
-               "--set", "features.min_df=1.0", "--set", "features.max_df=1.0"])
+    rc = main(
+        [
+            "train",
+            "--docs",
+            str(src),
+            "--model",
+            out,
+            "--tune",
+            "--set",
+            "model.max_iter=4",
+            "--set",
+            "model.unlabeled_weight=1.0",
+            "--set",
+            "model.path_weight=1.0",
+            "--set",
+            "tune.grid={'smoothing': [0.1, 1.0]}",
+            "--set",
+            "tune.folds=2",
+            "--set",
+            "features.min_df=1.0",
+            "--set",
+            "features.max_df=1.0",
+        ]
+    )
     assert rc == 0
     tuning = PathModel.load(out).training_summary["tuning"]
     assert tuning["tuned"] and set(tuning["chosen"]) == {"smoothing"}
@@ -196,20 +241,23 @@ def test_one_se_choice_is_refitted_and_recorded(spark):
     feats, vocab = _features(spark, docs)
     # the preferred point (lambda 0, gamma 0) is listed first
     tune = TuneSettings(folds=3, unlabeled_weights=[0.0, 1.0], path_weights=[0.0, 1.0])
-    settings, info, model = resolve_auto(feats, TAX, vocab, FS, ModelSettings(method="pcem", max_iter=5), tune,
-                                         seed=5, estimator_class=PathEM)
+    settings, info, model = resolve_auto(
+        feats, TAX, vocab, FS, ModelSettings(method="pcem", max_iter=5), tune, seed=5, estimator_class=PathEM
+    )
     grid = info["grid"]
     best = max(grid, key=lambda g: g["cv_score"])
     se = best["cv_std"] / np.sqrt(2)
     within = [g for g in grid if g["cv_score"] >= best["cv_score"] - se]
     expected = min(within, key=lambda g: (g["unlabeled_weight"] + g["path_weight"], g["unlabeled_weight"]))
     assert info["selection"] == "one_se"
-    assert info["chosen"] == {"unlabeled_weight": expected["unlabeled_weight"],
-                              "path_weight": expected["path_weight"]}
+    assert info["chosen"] == {"unlabeled_weight": expected["unlabeled_weight"], "path_weight": expected["path_weight"]}
     assert info["best_cv"] == {"unlabeled_weight": best["unlabeled_weight"], "path_weight": best["path_weight"]}
     # the returned model was fitted with the chosen values, on every document
-    assert (model.model_settings.unlabeled_weight, model.model_settings.path_weight) == \
-        (settings.unlabeled_weight, settings.path_weight) == (expected["unlabeled_weight"], expected["path_weight"])
+    assert (
+        (model.model_settings.unlabeled_weight, model.model_settings.path_weight)
+        == (settings.unlabeled_weight, settings.path_weight)
+        == (expected["unlabeled_weight"], expected["path_weight"])
+    )
     assert model.training_summary["n_labeled"] == 24
     assert model.training_summary["n_unlabeled"] == docs.where(F.col("labels").isNull()).count()
 
@@ -217,6 +265,7 @@ def test_one_se_choice_is_refitted_and_recorded(spark):
 def test_default_grid_takes_pcnb_only_when_clearly_better():
     """λ = 0 (PCNB, no EM) is in the default grid, last: within one SE of the best it loses to λ 0.3."""
     import os
+
     from pcem_spark.cli.config import load_settings
 
     tune = TuneSettings()
@@ -224,18 +273,19 @@ def test_default_grid_takes_pcnb_only_when_clearly_better():
     assert conf.unlabeled_weights == tune.unlabeled_weights and conf.path_weights == tune.path_weights
     assert 0.0 in tune.unlabeled_weights
     spec = {"unlabeled_weight": tune.unlabeled_weights, "path_weight": tune.path_weights}
-    rows = [{"unlabeled_weight": lam, "path_weight": gam} for lam in spec["unlabeled_weight"]
-            for gam in spec["path_weight"]]
+    rows = [
+        {"unlabeled_weight": lam, "path_weight": gam} for lam in spec["unlabeled_weight"] for gam in spec["path_weight"]
+    ]
     pref = _preference(rows, spec)
     pcnb = [i for i, r in enumerate(rows) if r["unlabeled_weight"] == 0.0]
     assert sorted(pref[i] for i in pcnb) == [len(rows) - 2, len(rows) - 1]
     preferred = pref.index(0)
     assert rows[preferred] == {"unlabeled_weight": tune.unlabeled_weights[0], "path_weight": tune.path_weights[0]}
-    stds = [0.02] * len(rows)   # SE = 0.02 / sqrt(2) ~ 0.014 with 3 folds
+    stds = [0.02] * len(rows)  # SE = 0.02 / sqrt(2) ~ 0.014 with 3 folds
     scores = [0.70] * len(rows)
-    scores[preferred], scores[pcnb[0]] = 0.80, 0.81           # PCNB best by less than one SE
+    scores[preferred], scores[pcnb[0]] = 0.80, 0.81  # PCNB best by less than one SE
     assert select_grid_point(scores, stds, pref, 3) == preferred
-    scores[pcnb[0]] = 0.85                                     # ... by more than one SE: PCNB
+    scores[pcnb[0]] = 0.85  # ... by more than one SE: PCNB
     assert select_grid_point(scores, stds, pref, 3) == pcnb[0]
 
 
@@ -245,27 +295,48 @@ def _no_cross_validation(monkeypatch):
 
     def refuse(*a, **k):
         raise AssertionError("cross-validation ran on a single leaf")
+
     monkeypatch.setattr(ml_tuning.CrossValidator, "fit", refuse)
     monkeypatch.setattr("pcem_spark.ml.tuning.stratified_folds", refuse)
 
 
-@pytest.mark.parametrize("extra", [[], ["--tune", "--set", "tune.grid={'smoothing': [0.1, 1.0]}"]],
-                         ids=["auto", "tune-grid"])
+@pytest.mark.parametrize(
+    "extra", [[], ["--tune", "--set", "tune.grid={'smoothing': [0.1, 1.0]}"]], ids=["auto", "tune-grid"]
+)
 def test_single_leaf_trains_without_cross_validation_and_warns(spark, tmp_path, monkeypatch, caplog, extra):
     import logging
 
     from pcem_spark.cli.main import main
     from pcem_spark.model.path_model import PathModel
+
     _no_cross_validation(monkeypatch)
     src = tmp_path / "docs.jsonl"
     with open(src, "w") as fh:
         for i in range(10):
-            fh.write(json.dumps({"id": str(i), "text": "goal striker penalty league",
-                                 "labels": ["only", "leaf"] if i < 8 else None}) + "\n")
+            fh.write(
+                json.dumps(
+                    {"id": str(i), "text": "goal striker penalty league", "labels": ["only", "leaf"] if i < 8 else None}
+                )
+                + "\n"
+            )
     out = str(tmp_path / "model")
     with caplog.at_level(logging.WARNING):
-        rc = main(["train", "--docs", str(src), "--model", out, "--set", "model.max_iter=3",
-                   "--set", "features.min_df=1.0", "--set", "features.max_df=1.0", *extra])
+        rc = main(
+            [
+                "train",
+                "--docs",
+                str(src),
+                "--model",
+                out,
+                "--set",
+                "model.max_iter=3",
+                "--set",
+                "features.min_df=1.0",
+                "--set",
+                "features.max_df=1.0",
+                *extra,
+            ]
+        )
     assert rc == 0
     warnings = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
     assert "one leaf, 'leaf': every document will get this path, ['only', 'leaf']" in warnings, warnings
@@ -274,7 +345,7 @@ def test_single_leaf_trains_without_cross_validation_and_warns(spark, tmp_path, 
     tuning = model.training_summary["tuning"]
     assert tuning["tuned"] is False and tuning["skipped"] is True and "one leaf" in tuning["reason"]
     ms = model.model_settings
-    assert (ms.unlabeled_weight, ms.path_weight) == (1.0, 1.0)     # the paper's values, as with too few labels
+    assert (ms.unlabeled_weight, ms.path_weight) == (1.0, 1.0)  # the paper's values, as with too few labels
     assert isinstance(ms.smoothing, float)
 
 
@@ -284,13 +355,17 @@ def test_single_leaf_path_em_skips_cross_validation(spark, monkeypatch, caplog):
     from pyspark.ml.feature import CountVectorizer, RegexTokenizer
 
     from pcem_spark.ml.estimator import PathEM
+
     _no_cross_validation(monkeypatch)
-    docs = spark.createDataFrame([(str(i), "serve racket volley", ["leaf"]) for i in range(10)],
-                                 "id string, text string, labels array<string>")
+    docs = spark.createDataFrame(
+        [(str(i), "serve racket volley", ["leaf"]) for i in range(10)], "id string, text string, labels array<string>"
+    )
     tokens = RegexTokenizer(inputCol="text", outputCol="tokens").transform(docs)
     feats = CountVectorizer(inputCol="tokens", outputCol="tf").fit(tokens).transform(tokens)
-    for est, data in ((PathEM(maxIter=2, minDF=1.0, maxDF=1.0, vocabSize=0), docs),
-                      (PathEM(featuresCol="tf", maxIter=2), feats)):
+    for est, data in (
+        (PathEM(maxIter=2, minDF=1.0, maxDF=1.0, vocabSize=0), docs),
+        (PathEM(featuresCol="tf", maxIter=2), feats),
+    ):
         caplog.clear()
         with caplog.at_level(logging.WARNING):
             model = est.fit(data)

@@ -17,8 +17,7 @@ import pytest
 
 # FastWARC and Resiliparse are in the test extra: a missing one fails here rather than skipping.
 from pcem_spark.io import warc, warc_records
-from pcem_spark.io.warc_records import DOCUMENT, FILE_ERROR, FILE_SUMMARY, REJECT
-from pcem_spark.io.warc_records import parse_warc_stream, record_bytes
+from pcem_spark.io.warc_records import DOCUMENT, FILE_ERROR, FILE_SUMMARY, REJECT, parse_warc_stream, record_bytes
 
 UTC = dt.timezone.utc
 NAV_WORDS = ("Navword", "Footerword", "Sidebarword")
@@ -34,16 +33,21 @@ ARTICLE_HTML = (
     "the rains and the fresh grass, and crossing rivers full of crocodiles.</p>"
     "<p>Researchers tracked the herds with collars to learn how the zebras choose their routes.</p>"
     "</article></main><footer><p>Footerword copyright 2024</p><a href='/privacy'>Footerword privacy</a>"
-    "</footer></body></html>")
+    "</footer></body></html>"
+)
 
 # windows-1252 page, charset in the HTTP header: "café crème brûlée" must survive.
-CAFE_HTML = ("<html><body><nav><a href='/'>Navword home</a></nav><article><h1>Le café du coin</h1>"
-             "<p>Au café on sert une crème brûlée remarquable et un café noir très serré, "
-             "préparé chaque matin par le patron depuis trente ans.</p></article></body></html>")
+CAFE_HTML = (
+    "<html><body><nav><a href='/'>Navword home</a></nav><article><h1>Le café du coin</h1>"
+    "<p>Au café on sert une crème brûlée remarquable et un café noir très serré, "
+    "préparé chaque matin par le patron depuis trente ans.</p></article></body></html>"
+)
 # windows-1252 page, charset only in the <meta> tag.
-FACADE_HTML = ("<html><head><meta charset='windows-1252'></head><body><article><h1>A naïve façade</h1>"
-               "<p>The naïve façade of the old library was restored with great care by local masons "
-               "over the whole summer.</p></article></body></html>")
+FACADE_HTML = (
+    "<html><head><meta charset='windows-1252'></head><body><article><h1>A naïve façade</h1>"
+    "<p>The naïve façade of the old library was restored with great care by local masons "
+    "over the whole summer.</p></article></body></html>"
+)
 
 
 def http_response(body: bytes, content_type="text/html; charset=utf-8", status="200 OK", extra=""):
@@ -63,82 +67,182 @@ def crawl_a():
 
     Returns (records, expected documents {id: (url, date)}, expected rejects {id: reason}, skipped by type).
     """
-    recs = [record_bytes("warcinfo", "uuid:a0", content=b"software: test\r\n", content_type="application/warc-fields"),
-            record_bytes("request", "uuid:a1", "http://zoo.example/zebras", b"GET /zebras HTTP/1.1\r\n\r\n", http=True),
-            record_bytes("response", "uuid:a2", "http://zoo.example/zebras", http_response(ARTICLE_HTML.encode()),
-                         http=True, date="2024-03-01T10:00:01Z"),
-            record_bytes("metadata", "uuid:a3", "http://zoo.example/zebras", b"fetchTimeMs: 12\r\n",
-                         content_type="application/warc-fields"),
-            record_bytes("response", "uuid:a4", "http://cafe.example/", http=True, date="2024-03-01T10:00:02Z",
-                         content=http_response(CAFE_HTML.encode("cp1252"), "text/html; charset=windows-1252")),
-            record_bytes("response", "uuid:a5", "http://zoo.example/zebra.jpg", http=True,
-                         content=http_response(b"\xff\xd8\xff\xe0JFIF", "image/jpeg")),
-            record_bytes("response", "uuid:a6", "http://zoo.example/gone", http=True,
-                         content=http_response(b"<html><body><p>Not found</p></body></html>", status="404 Not Found")),
-            record_bytes("response", "uuid:a7", "http://zoo.example/blank", http=True,
-                         content=http_response(b"<html><head><title>x</title></head><body></body></html>")),
-            record_bytes("response", "uuid:a8", "http://zoo.example/report.pdf", http=True,
-                         content=http_response(b"%PDF-1.4 ...", "application/pdf")),
-            record_bytes("resource", "uuid:a9", "file:///notes.txt", "Plain notes about giraffes.".encode(),
-                         content_type="text/plain; charset=utf-8", date="2024-03-01T10:00:03Z"),
-            record_bytes("revisit", "uuid:a10", "http://zoo.example/zebras", b"", content_type="application/http")]
-    documents = {"<urn:uuid:a2>": ("http://zoo.example/zebras", dt.datetime(2024, 3, 1, 10, 0, 1, tzinfo=UTC)),
-                 "<urn:uuid:a4>": ("http://cafe.example/", dt.datetime(2024, 3, 1, 10, 0, 2, tzinfo=UTC)),
-                 "<urn:uuid:a9>": ("file:///notes.txt", dt.datetime(2024, 3, 1, 10, 0, 3, tzinfo=UTC))}
-    rejects = {"<urn:uuid:a5>": "content type image/jpeg is not text or HTML",
-               "<urn:uuid:a6>": "HTTP status 404",
-               "<urn:uuid:a7>": "empty after main-text extraction",
-               "<urn:uuid:a8>": "content type application/pdf is not text or HTML"}
+    recs = [
+        record_bytes("warcinfo", "uuid:a0", content=b"software: test\r\n", content_type="application/warc-fields"),
+        record_bytes("request", "uuid:a1", "http://zoo.example/zebras", b"GET /zebras HTTP/1.1\r\n\r\n", http=True),
+        record_bytes(
+            "response",
+            "uuid:a2",
+            "http://zoo.example/zebras",
+            http_response(ARTICLE_HTML.encode()),
+            http=True,
+            date="2024-03-01T10:00:01Z",
+        ),
+        record_bytes(
+            "metadata",
+            "uuid:a3",
+            "http://zoo.example/zebras",
+            b"fetchTimeMs: 12\r\n",
+            content_type="application/warc-fields",
+        ),
+        record_bytes(
+            "response",
+            "uuid:a4",
+            "http://cafe.example/",
+            http=True,
+            date="2024-03-01T10:00:02Z",
+            content=http_response(CAFE_HTML.encode("cp1252"), "text/html; charset=windows-1252"),
+        ),
+        record_bytes(
+            "response",
+            "uuid:a5",
+            "http://zoo.example/zebra.jpg",
+            http=True,
+            content=http_response(b"\xff\xd8\xff\xe0JFIF", "image/jpeg"),
+        ),
+        record_bytes(
+            "response",
+            "uuid:a6",
+            "http://zoo.example/gone",
+            http=True,
+            content=http_response(b"<html><body><p>Not found</p></body></html>", status="404 Not Found"),
+        ),
+        record_bytes(
+            "response",
+            "uuid:a7",
+            "http://zoo.example/blank",
+            http=True,
+            content=http_response(b"<html><head><title>x</title></head><body></body></html>"),
+        ),
+        record_bytes(
+            "response",
+            "uuid:a8",
+            "http://zoo.example/report.pdf",
+            http=True,
+            content=http_response(b"%PDF-1.4 ...", "application/pdf"),
+        ),
+        record_bytes(
+            "resource",
+            "uuid:a9",
+            "file:///notes.txt",
+            "Plain notes about giraffes.".encode(),
+            content_type="text/plain; charset=utf-8",
+            date="2024-03-01T10:00:03Z",
+        ),
+        record_bytes("revisit", "uuid:a10", "http://zoo.example/zebras", b"", content_type="application/http"),
+    ]
+    documents = {
+        "<urn:uuid:a2>": ("http://zoo.example/zebras", dt.datetime(2024, 3, 1, 10, 0, 1, tzinfo=UTC)),
+        "<urn:uuid:a4>": ("http://cafe.example/", dt.datetime(2024, 3, 1, 10, 0, 2, tzinfo=UTC)),
+        "<urn:uuid:a9>": ("file:///notes.txt", dt.datetime(2024, 3, 1, 10, 0, 3, tzinfo=UTC)),
+    }
+    rejects = {
+        "<urn:uuid:a5>": "content type image/jpeg is not text or HTML",
+        "<urn:uuid:a6>": "HTTP status 404",
+        "<urn:uuid:a7>": "empty after main-text extraction",
+        "<urn:uuid:a8>": "content type application/pdf is not text or HTML",
+    }
     skipped = {"warcinfo": 1, "request": 1, "metadata": 1, "revisit": 1}
     return recs, documents, rejects, skipped
 
 
 def crawl_b():
     """Plain (uncompressed) WARC: a meta-charset page and a gzip Content-Encoding page."""
-    gz_body = gzip.compress(b"<html><body><article><p>Compressed page about penguins and their icy "
-                            b"colonies on the southern coast.</p></article></body></html>")
-    recs = [record_bytes("response", "uuid:b1", "http://library.example/", http=True, date="2024-03-02T08:30:00Z",
-                         content=http_response(FACADE_HTML.encode("cp1252"), "text/html")),
-            record_bytes("response", "uuid:b2", "http://ice.example/penguins", http=True,
-                         date="2024-03-02T08:30:01Z",
-                         content=http_response(gz_body, extra="Content-Encoding: gzip\r\n")),
-            record_bytes("request", "uuid:b3", "http://ice.example/penguins", b"GET / HTTP/1.1\r\n\r\n", http=True)]
-    documents = {"<urn:uuid:b1>": ("http://library.example/", dt.datetime(2024, 3, 2, 8, 30, tzinfo=UTC)),
-                 "<urn:uuid:b2>": ("http://ice.example/penguins", dt.datetime(2024, 3, 2, 8, 30, 1, tzinfo=UTC))}
+    gz_body = gzip.compress(
+        b"<html><body><article><p>Compressed page about penguins and their icy "
+        b"colonies on the southern coast.</p></article></body></html>"
+    )
+    recs = [
+        record_bytes(
+            "response",
+            "uuid:b1",
+            "http://library.example/",
+            http=True,
+            date="2024-03-02T08:30:00Z",
+            content=http_response(FACADE_HTML.encode("cp1252"), "text/html"),
+        ),
+        record_bytes(
+            "response",
+            "uuid:b2",
+            "http://ice.example/penguins",
+            http=True,
+            date="2024-03-02T08:30:01Z",
+            content=http_response(gz_body, extra="Content-Encoding: gzip\r\n"),
+        ),
+        record_bytes("request", "uuid:b3", "http://ice.example/penguins", b"GET / HTTP/1.1\r\n\r\n", http=True),
+    ]
+    documents = {
+        "<urn:uuid:b1>": ("http://library.example/", dt.datetime(2024, 3, 2, 8, 30, tzinfo=UTC)),
+        "<urn:uuid:b2>": ("http://ice.example/penguins", dt.datetime(2024, 3, 2, 8, 30, 1, tzinfo=UTC)),
+    }
     return recs, documents, {}, {"request": 1}
 
 
 def wet():
     """A WET file: warcinfo + conversion records (UTF-8 text as Common Crawl writes it)."""
-    recs = [record_bytes("warcinfo", "uuid:w0", content=b"software: test\r\n", content_type="application/warc-fields"),
-            record_bytes("conversion", "uuid:w1", "http://zoo.example/zebras", date="2024-03-01T10:00:01Z",
-                         content="Zebras migrate across the savannah\nEvery year the zebras ...".encode(),
-                         content_type="text/plain"),
-            record_bytes("conversion", "uuid:w2", "http://cafe.example/menu", date="2024-03-01T11:00:00Z",
-                         content="Menu du café: crème brûlée, thé, chocolat chaud.".encode(),
-                         content_type="text/plain"),
-            record_bytes("conversion", "uuid:w3", "http://empty.example/", content=b"  \n ", content_type="text/plain"),
-            record_bytes("conversion", "uuid:w4", "http://latin1.example/", content=b"caf\xe9 au lait",
-                         content_type="text/plain")]
-    documents = {"<urn:uuid:w1>": ("http://zoo.example/zebras", dt.datetime(2024, 3, 1, 10, 0, 1, tzinfo=UTC)),
-                 "<urn:uuid:w2>": ("http://cafe.example/menu", dt.datetime(2024, 3, 1, 11, 0, tzinfo=UTC))}
-    rejects = {"<urn:uuid:w3>": "empty text",
-               "<urn:uuid:w4>": "not valid UTF-8 at byte 3 (WET conversion records are UTF-8)"}
+    recs = [
+        record_bytes("warcinfo", "uuid:w0", content=b"software: test\r\n", content_type="application/warc-fields"),
+        record_bytes(
+            "conversion",
+            "uuid:w1",
+            "http://zoo.example/zebras",
+            date="2024-03-01T10:00:01Z",
+            content="Zebras migrate across the savannah\nEvery year the zebras ...".encode(),
+            content_type="text/plain",
+        ),
+        record_bytes(
+            "conversion",
+            "uuid:w2",
+            "http://cafe.example/menu",
+            date="2024-03-01T11:00:00Z",
+            content="Menu du café: crème brûlée, thé, chocolat chaud.".encode(),
+            content_type="text/plain",
+        ),
+        record_bytes("conversion", "uuid:w3", "http://empty.example/", content=b"  \n ", content_type="text/plain"),
+        record_bytes(
+            "conversion", "uuid:w4", "http://latin1.example/", content=b"caf\xe9 au lait", content_type="text/plain"
+        ),
+    ]
+    documents = {
+        "<urn:uuid:w1>": ("http://zoo.example/zebras", dt.datetime(2024, 3, 1, 10, 0, 1, tzinfo=UTC)),
+        "<urn:uuid:w2>": ("http://cafe.example/menu", dt.datetime(2024, 3, 1, 11, 0, tzinfo=UTC)),
+    }
+    rejects = {
+        "<urn:uuid:w3>": "empty text",
+        "<urn:uuid:w4>": "not valid UTF-8 at byte 3 (WET conversion records are UTF-8)",
+    }
     return recs, documents, rejects, {"warcinfo": 1}
 
 
 def crawl_c_truncated():
     """A gzipped WARC cut inside its 4th (last) record: the 3 complete ones are read, then one file reject."""
-    recs = [record_bytes("warcinfo", "uuid:c0", content=b"software: test\r\n", content_type="application/warc-fields"),
-            record_bytes("response", "uuid:c1", "http://owl.example/", date="2024-03-03T00:00:01Z", http=True,
-                         content=http_response(b"<html><body><p>Owls hunt at night over the quiet meadows.</p>"
-                                               b"</body></html>")),
-            record_bytes("response", "uuid:c2", "http://owl.example/gone", http=True,
-                         content=http_response(b"gone", status="410 Gone")),
-            record_bytes("response", "uuid:c3", "http://owl.example/3", http=True,
-                         content=http_response(b"<html><body><p>Never read.</p></body></html>"))]
+    recs = [
+        record_bytes("warcinfo", "uuid:c0", content=b"software: test\r\n", content_type="application/warc-fields"),
+        record_bytes(
+            "response",
+            "uuid:c1",
+            "http://owl.example/",
+            date="2024-03-03T00:00:01Z",
+            http=True,
+            content=http_response(b"<html><body><p>Owls hunt at night over the quiet meadows.</p></body></html>"),
+        ),
+        record_bytes(
+            "response",
+            "uuid:c2",
+            "http://owl.example/gone",
+            http=True,
+            content=http_response(b"gone", status="410 Gone"),
+        ),
+        record_bytes(
+            "response",
+            "uuid:c3",
+            "http://owl.example/3",
+            http=True,
+            content=http_response(b"<html><body><p>Never read.</p></body></html>"),
+        ),
+    ]
     data = b"".join(gzip.compress(r) for r in recs)
-    data = data[:len(data) - len(gzip.compress(recs[-1])) // 2]
+    data = data[: len(data) - len(gzip.compress(recs[-1])) // 2]
     documents = {"<urn:uuid:c1>": ("http://owl.example/", dt.datetime(2024, 3, 3, 0, 0, 1, tzinfo=UTC))}
     return data, documents, {"<urn:uuid:c2>": "HTTP status 410"}, {"warcinfo": 1}
 
@@ -155,12 +259,14 @@ def by_kind(rows, kind):
 # Pure parser
 # ---------------------------------------------------------------------------
 
+
 def test_content_type_helpers():
-    assert warc_records.split_content_type("Text/HTML; Charset=\"ISO-8859-1\"") == ("text/html", "iso-8859-1")
+    assert warc_records.split_content_type('Text/HTML; Charset="ISO-8859-1"') == ("text/html", "iso-8859-1")
     assert warc_records.split_content_type("application/xhtml+xml") == ("application/xhtml+xml", None)
     assert warc_records.split_content_type("  ") == (None, None)
-    assert [warc_records.payload_kind(t) for t in ("text/html", "application/xhtml+xml", "text/plain", "image/jpeg", None)] \
-        == ["html", "html", "text", None, None]
+    assert [
+        warc_records.payload_kind(t) for t in ("text/html", "application/xhtml+xml", "text/plain", "image/jpeg", None)
+    ] == ["html", "html", "text", None, None]
     assert warc.split_inputs(["a.warc.gz,b/{x,y}.warc", " c "]) == ["a.warc.gz", "b/{x,y}.warc", "c"]
 
 
@@ -212,13 +318,17 @@ def test_parser_meta_charset_content_encoding_and_wet(tmp_path):
 
 
 def test_parser_min_text_chars_and_id_url():
-    recs = [record_bytes("conversion", "uuid:s1", "http://short.example/", b"tiny", content_type="text/plain"),
-            record_bytes("conversion", "uuid:s2", "http://long.example/", b"a long enough text " * 5,
-                         content_type="text/plain"),
-            record_bytes("resource", "uuid:s3", None, b"a text without a target URI", content_type="text/plain")]
+    recs = [
+        record_bytes("conversion", "uuid:s1", "http://short.example/", b"tiny", content_type="text/plain"),
+        record_bytes(
+            "conversion", "uuid:s2", "http://long.example/", b"a long enough text " * 5, content_type="text/plain"
+        ),
+        record_bytes("resource", "uuid:s3", None, b"a text without a target URI", content_type="text/plain"),
+    ]
     rows = rows_of(b"".join(recs), min_text_chars=20)
     assert {r.id: r.reason for r in by_kind(rows, REJECT)} == {
-        "<urn:uuid:s1>": "text shorter than --min-text-chars 20 (4 characters)"}
+        "<urn:uuid:s1>": "text shorter than --min-text-chars 20 (4 characters)"
+    }
     assert {r.id for r in by_kind(rows, DOCUMENT)} == {"<urn:uuid:s2>", "<urn:uuid:s3>"}
     rows = rows_of(b"".join(recs), id_field="url")
     assert {r.id for r in by_kind(rows, DOCUMENT)} == {"http://short.example/", "http://long.example/"}
@@ -247,8 +357,9 @@ def test_parser_garbage_truncated_and_empty_files():
     plain = b"".join(recs[:10])
     rows = rows_of(plain[:-10], "cut.warc")  # the content of record 10 (a9, a text resource) is cut
     (error,) = by_kind(rows, FILE_ERROR)
-    assert error.reason.startswith("record 10 at byte offset") and "is truncated: Content-Length 27 but" \
-        in error.reason, error.reason
+    assert (
+        error.reason.startswith("record 10 at byte offset") and "is truncated: Content-Length 27 but" in error.reason
+    ), error.reason
     assert rows[-1].records_read == 9 and "<urn:uuid:a9>" not in {r.id for r in rows}
 
     rows = rows_of(b"", "empty.warc")
@@ -261,6 +372,7 @@ def test_missing_library_is_a_settings_error(monkeypatch, tmp_path):
 
     from pcem_spark.cli.failures import classify_failure
     from pcem_spark.cli.main import main
+
     monkeypatch.setitem(sys.modules, "resiliparse.extract.html2text", None)  # import fails
     with pytest.raises(warc_records.WarcDependencyError, match=r'pip install "pcem-spark\[warc\]"') as info:
         warc_records.require_libraries()
@@ -271,6 +383,7 @@ def test_missing_library_is_a_settings_error(monkeypatch, tmp_path):
 # ---------------------------------------------------------------------------
 # Spark: the command end to end
 # ---------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def crawl_dir(tmp_path_factory):
@@ -283,17 +396,28 @@ def crawl_dir(tmp_path_factory):
     (d / "broken.warc.gz").write_bytes(b"\x1f\x8b\x08\x00garbage, not a gzip member" + os.urandom(512))
     c_data, c_docs, c_rejects, _ = crawl_c_truncated()
     (d / "truncated.warc.gz").write_bytes(c_data)
-    expected = {"documents": {**a[1], **b[1], **w[1], **c_docs}, "rejects": {**a[2], **w[2], **c_rejects},
-                "records": len(a[0]) + len(b[0]) + len(w[0]) + 3,  # + the 3 complete records of the truncated file
-                "skipped": {"warcinfo": 3, "request": 2, "metadata": 1, "revisit": 1},
-                "file_of": {i: f for f, docs in (("crawl-a.warc.gz", a[1]), ("crawl-b.warc", b[1]),
-                                                 ("crawl.warc.wet.gz", w[1]), ("truncated.warc.gz", c_docs))
-                            for i in docs}}
+    expected = {
+        "documents": {**a[1], **b[1], **w[1], **c_docs},
+        "rejects": {**a[2], **w[2], **c_rejects},
+        "records": len(a[0]) + len(b[0]) + len(w[0]) + 3,  # + the 3 complete records of the truncated file
+        "skipped": {"warcinfo": 3, "request": 2, "metadata": 1, "revisit": 1},
+        "file_of": {
+            i: f
+            for f, docs in (
+                ("crawl-a.warc.gz", a[1]),
+                ("crawl-b.warc", b[1]),
+                ("crawl.warc.wet.gz", w[1]),
+                ("truncated.warc.gz", c_docs),
+            )
+            for i in docs
+        },
+    }
     return d, expected
 
 
 def _basename(col):
     from pyspark.sql import functions as F
+
     return F.element_at(F.split(col, "/"), -1)
 
 
@@ -301,11 +425,23 @@ def _basename(col):
 def ingested(spark, crawl_dir, tmp_path_factory):
     """``pcem ingest-warc`` over every input of ``crawl_dir``: (exit code, output path)."""
     from pcem_spark.cli.main import main
+
     d, _ = crawl_dir
     out = str(tmp_path_factory.mktemp("ingested") / "docs")
     # globs, comma-separated and repeated --input; plain and gzip, WARC and WET; two unreadable files
-    code = main(["ingest-warc", "--input", f"{d}/crawl-*.warc*,{d}/crawl.warc.wet.gz", "--input",
-                 f"{d}/broken.warc.gz", "--input", f"{d}/truncated.warc.gz", "--output", out])
+    code = main(
+        [
+            "ingest-warc",
+            "--input",
+            f"{d}/crawl-*.warc*,{d}/crawl.warc.wet.gz",
+            "--input",
+            f"{d}/broken.warc.gz",
+            "--input",
+            f"{d}/truncated.warc.gz",
+            "--output",
+            out,
+        ]
+    )
     return code, out
 
 
@@ -314,6 +450,7 @@ def test_ingest_warc_end_to_end(spark, crawl_dir, ingested):
     from pyspark.sql import functions as F
 
     from pcem_spark.io.outputs import require_complete
+
     _, expected = crawl_dir
     code, out = ingested
     assert code == 0
@@ -322,11 +459,14 @@ def test_ingest_warc_end_to_end(spark, crawl_dir, ingested):
     assert docs.columns == ["id", "text", "labels", "split", "similarities", "url", "crawl_date", "source_file"]
     want = spark.createDataFrame(
         [(i, url, date, expected["file_of"][i]) for i, (url, date) in expected["documents"].items()],
-        "id string, url string, crawl_date timestamp, source_file string")
+        "id string, url string, crawl_date timestamp, source_file string",
+    )
     got = docs.select("id", "url", "crawl_date", _basename(F.col("source_file")).alias("source_file"))
     assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
-    assert docs.where(F.col("labels").isNotNull() | F.col("split").isNotNull()
-                      | F.col("similarities").isNotNull()).count() == 0
+    assert (
+        docs.where(F.col("labels").isNotNull() | F.col("split").isNotNull() | F.col("similarities").isNotNull()).count()
+        == 0
+    )
     article = docs.where(F.col("id") == "<urn:uuid:a2>").first()["text"]
     assert "zebras of the Serengeti migrate" in article and not any(w in article for w in NAV_WORDS)
     assert "crème brûlée" in docs.where(F.col("id") == "<urn:uuid:a4>").first()["text"]
@@ -347,8 +487,11 @@ def test_ingest_warc_end_to_end(spark, crawl_dir, ingested):
     assert marker["rejected"] == rejects.count() == len(expected["rejects"]) + 2
     assert marker["skipped_by_type"] == expected["skipped"]
     # every record written (and complete) is accounted for: documents + rejected records + skipped by type
-    assert marker["records_read"] == expected["records"] == (
-        marker["documents"] + marker["rejected_records"] + sum(marker["skipped_by_type"].values()))
+    assert (
+        marker["records_read"]
+        == expected["records"]
+        == (marker["documents"] + marker["rejected_records"] + sum(marker["skipped_by_type"].values()))
+    )
     assert marker["rejected_by_reason"]["HTTP status 404"] == 1
 
 
@@ -356,12 +499,27 @@ def test_ingest_warc_id_url_rejects_every_copy_of_a_repeated_url(spark, crawl_di
     from pyspark.sql import functions as F
 
     from pcem_spark.cli.main import main
+
     d, _ = crawl_dir
     out = str(tmp_path / "by_url")
     # The WARC and its WET both hold http://zoo.example/zebras: with --id url that id is repeated.
     rejects = str(tmp_path / "elsewhere" / "rejected")
-    assert main(["ingest-warc", "--input", f"{d}/crawl-a.warc.gz,{d}/crawl.warc.wet.gz", "--id", "url",
-                 "--output", out, "--rejects", rejects]) == 0
+    assert (
+        main(
+            [
+                "ingest-warc",
+                "--input",
+                f"{d}/crawl-a.warc.gz,{d}/crawl.warc.wet.gz",
+                "--id",
+                "url",
+                "--output",
+                out,
+                "--rejects",
+                rejects,
+            ]
+        )
+        == 0
+    )
     docs = spark.read.parquet(out)
     ids = [r["id"] for r in docs.select("id").collect()]
     assert len(ids) == len(set(ids)) and "http://zoo.example/zebras" not in ids
@@ -375,6 +533,7 @@ def test_ingest_warc_id_url_rejects_every_copy_of_a_repeated_url(spark, crawl_di
 def test_ingest_warc_exit_codes(spark, crawl_dir, ingested, tmp_path):
     from pcem_spark.cli.main import main
     from pcem_spark.io.outputs import read_marker
+
     d, _ = crawl_dir
     out = str(tmp_path / "docs")
     assert main(["ingest-warc", "--input", str(tmp_path / "nothing-*.warc.gz"), "--output", out]) == 2
@@ -386,8 +545,10 @@ def test_ingest_warc_exit_codes(spark, crawl_dir, ingested, tmp_path):
     assert main(["ingest-warc", "--input", f"{d}/crawl-b.warc", "--output", existing]) == 2  # no --overwrite
     assert read_marker(spark, existing)["run_id"] == run_id  # untouched
     assert main(["ingest-warc", "--input", f"{d}/crawl-b.warc", "--output", out]) == 0
-    assert main(["ingest-warc", "--input", f"{d}/crawl-b.warc", "--output", out, "--overwrite",
-                 "--min-text-chars", "100"]) == 0
+    assert (
+        main(["ingest-warc", "--input", f"{d}/crawl-b.warc", "--output", out, "--overwrite", "--min-text-chars", "100"])
+        == 0
+    )
     assert read_marker(spark, out)["documents"] == 1  # replaced: the penguin page (76 characters) is too short now
     (short,) = spark.read.parquet(out + "_rejects").collect()
     assert short["id"] == "<urn:uuid:b2>"
@@ -398,8 +559,12 @@ def test_ingest_warc_exit_codes(spark, crawl_dir, ingested, tmp_path):
     assert not os.path.exists(empty_out) and os.path.exists(empty_out + "_rejects")
 
 
-TOPIC_WORDS = {"football": "goal striker penalty league keeper", "tennis": "racket serve volley deuce umpire",
-               "phones": "android screen battery handset charger", "chips": "silicon wafer transistor fab lithography"}
+TOPIC_WORDS = {
+    "football": "goal striker penalty league keeper",
+    "tennis": "racket serve volley deuce umpire",
+    "phones": "android screen battery handset charger",
+    "chips": "silicon wafer transistor fab lithography",
+}
 
 
 def test_train_and_predict_read_the_ingested_table(spark, tmp_path):
@@ -408,14 +573,22 @@ def test_train_and_predict_read_the_ingested_table(spark, tmp_path):
 
     from pcem_spark.cli.main import main
     from pcem_spark.io.documents import read_documents, split_rejects
+
     rng = np.random.default_rng(3)
     recs = []
     for leaf, words in TOPIC_WORDS.items():
         for i in range(6):
             text = " ".join(rng.choice(words.split(), 12))
             html = f"<html><body><nav>Navword home</nav><article><p>{text}.</p></article></body></html>"
-            recs.append(record_bytes("response", f"uuid:{leaf}-{i}", f"http://{leaf}.example/{i}",
-                                     http_response(html.encode()), http=True))
+            recs.append(
+                record_bytes(
+                    "response",
+                    f"uuid:{leaf}-{i}",
+                    f"http://{leaf}.example/{i}",
+                    http_response(html.encode()),
+                    http=True,
+                )
+            )
     crawl = write_warc(tmp_path / "topics.warc.gz", recs)
     docs = str(tmp_path / "docs")
     assert main(["ingest-warc", "--input", crawl, "--output", docs]) == 0
@@ -427,15 +600,53 @@ def test_train_and_predict_read_the_ingested_table(spark, tmp_path):
     tax = tmp_path / "tax.tsv"
     tax.write_text("ROOT\tsport\nROOT\ttech\nsport\tfootball\nsport\ttennis\ntech\tphones\ntech\tchips\n")
     desc = tmp_path / "desc.json"
-    desc.write_text(json.dumps({"sport": "sport goal racket", "tech": "technology android silicon",
-                                "football": "football goal striker", "tennis": "tennis racket serve",
-                                "phones": "phones android screen", "chips": "chips silicon wafer"}))
+    desc.write_text(
+        json.dumps(
+            {
+                "sport": "sport goal racket",
+                "tech": "technology android silicon",
+                "football": "football goal striker",
+                "tennis": "tennis racket serve",
+                "phones": "phones android screen",
+                "chips": "chips silicon wafer",
+            }
+        )
+    )
     model, pred = str(tmp_path / "m"), str(tmp_path / "p")
     # fixed settings (nothing cross-validated) and few iterations: the point is the input, not the fit
-    common = ["--set", "features.min_df=1.0", "--set", "features.max_df=1.0", "--set", "model.max_iter=3",
-              "--set", "model.smoothing=0.5", "--set", "model.unlabeled_weight=1.0", "--set", "model.path_weight=1.0"]
-    assert main(["train", "--docs", docs, "--model", model, "--taxonomy", str(tax),
-                 "--supervision", "descriptions", "--descriptions", str(desc)] + common) == 0
+    common = [
+        "--set",
+        "features.min_df=1.0",
+        "--set",
+        "features.max_df=1.0",
+        "--set",
+        "model.max_iter=3",
+        "--set",
+        "model.smoothing=0.5",
+        "--set",
+        "model.unlabeled_weight=1.0",
+        "--set",
+        "model.path_weight=1.0",
+    ]
+    assert (
+        main(
+            [
+                "train",
+                "--docs",
+                docs,
+                "--model",
+                model,
+                "--taxonomy",
+                str(tax),
+                "--supervision",
+                "descriptions",
+                "--descriptions",
+                str(desc),
+            ]
+            + common
+        )
+        == 0
+    )
     assert main(["predict", "--model", model, "--docs", docs, "--output", pred]) == 0
     rows = spark.read.parquet(pred).collect()
     assert len(rows) == len(recs)

@@ -19,15 +19,12 @@ import os
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from test_reference import ATOL, RTOL, make_corpus, ref_e_step, ref_log_params, ref_loglik, to_blocks  # noqa: E402
 
-from pcem_spark import engine
-from pcem_spark import core
-from pcem_spark.model.settings import ModelSettings
-from pcem_spark.model.path_model import PathModel
+from pcem_spark import core, engine
 from pcem_spark.model.fitting import score_matrix
-
-from test_reference import (ATOL, RTOL, make_corpus, ref_e_step, ref_log_params, ref_loglik,  # noqa: E402
-                            to_blocks)
+from pcem_spark.model.path_model import PathModel
+from pcem_spark.model.settings import ModelSettings
 
 # =====================================================================
 # Dense reference of a warm start
@@ -37,7 +34,7 @@ from test_reference import (ATOL, RTOL, make_corpus, ref_e_step, ref_log_params,
 def dense_counts(R, V, rng, density=0.4, scale=12.0):
     """Previous expected counts (R, V): fractional, with exact zeros."""
     counts = rng.gamma(0.7, scale, size=(R, V)) * (rng.random((R, V)) < density)
-    counts[0, :] = 0.0      # one component that never saw a word
+    counts[0, :] = 0.0  # one component that never saw a word
     return counts
 
 
@@ -64,13 +61,15 @@ def ref_warm(prev_counts, prev_vocab, new_vocab, smoothing, path_mass, prior_smo
 
 
 def library_params(counts, path_mass, smoothing, prior_smoothing=None, groups=None):
-    return core.sparse_log_parameters(sp.csr_matrix(counts), np.asarray(path_mass, float), smoothing, groups,
-                                        prior_smoothing)
+    return core.sparse_log_parameters(
+        sp.csr_matrix(counts), np.asarray(path_mass, float), smoothing, groups, prior_smoothing
+    )
 
 
 # =====================================================================
 # 1. The pure function
 # =====================================================================
+
 
 @pytest.mark.parametrize("smoothing,prior_smoothing", [(1.0, None), (0.05, None), (0.3, 1.0)])
 def test_same_vocabulary_and_smoothing_reproduces_the_previous_model(smoothing, prior_smoothing):
@@ -81,8 +80,9 @@ def test_same_vocabulary_and_smoothing_reproduces_the_previous_model(smoothing, 
     vocab = [f"w{i}" for i in range(40)]
     prev = library_params(counts, mass, smoothing, prior_smoothing)
     for path_mass in (mass, None):
-        warm = core.warm_start_parameters(prev, vocab, vocab, smoothing, smoothing, None, prior_smoothing,
-                                            prior_smoothing, path_mass)
+        warm = core.warm_start_parameters(
+            prev, vocab, vocab, smoothing, smoothing, None, prior_smoothing, prior_smoothing, path_mass
+        )
         np.testing.assert_allclose(warm.log_theta(), prev.log_theta(), rtol=RTOL, atol=ATOL)
         np.testing.assert_allclose(warm.log_prior, prev.log_prior, rtol=RTOL, atol=ATOL)
         # and both are the dense Eqs. 6-7 of the counts
@@ -115,8 +115,7 @@ def test_terms_are_mapped_by_name(prev_s, new_s, use_groups):
     # a new term has the smoothing prior's probability in every component
     k = new_vocab.index("new3")
     n_kept = np.array([sum(counts[j, prev_vocab.index(t)] for t in kept) for j in range(R)])
-    np.testing.assert_allclose(np.exp(warm.log_theta()[:, k]), new_s / (n_kept + len(new_vocab) * new_s),
-                               rtol=1e-12)
+    np.testing.assert_allclose(np.exp(warm.log_theta()[:, k]), new_s / (n_kept + len(new_vocab) * new_s), rtol=1e-12)
 
 
 def test_term_mapping_and_overlap():
@@ -141,8 +140,9 @@ def test_recovered_counts_and_refusal_of_dense_parameters():
     full = library_params(counts + 0.25, np.ones(4), 0.5)
     dense = core.PathParameters.from_log_theta(full.log_prior, full.log_theta())
     vocab = [f"w{i}" for i in range(20)]
-    np.testing.assert_allclose(core.warm_start_parameters(dense, vocab, vocab, 0.5, 0.5).log_theta(),
-                               full.log_theta(), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(
+        core.warm_start_parameters(dense, vocab, vocab, 0.5, 0.5).log_theta(), full.log_theta(), rtol=RTOL, atol=ATOL
+    )
     # rows that are not distributions are refused
     damaged = params._replace(log_base=params.log_base + 0.1)
     with pytest.raises(ValueError, match="not word distributions"):
@@ -154,6 +154,7 @@ def test_recovered_counts_and_refusal_of_dense_parameters():
 # =====================================================================
 # 2. The engine from warm parameters vs the paper's E/M steps
 # =====================================================================
+
 
 def _prev_model_counts(c, rng):
     """A previous model on a vocabulary that overlaps the corpus's: names, counts (R, V_prev), masses."""
@@ -189,8 +190,9 @@ def test_engine_warm_start_equals_dense_em_from_the_warm_parameters(corpus, n_it
     s_prev, s = 0.4, 0.7
     prev = library_params(counts, mass, s_prev)
     warm = core.warm_start_parameters(prev, prev_vocab, new_vocab, s_prev, s, prev_path_mass=mass)
-    res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=s, max_iter=n_iter, tol=0.0,
-                     init_params=warm)
+    res = engine.fit(
+        c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=s, max_iter=n_iter, tol=0.0, init_params=warm
+    )
     lp0, lt0 = ref_warm(counts, prev_vocab, new_vocab, s, mass)
     lp, lt, lls = _ref_steps(c.X, c.S_pc, c.labeled, lp0, lt0, s, n_iter)
     assert res.warm_start and res.n_iter == n_iter
@@ -206,10 +208,10 @@ def test_engine_warm_start_equals_dense_em_from_the_warm_parameters(corpus, n_it
 def test_engine_max_iter_zero_returns_the_warm_parameters(corpus):
     c = corpus
     new_vocab, prev_vocab, counts, mass = _prev_model_counts(c, np.random.default_rng(2))
-    warm = core.warm_start_parameters(library_params(counts, mass, 0.5), prev_vocab, new_vocab, 0.5, 0.5,
-                                        prev_path_mass=mass)
-    res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.5, max_iter=0,
-                     init_params=warm)
+    warm = core.warm_start_parameters(
+        library_params(counts, mass, 0.5), prev_vocab, new_vocab, 0.5, 0.5, prev_path_mass=mass
+    )
+    res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.5, max_iter=0, init_params=warm)
     np.testing.assert_allclose(res.log_theta, warm.log_theta(), rtol=0, atol=0)
     assert res.n_iter == 0
 
@@ -230,8 +232,9 @@ def test_batch_without_labels_runs_em_from_the_warm_start_and_fails_clearly_with
     with pytest.raises(ValueError, match="no labelled document"):
         engine.fit(c.blocks, sm, c.V, em=True, smoothing=0.5, max_iter=2)
     new_vocab, prev_vocab, counts, mass = _prev_model_counts(c, np.random.default_rng(9))
-    warm = core.warm_start_parameters(library_params(counts, mass, 0.5), prev_vocab, new_vocab, 0.5, 0.5,
-                                        prev_path_mass=mass)
+    warm = core.warm_start_parameters(
+        library_params(counts, mass, 0.5), prev_vocab, new_vocab, 0.5, 0.5, prev_path_mass=mass
+    )
     res = engine.fit(c.blocks, sm, c.V, em=True, smoothing=0.5, max_iter=2, tol=0.0, init_params=warm)
     lp0, lt0 = ref_warm(counts, prev_vocab, new_vocab, 0.5, mass)
     lp, lt, lls = _ref_steps(c.X, c.S_pc, c.labeled, lp0, lt0, 0.5, 2)
@@ -247,8 +250,14 @@ def test_batch_without_labels_runs_em_from_the_warm_start_and_fails_clearly_with
     with pytest.raises(ValueError, match="unlabeled_weight 0"):
         engine.fit(c.blocks, sm, c.V, em=True, smoothing=0.5, unlabeled_weight=0.0, init_params=warm)
     with pytest.raises(ValueError, match="init_params are"):
-        engine.fit(c.blocks, sm, c.V, em=True, smoothing=0.5, init_params=core.PathParameters(
-            warm.log_prior, warm.log_base, warm.log_ratio[:, :-1]))
+        engine.fit(
+            c.blocks,
+            sm,
+            c.V,
+            em=True,
+            smoothing=0.5,
+            init_params=core.PathParameters(warm.log_prior, warm.log_base, warm.log_ratio[:, :-1]),
+        )
 
 
 # =====================================================================
@@ -263,10 +272,26 @@ WORDS = {
     "chips": "silicon transistor wafer nanometer fab lithography",
 }
 # Day 2 talks about some new things: each leaf gains two words, loses one.
-NEW_WORDS = {"football": "var halftime", "tennis": "tiebreak grasscourt", "phones": "foldable charger",
-             "chips": "euv foundry"}
-CLI_SETTINGS = ["--set", "features.min_df=1", "--set", "features.max_df=1.0", "--set", "features.vocab_size=0",
-                "--set", "model.max_iter=30", "--set", "model.doc_length=0", "--log-level", "WARNING"]
+NEW_WORDS = {
+    "football": "var halftime",
+    "tennis": "tiebreak grasscourt",
+    "phones": "foldable charger",
+    "chips": "euv foundry",
+}
+CLI_SETTINGS = [
+    "--set",
+    "features.min_df=1",
+    "--set",
+    "features.max_df=1.0",
+    "--set",
+    "features.vocab_size=0",
+    "--set",
+    "model.max_iter=30",
+    "--set",
+    "model.doc_length=0",
+    "--log-level",
+    "WARNING",
+]
 
 
 def _write_docs(path, day, n_per_leaf=15, n_labeled=2, seed=0):
@@ -287,22 +312,59 @@ def _write_docs(path, day, n_per_leaf=15, n_labeled=2, seed=0):
 @pytest.fixture(scope="module")
 def day1_model(spark, tmp_path_factory):
     from pcem_spark.cli.main import main
+
     d = tmp_path_factory.mktemp("warm_cli")
     docs = _write_docs(d / "day1.jsonl", 1)
     model = str(d / "day1_model")
-    assert main(["train", "--docs", docs, "--model", model, "--set", "model.smoothing=0.5",
-                 "--set", "model.unlabeled_weight=0.7", "--set", "model.path_weight=1.0", *CLI_SETTINGS]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--docs",
+                docs,
+                "--model",
+                model,
+                "--set",
+                "model.smoothing=0.5",
+                "--set",
+                "model.unlabeled_weight=0.7",
+                "--set",
+                "model.path_weight=1.0",
+                *CLI_SETTINGS,
+            ]
+        )
+        == 0
+    )
     return d, model
 
 
 def test_cli_train_from_a_previous_model_records_it(spark, day1_model):
     from pcem_spark.cli.main import main
+
     d, prev_path = day1_model
     docs = _write_docs(d / "day2.jsonl", 2, seed=1)
     out = str(d / "day2_warm")
-    assert main(["train", "--docs", docs, "--model", out, "--init-model", prev_path,
-                 "--set", "model.smoothing=auto", "--set", "model.unlabeled_weight=auto",
-                 "--set", "model.path_weight=auto", *CLI_SETTINGS]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--docs",
+                docs,
+                "--model",
+                out,
+                "--init-model",
+                prev_path,
+                "--set",
+                "model.smoothing=auto",
+                "--set",
+                "model.unlabeled_weight=auto",
+                "--set",
+                "model.path_weight=auto",
+                *CLI_SETTINGS,
+            ]
+        )
+        == 0
+    )
     prev, new = PathModel.load(prev_path), PathModel.load(out)
     summary = new.training_summary
     assert summary["init_model"] == prev_path
@@ -324,13 +386,36 @@ def test_cli_train_from_a_previous_model_records_it(spark, day1_model):
 def test_cli_tune_cross_validates_the_weights_of_warm_started_fits(spark, day1_model):
     """--tune: the weights are chosen again by CV (each fit warm-started, terms mapped by name); smoothing inherited."""
     from pcem_spark.cli.main import main
+
     d, prev_path = day1_model
     docs = _write_docs(d / "day2_tune.jsonl", 2, seed=4)
     out = str(d / "day2_tuned")
-    assert main(["train", "--docs", docs, "--model", out, "--init-model", prev_path, "--tune",
-                 "--set", "model.smoothing=auto", "--set", "model.unlabeled_weight=auto",
-                 "--set", "model.path_weight=1.0", "--set", "tune.folds=2",
-                 "--set", "tune.unlabeled_weights=[0.3, 1.0]", *CLI_SETTINGS]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--docs",
+                docs,
+                "--model",
+                out,
+                "--init-model",
+                prev_path,
+                "--tune",
+                "--set",
+                "model.smoothing=auto",
+                "--set",
+                "model.unlabeled_weight=auto",
+                "--set",
+                "model.path_weight=1.0",
+                "--set",
+                "tune.folds=2",
+                "--set",
+                "tune.unlabeled_weights=[0.3, 1.0]",
+                *CLI_SETTINGS,
+            ]
+        )
+        == 0
+    )
     prev, new = PathModel.load(prev_path), PathModel.load(out)
     summary = new.training_summary
     assert summary["tuning"]["tuned"] and [g["unlabeled_weight"] for g in summary["tuning"]["grid"]] == [0.3, 1.0]
@@ -342,14 +427,33 @@ def test_cli_tune_cross_validates_the_weights_of_warm_started_fits(spark, day1_m
 
 def test_cli_batch_without_labels_needs_the_init_model(spark, day1_model, capsys):
     from pcem_spark.cli.main import main
+
     d, prev_path = day1_model
     docs = _write_docs(d / "day2_unlabelled.jsonl", 2, n_labeled=0, seed=2)
     tax = d / "tax.json"
     tax.write_text(json.dumps({"root": "ROOT", "children": TAX_CHILDREN}))
     out = str(d / "day2_nolabels")
-    assert main(["train", "--docs", docs, "--model", out, "--taxonomy", str(tax), *CLI_SETTINGS,
-                 "--set", "model.smoothing=0.5", "--set", "model.unlabeled_weight=0.7",
-                 "--set", "model.path_weight=1.0"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--docs",
+                docs,
+                "--model",
+                out,
+                "--taxonomy",
+                str(tax),
+                *CLI_SETTINGS,
+                "--set",
+                "model.smoothing=0.5",
+                "--set",
+                "model.unlabeled_weight=0.7",
+                "--set",
+                "model.path_weight=1.0",
+            ]
+        )
+        == 2
+    )
     assert "no labelled document" in capsys.readouterr().err
     assert not os.path.exists(out)
     # with the previous model (its taxonomy, its settings) it trains
@@ -362,28 +466,46 @@ def test_cli_batch_without_labels_needs_the_init_model(spark, day1_model, capsys
 
 def test_cli_refuses_another_taxonomy_a_missing_model_and_another_method(spark, day1_model, capsys):
     from pcem_spark.cli.main import main
+
     d, prev_path = day1_model
     docs = _write_docs(d / "day2b.jsonl", 2, seed=3)
     other = d / "other_tax.json"
-    other.write_text(json.dumps({"root": "ROOT", "children": {**TAX_CHILDREN,
-                                                              "sport": ["football", "tennis", "golf"]}}))
+    other.write_text(
+        json.dumps({"root": "ROOT", "children": {**TAX_CHILDREN, "sport": ["football", "tennis", "golf"]}})
+    )
     out = str(d / "refused")
-    assert main(["train", "--docs", docs, "--model", out, "--init-model", prev_path, "--taxonomy", str(other),
-                 *CLI_SETTINGS]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--docs",
+                docs,
+                "--model",
+                out,
+                "--init-model",
+                prev_path,
+                "--taxonomy",
+                str(other),
+                *CLI_SETTINGS,
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert prev_path in err and "taxonomy" in err and "golf" in err
     missing = str(d / "no_such_model")
     assert main(["train", "--docs", docs, "--model", out, "--init-model", missing, *CLI_SETTINGS]) == 2
     err = capsys.readouterr().err
     assert missing in err and "init model" in err
-    assert main(["train", "--docs", docs, "--model", out, "--init-model", prev_path, "--method", "flat-em",
-                 *CLI_SETTINGS]) == 2
+    assert (
+        main(["train", "--docs", docs, "--model", out, "--init-model", prev_path, "--method", "flat-em", *CLI_SETTINGS])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "'pcem'" in err and "'flat-em'" in err
     # a directory that is not a complete model (no completion marker)
     os.makedirs(d / "not_a_model", exist_ok=True)
-    assert main(["train", "--docs", docs, "--model", out, "--init-model", str(d / "not_a_model"),
-                 *CLI_SETTINGS]) == 2
+    assert main(["train", "--docs", docs, "--model", out, "--init-model", str(d / "not_a_model"), *CLI_SETTINGS]) == 2
     assert "completion marker" in capsys.readouterr().err
     assert not os.path.exists(out)
 
@@ -392,17 +514,28 @@ def test_cli_refuses_another_taxonomy_a_missing_model_and_another_method(spark, 
 # 4. PathEM initModel
 # =====================================================================
 
+
 def _features_df(spark, c):
     from pyspark.ml.linalg import SparseVector, VectorUDT
     from pyspark.sql import types as T
-    schema = T.StructType([T.StructField("id", T.StringType(), False),
-                           T.StructField("features", VectorUDT(), False),
-                           T.StructField("labels", T.ArrayType(T.StringType(), False), True)])
+
+    schema = T.StructType(
+        [
+            T.StructField("id", T.StringType(), False),
+            T.StructField("features", VectorUDT(), False),
+            T.StructField("labels", T.ArrayType(T.StringType(), False), True),
+        ]
+    )
     rows = []
     for i in range(c.X.shape[0]):
         nz = np.flatnonzero(c.X[i])
-        rows.append((f"doc{i}", SparseVector(c.V, nz.tolist(), c.X[i, nz].tolist()),
-                     list(c.order[c.true[i]]) if c.labeled[i] else None))
+        rows.append(
+            (
+                f"doc{i}",
+                SparseVector(c.V, nz.tolist(), c.X[i, nz].tolist()),
+                list(c.order[c.true[i]]) if c.labeled[i] else None,
+            )
+        )
     return spark.createDataFrame(rows, schema)
 
 
@@ -410,16 +543,32 @@ def _features_df(spark, c):
 def saved_prev(spark, corpus, tmp_path_factory):
     """A previous PathModel on the corpus's taxonomy, over PathEM's term names (#i) partly renamed."""
     from pcem_spark.engine.features import FeatureSettings
+
     c = corpus
     rng = np.random.default_rng(13)
     _, prev_vocab, counts, mass = _prev_model_counts(c, rng)
     prev_vocab = [t.replace("t", "#", 1) if t.startswith("t") else t for t in prev_vocab]
     s_prev = 0.4
     params = library_params(counts, mass, s_prev)
-    settings = ModelSettings(method="pcem", smoothing=s_prev, unlabeled_weight=0.6, path_weight=1.0,
-                             doc_length=0.0, posterior_top_k=0, max_iter=1, tol=0.0)
-    model = PathModel(c.tax, prev_vocab, None, params, FeatureSettings(), settings,
-                      {"path_mass": [float(x) for x in mass], "prior_smoothing": s_prev, "n_iter": 7})
+    settings = ModelSettings(
+        method="pcem",
+        smoothing=s_prev,
+        unlabeled_weight=0.6,
+        path_weight=1.0,
+        doc_length=0.0,
+        posterior_top_k=0,
+        max_iter=1,
+        tol=0.0,
+    )
+    model = PathModel(
+        c.tax,
+        prev_vocab,
+        None,
+        params,
+        FeatureSettings(),
+        settings,
+        {"path_mass": [float(x) for x in mass], "prior_smoothing": s_prev, "n_iter": 7},
+    )
     path = str(tmp_path_factory.mktemp("warm_ml") / "prev")
     model.save(path)
     return path, prev_vocab, counts, mass, s_prev
@@ -429,12 +578,24 @@ def test_pathem_init_model_starts_from_the_previous_model(spark, corpus, saved_p
     from pyspark.ml import Pipeline
 
     from pcem_spark.ml.estimator import PathEM, PathEMModel
+
     c = corpus
     path, prev_vocab, counts, mass, _ = saved_prev
     s = 0.7
     df = _features_df(spark, c)
-    est = PathEM(featuresCol="features", taxonomy=c.tax.to_json(), method="pcem", smoothing=s, unlabeledWeight=1.0,
-                 pathWeight=1.0, docLength=0.0, posteriorTopK=0, maxIter=1, tol=0.0, initModel=path)
+    est = PathEM(
+        featuresCol="features",
+        taxonomy=c.tax.to_json(),
+        method="pcem",
+        smoothing=s,
+        unlabeledWeight=1.0,
+        pathWeight=1.0,
+        docLength=0.0,
+        posteriorTopK=0,
+        maxIter=1,
+        tol=0.0,
+        initModel=path,
+    )
     fitted = est.fit(df).path_model
     new_vocab = [f"#{i}" for i in range(c.V)]
     lp0, lt0 = ref_warm(counts, prev_vocab, new_vocab, s, mass)
@@ -456,8 +617,19 @@ def test_pathem_init_model_starts_from_the_previous_model(spark, corpus, saved_p
     # a saved PathEMModel is an init model too
     pem_path = str(tmp_path / "pathem_model")
     est.fit(df).write().save(pem_path)
-    again = PathEM(featuresCol="features", taxonomy=c.tax.to_json(), method="pcem", smoothing=s, unlabeledWeight=1.0,
-                   pathWeight=1.0, docLength=0.0, posteriorTopK=0, maxIter=1, tol=0.0, initModel=pem_path).fit(df)
+    again = PathEM(
+        featuresCol="features",
+        taxonomy=c.tax.to_json(),
+        method="pcem",
+        smoothing=s,
+        unlabeledWeight=1.0,
+        pathWeight=1.0,
+        docLength=0.0,
+        posteriorTopK=0,
+        maxIter=1,
+        tol=0.0,
+        initModel=pem_path,
+    ).fit(df)
     lp2, lt2, _ = _ref_steps(c.X, c.S_pc, c.labeled, lp, lt, s, 1)
     np.testing.assert_allclose(again.path_model.log_theta, lt2, rtol=1e-7, atol=1e-7)
     assert isinstance(PathEMModel.load(pem_path), PathEMModel)
@@ -465,18 +637,30 @@ def test_pathem_init_model_starts_from_the_previous_model(spark, corpus, saved_p
 
 def test_pathem_auto_params_take_the_init_models_values(spark, corpus, saved_prev):
     from pcem_spark.ml.estimator import PathEM
+
     c = corpus
     path, _, _, _, s_prev = saved_prev
-    est = PathEM(featuresCol="features", taxonomy=c.tax.to_json(), method="pcem", docLength=0.0, maxIter=2,
-                 initModel=path)   # smoothing, unlabeledWeight, pathWeight left at "auto"
+    est = PathEM(
+        featuresCol="features", taxonomy=c.tax.to_json(), method="pcem", docLength=0.0, maxIter=2, initModel=path
+    )  # smoothing, unlabeledWeight, pathWeight left at "auto"
     pm = est.fit(_features_df(spark, c)).path_model
     ms = pm.model_settings
     assert (ms.smoothing, ms.unlabeled_weight, ms.path_weight) == (s_prev, 0.6, 1.0)
     assert "tuning" not in pm.training_summary
-    assert pm.training_summary["warm_start"]["inherited"] == {"smoothing": s_prev, "unlabeled_weight": 0.6,
-                                                              "path_weight": 1.0}
+    assert pm.training_summary["warm_start"]["inherited"] == {
+        "smoothing": s_prev,
+        "unlabeled_weight": 0.6,
+        "path_weight": 1.0,
+    }
     # the inherited smoothing keeps the previous prior pseudo-count
     assert pm.training_summary["prior_smoothing"] == s_prev
     with pytest.raises(ValueError, match="method 'pcem'.*'flat-em'"):
-        PathEM(featuresCol="features", taxonomy=c.tax.to_json(), method="flat-em", smoothing=0.5,
-               unlabeledWeight=1.0, pathWeight=1.0, initModel=path).fit(_features_df(spark, c))
+        PathEM(
+            featuresCol="features",
+            taxonomy=c.tax.to_json(),
+            method="flat-em",
+            smoothing=0.5,
+            unlabeledWeight=1.0,
+            pathWeight=1.0,
+            initModel=path,
+        ).fit(_features_df(spark, c))

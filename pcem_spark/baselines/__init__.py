@@ -6,8 +6,8 @@ methods so the experiment protocol scores them the same way. Imports
 """
 
 from pcem_spark.baselines.discriminative import (  # noqa: F401
-    fit_linear,
     LinearLeafModel,
+    fit_linear,
 )
 
 __all__ = [

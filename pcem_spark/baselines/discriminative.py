@@ -32,7 +32,8 @@ intercepts decided most predictions (measured on a 2,000-document 20NG
 sample at 10% labels: LR micro-F1 39.6 with an intercept, vs SVM 66.0).
 The one-vs-rest binary fits are tiny, latency-bound Spark jobs, so they run
 ``parallelism`` at a time, and stop at ``tol = 1e-4`` (MLlib's default 1e-6
-is far stricter than LibLinear's stopping rule and ran most fits to maxIter). Trained coefficients are pulled to the driver
+is far stricter than LibLinear's stopping rule and ran most fits to maxIter).
+Trained coefficients are pulled to the driver
 (L x V, the size of a naive Bayes model) and prediction is one sparse x dense
 product per Arrow block, like the generative models.
 """
@@ -44,23 +45,21 @@ from typing import List, Tuple
 
 import numpy as np
 from pyspark.ml.classification import LinearSVC, LogisticRegression, OneVsRest
-from pyspark.ml.feature import IDF
-from pyspark.ml.feature import Normalizer
+from pyspark.ml.feature import IDF, Normalizer
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pcem_spark.engine.arrow_io import predicted_path_batches
 from pcem_spark.core.decoding import decode
-from pcem_spark.engine.features import FeatureSettings, featurize
-from pcem_spark.model.schema import PREDICTION_SCHEMA, prediction_source
-from pcem_spark.core.taxonomy import Taxonomy
-from pcem_spark.core.similarity import tfidf_rows
 from pcem_spark.core.methods import DISCRIMINATIVE
+from pcem_spark.core.similarity import tfidf_rows
+from pcem_spark.core.taxonomy import Taxonomy
+from pcem_spark.engine.arrow_io import predicted_path_batches
+from pcem_spark.engine.features import FeatureSettings, featurize
 from pcem_spark.errors import InputError
+from pcem_spark.model.schema import PREDICTION_SCHEMA, prediction_source
 
 log = logging.getLogger(__name__)
-
 
 
 def tree_distance_matrix(taxonomy: Taxonomy) -> np.ndarray:
@@ -100,21 +99,31 @@ class LinearLeafModel:
     confidence, not a calibrated probability).
     """
 
-    def __init__(self, method: str, taxonomy: Taxonomy, vocabulary: List[str], idf: np.ndarray,
-                 coefficients: np.ndarray, intercepts: np.ndarray, leaf_paths: np.ndarray,
-                 feature_settings: FeatureSettings, block_size: int = 4096):
+    def __init__(
+        self,
+        method: str,
+        taxonomy: Taxonomy,
+        vocabulary: List[str],
+        idf: np.ndarray,
+        coefficients: np.ndarray,
+        intercepts: np.ndarray,
+        leaf_paths: np.ndarray,
+        feature_settings: FeatureSettings,
+        block_size: int = 4096,
+    ):
         self.method = method
         self.taxonomy = taxonomy
         self.vocabulary = list(vocabulary)
         self.idf = np.asarray(idf, dtype=np.float64)
-        self.coefficients = np.asarray(coefficients, dtype=np.float64)   # (L, V)
-        self.intercepts = np.asarray(intercepts, dtype=np.float64)       # (L,)
-        self.leaf_paths = np.asarray(leaf_paths, dtype=np.int64)         # (L,) path index of each class
+        self.coefficients = np.asarray(coefficients, dtype=np.float64)  # (L, V)
+        self.intercepts = np.asarray(intercepts, dtype=np.float64)  # (L,)
+        self.leaf_paths = np.asarray(leaf_paths, dtype=np.int64)  # (L,) path index of each class
         self.feature_settings = feature_settings
         self.block_size = block_size
 
-    def transform(self, df: DataFrame, id_col: str = "id", text_col: str = "text",
-                  labels_col: str = "labels") -> DataFrame:
+    def transform(
+        self, df: DataFrame, id_col: str = "id", text_col: str = "text", labels_col: str = "labels"
+    ) -> DataFrame:
         """The predictions table (id, path, leaf, probability, labels), one row per input row."""
         src = prediction_source(df, id_col, text_col, labels_col)
         feats = featurize(src, self.vocabulary, self.feature_settings, features_col="_features")
@@ -129,16 +138,29 @@ class LinearLeafModel:
 
         def predict_batches(batches):
             idf, W, b, paths = bc.value
-            return predicted_path_batches(batches, 2, vocab_size, block_size, paths, out_schema.names,
-                                                 lambda X: score(X, idf, W, b))
+            return predicted_path_batches(
+                batches, 2, vocab_size, block_size, paths, out_schema.names, lambda X: score(X, idf, W, b)
+            )
 
-        return feats.select("id", "labels", "_features").mapInArrow(predict_batches, out_schema).select(
-            PREDICTION_SCHEMA.names)
+        return (
+            feats.select("id", "labels", "_features")
+            .mapInArrow(predict_batches, out_schema)
+            .select(PREDICTION_SCHEMA.names)
+        )
 
 
-def fit_linear(train: DataFrame, method: str, taxonomy: Taxonomy, vocabulary: List[str],
-               feature_settings: FeatureSettings, C: float = 1.0, max_iter: int = 100,
-               block_size: int = 4096, parallelism: int = 8, tol: float = 1e-4) -> Tuple[LinearLeafModel, int]:
+def fit_linear(
+    train: DataFrame,
+    method: str,
+    taxonomy: Taxonomy,
+    vocabulary: List[str],
+    feature_settings: FeatureSettings,
+    C: float = 1.0,
+    max_iter: int = 100,
+    block_size: int = 4096,
+    parallelism: int = 8,
+    tol: float = 1e-4,
+) -> Tuple[LinearLeafModel, int]:
     """Fit ``lr``, ``svm`` or ``hiercost`` on labelled rows.
 
     Parameters
@@ -157,8 +179,11 @@ def fit_linear(train: DataFrame, method: str, taxonomy: Taxonomy, vocabulary: Li
     idf_model = IDF(inputCol="features", outputCol="tfidf").fit(lab)
     idf = idf_model.idf.toArray()
     # The same L2-normalised TF-IDF the predictor computes per block.
-    data = Normalizer(inputCol="tfidf", outputCol="x", p=2.0).transform(idf_model.transform(lab)) \
+    data = (
+        Normalizer(inputCol="tfidf", outputCol="x", p=2.0)
+        .transform(idf_model.transform(lab))
         .select("x", F.col("path_index").cast("double").alias("label"))
+    )
     # Class counts only (L rows reach the driver).
     counts = {int(r["path_index"]): r["count"] for r in lab.groupBy("path_index").count().collect()}
     n = sum(counts.values())
@@ -182,8 +207,9 @@ def fit_linear(train: DataFrame, method: str, taxonomy: Taxonomy, vocabulary: Li
             remap = {c: i for i, c in enumerate(classes)}
             mapping = F.create_map(*[x for c, i in remap.items() for x in (F.lit(float(c)), F.lit(float(i)))])
             d2 = data.select("x", mapping[F.col("label")].alias("label"))
-            common = dict(featuresCol="x", regParam=reg, maxIter=max_iter, standardization=False,
-                          fitIntercept=False, tol=tol)
+            common = dict(
+                featuresCol="x", regParam=reg, maxIter=max_iter, standardization=False, fitIntercept=False, tol=tol
+            )
             base = LogisticRegression(**common) if method == "lr" else LinearSVC(**common)
             ovr = OneVsRest(classifier=base, featuresCol="x", parallelism=parallelism).fit(d2)
             W = np.vstack([m.coefficients.toArray() for m in ovr.models])
@@ -195,20 +221,29 @@ def fit_linear(train: DataFrame, method: str, taxonomy: Taxonomy, vocabulary: Li
             def fit_leaf(i: int) -> None:
                 c = classes[i]
                 costs = hiercost_costs(dist, c)
-                cost = F.create_map(*[x for j in range(taxonomy.n_paths)
-                                      for x in (F.lit(float(j)), F.lit(float(costs[j])))])
-                d2 = data.select("x", (F.col("label") == float(c)).cast("double").alias("y"),
-                                 cost[F.col("label")].alias("w"))
-                m = LogisticRegression(featuresCol="x", labelCol="y", weightCol="w", regParam=reg,
-                                       maxIter=max_iter, standardization=False, fitIntercept=False,
-                                       tol=tol).fit(d2)
+                cost = F.create_map(
+                    *[x for j in range(taxonomy.n_paths) for x in (F.lit(float(j)), F.lit(float(costs[j])))]
+                )
+                d2 = data.select(
+                    "x", (F.col("label") == float(c)).cast("double").alias("y"), cost[F.col("label")].alias("w")
+                )
+                m = LogisticRegression(
+                    featuresCol="x",
+                    labelCol="y",
+                    weightCol="w",
+                    regParam=reg,
+                    maxIter=max_iter,
+                    standardization=False,
+                    fitIntercept=False,
+                    tol=tol,
+                ).fit(d2)
                 W[i], b[i] = m.coefficients.toArray(), m.intercept
 
             from concurrent.futures import ThreadPoolExecutor
+
             with ThreadPoolExecutor(max_workers=max(1, parallelism)) as pool:
                 list(pool.map(fit_leaf, range(len(classes))))
     finally:
         data.unpersist()
     log.info("%s: %d classes from %d labelled documents (regParam %.3g)", method, len(classes), n, reg)
-    return LinearLeafModel(method, taxonomy, vocabulary, idf, W, b, np.array(classes), feature_settings,
-                           block_size), n
+    return LinearLeafModel(method, taxonomy, vocabulary, idf, W, b, np.array(classes), feature_settings, block_size), n

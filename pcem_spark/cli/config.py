@@ -8,17 +8,15 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
-from pcem_spark.errors import InputError
-from pcem_spark.engine.session import SparkSettings
 from pcem_spark.engine.features import FeatureSettings
-from pcem_spark.model.settings import ModelSettings
+from pcem_spark.engine.session import SparkSettings
+from pcem_spark.errors import InputError
 from pcem_spark.ml.tuning import TuneSettings
+from pcem_spark.model.settings import ModelSettings
 
 
 class ConfigError(InputError):
     """A settings file or override is not valid."""
-
-
 
 
 @dataclass
@@ -27,22 +25,23 @@ class ExperimentSettings:
     rates: List[float] = field(default_factory=lambda: [0.01])
     seeds: List[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     test_fraction: float = 0.2
-    settings: List[str] = field(default_factory=lambda: ["labeled"])   # labeled and/or dataless
-    discriminative_c: float = 1.0   # LibLinear-style C of lr / svm / hiercost (regParam = 1 / (C n))
-    report_rate: float = 0.01       # label rate of the Table-2 report
-    paper_reference: str = ""       # "20ng": print the paper's Table-2 numbers beside ours
+    settings: List[str] = field(default_factory=lambda: ["labeled"])  # labeled and/or dataless
+    discriminative_c: float = 1.0  # LibLinear-style C of lr / svm / hiercost (regParam = 1 / (C n))
+    report_rate: float = 0.01  # label rate of the Table-2 report
+    paper_reference: str = ""  # "20ng": print the paper's Table-2 numbers beside ours
 
     def validate(self) -> None:
-        from pcem_spark.core.methods import DISCRIMINATIVE
-        from pcem_spark.core.methods import GENERATIVE
+        from pcem_spark.core.methods import DISCRIMINATIVE, GENERATIVE
+
         known = GENERATIVE + DISCRIMINATIVE
         bad = [m for m in self.methods if m not in known]
         if bad:
             raise ConfigError(f"experiment.methods: unknown method(s) {bad}; known: {', '.join(known)}")
         bad = [s for s in self.settings if s not in ("labeled", "dataless")]
         if bad or not self.settings:
-            raise ConfigError(f"experiment.settings must be a non-empty list of 'labeled' / 'dataless', "
-                              f"got {self.settings}")
+            raise ConfigError(
+                f"experiment.settings must be a non-empty list of 'labeled' / 'dataless', got {self.settings}"
+            )
         if any(not 0 < r <= 1 for r in self.rates):
             raise ConfigError(f"experiment.rates must be in (0, 1], got {self.rates}")
         if self.discriminative_c <= 0:
@@ -53,10 +52,10 @@ class ExperimentSettings:
 
 @dataclass
 class SupervisionSettings:
-    kind: str = "labels"           # labels | descriptions | similarities
-    descriptions: str = ""         # JSON node -> description (kind = descriptions)
-    weak_mode: str = "argmax"      # argmax (the paper's rule) | soft
-    min_similarity: float = 0.0    # no weak label unless every depth's best similarity is above this
+    kind: str = "labels"  # labels | descriptions | similarities
+    descriptions: str = ""  # JSON node -> description (kind = descriptions)
+    weak_mode: str = "argmax"  # argmax (the paper's rule) | soft
+    min_similarity: float = 0.0  # no weak label unless every depth's best similarity is above this
 
     def validate(self) -> None:
         if self.kind not in ("labels", "descriptions", "similarities"):
@@ -68,14 +67,17 @@ class SupervisionSettings:
 @dataclass
 class PredictSettings:
     """``pcem predict`` defaults (its flags override them)."""
-    min_probability: float = 0.0   # stop a path at its deepest node this probable (0 = the full path)
-    top_k: int = 0                 # add the k most probable paths with their probabilities (0 = no)
+
+    min_probability: float = 0.0  # stop a path at its deepest node this probable (0 = the full path)
+    top_k: int = 0  # add the k most probable paths with their probabilities (0 = no)
 
     def validate(self) -> None:
         from pcem_spark.model.schema import check_prediction_options
+
         try:
-            check_prediction_options(self.min_probability, self.top_k,
-                                     names=("predict.min_probability", "predict.top_k"))
+            check_prediction_options(
+                self.min_probability, self.top_k, names=("predict.min_probability", "predict.top_k")
+            )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
@@ -91,9 +93,15 @@ class Settings:
     predict: PredictSettings = field(default_factory=PredictSettings)
 
 
-_SECTIONS = {"spark": SparkSettings, "features": FeatureSettings, "model": ModelSettings,
-             "experiment": ExperimentSettings, "supervision": SupervisionSettings, "tune": TuneSettings,
-             "predict": PredictSettings}
+_SECTIONS = {
+    "spark": SparkSettings,
+    "features": FeatureSettings,
+    "model": ModelSettings,
+    "experiment": ExperimentSettings,
+    "supervision": SupervisionSettings,
+    "tune": TuneSettings,
+    "predict": PredictSettings,
+}
 
 
 def _build(cls, values: Dict[str, Any], where: str):
@@ -113,7 +121,7 @@ def _build(cls, values: Dict[str, Any], where: str):
             if isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             if isinstance(value, bool) or not isinstance(value, (float, str)):
-                raise ConfigError(f"{where}.{key}: expected a number or \"auto\", got {value!r}")
+                raise ConfigError(f'{where}.{key}: expected a number or "auto", got {value!r}')
             setattr(obj, key, value)
             continue
         if default is not None and not isinstance(value, type(default)):
@@ -155,8 +163,9 @@ def load_settings(path: Optional[str] = None, overrides: Optional[List[str]] = N
     for section in raw:
         if section not in _SECTIONS:
             raise ConfigError(f"{where}: unknown section [{section}]; known: {sorted(_SECTIONS)}")
-    settings = Settings(**{name: _build(cls, raw.get(name, {}), f"{where} [{name}]")
-                           for name, cls in _SECTIONS.items()})
+    settings = Settings(
+        **{name: _build(cls, raw.get(name, {}), f"{where} [{name}]") for name, cls in _SECTIONS.items()}
+    )
     settings.features.validate()
     settings.model.validate()
     settings.supervision.validate()

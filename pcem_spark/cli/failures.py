@@ -88,16 +88,29 @@ BAD_INPUT_CONDITIONS = {
     "FAILED_READ_FILE.CANNOT_READ_FILE_FOOTER": "not a Parquet/ORC file, or a truncated one",
     "FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH": "a column of the wrong type",
     "JAVA_GATEWAY_EXITED": "the Spark driver JVM could not start: check the [spark] settings (master, "
-                           "conf values such as memory sizes) and the Java installation; the JVM's own "
-                           "error is printed above",
+    "conf values such as memory sizes) and the Java installation; the JVM's own "
+    "error is printed above",
     "CANNOT_CONFIGURE_SPARK_CONNECT_MASTER": "conflicting master / Spark Connect settings",
 }
 
 # Python exception types that, raised in a worker, are bugs of pcem-spark (every retry fails the same way:
 # a row that breaks the code should have been a reject).
-BUG_WORKER_TYPES = {"TypeError", "ValueError", "KeyError", "AttributeError", "IndexError", "NameError",
-                    "AssertionError", "UnicodeError", "UnicodeEncodeError", "UnicodeDecodeError",
-                    "ZeroDivisionError", "NotImplementedError", "UnboundLocalError", "RecursionError"}
+BUG_WORKER_TYPES = {
+    "TypeError",
+    "ValueError",
+    "KeyError",
+    "AttributeError",
+    "IndexError",
+    "NameError",
+    "AssertionError",
+    "UnicodeError",
+    "UnicodeEncodeError",
+    "UnicodeDecodeError",
+    "ZeroDivisionError",
+    "NotImplementedError",
+    "UnboundLocalError",
+    "RecursionError",
+}
 # ... and that mean a deployment problem (the executors lack a dependency).
 DEPLOYMENT_WORKER_TYPES = {"ModuleNotFoundError", "ImportError"}
 
@@ -105,8 +118,11 @@ DEPLOYMENT_WORKER_TYPES = {"ModuleNotFoundError", "ImportError"}
 MESSAGE_RULES: List[Tuple[str, int, str]] = [
     # A SparkException like any aborted job: only the text tells it apart, and the setting it names
     # is too small for the model, so every retry fails the same way.
-    ("spark.driver.maxResultSize", EXIT_BAD_INPUT,
-     "results too large for the driver: {cause} (raise --conf spark.driver.maxResultSize and spark.driver.memory)"),
+    (
+        "spark.driver.maxResultSize",
+        EXIT_BAD_INPUT,
+        "results too large for the driver: {cause} (raise --conf spark.driver.maxResultSize and spark.driver.memory)",
+    ),
     # Hadoop's DecompressorStream throws a bare java.io.EOFException for a truncated .gz/.bz2 file; an
     # EOFException elsewhere (a shuffle, a socket) is a lost connection, so the class alone cannot decide.
     ("EOFException: Unexpected end of input stream", EXIT_BAD_INPUT, "corrupt input (truncated): {cause}"),
@@ -223,6 +239,7 @@ def _bad_input_classes(exc: BaseException, chain) -> List[str]:
     try:
         from py4j.java_gateway import is_instance_of
         from pyspark import SparkContext
+
         gateway = SparkContext._gateway
         for _ in range(32):
             if throwable is None or gateway is None:
@@ -254,6 +271,7 @@ def _condition_rule(condition: Optional[str]) -> Optional[str]:
 def _input_error_names() -> set:
     """Names of InputError and every subclass (a worker's traceback gives only the type's name)."""
     import importlib
+
     for module in ("config", "documents", "limits", "outputs", "session", "taxonomy", "warc", "warm"):
         try:  # the modules that define subclasses; some import optional libraries lazily
             importlib.import_module(f"pcem_spark.{module}")
@@ -269,16 +287,32 @@ def _input_error_names() -> set:
 
 def _driver_bad_input_types() -> tuple:
     import tomllib
-    return (InputError, FileExistsError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
-            PermissionError, tarfile.TarError, json.JSONDecodeError, tomllib.TOMLDecodeError)
+
+    return (
+        InputError,
+        FileExistsError,
+        FileNotFoundError,
+        NotADirectoryError,
+        IsADirectoryError,
+        PermissionError,
+        tarfile.TarError,
+        json.JSONDecodeError,
+        tomllib.TOMLDecodeError,
+    )
 
 
 def _bad_input_python(exc: BaseException) -> bool:
     if isinstance(exc, _driver_bad_input_types()):
         return True
     # The same kinds as errno values (an OSError built by hand or by a library).
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENOTDIR,
-                                                      errno.EISDIR, errno.EEXIST)
+    return isinstance(exc, OSError) and exc.errno in (
+        errno.ENOENT,
+        errno.EACCES,
+        errno.EPERM,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.EEXIST,
+    )
 
 
 def classify_failure(exc: BaseException) -> Tuple[int, str]:
@@ -288,8 +322,9 @@ def classify_failure(exc: BaseException) -> Tuple[int, str]:
 
     if _bad_input_python(exc):
         return EXIT_BAD_INPUT, str(exc)
-    if isinstance(exc, (Py4JNetworkError, ConnectionError)) or \
-            (isinstance(exc, Py4JError) and not isinstance(exc, Py4JJavaError) and not _jvm_alive()):
+    if isinstance(exc, (Py4JNetworkError, ConnectionError)) or (
+        isinstance(exc, Py4JError) and not isinstance(exc, Py4JJavaError) and not _jvm_alive()
+    ):
         return EXIT_TRANSIENT, f"lost the connection to the Spark driver JVM ({type(exc).__name__}: {_text(exc)})"
     if isinstance(exc, (Py4JJavaError, PySparkException)):
         return _classify_spark(exc)
@@ -305,6 +340,7 @@ def _jvm_alive() -> bool:
     """Whether this process's py4j gateway still answers (a py4j error without a Java one may be a dead JVM)."""
     try:
         from pyspark import SparkContext
+
         gateway = SparkContext._gateway
         return gateway is not None and gateway.jvm.java.lang.System.currentTimeMillis() > 0
     except Exception:
@@ -317,12 +353,13 @@ def _classify_spark(exc: BaseException) -> Tuple[int, str]:
     if worker:
         return _classify_worker(worker)
     chain = java_chain(exc)
-    for name, condition in chain:
+    for _name, condition in chain:
         why = _condition_rule(condition)
         if why:
             return EXIT_BAD_INPUT, f"{why}: {_message(exc, cause)}"
-    if _java_origin(exc) is None and isinstance(exc, (ValueError, TypeError, AttributeError, NotImplementedError,
-                                                      AssertionError)):
+    if _java_origin(exc) is None and isinstance(
+        exc, (ValueError, TypeError, AttributeError, NotImplementedError, AssertionError)
+    ):
         # pyspark's own argument checks (PySparkValueError, PySparkTypeError ...), raised in Python: pcem-spark
         # called pyspark wrongly.
         return EXIT_BUG, f"{type(exc).__name__}: {_text(exc)}"
@@ -334,6 +371,7 @@ def _classify_spark(exc: BaseException) -> Tuple[int, str]:
         if marker in cause or marker in _text(exc):
             return code, template.format(cause=cause)
     from pyspark.errors import AnalysisException, IllegalArgumentException
+
     if isinstance(exc, (AnalysisException, IllegalArgumentException)):
         return EXIT_BAD_INPUT, _message(exc, cause)
     # Tasks that failed after Spark's own retries, lost executors, I/O errors: worth a retry.
@@ -352,10 +390,12 @@ def _classify_worker(line: str) -> Tuple[int, str]:
         return EXIT_BAD_INPUT, line
     if type_name in DEPLOYMENT_WORKER_TYPES:
         # The executors' Python lacks a dependency: a deployment problem, not a flaky task.
-        return EXIT_BAD_INPUT, (f"the executors cannot import a dependency: {line}; ship them with "
-                                "--py-files dist/pcem_spark.zip --archives dist/pcem_env.tar.gz#environment "
-                                "--conf spark.pyspark.python=./environment/bin/python (bash scripts/package.sh; "
-                                "docs/CLUSTER.md)")
+        return EXIT_BAD_INPUT, (
+            f"the executors cannot import a dependency: {line}; ship them with "
+            "--py-files dist/pcem_spark.zip --archives dist/pcem_env.tar.gz#environment "
+            "--conf spark.pyspark.python=./environment/bin/python (bash scripts/package.sh; "
+            "docs/CLUSTER.md)"
+        )
     if type_name in BUG_WORKER_TYPES:
         return EXIT_BUG, f"a Spark worker hit a bug in pcem-spark: {line}"
     return EXIT_TRANSIENT, f"Spark job failed: {line}"
@@ -378,8 +418,11 @@ def iter_rules() -> Iterator[Tuple[str, Tuple[str, ...], int]]:
     for marker, code, _ in MESSAGE_RULES:
         yield "Java message (no class of its own)", (marker,), code
     yield "pyspark, from the JVM", ("AnalysisException", "IllegalArgumentException"), EXIT_BAD_INPUT
-    yield "Java cause chain", ("other (SparkException, IOException, OutOfMemoryError, FileAlreadyExistsException)",), \
-        EXIT_TRANSIENT
+    yield (
+        "Java cause chain",
+        ("other (SparkException, IOException, OutOfMemoryError, FileAlreadyExistsException)",),
+        EXIT_TRANSIENT,
+    )
     yield "worker Python", ("InputError and subclasses",) + tuple(sorted(DEPLOYMENT_WORKER_TYPES)), EXIT_BAD_INPUT
     yield "worker Python", tuple(sorted(BUG_WORKER_TYPES)), EXIT_BUG
     yield "worker Python", ("other (OSError, MemoryError, a library's own error)",), EXIT_TRANSIENT
@@ -389,8 +432,11 @@ def rules_markdown() -> str:
     """The README's exit-code table (``python -m pcem_spark.failures`` prints it)."""
     rows = ["| raised in | kinds | exit |", "|---|---|---|"]
     for origin, kinds, code in iter_rules():
-        rows.append(f"| {origin} | " + ", ".join(k if k.startswith("other") or " " in k else f"`{k}`"
-                                                 for k in kinds) + f" | {code} |")
+        rows.append(
+            f"| {origin} | "
+            + ", ".join(k if k.startswith("other") or " " in k else f"`{k}`" for k in kinds)
+            + f" | {code} |"
+        )
     return "\n".join(rows)
 
 

@@ -1,8 +1,10 @@
 """TODO docstring (cli)."""
 
 from __future__ import annotations
+
 import argparse
 import logging
+
 # Re-exported: schedulers' wrappers and the tests import them from here.
 
 
@@ -13,10 +15,15 @@ DEFAULT_CONFIG = "conf/pcem.toml"
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=None,
-                   help=f"TOML settings file (default: {DEFAULT_CONFIG} if it exists)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override one setting, e.g. --set model.max_iter=20 (repeatable)")
+    p.add_argument("--config", default=None, help=f"TOML settings file (default: {DEFAULT_CONFIG} if it exists)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override one setting, e.g. --set model.max_iter=20 (repeatable)",
+    )
     p.add_argument("--log-level", default="INFO")
 
 
@@ -27,72 +34,123 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ingest-20ng", help="20news-bydate archive -> documents table (JSON Lines or Parquet)")
     p.add_argument("--archive", default="../shared/data/20news-bydate.tar.gz")
     p.add_argument("--output", required=True, help="*.jsonl[.gz] (no Spark needed) or a Parquet directory")
-    p.add_argument("--headers", default="subject", choices=["keep", "strip", "subject"],
-                   help="mail headers: keep, strip, or keep only the Subject text (default)")
+    p.add_argument(
+        "--headers",
+        default="subject",
+        choices=["keep", "strip", "subject"],
+        help="mail headers: keep, strip, or keep only the Subject text (default)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     _common(p)
 
     p = sub.add_parser("ingest-warc", help="WARC / WET files (Common Crawl) -> documents table (Parquet) + rejects")
-    p.add_argument("--input", action="append", required=True, metavar="PATHS",
-                   help="WARC or WET files: paths, globs or directories, any Hadoop URI (hdfs://, s3a://, ...); "
-                        "repeatable or comma-separated (plain, .gz, .zst, .lz4)")
+    p.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        metavar="PATHS",
+        help="WARC or WET files: paths, globs or directories, any Hadoop URI (hdfs://, s3a://, ...); "
+        "repeatable or comma-separated (plain, .gz, .zst, .lz4)",
+    )
     p.add_argument("--output", required=True, help="documents table (Parquet directory)")
     p.add_argument("--rejects", help="where to write rejected records (default: OUTPUT_rejects)")
-    p.add_argument("--id", dest="id_field", default="record", choices=["record", "url"],
-                   help="document id: the WARC-Record-ID (default) or the WARC-Target-URI; every copy of a "
-                        "repeated id is rejected ('duplicate id')")
-    p.add_argument("--min-text-chars", type=int, default=1,
-                   help="reject texts shorter than this many characters (after stripping; default 1: keep every "
-                        "non-empty text; an empty text is always rejected)")
+    p.add_argument(
+        "--id",
+        dest="id_field",
+        default="record",
+        choices=["record", "url"],
+        help="document id: the WARC-Record-ID (default) or the WARC-Target-URI; every copy of a "
+        "repeated id is rejected ('duplicate id')",
+    )
+    p.add_argument(
+        "--min-text-chars",
+        type=int,
+        default=1,
+        help="reject texts shorter than this many characters (after stripping; default 1: keep every "
+        "non-empty text; an empty text is always rejected)",
+    )
     p.add_argument("--overwrite", action="store_true")
     _common(p)
 
     p = sub.add_parser("train", help="fit PCNB / PCEM / flat NB / flat EM and save the model")
     p.add_argument("--docs", required=True, help="documents table (Parquet or JSON Lines)")
-    p.add_argument("--format", dest="docs_format", choices=["json", "parquet"],
-                   help="format of --docs (default: from the file names; a folder from the files in it)")
+    p.add_argument(
+        "--format",
+        dest="docs_format",
+        choices=["json", "parquet"],
+        help="format of --docs (default: from the file names; a folder from the files in it)",
+    )
     p.add_argument("--model", required=True, help="output model directory")
     p.add_argument("--taxonomy", help="taxonomy file (TSV parent<TAB>child or JSON); inferred from labels if omitted")
-    p.add_argument("--method", help="pcnb | pcem | flat-nb | flat-em | nbmc | emmc | tdnb | tdem | wdnb | wdem "
-                                    "(overrides model.method)")
+    p.add_argument(
+        "--method",
+        help="pcnb | pcem | flat-nb | flat-em | nbmc | emmc | tdnb | tdem | wdnb | wdem (overrides model.method)",
+    )
     p.add_argument("--split", help="train only on documents with this split value")
-    p.add_argument("--label-rate", type=float,
-                   help="keep the labels of this stratified fraction per leaf (>= 1 per leaf), hide the rest")
+    p.add_argument(
+        "--label-rate",
+        type=float,
+        help="keep the labels of this stratified fraction per leaf (>= 1 per leaf), hide the rest",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of --label-rate")
-    p.add_argument("--supervision", default=None, choices=["labels", "descriptions", "similarities"],
-                   help="labels: the documents' true label paths; descriptions: weak labels from "
-                        "--descriptions; similarities: weak labels from the documents' own "
-                        "'similarities' map column (node -> score). The weak kinds need --taxonomy "
-                        "when the documents have no labels (default: [supervision] kind)")
+    p.add_argument(
+        "--supervision",
+        default=None,
+        choices=["labels", "descriptions", "similarities"],
+        help="labels: the documents' true label paths; descriptions: weak labels from "
+        "--descriptions; similarities: weak labels from the documents' own "
+        "'similarities' map column (node -> score). The weak kinds need --taxonomy "
+        "when the documents have no labels (default: [supervision] kind)",
+    )
     p.add_argument("--descriptions", help="JSON node -> description text (default: [supervision] descriptions)")
     p.add_argument("--weak-mode", default=None, choices=["argmax", "soft", "path"])
     p.add_argument("--min-similarity", type=float, default=None)
     p.add_argument("--rejects", help="where to write rejected rows (default: MODEL_rejects)")
-    p.add_argument("--tune", action="store_true",
-                   help="also cross-validate the [tune] grid (e.g. tune.grid.smoothing = [0.03, 0.1, 0.3]) on "
-                        "the labelled documents; settings left at \"auto\" are always cross-validated")
-    p.add_argument("--init-model", metavar="PREVIOUS",
-                   help="warm start: start EM from this saved model (same taxonomy and method; terms mapped by "
-                        "name, new terms start from the smoothing prior). Settings left at \"auto\" take its "
-                        "values (--tune cross-validates the weights again); the taxonomy defaults to its. A "
-                        "batch without labelled documents is then allowed")
+    p.add_argument(
+        "--tune",
+        action="store_true",
+        help="also cross-validate the [tune] grid (e.g. tune.grid.smoothing = [0.03, 0.1, 0.3]) on "
+        'the labelled documents; settings left at "auto" are always cross-validated',
+    )
+    p.add_argument(
+        "--init-model",
+        metavar="PREVIOUS",
+        help="warm start: start EM from this saved model (same taxonomy and method; terms mapped by "
+        'name, new terms start from the smoothing prior). Settings left at "auto" take its '
+        "values (--tune cross-validates the weights again); the taxonomy defaults to its. A "
+        "batch without labelled documents is then allowed",
+    )
     p.add_argument("--overwrite", action="store_true")
     _common(p)
 
     p = sub.add_parser("predict", help="write predictions (Parquet) with a saved model")
     p.add_argument("--model", required=True)
     p.add_argument("--docs", required=True)
-    p.add_argument("--format", dest="docs_format", choices=["json", "parquet"],
-                   help="format of --docs (default: from the file names; a folder from the files in it)")
+    p.add_argument(
+        "--format",
+        dest="docs_format",
+        choices=["json", "parquet"],
+        help="format of --docs (default: from the file names; a folder from the files in it)",
+    )
     p.add_argument("--output", required=True, help="Parquet output directory")
     p.add_argument("--split", help="predict only documents with this split value")
     p.add_argument("--rejects", help="where to write rejected rows (default: OUTPUT_rejects)")
-    p.add_argument("--min-probability", type=float, default=None, metavar="P",
-                   help="abstain: stop each path at its deepest node whose marginal probability is >= P, in "
-                        "[0, 1]; adds path_probability (default [predict] min_probability = 0: full paths)")
-    p.add_argument("--top-k", type=int, default=None, metavar="K",
-                   help="add top_paths: the K most probable paths with their probabilities "
-                        "(default [predict] top_k = 0: no such column)")
+    p.add_argument(
+        "--min-probability",
+        type=float,
+        default=None,
+        metavar="P",
+        help="abstain: stop each path at its deepest node whose marginal probability is >= P, in "
+        "[0, 1]; adds path_probability (default [predict] min_probability = 0: full paths)",
+    )
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        metavar="K",
+        help="add top_paths: the K most probable paths with their probabilities "
+        "(default [predict] top_k = 0: no such column)",
+    )
     p.add_argument("--overwrite", action="store_true")
     _common(p)
 
@@ -104,51 +162,80 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     _common(p)
 
-    p = sub.add_parser("inspect", help="per node: training mass, prior, top terms vs siblings; taxonomy view; "
-                                       "with --predictions a per-level confusion table (Markdown/JSON/HTML/PNG)")
+    p = sub.add_parser(
+        "inspect",
+        help="per node: training mass, prior, top terms vs siblings; taxonomy view; "
+        "with --predictions a per-level confusion table (Markdown/JSON/HTML/PNG)",
+    )
     p.add_argument("--model", required=True, help="model directory")
-    p.add_argument("--output", required=True, help="local output directory (model.md, model.json, "
-                                                   "taxonomy.html, taxonomy.png, confusion.md/json)")
-    p.add_argument("--predictions", help="predictions table with true labels (pcem predict): adds the "
-                                         "per-level confusion tables")
+    p.add_argument(
+        "--output",
+        required=True,
+        help="local output directory (model.md, model.json, taxonomy.html, taxonomy.png, confusion.md/json)",
+    )
+    p.add_argument(
+        "--predictions", help="predictions table with true labels (pcem predict): adds the per-level confusion tables"
+    )
     p.add_argument("--top-terms", type=int, default=10, help="top terms per node (default 10)")
-    p.add_argument("--rank-terms", default="llr", choices=["llr", "log-odds"],
-                   help="order the top terms by the signed log-likelihood ratio against the siblings (default: "
-                        "frequent distinctive words first) or by the log-odds itself (favours rare exclusive terms)")
+    p.add_argument(
+        "--rank-terms",
+        default="llr",
+        choices=["llr", "log-odds"],
+        help="order the top terms by the signed log-likelihood ratio against the siblings (default: "
+        "frequent distinctive words first) or by the log-odds itself (favours rare exclusive terms)",
+    )
     p.add_argument("--overwrite", action="store_true")
     _common(p)
 
     p = sub.add_parser("experiment", help="the paper's protocol: methods x settings x label rates x seeds")
     p.add_argument("--docs", required=True)
-    p.add_argument("--format", dest="docs_format", choices=["json", "parquet"],
-                   help="format of --docs (default: from the file names; a folder from the files in it)")
-    p.add_argument("--output-dir", required=True,
-                   help="results.csv (resumed: runs already in it are skipped), results.md, table2.md, "
-                        "efficiency.md and the PNG figures")
+    p.add_argument(
+        "--format",
+        dest="docs_format",
+        choices=["json", "parquet"],
+        help="format of --docs (default: from the file names; a folder from the files in it)",
+    )
+    p.add_argument(
+        "--output-dir",
+        required=True,
+        help="results.csv (resumed: runs already in it are skipped), results.md, table2.md, "
+        "efficiency.md and the PNG figures",
+    )
     p.add_argument("--taxonomy")
-    p.add_argument("--methods", help="comma-separated (default from [experiment]); generative: pcnb, pcem, "
-                                     "flat-nb, flat-em, nbmc, emmc, tdnb, tdem, wdnb, wdem; discriminative: "
-                                     "lr, svm, hiercost")
+    p.add_argument(
+        "--methods",
+        help="comma-separated (default from [experiment]); generative: pcnb, pcem, "
+        "flat-nb, flat-em, nbmc, emmc, tdnb, tdem, wdnb, wdem; discriminative: "
+        "lr, svm, hiercost",
+    )
     p.add_argument("--rates", help="comma-separated label rates, e.g. 0.01,0.05")
     p.add_argument("--seeds", help="comma-separated seeds or a count, e.g. 5")
-    p.add_argument("--setting",
-                   help="labeled, dataless or labeled,dataless (default from [experiment] settings). labeled: "
-                        "the sample keeps its true labels; dataless: it gets weak labels from --descriptions")
+    p.add_argument(
+        "--setting",
+        help="labeled, dataless or labeled,dataless (default from [experiment] settings). labeled: "
+        "the sample keeps its true labels; dataless: it gets weak labels from --descriptions",
+    )
     p.add_argument("--descriptions", help="JSON node -> description (dataless setting)")
-    p.add_argument("--weak-mode", choices=["argmax", "soft", "path"],
-                   help="argmax: the paper's per-depth rule; soft: per-depth normalised similarities; "
-                        "path: the path with the largest summed similarity (default from [supervision])")
-    p.add_argument("--min-similarity", type=float,
-                   help="no weak label when the best similarity at some depth is not above this")
-    p.add_argument("--no-resume", action="store_true",
-                   help="recompute the planned runs even if results.csv already has them (its other runs "
-                        "are kept unless they were made with other settings)")
+    p.add_argument(
+        "--weak-mode",
+        choices=["argmax", "soft", "path"],
+        help="argmax: the paper's per-depth rule; soft: per-depth normalised similarities; "
+        "path: the path with the largest summed similarity (default from [supervision])",
+    )
+    p.add_argument(
+        "--min-similarity", type=float, help="no weak label when the best similarity at some depth is not above this"
+    )
+    p.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="recompute the planned runs even if results.csv already has them (its other runs "
+        "are kept unless they were made with other settings)",
+    )
     _common(p)
 
     p = sub.add_parser("report", help="rebuild table2.md, efficiency.md and the figures from a results.csv")
     p.add_argument("--results", required=True, help="results.csv written by pcem experiment")
     p.add_argument("--output-dir", help="where to write (default: the CSV's directory)")
-    p.add_argument("--rate", type=float, help="label rate of the Table-2 columns (default [experiment] "
-                                              "report_rate)")
+    p.add_argument("--rate", type=float, help="label rate of the Table-2 columns (default [experiment] report_rate)")
     _common(p)
     return parser

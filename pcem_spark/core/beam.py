@@ -1,9 +1,12 @@
 """TODO docstring (pathnb)."""
 
 from __future__ import annotations
+
 from typing import NamedTuple, Tuple
+
 import numpy as np
 import scipy.sparse as sp
+
 from pcem_spark.core.parameters import PathParameters
 
 
@@ -17,6 +20,7 @@ class BeamTables(NamedTuple):
     nodes' aggregate word distributions. ``path_parent`` (M,) is each path's
     depth D-1 node's position; ``paths`` the path parameters.
     """
+
     levels: list
     path_parent: np.ndarray
     paths: PathParameters
@@ -45,10 +49,10 @@ def beam_tables(params: PathParameters, path_node: np.ndarray, smoothing: float)
         raise ValueError("beam_tables needs padded paths of one depth")
     D = int(depth[0])
     # node of each path at each depth (columns are sorted by depth in the taxonomy)
-    path_nodes = pn.indices.reshape(M, D).astype(np.int64)                  # (M, D)
+    path_nodes = pn.indices.reshape(M, D).astype(np.int64)  # (M, D)
     counts = params.log_ratio.copy()
     counts.data = smoothing * np.expm1(counts.data)
-    n_words = smoothing * np.exp(-params.log_base) - V * smoothing           # N_j
+    n_words = smoothing * np.exp(-params.log_base) - V * smoothing  # N_j
     prior = np.exp(params.log_prior)
     levels = []
     prev_nodes = None
@@ -60,8 +64,7 @@ def beam_tables(params: PathParameters, path_node: np.ndarray, smoothing: float)
         ratio = node_counts.copy()
         ratio.data = np.log1p(ratio.data / smoothing)
         ratio.eliminate_zeros()
-        node_params = PathParameters(np.log(member @ prior), np.log(smoothing) - np.log(V * smoothing + node_n),
-                                     ratio)
+        node_params = PathParameters(np.log(member @ prior), np.log(smoothing) - np.log(V * smoothing + node_n), ratio)
         if prev_nodes is None:
             parent_slot = np.full(len(nodes), -1)
         else:
@@ -102,8 +105,8 @@ def beam_predict_paths(X, tables: BeamTables, beam: int) -> Tuple[np.ndarray, np
     """
     X = sp.csr_matrix(X, dtype=np.float64)
     n = X.shape[0]
-    kept = np.zeros((n, 1), dtype=np.int64)          # slots at the previous depth (the root: slot 0)
-    for nodes, parent_slot, node_params in tables.levels:
+    kept = np.zeros((n, 1), dtype=np.int64)  # slots at the previous depth (the root: slot 0)
+    for _nodes, parent_slot, node_params in tables.levels:
         parent = np.where(parent_slot < 0, 0, parent_slot)
         kept = _beam_step(X, kept, parent, node_params, beam)
     M = tables.paths.shape[0]
@@ -139,8 +142,10 @@ def _candidate_scores(X, kept: np.ndarray, parent: np.ndarray, params: PathParam
         for r, i in enumerate(rows):
             scores[i].append(jll[r])
             cands[i].append(kids)
-    return ([np.concatenate(s) if s else np.zeros(0) for s in scores],
-            [np.concatenate(c) if c else np.zeros(0, np.int64) for c in cands])
+    return (
+        [np.concatenate(s) if s else np.zeros(0) for s in scores],
+        [np.concatenate(c) if c else np.zeros(0, np.int64) for c in cands],
+    )
 
 
 def _beam_step(X, kept: np.ndarray, parent: np.ndarray, params: PathParameters, beam: int) -> np.ndarray:
@@ -149,5 +154,5 @@ def _beam_step(X, kept: np.ndarray, parent: np.ndarray, params: PathParameters, 
     out = np.full((X.shape[0], beam), -1, dtype=np.int64)
     for i, (s, c) in enumerate(zip(scores, cands)):
         top = np.argsort(-s, kind="stable")[:beam]
-        out[i, :len(top)] = c[top]
+        out[i, : len(top)] = c[top]
     return out

@@ -1,16 +1,24 @@
 """TODO docstring (pathnb)."""
 
 from __future__ import annotations
+
 from typing import NamedTuple, Optional, Tuple
+
 import numpy as np
 import scipy.sparse as sp
+
 from pcem_spark.core.estep import ScoringTables, joint_log_likelihood, length_normalize, tables_joint_log_likelihood
 from pcem_spark.core.structure import Structure, group_log_softmax, posterior
 
 
-def predict_paths(X, log_prior: Optional[np.ndarray], log_theta: Optional[np.ndarray],
-                  structure: Optional[Structure] = None, doc_length: float = 0.0,
-                  tables: Optional[ScoringTables] = None) -> Tuple[np.ndarray, np.ndarray]:
+def predict_paths(
+    X,
+    log_prior: Optional[np.ndarray],
+    log_theta: Optional[np.ndarray],
+    structure: Optional[Structure] = None,
+    doc_length: float = 0.0,
+    tables: Optional[ScoringTables] = None,
+) -> Tuple[np.ndarray, np.ndarray]:
     """Argmax path of Eq. 5 and its posterior probability (or a baseline's decoding rule).
 
     The parameters are dense (``log_prior``, ``log_theta``) or ``tables``
@@ -23,8 +31,9 @@ def predict_paths(X, log_prior: Optional[np.ndarray], log_theta: Optional[np.nda
         path's node probabilities
     """
     X = length_normalize(X, doc_length) if doc_length > 0 else sp.csr_matrix(X)
-    jll = (tables_joint_log_likelihood(X, tables) if tables is not None
-           else joint_log_likelihood(X, log_prior, log_theta))
+    jll = (
+        tables_joint_log_likelihood(X, tables) if tables is not None else joint_log_likelihood(X, log_prior, log_theta)
+    )
     return decode(jll, structure)
 
 
@@ -46,7 +55,7 @@ def decode(jll: np.ndarray, structure: Optional[Structure] = None) -> Tuple[np.n
     pn = structure.path_nodes
     if structure.decoder == "win":
         local = np.exp(log_local)
-        win = local[:, pn].sum(axis=2)          # (n, M): sum over depths
+        win = local[:, pn].sum(axis=2)  # (n, M): sum over depths
         best = np.argmax(win, axis=1)
         return best, win[np.arange(n), best] / pn.shape[1]
     if structure.decoder == "greedy":
@@ -54,7 +63,7 @@ def decode(jll: np.ndarray, structure: Optional[Structure] = None) -> Tuple[np.n
         for d in range(pn.shape[1]):
             s = np.where(alive, log_local[:, pn[:, d]], -np.inf)
             alive &= s >= s.max(axis=1, keepdims=True)
-        best = np.argmax(alive, axis=1)          # first surviving path on ties
+        best = np.argmax(alive, axis=1)  # first surviving path on ties
         return best, np.exp(log_local[:, pn].sum(axis=2)[np.arange(n), best])
     raise ValueError(f"unknown decoder {structure.decoder!r}")
 
@@ -105,7 +114,7 @@ def path_posteriors(jll: np.ndarray, structure: Optional[Structure] = None) -> n
     log_local, _ = group_log_softmax(jll, structure.groups)
     pn = structure.path_nodes
     log_path = np.zeros((n, pn.shape[0]))
-    for d in range(pn.shape[1]):   # one (n, M) gather per depth, not an (n, M, D) array
+    for d in range(pn.shape[1]):  # one (n, M) gather per depth, not an (n, M, D) array
         log_path += log_local[:, pn[:, d]]
     return posterior(log_path)[0] if n else log_path
 
@@ -124,8 +133,12 @@ def node_marginals(path_post: np.ndarray, path_node) -> np.ndarray:
     ndarray (n, K), in [0, 1]; along a path the marginals never increase
     (a node's paths include its children's).
     """
-    out = np.asarray(path_post @ path_node if not sp.issparse(path_node)
-                     else (sp.csr_matrix(path_node).T @ np.asarray(path_post).T).T, dtype=np.float64)
+    out = np.asarray(
+        path_post @ path_node
+        if not sp.issparse(path_node)
+        else (sp.csr_matrix(path_node).T @ np.asarray(path_post).T).T,
+        dtype=np.float64,
+    )
     return np.clip(out, 0.0, 1.0)
 
 
@@ -152,8 +165,9 @@ def path_node_table(path_node, is_dummy: np.ndarray) -> np.ndarray:
     return np.where(np.asarray(is_dummy, dtype=bool)[table], -1, table)
 
 
-def abstain_depth(best_path: np.ndarray, marginals: np.ndarray, path_nodes: np.ndarray,
-                  min_probability: float) -> np.ndarray:
+def abstain_depth(
+    best_path: np.ndarray, marginals: np.ndarray, path_nodes: np.ndarray, min_probability: float
+) -> np.ndarray:
     """How many nodes of each row's predicted path to keep: the longest prefix of real nodes whose
     marginal probability is >= ``min_probability``.
 
@@ -172,7 +186,7 @@ def abstain_depth(best_path: np.ndarray, marginals: np.ndarray, path_nodes: np.n
     -------
     int64 ndarray (n,), in 0..(real depth of the row's path)
     """
-    nodes = path_nodes[np.asarray(best_path, dtype=np.int64)]            # (n, D)
+    nodes = path_nodes[np.asarray(best_path, dtype=np.int64)]  # (n, D)
     real = nodes >= 0
     if min_probability <= 0:
         return real.sum(axis=1).astype(np.int64)
@@ -224,6 +238,7 @@ class PathPredictions(NamedTuple):
     kept_probability : (n,) or None, marginal of the last kept node (1 for an empty path: the root)
     top_index, top_probability : (n, min(k, M)) or None (:func:`top_k_paths`)
     """
+
     best: np.ndarray
     probability: np.ndarray
     kept: Optional[np.ndarray] = None
@@ -232,9 +247,16 @@ class PathPredictions(NamedTuple):
     top_probability: Optional[np.ndarray] = None
 
 
-def predict_path_details(X, structure: Optional[Structure], doc_length: float, tables: ScoringTables,
-                         path_node, path_nodes: np.ndarray, min_probability: float = 0.0,
-                         top_k: int = 0) -> PathPredictions:
+def predict_path_details(
+    X,
+    structure: Optional[Structure],
+    doc_length: float,
+    tables: ScoringTables,
+    path_node,
+    path_nodes: np.ndarray,
+    min_probability: float = 0.0,
+    top_k: int = 0,
+) -> PathPredictions:
     """:func:`predict_paths` plus the abstained prefix and the top-k paths of every row.
 
     Parameters

@@ -12,9 +12,12 @@ Equation numbers are those of Xiao, Liu & Song (WWW'19).
 """
 
 from __future__ import annotations
+
 from typing import NamedTuple, Optional
+
 import numpy as np
 import scipy.sparse as sp
+
 from pcem_spark.core.parameters import PathParameters
 from pcem_spark.core.structure import Structure, labeled_responsibilities, random_component_split, responsibilities
 
@@ -66,6 +69,7 @@ class ScoringTables(NamedTuple):
     ``dense_t`` (V, R). Tables are kept at the broadcast dtype (float32 halves
     them); ``log_prior`` / ``log_base`` stay float64.
     """
+
     log_prior: np.ndarray
     log_base: np.ndarray
     dense_terms: Optional[np.ndarray]
@@ -81,8 +85,7 @@ class ScoringTables(NamedTuple):
         return len(self.log_prior)
 
 
-def scoring_tables(params: PathParameters, dtype="float64",
-                   dense_share: float = DENSE_TERM_SHARE) -> ScoringTables:
+def scoring_tables(params: PathParameters, dtype="float64", dense_share: float = DENSE_TERM_SHARE) -> ScoringTables:
     """Split ``params.log_ratio`` into dense columns for frequent terms and a sparse rest.
 
     Parameters
@@ -98,8 +101,9 @@ def scoring_tables(params: PathParameters, dtype="float64",
     dense = per_term > dense_share * R
     if ratio.nnz >= dense_share * R * V or dense.all():
         # Mostly filled (few paths, soft posteriors): one dense table is cheapest.
-        return ScoringTables(params.log_prior, params.log_base, None,
-                             np.ascontiguousarray(ratio.T.toarray(), dtype=dtype), None)
+        return ScoringTables(
+            params.log_prior, params.log_base, None, np.ascontiguousarray(ratio.T.toarray(), dtype=dtype), None
+        )
     dense_terms = np.flatnonzero(dense)
     coo = ratio.tocoo()
     keep = ~dense[coo.col]
@@ -200,21 +204,29 @@ def joint_log_likelihood(X, log_prior: np.ndarray, log_theta: np.ndarray) -> np.
     return np.asarray(jll, dtype=np.float64) + log_prior[None, :]
 
 
-
-
 class BlockStats(NamedTuple):
     """Sufficient statistics of one block for the M-step and Eq. 8."""
-    word_counts: np.ndarray   # (M, V)  sum_i R_ij x_it
-    path_totals: np.ndarray   # (M,)    sum_i R_ij
-    loglik: float             # data part of Eq. 8 for the block
+
+    word_counts: np.ndarray  # (M, V)  sum_i R_ij x_it
+    path_totals: np.ndarray  # (M,)    sum_i R_ij
+    loglik: float  # data part of Eq. 8 for the block
 
 
-def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
-           log_prior: Optional[np.ndarray], log_theta: Optional[np.ndarray], use_unlabeled: bool = True,
-           posterior_floor: float = 0.0, sparse_density: float = 0.0,
-           structure: Optional[Structure] = None, rng: Optional[np.random.Generator] = None,
-           unlabeled_weight: float = 1.0, top_k: int = 0,
-           tables: Optional[ScoringTables] = None) -> BlockStats:
+def e_step(
+    X,
+    fixed_scores: np.ndarray,
+    labeled: np.ndarray,
+    log_prior: Optional[np.ndarray],
+    log_theta: Optional[np.ndarray],
+    use_unlabeled: bool = True,
+    posterior_floor: float = 0.0,
+    sparse_density: float = 0.0,
+    structure: Optional[Structure] = None,
+    rng: Optional[np.random.Generator] = None,
+    unlabeled_weight: float = 1.0,
+    top_k: int = 0,
+    tables: Optional[ScoringTables] = None,
+) -> BlockStats:
     """One E-step on a block plus its contribution to the next M-step.
 
     Labelled rows keep their fixed path scores (``S_ij`` from Eq. 2);
@@ -272,8 +284,11 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
         resp = random_component_split(resp, structure.owner, rng)
     if has_params:
         # Without parameters (the NB initialisation) there is nothing to score.
-        jll = (tables_joint_log_likelihood(X, tables) if tables is not None
-               else joint_log_likelihood(X, log_prior, log_theta))
+        jll = (
+            tables_joint_log_likelihood(X, tables)
+            if tables is not None
+            else joint_log_likelihood(X, log_prior, log_theta)
+        )
         if labeled.any():
             lab_resp, lab_ll = labeled_responsibilities(fixed_scores[labeled], jll[labeled], structure)
             resp[labeled] = lab_resp
@@ -281,8 +296,10 @@ def e_step(X, fixed_scores: np.ndarray, labeled: np.ndarray,
         if use_unlabeled and unlabeled_weight > 0 and (~labeled).any():
             post, log_ev = responsibilities(jll[~labeled], structure)
             if (posterior_floor > 0 or top_k > 0) and structure is not None and not structure.single_softmax:
-                raise ValueError("posterior_floor / posterior_top_k apply to methods whose responsibilities are "
-                                 "one distribution per document (not top-down / win-driven)")
+                raise ValueError(
+                    "posterior_floor / posterior_top_k apply to methods whose responsibilities are "
+                    "one distribution per document (not top-down / win-driven)"
+                )
             if (posterior_floor > 0 or 0 < top_k < post.shape[1]) and sparse_density > 0:
                 truncated = truncate_posteriors(post, top_k, posterior_floor)
                 if unlabeled_weight != 1.0:

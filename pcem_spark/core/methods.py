@@ -69,8 +69,8 @@ DISCRIMINATIVE = ("lr", "svm", "hiercost")
 @dataclass(frozen=True)
 class MethodSpec:
     name: str
-    score_matrix: np.ndarray   # (R, K) node scores -> fixed component scores
-    structure: Optional[Structure]   # None: one softmax over paths, Eq. 5 (PC and flat methods)
+    score_matrix: np.ndarray  # (R, K) node scores -> fixed component scores
+    structure: Optional[Structure]  # None: one softmax over paths, Eq. 5 (PC and flat methods)
     # How the method iterates (pcem_spark.engine.EM_MODES): "off" = naive Bayes,
     # "labeled" = EM over the labelled documents' latent components only (NBMC),
     # "all" = EM over labelled and unlabelled documents.
@@ -84,6 +84,7 @@ class MethodSpec:
 def _identity(K: int, sparse: bool):
     if sparse:
         import scipy.sparse as sp
+
         return sp.identity(K, format="csr")
     return np.eye(K)
 
@@ -121,8 +122,12 @@ def method_spec(taxonomy: Taxonomy, method: str, components: int = 2, path_weigh
     # Past ~4M cells the (R, K) score matrix is kept sparse (thousands of leaves).
     sparse = M * K >= SPARSE_SCORE_MATRIX_CELLS
     if method in ("pcnb", "pcem"):
-        return MethodSpec(method, weighted_score_matrix(taxonomy.path_node_matrix(sparse),
-                                                        taxonomy.leaf_node_matrix(sparse), path_weight), None, em)
+        return MethodSpec(
+            method,
+            weighted_score_matrix(taxonomy.path_node_matrix(sparse), taxonomy.leaf_node_matrix(sparse), path_weight),
+            None,
+            em,
+        )
     if method in ("flat-nb", "flat-em"):
         return MethodSpec(method, taxonomy.leaf_node_matrix(sparse), None, em)
     if method in ("nbmc", "emmc"):
@@ -130,21 +135,35 @@ def method_spec(taxonomy: Taxonomy, method: str, components: int = 2, path_weigh
             raise InputError(f"model.components must be >= 1, got {components}")
         owner = np.repeat(np.arange(M), components)
         leaf = taxonomy.leaf_node_matrix(sparse)
-        return MethodSpec(method, leaf[np.repeat(np.arange(M), components)],
-                          Structure(np.zeros(M * components, np.int64), owner, restrict_labeled=components > 1),
-                          "labeled" if em == "off" and components > 1 else em)
+        return MethodSpec(
+            method,
+            leaf[np.repeat(np.arange(M), components)],
+            Structure(np.zeros(M * components, np.int64), owner, restrict_labeled=components > 1),
+            "labeled" if em == "off" and components > 1 else em,
+        )
     node_owner = np.full(K, -1, dtype=np.int64)  # nodes are not paths; decoding uses path_nodes
     if method in ("tdnb", "tdem"):
-        return MethodSpec(method, _identity(K, sparse),
-                          Structure(_node_parent_groups(taxonomy), node_owner, decoder="greedy",
-                                    path_nodes=_path_nodes(taxonomy), parents=_padded_parents(taxonomy)),
-                          em)
+        return MethodSpec(
+            method,
+            _identity(K, sparse),
+            Structure(
+                _node_parent_groups(taxonomy),
+                node_owner,
+                decoder="greedy",
+                path_nodes=_path_nodes(taxonomy),
+                parents=_padded_parents(taxonomy),
+            ),
+            em,
+        )
     if method in ("wdnb", "wdem"):
         depth = np.zeros(K, dtype=np.int64)
         for p in taxonomy.paths:
             for d, n in enumerate(p, start=1):
                 depth[taxonomy.node_index[n]] = d
-        return MethodSpec(method, _identity(K, sparse),
-                          Structure(depth, node_owner, decoder="win", path_nodes=_path_nodes(taxonomy)),
-                          em)
+        return MethodSpec(
+            method,
+            _identity(K, sparse),
+            Structure(depth, node_owner, decoder="win", path_nodes=_path_nodes(taxonomy)),
+            em,
+        )
     raise InputError(f"unknown generative method {method!r}; known: {GENERATIVE}")

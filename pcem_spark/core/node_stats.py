@@ -1,13 +1,15 @@
 """TODO docstring (inspect)."""
 
 from __future__ import annotations
+
 import logging
 from typing import List, NamedTuple, Optional, Tuple
+
 import numpy as np
 import scipy.sparse as sp
+
 from pcem_spark.core.parameters import PathParameters, recovered_counts
 from pcem_spark.errors import InputError
-
 
 log = logging.getLogger(__name__)
 
@@ -20,8 +22,10 @@ def _membership(path_nodes, owner: Optional[np.ndarray] = None) -> sp.csr_matrix
         return pn
     owner = np.asarray(owner, dtype=np.int64)
     if len(owner) and (owner.min() < 0 or owner.max() >= pn.shape[0]):
-        raise ValueError(f"owner must map every component to a path in [0, {pn.shape[0]}), "
-                         f"got values in [{owner.min()}, {owner.max()}]")
+        raise ValueError(
+            f"owner must map every component to a path in [0, {pn.shape[0]}), "
+            f"got values in [{owner.min()}, {owner.max()}]"
+        )
     return pn[owner]
 
 
@@ -45,8 +49,9 @@ def component_paths(taxonomy, spec) -> Tuple[sp.csr_matrix, Optional[np.ndarray]
     return sp.identity(K, format="csr", dtype=np.float64), None
 
 
-def node_counts(params: PathParameters, smoothing: float, path_nodes,
-                owner: Optional[np.ndarray] = None) -> Tuple[sp.csr_matrix, np.ndarray]:
+def node_counts(
+    params: PathParameters, smoothing: float, path_nodes, owner: Optional[np.ndarray] = None
+) -> Tuple[sp.csr_matrix, np.ndarray]:
     """Word counts and word mass per node: the sums over the components through it.
 
     The counts behind the Lidstone-smoothed parameters are recovered by
@@ -87,14 +92,16 @@ class NodeMass(NamedTuple):
     ``labeled`` / ``expected`` are None when only a total is known (the word
     mass fallback of models without ``path_mass``).
     """
+
     labeled: Optional[np.ndarray]
     expected: Optional[np.ndarray]
     total: np.ndarray
     prior: np.ndarray
 
 
-def node_prior(log_prior: np.ndarray, path_nodes, owner: Optional[np.ndarray] = None,
-               parents: Optional[np.ndarray] = None) -> np.ndarray:
+def node_prior(
+    log_prior: np.ndarray, path_nodes, owner: Optional[np.ndarray] = None, parents: Optional[np.ndarray] = None
+) -> np.ndarray:
     """(K,) prior of each node: the sum of the component priors through it.
 
     ``parents`` (R,) for top-down methods, whose components are nodes with a
@@ -107,7 +114,7 @@ def node_prior(log_prior: np.ndarray, path_nodes, owner: Optional[np.ndarray] = 
         return node_sum(path_nodes, prior, owner)
     parents = np.asarray(parents, dtype=np.int64)
     marginal = prior.copy()
-    for c, p in enumerate(parents):     # parents come before their children (top_down_log_marginals)
+    for c, p in enumerate(parents):  # parents come before their children (top_down_log_marginals)
         if p >= c:
             raise ValueError("top-down structure: a parent must come before its children")
         if p >= 0:
@@ -115,8 +122,14 @@ def node_prior(log_prior: np.ndarray, path_nodes, owner: Optional[np.ndarray] = 
     return node_sum(path_nodes, marginal, owner)
 
 
-def node_mass(path_nodes, total: np.ndarray, log_prior: np.ndarray, labeled: Optional[np.ndarray] = None,
-              owner: Optional[np.ndarray] = None, parents: Optional[np.ndarray] = None) -> NodeMass:
+def node_mass(
+    path_nodes,
+    total: np.ndarray,
+    log_prior: np.ndarray,
+    labeled: Optional[np.ndarray] = None,
+    owner: Optional[np.ndarray] = None,
+    parents: Optional[np.ndarray] = None,
+) -> NodeMass:
     """Per-node masses and priors from per-component ones (R,).
 
     ``total`` = the training summary's ``path_mass`` (or the word mass when a
@@ -131,8 +144,13 @@ def node_mass(path_nodes, total: np.ndarray, log_prior: np.ndarray, labeled: Opt
     return NodeMass(lab, exp, tot, node_prior(log_prior, path_nodes, owner, parents))
 
 
-def labeled_documents(path_nodes, labeled_mass: np.ndarray, path_weight: float = 0.0,
-                      owner: Optional[np.ndarray] = None, atol: float = 1e-4) -> Optional[np.ndarray]:
+def labeled_documents(
+    path_nodes,
+    labeled_mass: np.ndarray,
+    path_weight: float = 0.0,
+    owner: Optional[np.ndarray] = None,
+    atol: float = 1e-4,
+) -> Optional[np.ndarray]:
     """(K,) labelled documents through each node, recovered from the labelled masses; None if they are not counts.
 
     A labelled document on path p gives path j the mass ``(1 - g) [j = p] + g
@@ -149,9 +167,10 @@ def labeled_documents(path_nodes, labeled_mass: np.ndarray, path_weight: float =
     when ``n`` is not a vector of non-negative integers (to ``atol``), None.
     """
     from scipy.sparse.linalg import LinearOperator, cg
+
     A = sp.csr_matrix(path_nodes, dtype=np.float64)
     m = np.asarray(labeled_mass, dtype=np.float64)
-    if owner is not None:     # components -> paths
+    if owner is not None:  # components -> paths
         owner = np.asarray(owner, dtype=np.int64)
         m = np.bincount(owner, weights=m, minlength=A.shape[0])
     if m.shape != (A.shape[0],):
@@ -163,10 +182,10 @@ def labeled_documents(path_nodes, labeled_mass: np.ndarray, path_weight: float =
         n = m.copy()
     else:
         At = A.T.tocsr()
-        op = LinearOperator((len(m), len(m)), dtype=np.float64,
-                            matvec=lambda x: (1.0 - g) * x + g * (A @ (At @ x)))
-        n, info = cg(op, m, x0=m / max(np.asarray(A.sum(axis=1)).max(), 1.0), rtol=1e-12, atol=0.0,
-                     maxiter=10 * len(m) + 100)
+        op = LinearOperator((len(m), len(m)), dtype=np.float64, matvec=lambda x: (1.0 - g) * x + g * (A @ (At @ x)))
+        n, info = cg(
+            op, m, x0=m / max(np.asarray(A.sum(axis=1)).max(), 1.0), rtol=1e-12, atol=0.0, maxiter=10 * len(m) + 100
+        )
         if info != 0:
             log.warning("labelled documents: conjugate gradients did not converge (%s); not reported", info)
             return None
@@ -179,6 +198,7 @@ def labeled_documents(path_nodes, labeled_mass: np.ndarray, path_weight: float =
 class TermScore(NamedTuple):
     """One top term of a node: index, log-odds, signed log-likelihood ratio, count in the node, pooled
     count in its siblings."""
+
     term: int
     log_odds: float
     llr: float
@@ -210,17 +230,26 @@ def signed_llr(a: np.ndarray, b: np.ndarray, n_a: np.ndarray, n_b: np.ndarray) -
     n = n_a + n_b
     t = a + b
     with np.errstate(divide="ignore", invalid="ignore"):
-        g = 2.0 * (_o_log_o_over_e(a, t * n_a / n) + _o_log_o_over_e(b, t * n_b / n)
-                   + _o_log_o_over_e(np.maximum(n_a - a, 0.0), (n - t) * n_a / n)
-                   + _o_log_o_over_e(np.maximum(n_b - b, 0.0), (n - t) * n_b / n))
+        g = 2.0 * (
+            _o_log_o_over_e(a, t * n_a / n)
+            + _o_log_o_over_e(b, t * n_b / n)
+            + _o_log_o_over_e(np.maximum(n_a - a, 0.0), (n - t) * n_a / n)
+            + _o_log_o_over_e(np.maximum(n_b - b, 0.0), (n - t) * n_b / n)
+        )
         rate_a = np.where(n_a > 0, a / np.where(n_a > 0, n_a, 1.0), 0.0)
         rate_b = np.where(n_b > 0, b / np.where(n_b > 0, n_b, 1.0), 0.0)
-    g = np.maximum(g, 0.0)                      # rounding can make an exact 0 slightly negative
+    g = np.maximum(g, 0.0)  # rounding can make an exact 0 slightly negative
     return np.where(rate_a >= rate_b, g, -g)
 
 
-def sibling_log_odds(counts, parent_of: np.ndarray, smoothing: float, top_n: int = 10,
-                     show: Optional[np.ndarray] = None, rank: str = "llr") -> List[List[TermScore]]:
+def sibling_log_odds(
+    counts,
+    parent_of: np.ndarray,
+    smoothing: float,
+    top_n: int = 10,
+    show: Optional[np.ndarray] = None,
+    rank: str = "llr",
+) -> List[List[TermScore]]:
     """Per node, the ``top_n`` terms that most favour it over its siblings.
 
     ``log_odds(k, w) = log theta_kw - log theta_Sw`` with the node's and its
@@ -291,7 +320,7 @@ def sibling_log_odds(counts, parent_of: np.ndarray, smoothing: float, top_n: int
     g_keys = g_rows.astype(np.int64) * V + group_counts.indices.astype(np.int64)
     keys = group_of[rows].astype(np.int64) * V + cols
     pos = np.searchsorted(g_keys, keys)
-    pooled = group_counts.data[pos]                 # the node's own counts are part of its group's
+    pooled = group_counts.data[pos]  # the node's own counts are part of its group's
     sib = np.maximum(pooled - c, 0.0)
     N_sib = np.maximum(group_N[group_of[rows]] - N[rows], 0.0)
     s = float(smoothing)
@@ -305,8 +334,12 @@ def sibling_log_odds(counts, parent_of: np.ndarray, smoothing: float, top_n: int
     out: List[List[TermScore]] = []
     for k in range(K):
         a, b = starts[k], min(ends[k], starts[k] + top_n)
-        out.append([TermScore(int(cols[i]), float(log_odds[i]), float(llr[i]), float(c[i]), float(sib[i]))
-                    for i in range(a, b)])
+        out.append(
+            [
+                TermScore(int(cols[i]), float(log_odds[i]), float(llr[i]), float(c[i]), float(sib[i]))
+                for i in range(a, b)
+            ]
+        )
     return out
 
 

@@ -1,12 +1,14 @@
 """TODO docstring (pathnb)."""
 
 from __future__ import annotations
+
 from typing import NamedTuple, Optional, Tuple
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln
-from pcem_spark.errors import InputError
 
+from pcem_spark.errors import InputError
 
 # Pseudo-counts tried by ``smoothing = "auto"`` (log-spaced, 0.01 .. 1): below
 # 0.01 a word unseen in a class costs more than ~10 nats per occurrence and one
@@ -51,8 +53,7 @@ def dirichlet_log_evidence(word_counts, alphas) -> np.ndarray:
     for i, a in enumerate(alphas):
         if a <= 0:
             raise ValueError(f"pseudo-counts must be > 0, got {a}")
-        out[i] = (np.sum(gammaln(V * a) - gammaln(V * a + row_totals))
-                  + np.sum(gammaln(a + nz)) - nz.size * gammaln(a))
+        out[i] = np.sum(gammaln(V * a) - gammaln(V * a + row_totals)) + np.sum(gammaln(a + nz)) - nz.size * gammaln(a)
     return out
 
 
@@ -69,9 +70,13 @@ def choose_smoothing(word_counts, grid=DEFAULT_SMOOTHING_GRID) -> Tuple[float, n
     return float(grid[best]), ev
 
 
-def log_parameters(word_counts: np.ndarray, path_totals: np.ndarray,
-                   smoothing: float = 1.0, groups: Optional[np.ndarray] = None,
-                   prior_smoothing: Optional[float] = None) -> Tuple[np.ndarray, np.ndarray]:
+def log_parameters(
+    word_counts: np.ndarray,
+    path_totals: np.ndarray,
+    smoothing: float = 1.0,
+    groups: Optional[np.ndarray] = None,
+    prior_smoothing: Optional[float] = None,
+) -> Tuple[np.ndarray, np.ndarray]:
     """Eqs. 3-4 (and 6-7): Laplace-smoothed path prior and word distributions.
 
     Parameters
@@ -103,8 +108,9 @@ def log_parameters(word_counts: np.ndarray, path_totals: np.ndarray,
     return log_prior, log_theta
 
 
-def log_path_prior(path_totals: np.ndarray, prior_smoothing: float = 1.0,
-                   groups: Optional[np.ndarray] = None) -> np.ndarray:
+def log_path_prior(
+    path_totals: np.ndarray, prior_smoothing: float = 1.0, groups: Optional[np.ndarray] = None
+) -> np.ndarray:
     """Eqs. 3 / 6: ``log P(p_j)`` from ``sum_i S_ij`` with ``prior_smoothing`` pseudo-counts.
 
     Parameters
@@ -140,6 +146,7 @@ class PathParameters(NamedTuple):
     log_base : ndarray (R,)
     log_ratio : csr_matrix (R, V), entries >= 0
     """
+
     log_prior: np.ndarray
     log_base: np.ndarray
     log_ratio: sp.csr_matrix
@@ -164,9 +171,13 @@ class PathParameters(NamedTuple):
         return cls(np.asarray(log_prior, dtype=np.float64), base, ratio)
 
 
-def sparse_log_parameters(word_counts, path_totals: np.ndarray, smoothing: float = 1.0,
-                          groups: Optional[np.ndarray] = None,
-                          prior_smoothing: Optional[float] = None) -> PathParameters:
+def sparse_log_parameters(
+    word_counts,
+    path_totals: np.ndarray,
+    smoothing: float = 1.0,
+    groups: Optional[np.ndarray] = None,
+    prior_smoothing: Optional[float] = None,
+) -> PathParameters:
     """Eqs. 3-4 (and 6-7) in the sparse form of :class:`PathParameters`.
 
     Equal to :func:`log_parameters` (``log_theta = log_base + log_ratio``) but
@@ -192,13 +203,16 @@ def sparse_log_parameters(word_counts, path_totals: np.ndarray, smoothing: float
     return PathParameters(log_prior, log_base, ratio)
 
 
-def sparse_log_prior_density(params: PathParameters, smoothing: float = 1.0,
-                             prior_smoothing: Optional[float] = None) -> float:
+def sparse_log_prior_density(
+    params: PathParameters, smoothing: float = 1.0, prior_smoothing: Optional[float] = None
+) -> float:
     """:func:`log_prior_density` of sparse parameters, ``O(nnz + R)``."""
     ps = smoothing if prior_smoothing is None else prior_smoothing
     V = params.shape[1]
-    return float(ps * params.log_prior.sum()
-                 + smoothing * (V * params.log_base.sum() + params.log_ratio.data.sum(dtype=np.float64)))
+    return float(
+        ps * params.log_prior.sum()
+        + smoothing * (V * params.log_base.sum() + params.log_ratio.data.sum(dtype=np.float64))
+    )
 
 
 def term_mapping(prev_vocabulary, new_vocabulary) -> np.ndarray:
@@ -209,12 +223,14 @@ def term_mapping(prev_vocabulary, new_vocabulary) -> np.ndarray:
     new_index = {term: i for i, term in enumerate(new_vocabulary)}
     if len(new_index) != len(new_vocabulary):
         raise ValueError("the new vocabulary has duplicate terms")
-    return np.fromiter((new_index.get(term, -1) for term in prev_vocabulary), dtype=np.int64,
-                       count=len(prev_vocabulary))
+    return np.fromiter(
+        (new_index.get(term, -1) for term in prev_vocabulary), dtype=np.int64, count=len(prev_vocabulary)
+    )
 
 
-def recovered_counts(params: PathParameters, smoothing: float, check_rtol: float = 1e-6) -> Tuple[sp.csr_matrix,
-                                                                                                  np.ndarray]:
+def recovered_counts(
+    params: PathParameters, smoothing: float, check_rtol: float = 1e-6
+) -> Tuple[sp.csr_matrix, np.ndarray]:
     """The expected word counts behind Lidstone-smoothed :class:`PathParameters` (inverse of Eq. 7).
 
     ``c_jw = s expm1(log_ratio_jw)`` and ``N_j = s exp(-log_base_j) - V s``
@@ -239,16 +255,25 @@ def recovered_counts(params: PathParameters, smoothing: float, check_rtol: float
     bad = np.flatnonzero(np.abs(row_sums - n_words) > check_rtol * np.maximum(np.abs(n_words), 1.0))
     if len(bad):
         j = int(bad[0])
-        raise InputError(f"parameters are not word distributions (damaged?): component {j} has word counts "
-                         f"summing to {row_sums[j]:.6g} but its base says {n_words[j]:.6g} words "
-                         f"({len(bad)} of {R} components disagree)")
+        raise InputError(
+            f"parameters are not word distributions (damaged?): component {j} has word counts "
+            f"summing to {row_sums[j]:.6g} but its base says {n_words[j]:.6g} words "
+            f"({len(bad)} of {R} components disagree)"
+        )
     return counts, np.maximum(n_words, 0.0)
 
 
-def warm_start_parameters(prev: PathParameters, prev_vocabulary, new_vocabulary, prev_smoothing: float,
-                          smoothing: float, groups: Optional[np.ndarray] = None,
-                          prior_smoothing: Optional[float] = None, prev_prior_smoothing: Optional[float] = None,
-                          prev_path_mass: Optional[np.ndarray] = None) -> PathParameters:
+def warm_start_parameters(
+    prev: PathParameters,
+    prev_vocabulary,
+    new_vocabulary,
+    prev_smoothing: float,
+    smoothing: float,
+    groups: Optional[np.ndarray] = None,
+    prior_smoothing: Optional[float] = None,
+    prev_prior_smoothing: Optional[float] = None,
+    prev_path_mass: Optional[np.ndarray] = None,
+) -> PathParameters:
     """A previous model's parameters re-expressed on a new vocabulary: the start of a warm EM.
 
     The previous expected counts (:func:`recovered_counts`) are moved onto
@@ -292,8 +317,7 @@ def warm_start_parameters(prev: PathParameters, prev_vocabulary, new_vocabulary,
     target = term_mapping(prev_vocabulary, new_vocabulary)
     coo = counts.tocoo()
     keep = target[coo.col] >= 0
-    moved = sp.csr_matrix((coo.data[keep], (coo.row[keep], target[coo.col[keep]])),
-                          shape=(R, len(new_vocabulary)))
+    moved = sp.csr_matrix((coo.data[keep], (coo.row[keep], target[coo.col[keep]])), shape=(R, len(new_vocabulary)))
     ps_prev = prev_smoothing if prev_prior_smoothing is None else prev_prior_smoothing
     ps_new = smoothing if prior_smoothing is None else prior_smoothing
     if prev_path_mass is None:
@@ -318,8 +342,9 @@ def warm_start_parameters(prev: PathParameters, prev_vocabulary, new_vocabulary,
     return out
 
 
-def log_prior_density(log_prior: np.ndarray, log_theta: np.ndarray, smoothing: float = 1.0,
-                      prior_smoothing: Optional[float] = None) -> float:
+def log_prior_density(
+    log_prior: np.ndarray, log_theta: np.ndarray, smoothing: float = 1.0, prior_smoothing: Optional[float] = None
+) -> float:
     """``log P(theta)`` of Eq. 8 for the Dirichlet prior that Laplace smoothing implies.
 
     Adding ``smoothing`` pseudo-counts is the MAP estimate under a Dirichlet

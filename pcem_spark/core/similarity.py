@@ -1,12 +1,14 @@
 """TODO docstring (weak)."""
 
 from __future__ import annotations
+
 import logging
 from typing import Collection, List, Sequence
+
 import numpy as np
 import scipy.sparse as sp
-from pcem_spark.core.taxonomy import DUMMY_SEP, Taxonomy, TaxonomyError
 
+from pcem_spark.core.taxonomy import DUMMY_SEP, Taxonomy, TaxonomyError
 
 log = logging.getLogger(__name__)
 
@@ -143,11 +145,11 @@ def _require_usable_node_per_depth(empty: List[str], nodes: List[str], taxonomy:
             raise TaxonomyError(
                 f"label descriptions: no node of depth {level} ({at_level[:_MAX_NAMES]}{_more(at_level)}) has a "
                 "word of the vocabulary in its description, so no document can get a weak label. Use words "
-                "that occur in the corpus in those descriptions, or lower features.min_df")
+                "that occur in the corpus in those descriptions, or lower features.min_df"
+            )
 
 
-def best_path_node_scores(sims: np.ndarray, nodes: List[str], taxonomy: Taxonomy,
-                          excluded: Collection[str] = ()):
+def best_path_node_scores(sims: np.ndarray, nodes: List[str], taxonomy: Taxonomy, excluded: Collection[str] = ()):
     """The ``path`` option: the path whose real nodes have the largest summed similarity.
 
     Unlike the per-depth argmax, the chosen nodes always form one path of the

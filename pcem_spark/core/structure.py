@@ -1,7 +1,9 @@
 """TODO docstring (pathnb)."""
 
 from __future__ import annotations
+
 from typing import NamedTuple, Optional, Tuple
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import logsumexp
@@ -34,6 +36,7 @@ class Structure(NamedTuple):
         A labelled row's fixed score for a path is spread over that path's
         components by their posterior (multiple components per class).
     """
+
     groups: np.ndarray
     owner: np.ndarray
     decoder: str = "posterior"
@@ -63,7 +66,7 @@ def group_log_softmax(scores: np.ndarray, groups: Optional[np.ndarray]) -> Tuple
     order = np.argsort(groups, kind="stable")
     g_sorted = groups[order]
     starts = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]])
-    run_of = np.cumsum(np.r_[False, g_sorted[1:] != g_sorted[:-1]])   # run index of each sorted column
+    run_of = np.cumsum(np.r_[False, g_sorted[1:] != g_sorted[:-1]])  # run index of each sorted column
     s_sorted = np.asarray(scores, dtype=np.float64)[:, order]
     top = np.maximum.reduceat(s_sorted, starts, axis=1) if s_sorted.shape[0] else np.zeros((0, len(starts)))
     shifted = s_sorted - top[:, run_of]
@@ -106,8 +109,9 @@ def top_down_log_marginals(log_local: np.ndarray, parents: np.ndarray) -> np.nda
     return out
 
 
-def labeled_responsibilities(fixed: np.ndarray, jll: np.ndarray,
-                             structure: Optional[Structure]) -> Tuple[np.ndarray, float]:
+def labeled_responsibilities(
+    fixed: np.ndarray, jll: np.ndarray, structure: Optional[Structure]
+) -> Tuple[np.ndarray, float]:
     """Responsibilities and log-likelihood term of labelled rows.
 
     Normally the fixed scores themselves, with ``sum_r S_ir jll_ir`` (Eq. 8).
@@ -180,8 +184,10 @@ def weighted_score_matrix(path_node: np.ndarray, leaf_node: np.ndarray, path_wei
             return sp.csr_matrix(path_node, dtype=np.float64, copy=True)
         if path_weight == 0.0:
             return sp.csr_matrix(leaf_node, dtype=np.float64, copy=True)
-        return ((1.0 - path_weight) * sp.csr_matrix(leaf_node, dtype=np.float64)
-                + path_weight * sp.csr_matrix(path_node, dtype=np.float64)).tocsr()
+        return (
+            (1.0 - path_weight) * sp.csr_matrix(leaf_node, dtype=np.float64)
+            + path_weight * sp.csr_matrix(path_node, dtype=np.float64)
+        ).tocsr()
     if path_weight == 1.0:
         return np.array(path_node, dtype=np.float64)
     if path_weight == 0.0:

@@ -78,16 +78,14 @@ class Taxonomy:
         for node, kids in children.items():
             node = _check_name(node)
             if isinstance(kids, (str, bytes)) or not isinstance(kids, Iterable):
-                raise TaxonomyError(
-                    f"children of node {node!r} must be a list of node names, got {kids!r}")
+                raise TaxonomyError(f"children of node {node!r} must be a list of node names, got {kids!r}")
             kid_list = []
             for kid in kids:
                 kid = _check_name(kid)
                 if kid == node:
                     raise TaxonomyError(f"node {kid!r} is its own child (cycle)")
                 if kid in parent and parent[kid] != node:
-                    raise TaxonomyError(
-                        f"node {kid!r} has two parents: {parent[kid]!r} and {node!r}")
+                    raise TaxonomyError(f"node {kid!r} has two parents: {parent[kid]!r} and {node!r}")
                 if kid in parent:
                     raise TaxonomyError(f"edge {node!r} -> {kid!r} is listed twice")
                 parent[kid] = node
@@ -104,15 +102,12 @@ class Taxonomy:
                 raise TaxonomyError(f"root {root!r} has a parent {parent[root]!r}")
             others = [r for r in roots if r != root]
             if others:
-                raise TaxonomyError(
-                    f"more than one root: {root!r} and {others} have no parent")
+                raise TaxonomyError(f"more than one root: {root!r} and {others} have no parent")
         else:
             if len(roots) == 0:
                 raise TaxonomyError("no root: every node has a parent (the edges contain a cycle)")
             if len(roots) > 1:
-                raise TaxonomyError(
-                    f"more than one root: {roots[:10]} have no parent; "
-                    "add a single root above them")
+                raise TaxonomyError(f"more than one root: {roots[:10]} have no parent; add a single root above them")
             root = roots[0]
         self.root = root
         self._parent = parent
@@ -128,8 +123,7 @@ class Taxonomy:
             frontier = nxt
         unreached = sorted(all_nodes - set(depth_of))
         if unreached:
-            raise TaxonomyError(
-                f"cycle: nodes {unreached[:10]} are not reachable from root {root!r}")
+            raise TaxonomyError(f"cycle: nodes {unreached[:10]} are not reachable from root {root!r}")
         if len(depth_of) == 1:
             raise TaxonomyError(f"the taxonomy has only the root {root!r} and no classes")
         if any(DUMMY_SEP in n for n in all_nodes):
@@ -148,8 +142,7 @@ class Taxonomy:
             kids = sorted(self._children.get(node, []))
             if not kids:
                 leaf = node
-                padded = prefix + tuple(
-                    dummy_name(leaf, lvl) for lvl in range(len(prefix) + 1, self.depth + 1))
+                padded = prefix + tuple(dummy_name(leaf, lvl) for lvl in range(len(prefix) + 1, self.depth + 1))
                 paths.append(padded)
                 real_leaf_of_path.append(leaf)
                 return
@@ -201,13 +194,13 @@ class Taxonomy:
         leaves the dense (M, K) array is hundreds of MB of zeros.
         """
         rows = np.repeat(np.arange(self.n_paths), [len(p) for p in self.paths])
-        cols = np.fromiter((self.node_index[node] for p in self.paths for node in p), dtype=np.int64,
-                           count=len(rows))
+        cols = np.fromiter((self.node_index[node] for p in self.paths for node in p), dtype=np.int64, count=len(rows))
         return self._membership(rows, cols, sparse)
 
     def _membership(self, rows: np.ndarray, cols: np.ndarray, sparse: bool):
         if sparse:
             import scipy.sparse as sp
+
             return sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(self.n_paths, self.n_nodes))
         a = np.zeros((self.n_paths, self.n_nodes), dtype=np.float64)
         a[rows, cols] = 1.0
@@ -254,14 +247,14 @@ class Taxonomy:
             if actual != expected_parent:
                 raise TaxonomyError(
                     f"{where}labels {labels} are not a path of the taxonomy: "
-                    f"the parent of {node!r} is {actual!r}, not {expected_parent!r}")
+                    f"the parent of {node!r} is {actual!r}, not {expected_parent!r}"
+                )
         leaf = labels[-1]
         if self._children.get(leaf):
             raise TaxonomyError(
-                f"{where}labels {labels} stop at {leaf!r}, which is not a leaf "
-                f"(children: {self.children(leaf)[:5]})")
-        padded = tuple(labels) + tuple(
-            dummy_name(leaf, lvl) for lvl in range(len(labels) + 1, self.depth + 1))
+                f"{where}labels {labels} stop at {leaf!r}, which is not a leaf (children: {self.children(leaf)[:5]})"
+            )
+        padded = tuple(labels) + tuple(dummy_name(leaf, lvl) for lvl in range(len(labels) + 1, self.depth + 1))
         return self.path_index[padded]
 
     def suggest_path(self, labels: Sequence[str]) -> Optional[List[str]]:
@@ -338,8 +331,7 @@ class Taxonomy:
                     raise TaxonomyError(f"label path {list(labels)} contains the root name {root!r}")
                 seen = parent.get(node)
                 if seen is not None and seen != prev:
-                    raise TaxonomyError(
-                        f"node {node!r} has two parents in the label paths: {seen!r} and {prev!r}")
+                    raise TaxonomyError(f"node {node!r} has two parents in the label paths: {seen!r} and {prev!r}")
                 parent[node] = prev
                 prev = node
         if not parent:
@@ -350,8 +342,7 @@ class Taxonomy:
         return isinstance(other, Taxonomy) and self.to_json() == other.to_json()
 
     def __repr__(self) -> str:
-        return (f"Taxonomy(root={self.root!r}, depth={self.depth}, "
-                f"nodes={len(self.real_nodes)}, paths={self.n_paths})")
+        return f"Taxonomy(root={self.root!r}, depth={self.depth}, nodes={len(self.real_nodes)}, paths={self.n_paths})"
 
 
 def closest_name(name: str, candidates: Sequence[str], cutoff: float = 0.6) -> Optional[str]:
@@ -372,7 +363,8 @@ def _check_name(node: object) -> str:
     if PATH_KEY_SEP in node:
         raise TaxonomyError(
             f"node name {node!r} contains the control character {PATH_KEY_SEP!r} (ASCII unit "
-            "separator), which is reserved to join label paths; remove it from the name")
+            "separator), which is reserved to join label paths; remove it from the name"
+        )
     return node
 
 
@@ -410,8 +402,7 @@ def load_taxonomy(path: str) -> Taxonomy:
             continue
         parts = line.rstrip("\r\n").split("\t")
         if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
-            raise TaxonomyError(
-                f"{path}:{lineno}: expected 'parent<TAB>child', got {line!r}")
+            raise TaxonomyError(f"{path}:{lineno}: expected 'parent<TAB>child', got {line!r}")
         edges.append((parts[0].strip(), parts[1].strip()))
     try:
         return Taxonomy.from_edges(edges)

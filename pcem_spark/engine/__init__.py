@@ -12,16 +12,16 @@ imports :mod:`pcem_spark.core`, :mod:`pcem_spark.util` and
 :mod:`pcem_spark.errors`, never a package above it.
 """
 
-from pcem_spark.engine.passes import (  # noqa: F401
-    SPARSE_SUMS_MIN_CELLS,
-    E_STEP_MAX_CELLS,
-    COALESCE_TO_CORES,
-    EM_MODES,
-    em_mode,
-    FitResult,
-    PassSettings,
-    sufficient_stats,
-    fit,
+from pcem_spark.engine.arrow_io import (  # noqa: F401
+    arrow_blocks,
+    csr_of,
+    label_path_index,
+    node_score_rows,
+    predicted_path_batches,
+    prefix_path_arrays,
+    sparse_vector_arrays,
+    top_paths_array,
+    weak_score_rows,
 )
 from pcem_spark.engine.blocks import (  # noqa: F401
     RDD_NEEDS,
@@ -30,21 +30,21 @@ from pcem_spark.engine.blocks import (  # noqa: F401
     blocks_from_node_scores,
     cache_blocks,
 )
-from pcem_spark.engine.arrow_io import (  # noqa: F401
-    sparse_vector_arrays,
-    arrow_blocks,
-    csr_of,
-    predicted_path_batches,
-    prefix_path_arrays,
-    top_paths_array,
-    label_path_index,
-    node_score_rows,
-    weak_score_rows,
-)
 from pcem_spark.engine.limits import (  # noqa: F401
     ResultSizeError,
     check_result_size,
     max_result_size,
+)
+from pcem_spark.engine.passes import (  # noqa: F401
+    COALESCE_TO_CORES,
+    E_STEP_MAX_CELLS,
+    EM_MODES,
+    SPARSE_SUMS_MIN_CELLS,
+    FitResult,
+    PassSettings,
+    em_mode,
+    fit,
+    sufficient_stats,
 )
 
 __all__ = [

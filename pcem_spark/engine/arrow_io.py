@@ -15,6 +15,7 @@ import scipy.sparse as sp
 
 from pcem_spark.core.taxonomy import PATH_KEY_SEP
 
+
 def sparse_vector_arrays(vectors) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CSR ``(indptr, indices, data)`` of an Arrow column of ml SparseVectors.
 
@@ -23,6 +24,7 @@ def sparse_vector_arrays(vectors) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     pointers, so no Python object is made per row.
     """
     import pyarrow.compute as pc
+
     kinds = np.asarray(pc.struct_field(vectors, "type").to_numpy(zero_copy_only=False))
     if kinds.size and kinds.max() != 0:
         raise ValueError("expected sparse term-count vectors, got dense vectors")
@@ -48,8 +50,19 @@ def csr_of(vectors, vocab_size: int) -> sp.csr_matrix:
     return sp.csr_matrix((data, indices, indptr), shape=(len(vectors), vocab_size))
 
 
-def predicted_path_batches(batches, n_keep: int, vocab_size: int, block_size: int, paths, names, predict,
-                           node_names=None, path_nodes=None, min_probability: float = 0.0, top_k: int = 0):
+def predicted_path_batches(
+    batches,
+    n_keep: int,
+    vocab_size: int,
+    block_size: int,
+    paths,
+    names,
+    predict,
+    node_names=None,
+    path_nodes=None,
+    min_probability: float = 0.0,
+    top_k: int = 0,
+):
     """mapInArrow body shared by every model's prediction: Arrow in, Arrow out.
 
     Each batch has ``n_keep`` passthrough columns, then the term-count
@@ -67,6 +80,7 @@ def predicted_path_batches(batches, n_keep: int, vocab_size: int, block_size: in
     ``top_paths`` column (:func:`top_paths_array`).
     """
     import pyarrow as pa
+
     path_arr = pa.array(paths, pa.list_(pa.string()))
     leaf_arr = pa.array([p[-1] for p in paths], pa.string())
     node_arr = None if node_names is None else pa.array(list(node_names), pa.string())
@@ -94,11 +108,12 @@ def prefix_path_arrays(node_arr, path_nodes: np.ndarray, best: np.ndarray, kept:
     array of the K node names); built from offsets, no Python list per row.
     """
     import pyarrow as pa
+
     best = np.asarray(best, dtype=np.int64)
     kept = np.asarray(kept, dtype=np.int64)
-    nodes = path_nodes[best]                                        # (n, D)
+    nodes = path_nodes[best]  # (n, D)
     mask = np.arange(nodes.shape[1])[None, :] < kept[:, None]
-    values = node_arr.take(pa.array(nodes[mask], pa.int64()))       # row-major: each row's prefix in order
+    values = node_arr.take(pa.array(nodes[mask], pa.int64()))  # row-major: each row's prefix in order
     offsets = pa.array(np.concatenate([[0], np.cumsum(kept)]).astype(np.int32), pa.int32())
     paths = pa.ListArray.from_arrays(offsets, values)
     last = nodes[np.arange(len(best)), np.maximum(kept - 1, 0)] if len(best) else np.zeros(0, np.int64)
@@ -114,11 +129,13 @@ def top_paths_array(path_arr, top_index: np.ndarray, top_probability: np.ndarray
     :func:`pcem_spark.pathnb.top_k_paths`.
     """
     import pyarrow as pa
+
     n, k = top_index.shape
     flat_paths = path_arr.take(pa.array(top_index.ravel(), pa.int64()))
     entries = pa.StructArray.from_arrays(
         [flat_paths, pa.array(np.asarray(top_probability, dtype=np.float64).ravel(), pa.float64())],
-        names=["path", "probability"])
+        names=["path", "probability"],
+    )
     return pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * k, pa.int32()), entries)
 
 
@@ -126,6 +143,7 @@ def label_path_index(labels, path_keys) -> np.ndarray:
     """Path index of each label list (``-1`` for null = unlabelled), vectorised with Arrow compute."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
     # Spark marks the element type non-nullable, which binary_join has no kernel for.
     joined = pc.binary_join(labels.cast(pa.list_(pa.string())), PATH_KEY_SEP)
     found = pc.index_in(joined, value_set=pa.array(path_keys, pa.string()))
@@ -150,6 +168,7 @@ def node_score_rows(labels, path_keys, path_nodes: np.ndarray):
 def weak_score_rows(scores):
     """CSR node scores from an Arrow list<double> column of K scores per row (null = unlabelled)."""
     import pyarrow.compute as pc
+
     lengths = np.asarray(pc.list_value_length(scores).fill_null(0).to_numpy(zero_copy_only=False))
     flat = np.asarray(scores.flatten().to_numpy(zero_copy_only=False), dtype=np.float64)
     k = int(lengths.max()) if lengths.size else 0

@@ -14,9 +14,9 @@ import scipy.sparse as sp
 from pyspark import RDD, StorageLevel
 from pyspark.sql import DataFrame
 
+from pcem_spark.core.taxonomy import PATH_KEY_SEP
 from pcem_spark.engine.arrow_io import arrow_blocks, node_score_rows, sparse_vector_arrays, weak_score_rows
 from pcem_spark.engine.session import require_classic_session
-from pcem_spark.core.taxonomy import PATH_KEY_SEP
 
 # What the EM passes use that a Spark Connect session lacks (pcem_spark.session.require_classic_session).
 RDD_NEEDS = "the RDD API (packed blocks cached as an RDD, log theta broadcast to mapPartitions, reduceByKey)"
@@ -52,8 +52,14 @@ class Block:
 
     def __getstate__(self):
         X = self.X
-        return (X.shape, X.indptr, X.indices.astype(np.int32, copy=False), _compact(X.data),
-                self.node_scores, self.labeled)
+        return (
+            X.shape,
+            X.indptr,
+            X.indices.astype(np.int32, copy=False),
+            _compact(X.data),
+            self.node_scores,
+            self.labeled,
+        )
 
     def __setstate__(self, state):
         shape, indptr, indices, data, node_scores, labeled = state
@@ -62,36 +68,44 @@ class Block:
         self.labeled = labeled
 
 
-_BLOCK_ROW = ("n int, indptr binary, indices binary, data binary, "
-              "ns_indptr binary, ns_indices binary, ns_data binary")
+_BLOCK_ROW = "n int, indptr binary, indices binary, data binary, ns_indptr binary, ns_indices binary, ns_data binary"
 
 
 def _pack_arrow_partition(batches, supervision, block_size: int):
     """mapInArrow body: each slice of <= block_size rows becomes one row of CSR bytes."""
     import pyarrow as pa
+
     for b in arrow_blocks(batches, block_size):
         indptr, indices, data = sparse_vector_arrays(b.column(0))
         ns_indptr, ns_indices, ns_data = supervision(b.column(1))
         cols = [pa.array([b.num_rows], pa.int32())] + [
-            pa.array([a.tobytes()], pa.binary())
-            for a in (indptr, indices, data, ns_indptr, ns_indices, ns_data)]
-        yield pa.RecordBatch.from_arrays(cols, names=["n", "indptr", "indices", "data", "ns_indptr",
-                                                      "ns_indices", "ns_data"])
+            pa.array([a.tobytes()], pa.binary()) for a in (indptr, indices, data, ns_indptr, ns_indices, ns_data)
+        ]
+        yield pa.RecordBatch.from_arrays(
+            cols, names=["n", "indptr", "indices", "data", "ns_indptr", "ns_indices", "ns_data"]
+        )
 
 
 def _block_from_row(row, vocab_size: int, n_nodes: int) -> Block:
     n = row[0]
     indptr, indices, data, ns_indptr, ns_indices, ns_data = (
-        np.frombuffer(row[i], dtype=t) for i, t in
-        zip(range(1, 7), (np.int64, np.int32, np.float64, np.int64, np.int32, np.float64)))
+        np.frombuffer(row[i], dtype=t)
+        for i, t in zip(range(1, 7), (np.int64, np.int32, np.float64, np.int64, np.int32, np.float64))
+    )
     X = sp.csr_matrix((data, indices, indptr), shape=(n, vocab_size))
     ns = sp.csr_matrix((ns_data, ns_indices, ns_indptr), shape=(n, n_nodes))
     return Block(X, ns, np.diff(ns_indptr) > 0)
 
 
-def blocks_from_labels(df: DataFrame, path_lookup: Dict[Tuple[str, ...], int], path_node: np.ndarray,
-                       vocab_size: int, block_size: int = 4096, features_col: str = "features",
-                       labels_col: str = "labels") -> RDD:
+def blocks_from_labels(
+    df: DataFrame,
+    path_lookup: Dict[Tuple[str, ...], int],
+    path_node: np.ndarray,
+    vocab_size: int,
+    block_size: int = 4096,
+    features_col: str = "features",
+    labels_col: str = "labels",
+) -> RDD:
     """RDD of :class:`Block` from a featurised DataFrame with true label paths.
 
     ``labels`` must already be validated against the taxonomy (see
@@ -118,8 +132,14 @@ def blocks_from_labels(df: DataFrame, path_lookup: Dict[Tuple[str, ...], int], p
     return packed.rdd.map(lambda row: _block_from_row(row, vocab_size, n_nodes))
 
 
-def blocks_from_node_scores(df: DataFrame, n_nodes: int, vocab_size: int, block_size: int = 4096,
-                            features_col: str = "features", scores_col: str = "node_scores") -> RDD:
+def blocks_from_node_scores(
+    df: DataFrame,
+    n_nodes: int,
+    vocab_size: int,
+    block_size: int = 4096,
+    features_col: str = "features",
+    scores_col: str = "node_scores",
+) -> RDD:
     """RDD of :class:`Block` from weak supervision: ``node_scores`` is array<double> of the
     taxonomy's K node columns (``Taxonomy.nodes`` order) or null for an unlabelled row."""
     require_classic_session(df, "engine.blocks_from_node_scores", RDD_NEEDS)

@@ -62,9 +62,7 @@ CJK_CHAR = r"[\x{1100}-\x{10FFFF}&&[\p{IsHan}\p{IsHiragana}\p{IsKatakana}\p{IsHa
 #   group 3: a CJK char with no CJK neighbour -> " $3 ", kept as a unigram;
 #   else the last char of a run (its bigram was made one step earlier) -> " ".
 # Groups that did not take part are replaced by "" (java.util.regex.Matcher).
-_BIGRAM_REGEX = (f"({CJK_CHAR})(?=({CJK_CHAR}))"
-                 f"|(?<!{CJK_CHAR})({CJK_CHAR})(?!{CJK_CHAR})"
-                 f"|{CJK_CHAR}")
+_BIGRAM_REGEX = f"({CJK_CHAR})(?=({CJK_CHAR}))|(?<!{CJK_CHAR})({CJK_CHAR})(?!{CJK_CHAR})|{CJK_CHAR}"
 
 # NFKC with ICU4J, which Spark 4 bundles for its collations: Spark SQL has no
 # normalize() before 4.4, and reflect() cannot pass java.text.Normalizer's enum
@@ -80,14 +78,14 @@ _BEFORE_SETTING_EXISTED: Dict[str, Any] = {"normalize": "none", "cjk": "none"}
 @dataclass
 class FeatureSettings:
     token_pattern: str = DEFAULT_TOKEN_PATTERN
-    min_token_length: int = 2          # CJK tokens are exempt (one Han character is a word)
-    stop_words: str = "english"        # a StopWordsRemover language, or "none"
-    min_df: float = 3.0                # >= 1: document count; < 1: fraction
-    max_df: float = 0.5                # fraction of documents (<= 1) or count (> 1)
-    vocab_size: int = 20000            # keep the most frequent terms (0 = no cap)
-    vocabulary_docs: str = "all"       # fit the vocabulary on "all" training docs or only "labeled" ones
-    normalize: str = "nfkc"            # Unicode normalisation before tokenising: "nfkc" or "none"
-    cjk: str = "chars"                 # Han/kana/Hangul: one token per "chars", "bigrams", or "none" (whole runs)
+    min_token_length: int = 2  # CJK tokens are exempt (one Han character is a word)
+    stop_words: str = "english"  # a StopWordsRemover language, or "none"
+    min_df: float = 3.0  # >= 1: document count; < 1: fraction
+    max_df: float = 0.5  # fraction of documents (<= 1) or count (> 1)
+    vocab_size: int = 20000  # keep the most frequent terms (0 = no cap)
+    vocabulary_docs: str = "all"  # fit the vocabulary on "all" training docs or only "labeled" ones
+    normalize: str = "nfkc"  # Unicode normalisation before tokenising: "nfkc" or "none"
+    cjk: str = "chars"  # Han/kana/Hangul: one token per "chars", "bigrams", or "none" (whole runs)
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "FeatureSettings":
@@ -101,8 +99,9 @@ class FeatureSettings:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise InputError(f"unknown feature settings {unknown} (a model from a newer pcem-spark?); "
-                             f"known: {sorted(known)}")
+            raise InputError(
+                f"unknown feature settings {unknown} (a model from a newer pcem-spark?); known: {sorted(known)}"
+            )
         settings = cls(**{**_BEFORE_SETTING_EXISTED, **d})
         settings.validate()
         return settings
@@ -119,8 +118,7 @@ class FeatureSettings:
         if self.vocab_size < 0:
             raise InputError(f"features.vocab_size must be >= 0, got {self.vocab_size}")
         if self.normalize not in NORMALIZE_MODES:
-            raise InputError(f"features.normalize must be one of {', '.join(NORMALIZE_MODES)}, "
-                             f"got {self.normalize!r}")
+            raise InputError(f"features.normalize must be one of {', '.join(NORMALIZE_MODES)}, got {self.normalize!r}")
         if self.cjk not in CJK_MODES:
             raise InputError(f"features.cjk must be one of {', '.join(CJK_MODES)}, got {self.cjk!r}")
 
@@ -133,8 +131,7 @@ def nfkc(text: Column) -> Column:
     :func:`tokenize` (a column of its own, read by the tokenizer) never needs.
     """
     # ICU throws on null; reflect() would fail the task, so nulls skip the call.
-    return F.when(text.isNotNull(),
-                  F.reflect(F.lit(_ICU_NORMALIZER), F.lit("compose"), text, F.lit(True)))
+    return F.when(text.isNotNull(), F.reflect(F.lit(_ICU_NORMALIZER), F.lit("compose"), text, F.lit(True)))
 
 
 def _nfkc_series(texts: pd.Series) -> pd.Series:
@@ -149,15 +146,17 @@ def nfkc_python(text: Column) -> Column:
     restricted SQL mode): it ships the text to Python workers and back.
     """
     from pyspark.sql.functions import pandas_udf
+
     return pandas_udf(_nfkc_series, "string")(text)
 
 
 def _with_nfkc(df: DataFrame, text_col: str, out_col: str) -> DataFrame:
     """``df`` plus ``out_col`` = NFKC of ``text_col``: ICU via reflect(), else the pandas UDF."""
     from pyspark.errors import AnalysisException
+
     try:
         out = df.withColumn(out_col, nfkc(F.col(text_col)))
-        out.schema  # Spark Connect analyses lazily: make a refused reflect() fail here
+        _ = out.schema  # Spark Connect analyses lazily: make a refused reflect() fail here
         return out
     except AnalysisException as exc:
         # Refused (allow list: DATATYPE_MISMATCH.METHOD_NOT_ALLOWED; restricted mode:
@@ -166,8 +165,9 @@ def _with_nfkc(df: DataFrame, text_col: str, out_col: str) -> DataFrame:
         condition = exc.getCondition() or ""
         if not condition.startswith(("DATATYPE_MISMATCH", "UNSUPPORTED_FEATURE")):
             raise
-        log.warning("reflect() is not allowed here (%s); Unicode NFKC runs in a Python UDF instead",
-                    str(exc).splitlines()[0])
+        log.warning(
+            "reflect() is not allowed here (%s); Unicode NFKC runs in a Python UDF instead", str(exc).splitlines()[0]
+        )
         return df.withColumn(out_col, nfkc_python(F.col(text_col)))
 
 
@@ -190,17 +190,21 @@ def split_cjk(text: Column, mode: str) -> Column:
 
 def _long_enough_or_cjk(tokens: Column, min_length: int) -> Column:
     """Tokens of at least ``min_length`` characters, plus CJK tokens of any length."""
+
     def keep(t: Column) -> Column:
         # RegexTokenizer counts UTF-16 units, F.length code points: the UTF-16
         # test only runs on the rare short tokens, so non-CJK tokens are kept
         # exactly as RegexTokenizer(minTokenLength) keeps them.
-        return ((F.length(t) >= min_length) | t.rlike(f"^{CJK_CHAR}+$")
-                | (F.octet_length(F.encode(t, "UTF-16BE")) >= 2 * min_length))
+        return (
+            (F.length(t) >= min_length)
+            | t.rlike(f"^{CJK_CHAR}+$")
+            | (F.octet_length(F.encode(t, "UTF-16BE")) >= 2 * min_length)
+        )
+
     return F.filter(tokens, keep)
 
 
-def tokenize(df: DataFrame, settings: FeatureSettings, text_col: str = "text",
-             tokens_col: str = "tokens") -> DataFrame:
+def tokenize(df: DataFrame, settings: FeatureSettings, text_col: str = "text", tokens_col: str = "tokens") -> DataFrame:
     """Add an array<string> column of tokens (stop words removed); see the module docstring."""
     source = text_col
     if settings.normalize == "nfkc" or settings.cjk != "none":
@@ -214,9 +218,14 @@ def tokenize(df: DataFrame, settings: FeatureSettings, text_col: str = "text",
     # With cjk = "none" RegexTokenizer drops short tokens itself, as it always did;
     # otherwise single CJK characters must survive, so the filter comes after.
     exempt_cjk = settings.cjk != "none" and settings.min_token_length > 1
-    tok = RegexTokenizer(inputCol=source, outputCol="_raw_tokens", pattern=settings.token_pattern,
-                         gaps=False, toLowercase=True,
-                         minTokenLength=1 if exempt_cjk else settings.min_token_length)
+    tok = RegexTokenizer(
+        inputCol=source,
+        outputCol="_raw_tokens",
+        pattern=settings.token_pattern,
+        gaps=False,
+        toLowercase=True,
+        minTokenLength=1 if exempt_cjk else settings.min_token_length,
+    )
     out = tok.transform(df)
     if source != text_col:
         out = out.drop(source)
@@ -224,8 +233,10 @@ def tokenize(df: DataFrame, settings: FeatureSettings, text_col: str = "text",
         out = out.withColumn("_raw_tokens", _long_enough_or_cjk(F.col("_raw_tokens"), settings.min_token_length))
     if settings.stop_words and settings.stop_words.lower() != "none":
         remover = StopWordsRemover(
-            inputCol="_raw_tokens", outputCol=tokens_col,
-            stopWords=StopWordsRemover.loadDefaultStopWords(settings.stop_words.lower()))
+            inputCol="_raw_tokens",
+            outputCol=tokens_col,
+            stopWords=StopWordsRemover.loadDefaultStopWords(settings.stop_words.lower()),
+        )
         out = remover.transform(out).drop("_raw_tokens")
     else:
         out = out.withColumnRenamed("_raw_tokens", tokens_col)
@@ -249,11 +260,13 @@ def _too_few_documents(settings: FeatureSettings, n_docs: int, which: str) -> Va
         f"{n_docs} {which}documents are too few for features.min_df={settings.min_df:g} and "
         f"features.max_df={settings.max_df:g}{need}: a term would have to occur in at least {least:g} and at "
         f"most {most:g} documents. For a small corpus set features.min_df=1 and features.max_df=1.0 "
-        "(--set features.min_df=1 --set features.max_df=1.0; PathEM(minDF=1.0, maxDF=1.0)).")
+        "(--set features.min_df=1 --set features.max_df=1.0; PathEM(minDF=1.0, maxDF=1.0))."
+    )
 
 
-def fit_vocabulary(df: DataFrame, settings: FeatureSettings, text_col: str = "text",
-                   labels_col: str = "labels") -> List[str]:
+def fit_vocabulary(
+    df: DataFrame, settings: FeatureSettings, text_col: str = "text", labels_col: str = "labels"
+) -> List[str]:
     """Fit the vocabulary on ``df`` (only the distributed count; the result is V strings).
 
     With ``vocabulary_docs = "labeled"`` only rows with labels count: the
@@ -275,9 +288,14 @@ def fit_vocabulary(df: DataFrame, settings: FeatureSettings, text_col: str = "te
     # document"; our max_df <= 1 is always a fraction, and 1.0 means no cap.
     max_df = float(settings.max_df)
     if max_df == 1.0:
-        max_df = float(2 ** 63 - 1)
-    cv = CountVectorizer(inputCol="tokens", outputCol="features", minDF=float(settings.min_df),
-                         maxDF=max_df, vocabSize=settings.vocab_size if settings.vocab_size > 0 else 1 << 30)
+        max_df = float(2**63 - 1)
+    cv = CountVectorizer(
+        inputCol="tokens",
+        outputCol="features",
+        minDF=float(settings.min_df),
+        maxDF=max_df,
+        vocabSize=settings.vocab_size if settings.vocab_size > 0 else 1 << 30,
+    )
     try:
         vocab = list(cv.fit(tokens).vocabulary)
     except IllegalArgumentException as exc:
@@ -290,15 +308,21 @@ def fit_vocabulary(df: DataFrame, settings: FeatureSettings, text_col: str = "te
         n_docs = tokens.count()
         hint = "are the documents' texts empty?"
         if settings.cjk == "none":
-            hint += " Chinese / Japanese text needs features.cjk = \"bigrams\" or \"chars\"."
+            hint += ' Chinese / Japanese text needs features.cjk = "bigrams" or "chars".'
         raise InputError(
             f"the vocabulary is empty: no token of the {n_docs} {which}documents passes "
-            f"features.min_df={settings.min_df:g}, features.max_df={settings.max_df:g} ({hint})")
+            f"features.min_df={settings.min_df:g}, features.max_df={settings.max_df:g} ({hint})"
+        )
     return vocab
 
 
-def featurize(df: DataFrame, vocabulary: List[str], settings: FeatureSettings,
-              text_col: str = "text", features_col: str = "features") -> DataFrame:
+def featurize(
+    df: DataFrame,
+    vocabulary: List[str],
+    settings: FeatureSettings,
+    text_col: str = "text",
+    features_col: str = "features",
+) -> DataFrame:
     """Add a SparseVector column of term counts over ``vocabulary`` (other columns kept)."""
     tokens = tokenize(df, settings, text_col)
     cvm = CountVectorizerModel.from_vocabulary(vocabulary, inputCol="tokens", outputCol=features_col)

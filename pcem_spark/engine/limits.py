@@ -50,4 +50,5 @@ def check_result_size(sc, n_bytes: float, what: str) -> None:
             f"{what} take about {_human(n_bytes)} on the driver, more than spark.driver.maxResultSize="
             f"{sc.getConf().get('spark.driver.maxResultSize', '1g')} ({_human(limit)}): raise it, e.g. "
             f"--conf spark.driver.maxResultSize={suggest >> 30}g (and spark.driver.memory to at least 3x that), "
-            f"or shrink the model (features.max_vocab, model.parameter_dtype=float32)")
+            f"or shrink the model (features.max_vocab, model.parameter_dtype=float32)"
+        )

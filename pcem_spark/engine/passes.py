@@ -32,11 +32,15 @@ import numpy as np
 import scipy.sparse as sp
 from pyspark import RDD
 
-from pcem_spark.core.parameters import DEFAULT_SMOOTHING_GRID, PathParameters, choose_smoothing, sparse_log_parameters, sparse_log_prior_density
-
-from pcem_spark.core.structure import Structure, path_scores
-
 from pcem_spark.core.estep import e_step, length_normalize, scoring_tables
+from pcem_spark.core.parameters import (
+    DEFAULT_SMOOTHING_GRID,
+    PathParameters,
+    choose_smoothing,
+    sparse_log_parameters,
+    sparse_log_prior_density,
+)
+from pcem_spark.core.structure import Structure, path_scores
 from pcem_spark.engine.blocks import Block
 from pcem_spark.engine.limits import check_result_size
 from pcem_spark.errors import InputError
@@ -83,6 +87,7 @@ def em_mode(em: Union[bool, str]) -> str:
 @dataclass
 class FitResult:
     """A fitted model's parameters (sparse, :class:`pcem_spark.core.PathParameters`) and its run."""
+
     params: PathParameters
     n_iter: int = 0
     converged: bool = False
@@ -90,11 +95,11 @@ class FitResult:
     iter_seconds: List[float] = field(default_factory=list)
     n_labeled: int = 0
     n_unlabeled: int = 0
-    smoothing: float = 1.0                 # the word pseudo-count used (chosen when "auto")
-    smoothing_evidence: Optional[Dict[str, float]] = None   # grid value -> log evidence ("auto")
+    smoothing: float = 1.0  # the word pseudo-count used (chosen when "auto")
+    smoothing_evidence: Optional[Dict[str, float]] = None  # grid value -> log evidence ("auto")
     prior_smoothing: Optional[float] = None  # the path prior's pseudo-count used (None: = smoothing)
-    warm_start: bool = False               # the first E-step used init_params, not the naive Bayes ones
-    loglik_decreases: int = 0              # iterations whose log-likelihood fell (truncated E-steps)
+    warm_start: bool = False  # the first E-step used init_params, not the naive Bayes ones
+    loglik_decreases: int = 0  # iterations whose log-likelihood fell (truncated E-steps)
     # Per path / component (R,): the document mass of the labelled documents as the M-step counts it
     # (Eq. 2 weights), and of all documents in the last E-step (labelled + lambda x unlabelled
     # posteriors); the prior is computed from the latter. What `pcem inspect` reports per node.
@@ -113,6 +118,7 @@ class FitResult:
 
 class PassSettings(NamedTuple):
     """What every partition of one pass needs besides the broadcast (small, pickled with the closure)."""
+
     n_paths: int
     vocab_size: int
     use_unlabeled: bool
@@ -195,6 +201,7 @@ def _row_chunks(n_paths: int, n_chunks: int) -> np.ndarray:
 
 def _pass_partition(index: int, blocks: Iterable[Block], bc, static_bc, cfg: PassSettings):
     from pcem_spark.util.faults import maybe_fail
+
     maybe_fail("em_pass")  # no-op unless a test sets PCEM_INJECT_FAULT
     tables = bc.value
     score_matrix, structure = static_bc.value
@@ -219,9 +226,21 @@ def _pass_partition(index: int, blocks: Iterable[Block], bc, static_bc, cfg: Pas
                 X = length_normalize(X, cfg.doc_length)
             if dtype != np.float64:
                 X = X.astype(dtype)
-            st = e_step(X, fixed, labeled, None, None, cfg.use_unlabeled, cfg.posterior_floor,
-                               1.0 if cfg.sparse_sums else 0.0, structure, rng, cfg.unlabeled_weight,
-                               cfg.top_k, tables)
+            st = e_step(
+                X,
+                fixed,
+                labeled,
+                None,
+                None,
+                cfg.use_unlabeled,
+                cfg.posterior_floor,
+                1.0 if cfg.sparse_sums else 0.0,
+                structure,
+                rng,
+                cfg.unlabeled_weight,
+                cfg.top_k,
+                tables,
+            )
             sums.add(st.word_counts)
             totals += st.path_totals
             n_lab = int(labeled.sum())
@@ -250,12 +269,23 @@ def _record_bytes(record) -> int:
     return int(np.asarray(value).nbytes)
 
 
-def sufficient_stats(blocks: RDD, params: Optional[PathParameters], score_matrix: np.ndarray,
-                     vocab_size: int, use_unlabeled: bool, posterior_floor: float = 0.0,
-                     dtype: str = "float64", structure: Optional[Structure] = None,
-                     init_seed: Optional[int] = None, unlabeled_weight: float = 1.0, doc_length: float = 0.0,
-                     top_k: int = 0, stats: Optional[dict] = None, n_terms: Optional[int] = None,
-                     static_bc=None):
+def sufficient_stats(
+    blocks: RDD,
+    params: Optional[PathParameters],
+    score_matrix: np.ndarray,
+    vocab_size: int,
+    use_unlabeled: bool,
+    posterior_floor: float = 0.0,
+    dtype: str = "float64",
+    structure: Optional[Structure] = None,
+    init_seed: Optional[int] = None,
+    unlabeled_weight: float = 1.0,
+    doc_length: float = 0.0,
+    top_k: int = 0,
+    stats: Optional[dict] = None,
+    n_terms: Optional[int] = None,
+    static_bc=None,
+):
     """One distributed pass: returns ``(word_counts (M, V), path_totals (M,), loglik, n_lab, n_unlab)``.
 
     ``word_counts`` is a CSR matrix when the sums travelled sparse (truncated
@@ -286,16 +316,28 @@ def sufficient_stats(blocks: RDD, params: Optional[PathParameters], score_matrix
         check_result_size(sc, dense_bytes, what)  # dense sums: the bound is exact, refuse before any work
     n_tasks = max(1, sc.defaultParallelism)
     n_reducers = max(1, min(n_paths, n_tasks))
-    cfg = PassSettings(n_paths, vocab_size, use_unlabeled, posterior_floor, top_k, init_seed, unlabeled_weight,
-                       doc_length, sparse_sums, max(1, min(n_paths, 4 * n_reducers)), dtype)
+    cfg = PassSettings(
+        n_paths,
+        vocab_size,
+        use_unlabeled,
+        posterior_floor,
+        top_k,
+        init_seed,
+        unlabeled_weight,
+        doc_length,
+        sparse_sums,
+        max(1, min(n_paths, 4 * n_reducers)),
+        dtype,
+    )
     bound = dense_bytes
     if sparse_sums and n_terms is not None:
         k_unlab = top_k if 0 < top_k < n_paths else n_paths
         nonzero = sp.csr_matrix(score_matrix) != 0
-        k_lab = min(n_paths, int(np.asarray(nonzero.sum(axis=0)).max(initial=1))
-                    * int(np.asarray(nonzero.sum(axis=1)).max(initial=1)))
-        bound = min(dense_bytes * (itemsize + 4) / itemsize,
-                    (n_terms * max(k_unlab, k_lab) + n_paths) * (itemsize + 4))
+        k_lab = min(
+            n_paths,
+            int(np.asarray(nonzero.sum(axis=0)).max(initial=1)) * int(np.asarray(nonzero.sum(axis=1)).max(initial=1)),
+        )
+        bound = min(dense_bytes * (itemsize + 4) / itemsize, (n_terms * max(k_unlab, k_lab) + n_paths) * (itemsize + 4))
     tables = None if params is None else scoring_tables(params, dtype)
     own_static = static_bc is None
     if own_static:
@@ -309,8 +351,9 @@ def sufficient_stats(blocks: RDD, params: Optional[PathParameters], score_matrix
         # reads (coalesce keeps the cached blocks' locations), so what is
         # shuffled grows with executors x cores, not with partitions.
         src = blocks.coalesce(n_tasks) if COALESCE_TO_CORES and blocks.getNumPartitions() > n_tasks else blocks
-        reduced = (src.mapPartitionsWithIndex(lambda i, it: _pass_partition(i, it, bc, static_bc, cfg))
-                   .reduceByKey(_add, numPartitions=n_reducers))
+        reduced = src.mapPartitionsWithIndex(lambda i, it: _pass_partition(i, it, bc, static_bc, cfg)).reduceByKey(
+            _add, numPartitions=n_reducers
+        )
         if bound * 1.1 + (1 << 20) > _limit_or_inf(sc):
             # The bound says it might not fit: size the summed records exactly first
             # (the shuffle output is reused; only the small reduce side runs twice).
@@ -331,6 +374,7 @@ def sufficient_stats(blocks: RDD, params: Optional[PathParameters], score_matrix
 
 def _limit_or_inf(sc) -> float:
     from pcem_spark.engine.limits import max_result_size
+
     limit = max_result_size(sc)
     return float("inf") if limit <= 0 else float(limit)
 
@@ -358,8 +402,7 @@ def _assemble(records, n_paths: int, vocab_size: int, sparse_sums: bool, stats: 
         totals = full[:, vocab_size].copy()
         word_counts = full[:, :vocab_size]
     if stats is not None:
-        stats.update(labeled_tokens=float(scalars[3]), labeled_raw_tokens=float(scalars[4]),
-                     n_terms=int(scalars[5]))
+        stats.update(labeled_tokens=float(scalars[3]), labeled_raw_tokens=float(scalars[4]), n_terms=int(scalars[5]))
     return word_counts, totals, float(scalars[0]), int(scalars[1]), int(scalars[2])
 
 
@@ -373,12 +416,27 @@ def _stack_chunks(mats, n_paths: int, width: int, sparse: bool):
     return full
 
 
-def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: Union[bool, str] = True, smoothing=1.0,
-        max_iter: int = 50, tol: float = 1e-5, label: str = "PCEM", posterior_floor: float = 0.0,
-        dtype: str = "float64", structure: Optional[Structure] = None,
-        seed: int = 0, unlabeled_weight: float = 1.0, prior_smoothing: Optional[float] = None,
-        smoothing_grid=DEFAULT_SMOOTHING_GRID, doc_length: float = 0.0, top_k: int = 0,
-        stats: Optional[List[dict]] = None, init_params: Optional[PathParameters] = None) -> FitResult:
+def fit(
+    blocks: RDD,
+    score_matrix: np.ndarray,
+    vocab_size: int,
+    em: Union[bool, str] = True,
+    smoothing=1.0,
+    max_iter: int = 50,
+    tol: float = 1e-5,
+    label: str = "PCEM",
+    posterior_floor: float = 0.0,
+    dtype: str = "float64",
+    structure: Optional[Structure] = None,
+    seed: int = 0,
+    unlabeled_weight: float = 1.0,
+    prior_smoothing: Optional[float] = None,
+    smoothing_grid=DEFAULT_SMOOTHING_GRID,
+    doc_length: float = 0.0,
+    top_k: int = 0,
+    stats: Optional[List[dict]] = None,
+    init_params: Optional[PathParameters] = None,
+) -> FitResult:
     """PCNB (``em=False``) or PCEM (Algorithm 1) on cached blocks -- or a baseline.
 
     ``score_matrix`` (M, K) turns node scores into path scores (Eq. 2): the
@@ -425,34 +483,89 @@ def fit(blocks: RDD, score_matrix: np.ndarray, vocab_size: int, em: Union[bool, 
     # The score matrix and the method's structure do not change between passes: broadcast once.
     static_bc = blocks.context.broadcast((score_matrix, structure))
     try:
-        return _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter, tol, label,
-                    posterior_floor, dtype, structure, init_seed, unlabeled_weight, prior_smoothing,
-                    smoothing_grid, doc_length, top_k, stats, t0, init_stats, init_params)
+        return _fit(
+            blocks,
+            static_bc,
+            score_matrix,
+            vocab_size,
+            mode,
+            smoothing,
+            max_iter,
+            tol,
+            label,
+            posterior_floor,
+            dtype,
+            structure,
+            init_seed,
+            unlabeled_weight,
+            prior_smoothing,
+            smoothing_grid,
+            doc_length,
+            top_k,
+            stats,
+            t0,
+            init_stats,
+            init_params,
+        )
     finally:
         static_bc.unpersist()
 
 
-def _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter, tol, label, posterior_floor,
-         dtype, structure, init_seed, unlabeled_weight, prior_smoothing, smoothing_grid, doc_length, top_k,
-         stats, t0, init_stats, init_params=None) -> FitResult:
+def _fit(
+    blocks,
+    static_bc,
+    score_matrix,
+    vocab_size,
+    mode,
+    smoothing,
+    max_iter,
+    tol,
+    label,
+    posterior_floor,
+    dtype,
+    structure,
+    init_seed,
+    unlabeled_weight,
+    prior_smoothing,
+    smoothing_grid,
+    doc_length,
+    top_k,
+    stats,
+    t0,
+    init_stats,
+    init_params=None,
+) -> FitResult:
     """The body of :func:`fit` once the per-fit broadcast exists."""
     use_unlabeled = mode == "all"
     groups = None if structure is None else structure.groups
-    wc, totals, _, n_lab, n_unlab = sufficient_stats(blocks, None, score_matrix, vocab_size, False,
-                                                     structure=structure, init_seed=init_seed,
-                                                     doc_length=doc_length, stats=init_stats,
-                                                     static_bc=static_bc)
+    wc, totals, _, n_lab, n_unlab = sufficient_stats(
+        blocks,
+        None,
+        score_matrix,
+        vocab_size,
+        False,
+        structure=structure,
+        init_seed=init_seed,
+        doc_length=doc_length,
+        stats=init_stats,
+        static_bc=static_bc,
+    )
     if stats is not None:
         stats.append(dict(init_stats))
     if init_params is not None and init_params.shape != (score_matrix.shape[0], vocab_size):
-        raise ValueError(f"{label}: init_params are {init_params.shape[0]} x {init_params.shape[1]}, the fit needs "
-                         f"{score_matrix.shape[0]} components x {vocab_size} terms")
+        raise ValueError(
+            f"{label}: init_params are {init_params.shape[0]} x {init_params.shape[1]}, the fit needs "
+            f"{score_matrix.shape[0]} components x {vocab_size} terms"
+        )
     if n_lab == 0 and init_params is not None and smoothing == "auto":
-        raise InputError(f"{label}: smoothing \"auto\" is chosen from the labelled counts and this batch has no "
-                         "labelled document; give a number (e.g. the previous model's)")
+        raise InputError(
+            f'{label}: smoothing "auto" is chosen from the labelled counts and this batch has no '
+            "labelled document; give a number (e.g. the previous model's)"
+        )
     if n_lab == 0 and init_params is None:
-        raise InputError(f"{label}: no labelled document in the training data; "
-                         "naive Bayes needs at least one labelled document")
+        raise InputError(
+            f"{label}: no labelled document in the training data; naive Bayes needs at least one labelled document"
+        )
     evidence = None
     if smoothing == "auto":
         counted, raw = init_stats.get("labeled_tokens", 0.0), init_stats.get("labeled_raw_tokens", 0.0)
@@ -461,35 +574,59 @@ def _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter,
         evidence = {f"{a:g}": float(e) for a, e in zip(sorted(smoothing_grid), ev)}
         if prior_smoothing is None:
             prior_smoothing = 1.0
-        log.info("%s: smoothing %g chosen by Dirichlet-multinomial evidence of the labelled counts "
-                 "(grid %s)", label, smoothing, ", ".join(f"{a}: {e:.4g}" for a, e in evidence.items()))
+        log.info(
+            "%s: smoothing %g chosen by Dirichlet-multinomial evidence of the labelled counts (grid %s)",
+            label,
+            smoothing,
+            ", ".join(f"{a}: {e:.4g}" for a, e in evidence.items()),
+        )
     smoothing = float(smoothing)
     if not 0.0 <= unlabeled_weight <= 1.0:
         raise InputError(f"unlabeled_weight must be in [0, 1], got {unlabeled_weight}")
     n_terms = int(init_stats.get("n_terms", 0)) or None
     params = sparse_log_parameters(wc, totals, smoothing, groups, prior_smoothing)
     del wc
-    result = FitResult(params, n_labeled=n_lab, n_unlabeled=n_unlab, smoothing=smoothing,
-                       smoothing_evidence=evidence, path_mass_labeled=np.asarray(totals, dtype=np.float64),
-                       path_mass=np.asarray(totals, dtype=np.float64))
-    log.info("%s: naive Bayes initialisation on %d labelled documents (%d unlabelled) in %.2fs; "
-             "%d non-zero word parameters of %d paths x %d terms", label, n_lab, n_unlab,
-             time.perf_counter() - t0, params.log_ratio.nnz, params.shape[0], vocab_size)
+    result = FitResult(
+        params,
+        n_labeled=n_lab,
+        n_unlabeled=n_unlab,
+        smoothing=smoothing,
+        smoothing_evidence=evidence,
+        path_mass_labeled=np.asarray(totals, dtype=np.float64),
+        path_mass=np.asarray(totals, dtype=np.float64),
+    )
+    log.info(
+        "%s: naive Bayes initialisation on %d labelled documents (%d unlabelled) in %.2fs; "
+        "%d non-zero word parameters of %d paths x %d terms",
+        label,
+        n_lab,
+        n_unlab,
+        time.perf_counter() - t0,
+        params.log_ratio.nnz,
+        params.shape[0],
+        vocab_size,
+    )
     if use_unlabeled and unlabeled_weight == 0.0 and structure is None:
         mode = "off"  # EM-lambda with lambda = 0: the unlabelled documents never count, naive Bayes it is
     result.prior_smoothing = smoothing if prior_smoothing is None else float(prior_smoothing)
     if init_params is not None and mode == "off":
         if n_lab == 0:
-            raise InputError(f"{label}: no labelled document and no EM iterations (naive Bayes"
-                             f"{', unlabeled_weight 0' if use_unlabeled else ''}): a warm start needs EM over "
-                             "the unlabelled documents")
+            raise InputError(
+                f"{label}: no labelled document and no EM iterations (naive Bayes"
+                f"{', unlabeled_weight 0' if use_unlabeled else ''}): a warm start needs EM over "
+                "the unlabelled documents"
+            )
         log.warning("%s: naive Bayes, no EM iterations: the warm start parameters are not used", label)
     elif init_params is not None and n_lab == 0 and not use_unlabeled:
         raise InputError(f"{label}: no labelled document and EM over the labelled documents only: nothing to fit")
     elif init_params is not None:
         result.warm_start = True
-        log.info("%s: warm start: the first E-step uses the given parameters (%d non-zero word parameters), "
-                 "not the naive Bayes ones", label, init_params.log_ratio.nnz)
+        log.info(
+            "%s: warm start: the first E-step uses the given parameters (%d non-zero word parameters), "
+            "not the naive Bayes ones",
+            label,
+            init_params.log_ratio.nnz,
+        )
         params = init_params
         if max_iter == 0:
             result.params = init_params
@@ -503,9 +640,21 @@ def _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter,
         t_it = time.perf_counter()
         pass_stats: Dict[str, float] = {}
         wc, totals, data_ll, _, _ = sufficient_stats(
-            blocks, params, score_matrix, vocab_size, use_unlabeled, posterior_floor, dtype,
-            structure, unlabeled_weight=unlabeled_weight, doc_length=doc_length, top_k=top_k,
-            stats=pass_stats, n_terms=n_terms, static_bc=static_bc)
+            blocks,
+            params,
+            score_matrix,
+            vocab_size,
+            use_unlabeled,
+            posterior_floor,
+            dtype,
+            structure,
+            unlabeled_weight=unlabeled_weight,
+            doc_length=doc_length,
+            top_k=top_k,
+            stats=pass_stats,
+            n_terms=n_terms,
+            static_bc=static_bc,
+        )
         loglik = data_ll + sparse_log_prior_density(params, smoothing, prior_smoothing)
         # Let the old parameters (the naive-Bayes ones on the first pass) go before the new ones exist.
         params = result.params = None
@@ -513,8 +662,10 @@ def _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter,
         del wc
         result.path_mass = np.asarray(totals, dtype=np.float64)
         if not (np.isfinite(loglik) and np.isfinite(params.log_prior).all()):
-            raise FloatingPointError(f"{label}: EM iteration {it} produced non-finite parameters "
-                                     f"(log-likelihood {loglik}); check the input counts and settings")
+            raise FloatingPointError(
+                f"{label}: EM iteration {it} produced non-finite parameters "
+                f"(log-likelihood {loglik}); check the input counts and settings"
+            )
         secs = time.perf_counter() - t_it
         rel = float("nan") if prev is None else abs(loglik - prev) / max(abs(prev), 1e-300)
         result.loglik_history.append(loglik)
@@ -523,20 +674,32 @@ def _fit(blocks, static_bc, score_matrix, vocab_size, mode, smoothing, max_iter,
         if stats is not None:
             pass_stats["nnz_parameters"] = int(params.log_ratio.nnz)
             stats.append(pass_stats)
-        log.info("%s EM iteration %d: log-likelihood %.6e, relative change %.3e, %.2fs, "
-                 "%d non-zero word parameters", label, it, loglik, rel, secs, params.log_ratio.nnz)
+        log.info(
+            "%s EM iteration %d: log-likelihood %.6e, relative change %.3e, %.2fs, %d non-zero word parameters",
+            label,
+            it,
+            loglik,
+            rel,
+            secs,
+            params.log_ratio.nnz,
+        )
         if prev is not None and loglik < prev - 1e-9 * abs(prev):
             result.loglik_decreases += 1
-            log.warning("%s EM iteration %d: the log-likelihood fell (%.6e -> %.6e)%s", label, it, prev, loglik,
-                        "; expected now and then with truncated posteriors (posterior_top_k / posterior_floor)"
-                        if posterior_floor > 0 or 0 < top_k < score_matrix.shape[0] else
-                        "; exact EM never does this: check the input for NaN or negative counts")
+            log.warning(
+                "%s EM iteration %d: the log-likelihood fell (%.6e -> %.6e)%s",
+                label,
+                it,
+                prev,
+                loglik,
+                "; expected now and then with truncated posteriors (posterior_top_k / posterior_floor)"
+                if posterior_floor > 0 or 0 < top_k < score_matrix.shape[0]
+                else "; exact EM never does this: check the input for NaN or negative counts",
+            )
         if prev is not None and rel < tol:
             result.converged = True
             break
         prev = loglik
     if not result.converged:
-        log.warning("%s: EM stopped at max_iter=%d before the relative change fell below tol=%g",
-                    label, max_iter, tol)
+        log.warning("%s: EM stopped at max_iter=%d before the relative change fell below tol=%g", label, max_iter, tol)
     result.params = params
     return result

@@ -15,10 +15,9 @@ from pyspark.sql import SparkSession
 from pcem_spark.errors import InputError
 
 
-
 @dataclass
 class SparkSettings:
-    master: Optional[str] = None          # None: whatever spark-submit / the environment says
+    master: Optional[str] = None  # None: whatever spark-submit / the environment says
     app_name: str = "pcem-spark"
     conf: Dict[str, str] = field(default_factory=dict)
 
@@ -88,6 +87,7 @@ def _effective_master(settings: SparkSettings) -> str:
 def _jvm_state() -> Tuple[bool, bool]:
     """(a SparkContext is active, this process already has a JVM gateway)."""
     from pyspark import SparkContext
+
     return SparkContext._active_spark_context is not None, SparkContext._gateway is not None
 
 
@@ -117,12 +117,15 @@ def _loopback_binding(settings: SparkSettings, under_submit: bool) -> Dict[str, 
         return {}
     active, jvm_running = _jvm_state()
     if active:
-        return {}   # getOrCreate returns the running session: its sockets are already bound
+        return {}  # getOrCreate returns the running session: its sockets are already bound
     conf = {k: str(v) for k, v in settings.conf.items()}
     local_ip = os.environ.get("SPARK_LOCAL_IP", "")
     added: Dict[str, str] = {}
-    if not any(k in conf for k in _DRIVER_ADDRESS_KEYS) and local_ip in ("", LOOPBACK) \
-            and not os.environ.get("SPARK_LOCAL_HOSTNAME"):
+    if (
+        not any(k in conf for k in _DRIVER_ADDRESS_KEYS)
+        and local_ip in ("", LOOPBACK)
+        and not os.environ.get("SPARK_LOCAL_HOSTNAME")
+    ):
         added = {key: LOOPBACK for key in _DRIVER_ADDRESS_KEYS}
     if not local_ip:
         if jvm_running:
@@ -132,9 +135,11 @@ def _loopback_binding(settings: SparkSettings, under_submit: bool) -> Dict[str, 
                 added["spark.ui.enabled"] = "false"
                 logging.getLogger(__name__).warning(
                     "the Spark UI is off: this process's JVM was started without SPARK_LOCAL_IP, "
-                    "so the UI could not be bound to %s", LOOPBACK)
+                    "so the UI could not be bound to %s",
+                    LOOPBACK,
+                )
         else:
-            os.environ["SPARK_LOCAL_IP"] = LOOPBACK   # read by the JVM launch_gateway starts
+            os.environ["SPARK_LOCAL_IP"] = LOOPBACK  # read by the JVM launch_gateway starts
     return added
 
 
@@ -195,11 +200,14 @@ def _connect_error(what: str, needs: str, why: str) -> SparkConnectError:
         "SparkSession.builder.master(...).getOrCreate() -- without .remote(...), SPARK_REMOTE or "
         "spark.api.mode=connect. Over Spark Connect, pcem-spark can only read and check documents "
         "(pcem_spark.documents.read_documents with fmt='json' or 'parquet', split_rejects) and featurise them "
-        "(pcem_spark.features); see docs/CLUSTER.md, \"Spark Connect\".")
+        '(pcem_spark.features); see docs/CLUSTER.md, "Spark Connect".'
+    )
 
 
 def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     logging.getLogger("py4j").setLevel(logging.WARNING)
-

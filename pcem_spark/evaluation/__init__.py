@@ -9,8 +9,8 @@ from pcem_spark.evaluation.evaluator import (  # noqa: F401
 )
 from pcem_spark.evaluation.metrics import (  # noqa: F401
     evaluate_predictions,
-    format_metrics,
     f1_scores,
+    format_metrics,
     node_confusion,
 )
 

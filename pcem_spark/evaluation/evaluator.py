@@ -28,15 +28,18 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pcem_spark.evaluation.metrics import confusion_arrays, evaluate_predictions, f1_scores, node_confusion
 from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError
 from pcem_spark.errors import InputError
+from pcem_spark.evaluation.metrics import confusion_arrays, evaluate_predictions, f1_scores, node_confusion
 
 __all__ = ["HierarchicalF1Evaluator"]
 
 # metricName -> how it is computed from f1_scores(); meanF1 = (micro-F1 + macro-F1) / 2.
-METRICS = {"microF1": lambda m: m["micro_f1"], "macroF1": lambda m: m["macro_f1"],
-           "meanF1": lambda m: (m["micro_f1"] + m["macro_f1"]) / 2}
+METRICS = {
+    "microF1": lambda m: m["micro_f1"],
+    "macroF1": lambda m: m["macro_f1"],
+    "meanF1": lambda m: (m["micro_f1"] + m["macro_f1"]) / 2,
+}
 
 
 def _check_metric_name(value: Any) -> str:
@@ -60,14 +63,17 @@ def _parse_taxonomy(text: str) -> Taxonomy:
     try:
         return Taxonomy.from_json(text)
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-        raise InputError("HierarchicalF1Evaluator taxonomy Param is not the JSON of Taxonomy.to_json() "
-                         f"({type(exc).__name__}: {exc})") from None
+        raise InputError(
+            "HierarchicalF1Evaluator taxonomy Param is not the JSON of Taxonomy.to_json() "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
     except TaxonomyError as exc:
         raise InputError(f"HierarchicalF1Evaluator taxonomy Param is not a valid taxonomy: {exc}") from None
 
 
-class HierarchicalF1Evaluator(Evaluator, HasPredictionCol, HasLabelCol,
-                              DefaultParamsReadable["HierarchicalF1Evaluator"], DefaultParamsWritable):
+class HierarchicalF1Evaluator(
+    Evaluator, HasPredictionCol, HasLabelCol, DefaultParamsReadable["HierarchicalF1Evaluator"], DefaultParamsWritable
+):
     """Hierarchical micro- or macro-F1 of predicted paths against true label paths.
 
     Expects two ``array<string>`` columns: ``predictionCol`` (default ``path``,
@@ -82,19 +88,25 @@ class HierarchicalF1Evaluator(Evaluator, HasPredictionCol, HasLabelCol,
     """
 
     metricName: "Param[str]" = Param(
-        Params._dummy(), "metricName", "metric name in evaluation (microF1|macroF1|meanF1 = their mean)",
-        typeConverter=_check_metric_name)
+        Params._dummy(),
+        "metricName",
+        "metric name in evaluation (microF1|macroF1|meanF1 = their mean)",
+        typeConverter=_check_metric_name,
+    )
     taxonomy: "Param[str]" = Param(
-        Params._dummy(), "taxonomy",
+        Params._dummy(),
+        "taxonomy",
         "taxonomy as the JSON of Taxonomy.to_json(); only its real non-root nodes are counted. "
         "Empty = every node seen in the prediction or label column counts",
-        typeConverter=_to_taxonomy_json)
+        typeConverter=_to_taxonomy_json,
+    )
 
     _input_kwargs: Dict[str, Any]
 
     @keyword_only
-    def __init__(self, *, predictionCol: str = "path", labelCol: str = "labels", metricName: str = "microF1",
-                 taxonomy: str = ""):
+    def __init__(
+        self, *, predictionCol: str = "path", labelCol: str = "labels", metricName: str = "microF1", taxonomy: str = ""
+    ):
         """
         __init__(self, \\*, predictionCol="path", labelCol="labels", metricName="microF1", taxonomy="")
         """
@@ -104,8 +116,9 @@ class HierarchicalF1Evaluator(Evaluator, HasPredictionCol, HasLabelCol,
         self._set(**kwargs)
 
     @keyword_only
-    def setParams(self, *, predictionCol: str = "path", labelCol: str = "labels", metricName: str = "microF1",
-                  taxonomy: str = "") -> "HierarchicalF1Evaluator":
+    def setParams(
+        self, *, predictionCol: str = "path", labelCol: str = "labels", metricName: str = "microF1", taxonomy: str = ""
+    ) -> "HierarchicalF1Evaluator":
         """
         setParams(self, \\*, predictionCol="path", labelCol="labels", metricName="microF1", taxonomy="")
         Sets params for the hierarchical F1 evaluator.
@@ -140,14 +153,16 @@ class HierarchicalF1Evaluator(Evaluator, HasPredictionCol, HasLabelCol,
         path_col, labels_col = self.getPredictionCol(), self.getLabelCol()
         for role, col in (("predictionCol", path_col), ("labelCol", labels_col)):
             _check_path_column(dataset, role, col)
-        nothing = InputError(f"HierarchicalF1Evaluator: nothing to score, no row has a non-null label in "
-                             f"column {labels_col!r}")
+        nothing = InputError(
+            f"HierarchicalF1Evaluator: nothing to score, no row has a non-null label in column {labels_col!r}"
+        )
         tax_json = self.getTaxonomy()
         if tax_json:
             # The very code (and numbers) of pcem evaluate: rows whose labels are not a path of the taxonomy
             # are not scored (a warning), and predictions of another taxonomy are refused (InputError).
-            m = evaluate_predictions(dataset, _parse_taxonomy(tax_json), path_col, labels_col,
-                                     where="HierarchicalF1Evaluator")
+            m = evaluate_predictions(
+                dataset, _parse_taxonomy(tax_json), path_col, labels_col, where="HierarchicalF1Evaluator"
+            )
             if m["n_documents"] + m["n_unknown_labels"] == 0:
                 raise nothing
             return float(METRICS[metric](m))
@@ -163,11 +178,12 @@ def _check_path_column(dataset: DataFrame, role: str, col: str) -> None:
     try:
         dtype = dataset.select(F.col(col)).schema.fields[0].dataType
     except AnalysisException:
-        raise InputError(f"HierarchicalF1Evaluator {role}: no column {col!r}; columns are "
-                         f"{dataset.columns}") from None
+        raise InputError(f"HierarchicalF1Evaluator {role}: no column {col!r}; columns are {dataset.columns}") from None
     if not (isinstance(dtype, T.ArrayType) and isinstance(dtype.elementType, T.StringType)):
-        raise InputError(f"HierarchicalF1Evaluator {role}: column {col!r} must be array<string> (a path from "
-                         f"level 1 to the leaf), got {dtype.simpleString()}")
+        raise InputError(
+            f"HierarchicalF1Evaluator {role}: column {col!r} must be array<string> (a path from "
+            f"level 1 to the leaf), got {dtype.simpleString()}"
+        )
 
 
 # Saved metadata (a CrossValidatorModel's evaluator) names the public path, pcem_spark.evaluation.

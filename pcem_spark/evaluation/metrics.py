@@ -28,8 +28,8 @@ import numpy as np
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from pcem_spark.errors import InputError
 from pcem_spark.core.taxonomy import PATH_KEY_SEP, Taxonomy
+from pcem_spark.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +50,12 @@ def f1_scores(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> Dict[str, float
     with np.errstate(divide="ignore", invalid="ignore"):
         per_node = np.where(tp > 0, 2 * tp / (2 * tp + fp + fn), 0.0)
     macro = float(per_node[present].mean()) if present.any() else 0.0
-    return {"micro_f1": float(micro), "macro_f1": macro, "micro_precision": float(p),
-            "micro_recall": float(r)}
+    return {"micro_f1": float(micro), "macro_f1": macro, "micro_precision": float(p), "micro_recall": float(r)}
 
 
-def node_confusion(pred: DataFrame, path_col: str = "path", labels_col: str = "labels"
-                   ) -> Tuple[Dict[str, int], Dict[str, int], Dict[str, int]]:
+def node_confusion(
+    pred: DataFrame, path_col: str = "path", labels_col: str = "labels"
+) -> Tuple[Dict[str, int], Dict[str, int], Dict[str, int]]:
     """Per-node counts ``(n_pred, n_true, n_tp)`` of a predictions DataFrame.
 
     Over the rows whose ``labels_col`` is not null: ``n_pred[c]`` is how often
@@ -69,16 +69,29 @@ def node_confusion(pred: DataFrame, path_col: str = "path", labels_col: str = "l
     t = F.col(labels_col)
 
     def tagged(arr, i_pred: int, i_true: int, i_tp: int):
-        return F.transform(arr, lambda x: F.struct(x.alias("node"), F.lit(i_pred).alias("np"),
-                                                   F.lit(i_true).alias("nt"), F.lit(i_tp).alias("ntp")))
+        return F.transform(
+            arr,
+            lambda x: F.struct(
+                x.alias("node"), F.lit(i_pred).alias("np"), F.lit(i_true).alias("nt"), F.lit(i_tp).alias("ntp")
+            ),
+        )
 
-    rows = (pred.where(F.col(labels_col).isNotNull())
-            .select(p.alias("p"), t.alias("t"))
-            .select(F.explode(F.concat(tagged(F.col("p"), 1, 0, 0), tagged(F.col("t"), 0, 1, 0),
-                                       tagged(F.array_intersect("p", "t"), 0, 0, 1))).alias("e"))
-            .groupBy(F.col("e.node").alias("node"))
-            .agg(F.sum("e.np").alias("np"), F.sum("e.nt").alias("nt"), F.sum("e.ntp").alias("ntp"))
-            .collect())  # <= one row per node
+    rows = (
+        pred.where(F.col(labels_col).isNotNull())
+        .select(p.alias("p"), t.alias("t"))
+        .select(
+            F.explode(
+                F.concat(
+                    tagged(F.col("p"), 1, 0, 0),
+                    tagged(F.col("t"), 0, 1, 0),
+                    tagged(F.array_intersect("p", "t"), 0, 0, 1),
+                )
+            ).alias("e")
+        )
+        .groupBy(F.col("e.node").alias("node"))
+        .agg(F.sum("e.np").alias("np"), F.sum("e.nt").alias("nt"), F.sum("e.ntp").alias("ntp"))
+        .collect()
+    )  # <= one row per node
 
     def pick(field: str) -> Dict[str, int]:
         return {r["node"]: int(r[field]) for r in rows if r[field]}
@@ -86,8 +99,9 @@ def node_confusion(pred: DataFrame, path_col: str = "path", labels_col: str = "l
     return pick("np"), pick("nt"), pick("ntp")
 
 
-def confusion_arrays(nodes: Iterable[str], n_pred: Dict[str, int], n_true: Dict[str, int],
-                     n_tp: Dict[str, int]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def confusion_arrays(
+    nodes: Iterable[str], n_pred: Dict[str, int], n_true: Dict[str, int], n_tp: Dict[str, int]
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(tp, fp, fn)`` arrays over ``nodes`` (in that order) from :func:`node_confusion`."""
     nodes = list(nodes)
     tp = np.array([n_tp.get(c, 0) for c in nodes], dtype=np.int64)
@@ -112,8 +126,12 @@ def known_path(col: Column, taxonomy: Taxonomy) -> Column:
     """
     edges = sorted(f"{taxonomy.parent(n)}{PATH_KEY_SEP}{n}" for n in taxonomy.real_nodes)
     arr = F.coalesce(col, F.array().cast("array<string>"))
-    steps = F.transform(arr, lambda x, i: F.concat(
-        F.when(i == 0, F.lit(taxonomy.root)).otherwise(F.get(arr, i - 1)), F.lit(PATH_KEY_SEP), x))
+    steps = F.transform(
+        arr,
+        lambda x, i: F.concat(
+            F.when(i == 0, F.lit(taxonomy.root)).otherwise(F.get(arr, i - 1)), F.lit(PATH_KEY_SEP), x
+        ),
+    )
     return F.coalesce(F.forall(steps, lambda e: e.isin(edges)), F.lit(False))
 
 
@@ -122,18 +140,26 @@ def _unknown_examples(rows: DataFrame, col: str, taxonomy: Taxonomy) -> Tuple[Li
     not chains of it (only those reach the driver)."""
     real = sorted(taxonomy.real_nodes)
     arr = F.coalesce(F.col(col), F.array().cast("array<string>"))
-    nodes = (rows.select(F.explode(arr).alias("n")).where(F.col("n").isNull() | ~F.col("n").isin(real))
-             .distinct().limit(MAX_LISTED).collect())
+    nodes = (
+        rows.select(F.explode(arr).alias("n"))
+        .where(F.col("n").isNull() | ~F.col("n").isin(real))
+        .distinct()
+        .limit(MAX_LISTED)
+        .collect()
+    )
     names = sorted(str(r["n"]) for r in nodes)
     paths: List[List[str]] = []
     if not names:
-        paths = sorted([str(x) for x in r[0]] for r in rows.where(~known_path(F.col(col), taxonomy))
-                       .select(col).distinct().limit(3).collect())
+        paths = sorted(
+            [str(x) for x in r[0]]
+            for r in rows.where(~known_path(F.col(col), taxonomy)).select(col).distinct().limit(3).collect()
+        )
     return names, paths
 
 
-def evaluate_predictions(pred: DataFrame, taxonomy: Taxonomy, path_col: str = "path",
-                         labels_col: str = "labels", where: Optional[str] = None) -> Dict[str, object]:
+def evaluate_predictions(
+    pred: DataFrame, taxonomy: Taxonomy, path_col: str = "path", labels_col: str = "labels", where: Optional[str] = None
+) -> Dict[str, object]:
     """Metrics of a predictions DataFrame (columns ``path`` and ``labels``).
 
     Rows with null labels are not scored (their count is reported). Rows
@@ -149,16 +175,22 @@ def evaluate_predictions(pred: DataFrame, taxonomy: Taxonomy, path_col: str = "p
     real = metric_nodes(taxonomy)
     depth = taxonomy.depth
     rows = pred.select(F.col(path_col).alias("p"), F.col(labels_col).alias("t")).select(
-        "p", "t", F.col("t").isNotNull().alias("has_t"),
+        "p",
+        "t",
+        F.col("t").isNotNull().alias("has_t"),
         (F.col("t").isNotNull() & known_path(F.col("t"), taxonomy)).alias("t_ok"),
-        known_path(F.col("p"), taxonomy).alias("p_ok"))
+        known_path(F.col("p"), taxonomy).alias("p_ok"),
+    )
 
     def n_where(cond: Column) -> Column:
         return F.sum(F.when(cond, 1).otherwise(0))
 
-    agg_exprs = [n_where(F.col("has_t")).alias("n_labelled"), n_where(~F.col("has_t")).alias("n_unscored"),
-                 n_where(F.col("has_t") & ~F.col("t_ok")).alias("n_bad_t"),
-                 n_where(F.col("t_ok") & ~F.col("p_ok")).alias("n_bad_p")]
+    agg_exprs = [
+        n_where(F.col("has_t")).alias("n_labelled"),
+        n_where(~F.col("has_t")).alias("n_unscored"),
+        n_where(F.col("has_t") & ~F.col("t_ok")).alias("n_bad_t"),
+        n_where(F.col("t_ok") & ~F.col("p_ok")).alias("n_bad_p"),
+    ]
     for k in range(1, depth + 1):
         has_k = F.col("t_ok") & (F.size("t") >= k)
         agg_exprs.append(n_where(has_k).alias(f"n{k}"))
@@ -177,22 +209,40 @@ def evaluate_predictions(pred: DataFrame, taxonomy: Taxonomy, path_col: str = "p
         p_names, p_paths = _unknown_examples(bad_rows, "p", taxonomy)
         names = sorted(set(t_names) | set(p_names))[:MAX_LISTED]
         paths = sorted({tuple(x) for x in t_paths + p_paths})[:3]
-        shown = (", ".join(repr(n) for n in names[:10]) + (", ..." if len(names) > 10 else "")) if names else \
-            "paths that are not parent -> child chains: " + ", ".join(str(list(x)) for x in paths)
+        shown = (
+            (", ".join(repr(n) for n in names[:10]) + (", ..." if len(names) > 10 else ""))
+            if names
+            else "paths that are not parent -> child chains: " + ", ".join(str(list(x)) for x in paths)
+        )
         refuse = n_unknown > MAX_UNKNOWN_SHARE * n_labelled
-        detail = (f"in the true labels: {n_bad_t}, only in the predicted path: {n_bad_p}" if refuse else
-                  f"in the true labels: {n_bad_t}, not scored; only in the predicted path: {n_bad_p}, scored as wrong")
-        what = (f"{n_unknown} of the {n_labelled} labelled predictions name nodes or paths the taxonomy does not "
-                f"know ({detail}); e.g. {shown}")
+        detail = (
+            f"in the true labels: {n_bad_t}, only in the predicted path: {n_bad_p}"
+            if refuse
+            else f"in the true labels: {n_bad_t}, not scored; only in the predicted path: {n_bad_p}, scored as wrong"
+        )
+        what = (
+            f"{n_unknown} of the {n_labelled} labelled predictions name nodes or paths the taxonomy does not "
+            f"know ({detail}); e.g. {shown}"
+        )
         prefix = f"{where}: " if where else ""
         if refuse:
-            raise InputError(f"{prefix}{what}: predictions were made with another taxonomy / model? Evaluate "
-                             "them with the model (--model) or taxonomy (--taxonomy) that made them")
-        log.warning("%sUNKNOWN TO THE TAXONOMY: %s. The metrics score the other %d rows; were some predictions "
-                    "made with another taxonomy / model?", prefix, what, n_labelled - n_bad_t)
+            raise InputError(
+                f"{prefix}{what}: predictions were made with another taxonomy / model? Evaluate "
+                "them with the model (--model) or taxonomy (--taxonomy) that made them"
+            )
+        log.warning(
+            "%sUNKNOWN TO THE TAXONOMY: %s. The metrics score the other %d rows; were some predictions "
+            "made with another taxonomy / model?",
+            prefix,
+            what,
+            n_labelled - n_bad_t,
+        )
         unknown_info["n_unknown"] = n_unknown
-        for key, value in (("unknown_nodes", names), ("unknown_true_labels", t_names),
-                           ("unknown_paths", [list(x) for x in paths])):
+        for key, value in (
+            ("unknown_nodes", names),
+            ("unknown_true_labels", t_names),
+            ("unknown_paths", [list(x) for x in paths]),
+        ):
             if value:
                 unknown_info[key] = value
 
@@ -203,8 +253,9 @@ def evaluate_predictions(pred: DataFrame, taxonomy: Taxonomy, path_col: str = "p
     out["n_without_labels"] = int(totals["n_unscored"] or 0)
     out["n_unknown_labels"] = n_bad_t
     out["n_unknown_predictions"] = n_bad_p
-    out["level_accuracy"] = {str(k): (totals[f"c{k}"] / totals[f"n{k}"] if totals[f"n{k}"] else None)
-                             for k in range(1, depth + 1)}
+    out["level_accuracy"] = {
+        str(k): (totals[f"c{k}"] / totals[f"n{k}"] if totals[f"n{k}"] else None) for k in range(1, depth + 1)
+    }
     out["per_node"] = {c: {"tp": int(a), "fp": int(b), "fn": int(d)} for c, a, b, d in zip(real, tp, fp, fn)}
     out.update(unknown_info)
     return out
@@ -216,10 +267,11 @@ def format_metrics(m: Dict[str, object]) -> str:
     if n_unknown:
         n_labelled = m["n_documents"] + m.get("n_unknown_labels", 0)
         names = m.get("unknown_nodes") or m.get("unknown_paths") or []
-        lines.append(f"WARNING: unknown to the taxonomy: {n_unknown} of {n_labelled} labelled predictions "
-                     f"(in the true labels: {m.get('n_unknown_labels', 0)}, not scored; only in the predicted "
-                     f"path: {m.get('n_unknown_predictions', 0)}, scored as wrong); e.g. "
-                     + ", ".join(map(str, names[:10])))
+        lines.append(
+            f"WARNING: unknown to the taxonomy: {n_unknown} of {n_labelled} labelled predictions "
+            f"(in the true labels: {m.get('n_unknown_labels', 0)}, not scored; only in the predicted "
+            f"path: {m.get('n_unknown_predictions', 0)}, scored as wrong); e.g. " + ", ".join(map(str, names[:10]))
+        )
     lines += [f"micro-F1: {100 * m['micro_f1']:.2f}", f"macro-F1: {100 * m['macro_f1']:.2f}"]
     for k, acc in m["level_accuracy"].items():
         lines.append(f"level {k} accuracy: " + ("n/a" if acc is None else f"{100 * acc:.2f}"))

@@ -6,8 +6,8 @@ and figures. Imports :mod:`pcem_spark.baselines`, :mod:`pcem_spark.ml` and below
 """
 
 from pcem_spark.experiment.protocol import (  # noqa: F401
-    run_experiment,
     assign_roles,
+    run_experiment,
 )
 from pcem_spark.experiment.report import (  # noqa: F401
     write_report,

@@ -21,29 +21,42 @@ import numpy as np
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from pcem_spark.core.methods import DISCRIMINATIVE, GENERATIVE
+from pcem_spark.core.taxonomy import PATH_KEY_SEP, Taxonomy
+from pcem_spark.engine.blocks import blocks_from_labels, blocks_from_node_scores, cache_blocks
+from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
+from pcem_spark.errors import InputError
+from pcem_spark.evaluation.metrics import evaluate_predictions
 from pcem_spark.ml.estimator import PathEM
 from pcem_spark.ml.tuning import resolve_auto
-from pcem_spark.engine.blocks import blocks_from_labels, blocks_from_node_scores, cache_blocks
-from pcem_spark.evaluation.metrics import evaluate_predictions
-from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
-from pcem_spark.core.methods import DISCRIMINATIVE
-from pcem_spark.core.methods import GENERATIVE
-from pcem_spark.model.settings import ModelSettings
-from pcem_spark.model.labels import check_label_paths
 from pcem_spark.model.fitting import fit_blocks
-from pcem_spark.core.taxonomy import PATH_KEY_SEP, Taxonomy
-from pcem_spark.errors import InputError
+from pcem_spark.model.labels import check_label_paths
+from pcem_spark.model.settings import ModelSettings
 
 log = logging.getLogger(__name__)
 
 ALL_METHODS = GENERATIVE + DISCRIMINATIVE
 
-CSV_FIELDS = ["method", "setting", "rate", "seed", "micro_f1", "macro_f1",
-              "n_labeled", "n_unlabeled", "n_test", "n_iter", "train_seconds", "predict_seconds", "config"]
+CSV_FIELDS = [
+    "method",
+    "setting",
+    "rate",
+    "seed",
+    "micro_f1",
+    "macro_f1",
+    "n_labeled",
+    "n_unlabeled",
+    "n_test",
+    "n_iter",
+    "train_seconds",
+    "predict_seconds",
+    "config",
+]
 
 
-def assign_roles(df: DataFrame, seed: int, test_fraction: float, label_rate: float,
-                 labels_col: str = "labels") -> DataFrame:
+def assign_roles(
+    df: DataFrame, seed: int, test_fraction: float, label_rate: float, labels_col: str = "labels"
+) -> DataFrame:
     """Add a ``role`` column: ``test``, ``labeled`` or ``unlabeled``.
 
     Stratified per leaf (last label) with a seeded hash order, so the split is
@@ -62,10 +75,12 @@ def assign_roles(df: DataFrame, seed: int, test_fraction: float, label_rate: flo
     rank = F.row_number().over(w)
     n_test = F.round(F.lit(test_fraction) * n)
     n_lab = F.greatest(F.lit(1.0), F.round(F.lit(label_rate) * (n - n_test)))
-    role = (F.when(F.col(labels_col).isNull(), F.lit("unlabeled"))
-            .when(rank <= n_test, F.lit("test"))
-            .when(rank - n_test <= n_lab, F.lit("labeled"))
-            .otherwise(F.lit("unlabeled")))
+    role = (
+        F.when(F.col(labels_col).isNull(), F.lit("unlabeled"))
+        .when(rank <= n_test, F.lit("test"))
+        .when(rank - n_test <= n_lab, F.lit("labeled"))
+        .otherwise(F.lit("unlabeled"))
+    )
     return df.withColumn("role", role)
 
 
@@ -73,22 +88,44 @@ def _run_key(method: str, setting: str, rate, seed) -> Tuple[str, str, float, in
     return (str(method), str(setting), round(float(rate), 6), int(seed))
 
 
-def settings_fingerprint(feature_settings, model_settings, test_fraction, weak_mode, min_similarity,
-                         discriminative_c, descriptions, setting: str = "labeled", tune=None) -> str:
+def settings_fingerprint(
+    feature_settings,
+    model_settings,
+    test_fraction,
+    weak_mode,
+    min_similarity,
+    discriminative_c,
+    descriptions,
+    setting: str = "labeled",
+    tune=None,
+) -> str:
     """Short hash of every setting that changes a run's result, except the grid (method, setting,
     rate, seed): runs are only resumed into a CSV made with the same fingerprint. The weak-label
     settings count only for the dataless setting."""
     import hashlib
     import json
     from dataclasses import asdict
+
     ms = {k: v for k, v in asdict(model_settings).items() if k not in ("method", "seed", "block_size")}
-    weak = ({"weak_mode": weak_mode, "min_similarity": min_similarity, "descriptions": descriptions or {}}
-            if setting == "dataless" else {})
+    weak = (
+        {"weak_mode": weak_mode, "min_similarity": min_similarity, "descriptions": descriptions or {}}
+        if setting == "dataless"
+        else {}
+    )
     if tune is not None and setting == "labeled" and model_settings.auto_params():
         ms["tune"] = asdict(tune)
-    blob = json.dumps({"features": asdict(feature_settings), "model": ms, "test_fraction": test_fraction,
-                       "discriminative_c": discriminative_c, "setting": setting, **weak},
-                      sort_keys=True, default=str)
+    blob = json.dumps(
+        {
+            "features": asdict(feature_settings),
+            "model": ms,
+            "test_fraction": test_fraction,
+            "discriminative_c": discriminative_c,
+            "setting": setting,
+            **weak,
+        },
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha1(blob.encode()).hexdigest()[:10]
 
 
@@ -101,8 +138,9 @@ def read_csv(path: str) -> List[Dict[str, object]]:
     for i, r in enumerate(rows, start=2):
         missing = [k for k in ("method", "setting", "rate", "seed", "micro_f1", "macro_f1") if not r.get(k)]
         if missing:
-            raise InputError(f"{path}:{i}: row without {', '.join(missing)}; expected a results.csv "
-                             "written by pcem experiment")
+            raise InputError(
+                f"{path}:{i}: row without {', '.join(missing)}; expected a results.csv written by pcem experiment"
+            )
     return rows
 
 
@@ -116,24 +154,35 @@ def _leaf_path_index(taxonomy: Taxonomy, scores_col: str = "node_scores"):
     leaf_nodes = taxonomy.leaf_node_matrix().argmax(axis=1)
     leaf_scores = F.array(*[F.col(scores_col)[int(k)] for k in leaf_nodes])
     best = F.array_max(leaf_scores)
-    return F.when(F.col(scores_col).isNotNull() & (best > 0),
-                  (F.array_position(leaf_scores, best) - 1).cast("int"))
+    return F.when(F.col(scores_col).isNotNull() & (best > 0), (F.array_position(leaf_scores, best) - 1).cast("int"))
 
 
 def _label_path_index(taxonomy: Taxonomy, labels_col: str = "labels"):
     """Column: path index of a (validated) true label path, null when unlabelled."""
-    lookup = F.create_map(*[x for j, key in enumerate(taxonomy.path_keys())
-                            for x in (F.lit(key), F.lit(j))])
+    lookup = F.create_map(*[x for j, key in enumerate(taxonomy.path_keys()) for x in (F.lit(key), F.lit(j))])
     return F.when(F.col(labels_col).isNotNull(), lookup[F.concat_ws(PATH_KEY_SEP, F.col(labels_col))])
 
 
-def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: FeatureSettings,
-                   model_settings: ModelSettings, methods: List[str], rates: List[float],
-                   seeds: List[int], test_fraction: float, out_dir: str,
-                   setting="labeled", descriptions: Optional[Dict[str, str]] = None,
-                   weak_mode: str = "argmax", min_similarity: float = 0.0,
-                   resume: bool = True, discriminative_c: float = 1.0, report_rate: float = 0.01,
-                   paper: str = "", tune=None) -> List[Dict[str, object]]:
+def run_experiment(
+    docs: DataFrame,
+    taxonomy: Taxonomy,
+    feature_settings: FeatureSettings,
+    model_settings: ModelSettings,
+    methods: List[str],
+    rates: List[float],
+    seeds: List[int],
+    test_fraction: float,
+    out_dir: str,
+    setting="labeled",
+    descriptions: Optional[Dict[str, str]] = None,
+    weak_mode: str = "argmax",
+    min_similarity: float = 0.0,
+    resume: bool = True,
+    discriminative_c: float = 1.0,
+    report_rate: float = 0.01,
+    paper: str = "",
+    tune=None,
+) -> List[Dict[str, object]]:
     """Run settings x rates x seeds x methods; write ``results.csv`` and ``results.md`` in ``out_dir``.
 
     ``setting`` is ``"labeled"``, ``"dataless"`` or a list of both.
@@ -155,38 +204,62 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
             raise InputError(f"unknown method {m!r}; known: {', '.join(ALL_METHODS)}")
     os.makedirs(out_dir, exist_ok=True)
     csv_path = os.path.join(out_dir, "results.csv")
-    configs = {st: settings_fingerprint(feature_settings, model_settings, test_fraction, weak_mode,
-                                        min_similarity, discriminative_c, descriptions, st, tune)
-               for st in ("labeled", "dataless")}
+    configs = {
+        st: settings_fingerprint(
+            feature_settings,
+            model_settings,
+            test_fraction,
+            weak_mode,
+            min_similarity,
+            discriminative_c,
+            descriptions,
+            st,
+            tune,
+        )
+        for st in ("labeled", "dataless")
+    }
     planned = [(st, rate, seed, m) for st in settings_list for rate in rates for seed in seeds for m in methods]
     planned_keys = {_run_key(p[3], p[0], p[1], p[2]) for p in planned}
     rows: List[Dict[str, object]] = read_csv(csv_path)
+
     def same_config(r) -> bool:
         # Rows written before fingerprints existed have none and are trusted; so
         # are rows of a setting this call does not run (it has no say on them).
-        return (not r.get("config") or r["setting"] not in settings_list
-                or r.get("config") == configs.get(r["setting"]))
+        return not r.get("config") or r["setting"] not in settings_list or r.get("config") == configs.get(r["setting"])
 
     other = sorted({f"{r['setting']} {r['config']}" for r in rows if not same_config(r)})
     if other and resume:
-        raise InputError(f"{csv_path} holds runs made with other settings ({', '.join(other)}; these settings "
-                         f"are {', '.join(f'{k} {v}' for k, v in configs.items())}): averaging them would mix "
-                         "experiments. Use another --output-dir, or --no-resume to recompute the planned runs")
+        raise InputError(
+            f"{csv_path} holds runs made with other settings ({', '.join(other)}; these settings "
+            f"are {', '.join(f'{k} {v}' for k, v in configs.items())}): averaging them would mix "
+            "experiments. Use another --output-dir, or --no-resume to recompute the planned runs"
+        )
     if not resume:
         # Recompute what is planned; keep the CSV's other runs (e.g. Table 2 next to the figures).
-        rows = [r for r in rows if _run_key(r["method"], r["setting"], r["rate"], r["seed"]) not in planned_keys
-                and same_config(r)]
+        rows = [
+            r
+            for r in rows
+            if _run_key(r["method"], r["setting"], r["rate"], r["seed"]) not in planned_keys and same_config(r)
+        ]
     done = {_run_key(r["method"], r["setting"], r["rate"], r["seed"]) for r in rows}
     todo = [p for p in planned if _run_key(p[3], p[0], p[1], p[2]) not in done]
-    log.info("experiment: %d runs planned, %d already in %s, %d to run", len(planned), len(planned) - len(todo),
-             csv_path, len(todo))
+    log.info(
+        "experiment: %d runs planned, %d already in %s, %d to run",
+        len(planned),
+        len(planned) - len(todo),
+        csv_path,
+        len(todo),
+    )
     if not todo:
         _write_reports(rows, out_dir, report_rate, paper)
         return rows
     n_unlabelled_docs = docs.where(F.col("labels").isNull()).count()
     if n_unlabelled_docs:
-        log.warning("experiment: %d documents without labels are not part of the protocol "
-                    "(it needs true labels to split and score)", n_unlabelled_docs)
+        log.warning(
+            "experiment: %d documents without labels are not part of the protocol "
+            "(it needs true labels to split and score)",
+            n_unlabelled_docs,
+        )
     check_label_paths(docs, taxonomy)
     n_done = 0
     t_start = time.perf_counter()
@@ -196,17 +269,43 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
                 pending = [m for m in methods if _run_key(m, st, rate, seed) not in done]
                 if not pending:
                     continue
-                for row in _run_split(docs, taxonomy, feature_settings, model_settings, pending, st, rate, seed,
-                                      test_fraction, descriptions, weak_mode, min_similarity, discriminative_c,
-                                      configs[st], tune):
+                for row in _run_split(
+                    docs,
+                    taxonomy,
+                    feature_settings,
+                    model_settings,
+                    pending,
+                    st,
+                    rate,
+                    seed,
+                    test_fraction,
+                    descriptions,
+                    weak_mode,
+                    min_similarity,
+                    discriminative_c,
+                    configs[st],
+                    tune,
+                ):
                     rows.append(row)
                     n_done += 1
                     elapsed = time.perf_counter() - t_start
-                    log.info("run %d/%d (%d of %d planned done) %s %s rate=%g seed=%d: micro-F1 %.2f "
-                             "macro-F1 %.2f, train %.1fs; elapsed %.0fs, ETA %.0fs", n_done, len(todo),
-                             len(planned) - len(todo) + n_done, len(planned), row["method"], st, rate, seed,
-                             100 * row["micro_f1"], 100 * row["macro_f1"], row["train_seconds"], elapsed,
-                             elapsed / n_done * (len(todo) - n_done))
+                    log.info(
+                        "run %d/%d (%d of %d planned done) %s %s rate=%g seed=%d: micro-F1 %.2f "
+                        "macro-F1 %.2f, train %.1fs; elapsed %.0fs, ETA %.0fs",
+                        n_done,
+                        len(todo),
+                        len(planned) - len(todo) + n_done,
+                        len(planned),
+                        row["method"],
+                        st,
+                        rate,
+                        seed,
+                        100 * row["micro_f1"],
+                        100 * row["macro_f1"],
+                        row["train_seconds"],
+                        elapsed,
+                        elapsed / n_done * (len(todo) - n_done),
+                    )
                     write_csv(rows, csv_path, taxonomy.depth)
     _write_reports(rows, out_dir, report_rate, paper)
     return rows
@@ -215,14 +314,31 @@ def run_experiment(docs: DataFrame, taxonomy: Taxonomy, feature_settings: Featur
 def _write_reports(rows: List[Dict[str, object]], out_dir: str, rate: float = 0.01, paper: str = "") -> None:
     from pcem_spark.experiment.report import PAPERS, write_report
     from pcem_spark.io.outputs import atomic_write_text
+
     atomic_write_text(os.path.join(out_dir, "results.md"), markdown_table(rows))
     write_report(rows, out_dir, rate, PAPERS.get(paper))
 
 
-def _run_split(docs, taxonomy, feature_settings, model_settings, methods, setting, rate, seed, test_fraction,
-               descriptions, weak_mode, min_similarity, discriminative_c, config="", tune=None):
+def _run_split(
+    docs,
+    taxonomy,
+    feature_settings,
+    model_settings,
+    methods,
+    setting,
+    rate,
+    seed,
+    test_fraction,
+    descriptions,
+    weak_mode,
+    min_similarity,
+    discriminative_c,
+    config="",
+    tune=None,
+):
     """All ``methods`` on one (setting, rate, seed) split; yields one result row per method."""
     from pcem_spark.baselines.discriminative import fit_linear
+
     roled = assign_roles(docs.where(F.col("labels").isNotNull()), seed, test_fraction, rate).cache()
     train = roled.where(F.col("role") != "test")
     test = roled.where(F.col("role") == "test").select("id", "text", "labels").cache()
@@ -233,18 +349,37 @@ def _run_split(docs, taxonomy, feature_settings, model_settings, methods, settin
     linear = [m for m in methods if m in DISCRIMINATIVE]
     if setting == "labeled":
         feats = featurize(masked, vocabulary, feature_settings).cache()
-        blocks = cache_blocks(blocks_from_labels(
-            feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True), len(vocabulary),
-            model_settings.block_size)) if generative else None
+        blocks = (
+            cache_blocks(
+                blocks_from_labels(
+                    feats,
+                    taxonomy.path_lookup(),
+                    taxonomy.path_node_matrix(sparse=True),
+                    len(vocabulary),
+                    model_settings.block_size,
+                )
+            )
+            if generative
+            else None
+        )
         if blocks is not None:
             blocks.count()  # pack before the clock starts: no method's train time pays for it
         linear_train = feats.select("features", _label_path_index(taxonomy).alias("path_index"))
     else:
-        blocks, weak_stats, feats = _dataless_blocks(train, vocabulary, feature_settings, model_settings,
-                                                     taxonomy, descriptions, weak_mode, min_similarity,
-                                                     keep_weak=bool(linear))
-        linear_train = None if feats is None else feats.select("features",
-                                                               _leaf_path_index(taxonomy).alias("path_index"))
+        blocks, weak_stats, feats = _dataless_blocks(
+            train,
+            vocabulary,
+            feature_settings,
+            model_settings,
+            taxonomy,
+            descriptions,
+            weak_mode,
+            min_similarity,
+            keep_weak=bool(linear),
+        )
+        linear_train = (
+            None if feats is None else feats.select("features", _leaf_path_index(taxonomy).alias("path_index"))
+        )
     n_test = test.count()
     try:
         for method in methods:
@@ -254,8 +389,9 @@ def _run_split(docs, taxonomy, feature_settings, model_settings, methods, settin
                 tuned = None
                 if ms.auto_params() and setting == "labeled":
                     # "auto" weights: cross-validated on this split's labelled documents only.
-                    ms, _, tuned = resolve_auto(feats, taxonomy, vocabulary, feature_settings, ms, tune, seed=seed,
-                                                estimator_class=PathEM)
+                    ms, _, tuned = resolve_auto(
+                        feats, taxonomy, vocabulary, feature_settings, ms, tune, seed=seed, estimator_class=PathEM
+                    )
                 if tuned is not None:
                     model, summary = tuned, tuned.training_summary
                     n_lab, n_unlab, n_iter = summary["n_labeled"], summary["n_unlabeled"], summary["n_iter"]
@@ -264,8 +400,15 @@ def _run_split(docs, taxonomy, feature_settings, model_settings, methods, settin
                     model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, ms.resolved())
                     n_lab, n_unlab, n_iter = result.n_labeled, result.n_unlabeled, result.n_iter
             else:
-                model, n_lab = fit_linear(linear_train, method, taxonomy, vocabulary, feature_settings,
-                                          C=discriminative_c, block_size=model_settings.block_size)
+                model, n_lab = fit_linear(
+                    linear_train,
+                    method,
+                    taxonomy,
+                    vocabulary,
+                    feature_settings,
+                    C=discriminative_c,
+                    block_size=model_settings.block_size,
+                )
                 n_unlab, n_iter = 0, 0
             t1 = time.perf_counter()
             pred = model.transform(test).cache()
@@ -273,12 +416,23 @@ def _run_split(docs, taxonomy, feature_settings, model_settings, methods, settin
             t2 = time.perf_counter()
             pred.unpersist()
             acc = metrics["level_accuracy"]
-            yield {"method": method, "setting": setting, "rate": rate, "seed": seed,
-                   "micro_f1": metrics["micro_f1"], "macro_f1": metrics["macro_f1"],
-                   **{f"level{k}_acc": v for k, v in acc.items()},
-                   "n_labeled": n_lab, "n_unlabeled": n_unlab, "n_test": n_test,
-                   "n_iter": n_iter, "train_seconds": round(t1 - t0, 3),
-                   "predict_seconds": round(t2 - t1, 3), **weak_stats, "config": config}
+            yield {
+                "method": method,
+                "setting": setting,
+                "rate": rate,
+                "seed": seed,
+                "micro_f1": metrics["micro_f1"],
+                "macro_f1": metrics["macro_f1"],
+                **{f"level{k}_acc": v for k, v in acc.items()},
+                "n_labeled": n_lab,
+                "n_unlabeled": n_unlab,
+                "n_test": n_test,
+                "n_iter": n_iter,
+                "train_seconds": round(t1 - t0, 3),
+                "predict_seconds": round(t2 - t1, 3),
+                **weak_stats,
+                "config": config,
+            }
     finally:
         if blocks is not None:
             blocks.unpersist()
@@ -288,33 +442,63 @@ def _run_split(docs, taxonomy, feature_settings, model_settings, methods, settin
         roled.unpersist()
 
 
-def _dataless_blocks(train: DataFrame, vocabulary, feature_settings, model_settings, taxonomy,
-                     descriptions, weak_mode: str, min_similarity: float, keep_weak: bool = False):
+def _dataless_blocks(
+    train: DataFrame,
+    vocabulary,
+    feature_settings,
+    model_settings,
+    taxonomy,
+    descriptions,
+    weak_mode: str,
+    min_similarity: float,
+    keep_weak: bool = False,
+):
     """Blocks whose sampled rows carry weak node scores; plus the weak labels' own quality.
 
     Returns ``(blocks, stats, weak)``; ``weak`` (the cached featurised table
     with ``node_scores``) only with ``keep_weak``, else None.
     """
     from pcem_spark.model.weak_labels import weak_label
+
     feats = featurize(train.select("id", "text", "labels", "role"), vocabulary, feature_settings)
-    weak = weak_label(feats, vocabulary, feature_settings, taxonomy, descriptions, weak_mode, min_similarity,
-                      model_settings.block_size)
-    weak = weak.withColumn("node_scores", F.when(F.col("role") == "labeled", F.col("node_scores"))) \
-               .withColumn("weak_path", F.when(F.col("role") == "labeled", F.col("weak_path"))).cache()
+    weak = weak_label(
+        feats,
+        vocabulary,
+        feature_settings,
+        taxonomy,
+        descriptions,
+        weak_mode,
+        min_similarity,
+        model_settings.block_size,
+    )
+    weak = (
+        weak.withColumn("node_scores", F.when(F.col("role") == "labeled", F.col("node_scores")))
+        .withColumn("weak_path", F.when(F.col("role") == "labeled", F.col("weak_path")))
+        .cache()
+    )
     sampled = weak.where(F.col("role") == "labeled")
     aggs = [F.count(F.lit(1)).alias("n"), F.count("weak_path").alias("covered")]
     for k in range(1, taxonomy.depth + 1):
-        aggs.append(F.avg(F.when(F.col("weak_path").isNotNull(),
-                                 (F.element_at("weak_path", k) == F.element_at("labels", k)).cast("double")))
-                    .alias(f"acc{k}"))
+        aggs.append(
+            F.avg(
+                F.when(
+                    F.col("weak_path").isNotNull(),
+                    (F.element_at("weak_path", k) == F.element_at("labels", k)).cast("double"),
+                )
+            ).alias(f"acc{k}")
+        )
     q = sampled.agg(*aggs).first()
-    stats = {"weak_coverage": q["covered"] / q["n"] if q["n"] else None,
-             **{f"weak_level{k}_acc": q[f"acc{k}"] for k in range(1, taxonomy.depth + 1)}}
-    log.info("weak labels: %d sampled documents, %.1f%% got a weak label; accuracy per level: %s", q["n"],
-             100 * (stats["weak_coverage"] or 0), ", ".join(
-                 f"{k}: {100 * q[f'acc{k}']:.1f}%" for k in range(1, taxonomy.depth + 1) if q[f"acc{k}"] is not None))
-    blocks = cache_blocks(blocks_from_node_scores(
-        weak, taxonomy.n_nodes, len(vocabulary), model_settings.block_size))
+    stats = {
+        "weak_coverage": q["covered"] / q["n"] if q["n"] else None,
+        **{f"weak_level{k}_acc": q[f"acc{k}"] for k in range(1, taxonomy.depth + 1)},
+    }
+    log.info(
+        "weak labels: %d sampled documents, %.1f%% got a weak label; accuracy per level: %s",
+        q["n"],
+        100 * (stats["weak_coverage"] or 0),
+        ", ".join(f"{k}: {100 * q[f'acc{k}']:.1f}%" for k in range(1, taxonomy.depth + 1) if q[f"acc{k}"] is not None),
+    )
+    blocks = cache_blocks(blocks_from_node_scores(weak, taxonomy.n_nodes, len(vocabulary), model_settings.block_size))
     blocks.count()  # materialise before the weak table is released
     if keep_weak:
         return blocks, stats, weak
@@ -331,7 +515,9 @@ def write_csv(rows: List[Dict[str, object]], path: str, depth: int) -> None:
     for r in rows:
         fields += [k for k in r if k is not None and k not in fields]
     import io
+
     from pcem_spark.io.outputs import atomic_write_text
+
     buf = io.StringIO(newline="")
     writer = csv.DictWriter(buf, fieldnames=fields, restval="")
     writer.writeheader()
@@ -354,25 +540,41 @@ def summarize(rows: List[Dict[str, object]]) -> List[Dict[str, object]]:
         weak = {}
         if all(r.get("weak_coverage") not in (None, "") for r in rs):
             levels = sorted(k for k in rs[0] if k.startswith("weak_level"))
-            weak = {"weak": " / ".join(f"{100 * np.mean([float(r[k]) for r in rs]):.1f}" for k in levels),
-                    "weak_coverage": 100 * np.mean([float(r["weak_coverage"]) for r in rs])}
-        out.append({**weak, "setting": setting, "rate": rate, "method": method, "n_seeds": len(rs),
-                    "micro_mean": mic.mean(), "micro_std": mic.std(ddof=1) if len(rs) > 1 else 0.0,
-                    "macro_mean": mac.mean(), "macro_std": mac.std(ddof=1) if len(rs) > 1 else 0.0,
-                    "train_seconds": secs.mean()})
+            weak = {
+                "weak": " / ".join(f"{100 * np.mean([float(r[k]) for r in rs]):.1f}" for k in levels),
+                "weak_coverage": 100 * np.mean([float(r["weak_coverage"]) for r in rs]),
+            }
+        out.append(
+            {
+                **weak,
+                "setting": setting,
+                "rate": rate,
+                "method": method,
+                "n_seeds": len(rs),
+                "micro_mean": mic.mean(),
+                "micro_std": mic.std(ddof=1) if len(rs) > 1 else 0.0,
+                "macro_mean": mac.mean(),
+                "macro_std": mac.std(ddof=1) if len(rs) > 1 else 0.0,
+                "train_seconds": secs.mean(),
+            }
+        )
     return out
 
 
 def markdown_table(rows: List[Dict[str, object]]) -> str:
     summary = summarize(rows)
     weak = any("weak" in s for s in summary)
-    lines = ["| setting | rate | method | seeds | micro-F1 (%) | macro-F1 (%) | train s |"
-             + (" weak-label accuracy per level (%) | weak-label coverage (%) |" if weak else ""),
-             "|---|---|---|---|---|---|---|" + ("---|---|" if weak else "")]
+    lines = [
+        "| setting | rate | method | seeds | micro-F1 (%) | macro-F1 (%) | train s |"
+        + (" weak-label accuracy per level (%) | weak-label coverage (%) |" if weak else ""),
+        "|---|---|---|---|---|---|---|" + ("---|---|" if weak else ""),
+    ]
     for s in summary:
-        line = (f"| {s['setting']} | {100 * float(s['rate']):g}% | {s['method']} | {s['n_seeds']} | "
-                f"{s['micro_mean']:.2f} ± {s['micro_std']:.2f} | {s['macro_mean']:.2f} ± {s['macro_std']:.2f} | "
-                f"{s['train_seconds']:.1f} |")
+        line = (
+            f"| {s['setting']} | {100 * float(s['rate']):g}% | {s['method']} | {s['n_seeds']} | "
+            f"{s['micro_mean']:.2f} ± {s['micro_std']:.2f} | {s['macro_mean']:.2f} ± {s['macro_std']:.2f} | "
+            f"{s['train_seconds']:.1f} |"
+        )
         if weak:
             line += f" {s.get('weak', '')} | " + (f"{s['weak_coverage']:.1f} |" if "weak_coverage" in s else " |")
         lines.append(line)

@@ -31,27 +31,71 @@ from pcem_spark.core.methods import EM_METHODS as _EM_METHODS
 log = logging.getLogger(__name__)
 
 # Table 2's row order (discriminative, NB, EM) and display names.
-TABLE2_ORDER = ["lr", "svm", "hiercost", "flat-nb", "nbmc", "tdnb", "wdnb", "pcnb",
-                "flat-em", "emmc", "tdem", "wdem", "pcem"]
-DISPLAY = {"lr": "LR", "svm": "SVM", "hiercost": "HierCost", "flat-nb": "Flat-NB", "nbmc": "NBMC",
-           "tdnb": "TDNB", "wdnb": "WDNB", "pcnb": "PCNB", "flat-em": "Flat-EM", "emmc": "EMMC",
-           "tdem": "TDEM", "wdem": "WDEM", "pcem": "PCEM"}
+TABLE2_ORDER = [
+    "lr",
+    "svm",
+    "hiercost",
+    "flat-nb",
+    "nbmc",
+    "tdnb",
+    "wdnb",
+    "pcnb",
+    "flat-em",
+    "emmc",
+    "tdem",
+    "wdem",
+    "pcem",
+]
+DISPLAY = {
+    "lr": "LR",
+    "svm": "SVM",
+    "hiercost": "HierCost",
+    "flat-nb": "Flat-NB",
+    "nbmc": "NBMC",
+    "tdnb": "TDNB",
+    "wdnb": "WDNB",
+    "pcnb": "PCNB",
+    "flat-em": "Flat-EM",
+    "emmc": "EMMC",
+    "tdem": "TDEM",
+    "wdem": "WDEM",
+    "pcem": "PCEM",
+}
 # The EM methods (pcem_spark.methods.EM_METHODS) in Table 2's order: the figures' curves.
-EM_METHODS = sorted(_EM_METHODS, key=lambda m: (TABLE2_ORDER.index(m) if m in TABLE2_ORDER
-                                                else len(TABLE2_ORDER), m))
+EM_METHODS = sorted(_EM_METHODS, key=lambda m: (TABLE2_ORDER.index(m) if m in TABLE2_ORDER else len(TABLE2_ORDER), m))
 
 # The paper's Table 2, 20NG, 1% (micro, macro) per setting.
 PAPER_20NG = {
-    "labeled": {"lr": (52.02, 42.41), "svm": (48.33, 39.73), "hiercost": (48.12, 40.89),
-                "flat-nb": (53.39, 39.94), "nbmc": (46.99, 38.02), "tdnb": (55.50, 42.16),
-                "wdnb": (53.66, 41.53), "pcnb": (58.33, 48.04), "flat-em": (63.21, 49.30),
-                "emmc": (66.56, 52.95), "tdem": (62.14, 46.89), "wdem": (62.71, 48.85),
-                "pcem": (70.73, 60.02)},
-    "dataless": {"lr": (44.16, 31.51), "svm": (41.70, 30.24), "hiercost": (43.26, 32.30),
-                 "flat-nb": (47.29, 30.67), "nbmc": (43.24, 28.82), "tdnb": (48.06, 31.02),
-                 "wdnb": (47.19, 31.02), "pcnb": (52.14, 38.50), "flat-em": (55.13, 37.40),
-                 "emmc": (59.50, 41.56), "tdem": (55.62, 37.14), "wdem": (47.19, 31.02),
-                 "pcem": (63.54, 48.56)},
+    "labeled": {
+        "lr": (52.02, 42.41),
+        "svm": (48.33, 39.73),
+        "hiercost": (48.12, 40.89),
+        "flat-nb": (53.39, 39.94),
+        "nbmc": (46.99, 38.02),
+        "tdnb": (55.50, 42.16),
+        "wdnb": (53.66, 41.53),
+        "pcnb": (58.33, 48.04),
+        "flat-em": (63.21, 49.30),
+        "emmc": (66.56, 52.95),
+        "tdem": (62.14, 46.89),
+        "wdem": (62.71, 48.85),
+        "pcem": (70.73, 60.02),
+    },
+    "dataless": {
+        "lr": (44.16, 31.51),
+        "svm": (41.70, 30.24),
+        "hiercost": (43.26, 32.30),
+        "flat-nb": (47.29, 30.67),
+        "nbmc": (43.24, 28.82),
+        "tdnb": (48.06, 31.02),
+        "wdnb": (47.19, 31.02),
+        "pcnb": (52.14, 38.50),
+        "flat-em": (55.13, 37.40),
+        "emmc": (59.50, 41.56),
+        "tdem": (55.62, 37.14),
+        "wdem": (47.19, 31.02),
+        "pcem": (63.54, 48.56),
+    },
 }
 
 
@@ -76,6 +120,7 @@ def paired_p_value(a: Dict[int, float], b: Dict[int, float]) -> Optional[float]:
     constant non-zero difference p = 0, instead of scipy's NaN / warning.
     """
     from scipy import stats
+
     seeds = sorted(set(a) & set(b))
     if len(seeds) < 2:
         return None
@@ -97,11 +142,18 @@ def _scores(rows, setting: str, rate: float, metric: str) -> Dict[str, Dict[int,
     return out
 
 
-def table2(rows: List[dict], rate: float = 0.01, reference: str = "pcem",
-           paper: Optional[Dict[str, Dict[str, Tuple[float, float]]]] = None) -> str:
+def table2(
+    rows: List[dict],
+    rate: float = 0.01,
+    reference: str = "pcem",
+    paper: Optional[Dict[str, Dict[str, Tuple[float, float]]]] = None,
+) -> str:
     """Markdown shaped like the paper's Table 2 at one label rate (mean over seeds)."""
-    settings = [s for s in ("labeled", "dataless") if any(r["setting"] == s and math.isclose(float(r["rate"]), rate)
-                                                          for r in rows)]
+    settings = [
+        s
+        for s in ("labeled", "dataless")
+        if any(r["setting"] == s and math.isclose(float(r["rate"]), rate) for r in rows)
+    ]
     if not settings:
         return f"(no runs at label rate {100 * rate:g}%)\n"
     methods_present = {r["method"] for r in rows if math.isclose(float(r["rate"]), rate)}
@@ -111,13 +163,20 @@ def table2(rows: List[dict], rate: float = 0.01, reference: str = "pcem",
         head += " " + " | ".join(f"paper {s} micro / macro" for s in settings) + " |"
     cols = 1 + 2 * len(settings) + (len(settings) if paper else 0)
     ref = DISPLAY.get(reference, reference)
-    lines = [f"F1 (%) at label rate {100 * rate:g}%: mean over seeds (n = number of seeds). "
-             f"† / ‡: {ref} is better with p < 0.05 / p < 0.001 (two-sided paired t-test over the same "
-             f"seeds); (+): significantly better than {ref} (p < 0.05). Bold: best in the column.",
-             "", head, "|" + "---|" * cols]
+    lines = [
+        f"F1 (%) at label rate {100 * rate:g}%: mean over seeds (n = number of seeds). "
+        f"† / ‡: {ref} is better with p < 0.05 / p < 0.001 (two-sided paired t-test over the same "
+        f"seeds); (+): significantly better than {ref} (p < 0.05). Bold: best in the column.",
+        "",
+        head,
+        "|" + "---|" * cols,
+    ]
     data = {s: {metric: _scores(rows, s, rate, metric) for metric in ("micro_f1", "macro_f1")} for s in settings}
-    best = {(s, metric): max((np.mean(list(v.values())) for v in data[s][metric].values() if v), default=None)
-            for s in settings for metric in ("micro_f1", "macro_f1")}
+    best = {
+        (s, metric): max((np.mean(list(v.values())) for v in data[s][metric].values() if v), default=None)
+        for s in settings
+        for metric in ("micro_f1", "macro_f1")
+    }
     for m in order:
         cells = []
         for s in settings:
@@ -142,9 +201,13 @@ def table2(rows: List[dict], rate: float = 0.01, reference: str = "pcem",
         n = max((len(data[s]["micro_f1"].get(m, {})) for s in settings), default=0)
         line = f"| {name} (n={n}) | " + " | ".join(cells) + " |"
         if paper:
-            line += " " + " | ".join(
-                (f"{paper[s][m][0]:.2f} / {paper[s][m][1]:.2f}" if m in paper.get(s, {}) else "–")
-                for s in settings) + " |"
+            line += (
+                " "
+                + " | ".join(
+                    (f"{paper[s][m][0]:.2f} / {paper[s][m][1]:.2f}" if m in paper.get(s, {}) else "–") for s in settings
+                )
+                + " |"
+            )
         lines.append(line)
     return "\n".join(lines) + "\n"
 
@@ -156,12 +219,16 @@ def curves(rows: List[dict], setting: str, methods: Sequence[str] = EM_METHODS):
         by_rate: Dict[float, List[Tuple[float, float]]] = {}
         for r in rows:
             if r["setting"] == setting and r["method"] == m:
-                by_rate.setdefault(float(r["rate"]), []).append((100 * float(r["micro_f1"]),
-                                                                 100 * float(r["macro_f1"])))
+                by_rate.setdefault(float(r["rate"]), []).append(
+                    (100 * float(r["micro_f1"]), 100 * float(r["macro_f1"]))
+                )
         if by_rate:
             rates = sorted(by_rate)
-            out[m] = (np.array(rates) * 100, np.array([np.mean([v[0] for v in by_rate[x]]) for x in rates]),
-                      np.array([np.mean([v[1] for v in by_rate[x]]) for x in rates]))
+            out[m] = (
+                np.array(rates) * 100,
+                np.array([np.mean([v[0] for v in by_rate[x]]) for x in rates]),
+                np.array([np.mean([v[1] for v in by_rate[x]]) for x in rates]),
+            )
     return out
 
 
@@ -170,21 +237,29 @@ def efficiency_table(rows: List[dict], rate: float = 0.01, setting: str = "label
     sel = [r for r in rows if r["setting"] == setting and math.isclose(float(r["rate"]), rate)]
     present = {r["method"] for r in sel}
     order = [m for m in TABLE2_ORDER if m in present] + sorted(present - set(TABLE2_ORDER))
-    lines = [f"Seconds per run, {setting}, label rate {100 * rate:g}% (mean over seeds; train includes "
-             "EM iterations, predict = scoring and evaluating the test split).", "",
-             "| method | train s | predict s | EM iterations |", "|---|---|---|---|"]
+    lines = [
+        f"Seconds per run, {setting}, label rate {100 * rate:g}% (mean over seeds; train includes "
+        "EM iterations, predict = scoring and evaluating the test split).",
+        "",
+        "| method | train s | predict s | EM iterations |",
+        "|---|---|---|---|",
+    ]
     for m in order:
         rs = [r for r in sel if r["method"] == m]
-        lines.append(f"| {DISPLAY.get(m, m)} | {np.mean([float(r['train_seconds']) for r in rs]):.2f} | "
-                     f"{np.mean([float(r['predict_seconds']) for r in rs]):.2f} | "
-                     f"{np.mean([float(r.get('n_iter') or 0) for r in rs]):.1f} |")
+        lines.append(
+            f"| {DISPLAY.get(m, m)} | {np.mean([float(r['train_seconds']) for r in rs]):.2f} | "
+            f"{np.mean([float(r['predict_seconds']) for r in rs]):.2f} | "
+            f"{np.mean([float(r.get('n_iter') or 0) for r in rs]):.1f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def _plot_curves(rows, setting: str, path: str) -> bool:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     data = curves(rows, setting)
     if not data or max(len(v[0]) for v in data.values()) < 2:
         return False
@@ -211,7 +286,9 @@ def _plot_curves(rows, setting: str, path: str) -> bool:
 def _save_figure(fig, path: str) -> None:
     """PNG bytes in memory, then one atomic replace: a killed report never leaves a truncated image."""
     import io
+
     from pcem_spark.io.outputs import atomic_write_bytes
+
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     atomic_write_bytes(path, buf.getvalue())
@@ -219,8 +296,10 @@ def _save_figure(fig, path: str) -> None:
 
 def _plot_efficiency(rows, path: str, rate: float = 0.01, setting: str = "labeled") -> bool:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     sel = [r for r in rows if r["setting"] == setting and math.isclose(float(r["rate"]), rate)]
     present = {r["method"] for r in sel}
     order = [m for m in TABLE2_ORDER if m in present]
@@ -242,6 +321,7 @@ def write_report(rows: List[dict], out_dir: str, rate: float = 0.01, paper=None)
     """Write table2.md, efficiency.md and (with matplotlib) the PNG figures; returns the files written."""
     written = []
     from pcem_spark.io.outputs import atomic_write_text
+
     atomic_write_text(os.path.join(out_dir, "table2.md"), table2(rows, rate, paper=paper))
     written.append("table2.md")
     atomic_write_text(os.path.join(out_dir, "efficiency.md"), efficiency_table(rows, rate))

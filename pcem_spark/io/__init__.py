@@ -12,5 +12,4 @@ that no output can clobber an input or another output. Imports
 :mod:`pcem_spark.util` and :mod:`pcem_spark.errors`.
 """
 
-
 __all__: list = []

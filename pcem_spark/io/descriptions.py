@@ -1,12 +1,13 @@
 """TODO docstring (weak)."""
 
 from __future__ import annotations
+
 import json
 import logging
 from typing import Dict
-from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError, closest_name
-from pcem_spark.core.similarity import _MAX_NAMES, _more
 
+from pcem_spark.core.similarity import _MAX_NAMES, _more
+from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError, closest_name
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +46,20 @@ def check_descriptions(obj, taxonomy: Taxonomy, where: str = "descriptions") -> 
         log.info("%s: the description of the root %r is not used (the root is not a class)", where, taxonomy.root)
     unknown = sorted(set(obj) - known - {taxonomy.root})
     if unknown:
-        hints = [f"{n!r}" + (f" (did you mean {g!r}?)" if (g := closest_name(n, sorted(known))) else "")
-                 for n in unknown[:_MAX_NAMES]]
-        log.warning("%s: %d description(s) for node(s) that are not in the taxonomy are ignored: %s%s. "
-                    "Correct the node name in %s if it is a typo. A taxonomy inferred from the labels lacks "
-                    "the classes no document is labelled with: pass --taxonomy FILE to keep them.",
-                    where, len(unknown), ", ".join(hints), _more(unknown), where)
+        hints = [
+            f"{n!r}" + (f" (did you mean {g!r}?)" if (g := closest_name(n, sorted(known))) else "")
+            for n in unknown[:_MAX_NAMES]
+        ]
+        log.warning(
+            "%s: %d description(s) for node(s) that are not in the taxonomy are ignored: %s%s. "
+            "Correct the node name in %s if it is a typo. A taxonomy inferred from the labels lacks "
+            "the classes no document is labelled with: pass --taxonomy FILE to keep them.",
+            where,
+            len(unknown),
+            ", ".join(hints),
+            _more(unknown),
+            where,
+        )
     missing = sorted((n for n in known if not _text(obj.get(n))), key=lambda n: (taxonomy.node_depth(n), n))
     leaves = set(taxonomy.leaves)
     missing_leaves = [n for n in missing if n in leaves]
@@ -58,13 +67,19 @@ def check_descriptions(obj, taxonomy: Taxonomy, where: str = "descriptions") -> 
         raise TaxonomyError(
             f"{where}: no description for leaf node(s) {missing_leaves[:_MAX_NAMES]}{_more(missing_leaves)} "
             f"({len(missing_leaves)} of {len(leaves)} leaves): a leaf without a description can never get a "
-            f"weak label. Add a line \"{missing_leaves[0]}\": \"a few words typical of its documents\" for each "
-            f"to {where}, or remove those leaves from the taxonomy")
+            f'weak label. Add a line "{missing_leaves[0]}": "a few words typical of its documents" for each '
+            f"to {where}, or remove those leaves from the taxonomy"
+        )
     missing_inner = [n for n in missing if n not in leaves]
     if missing_inner:
-        log.warning("%s: no description for inner node(s) %s%s: each is described by its descendants' "
-                    "descriptions only. Add own descriptions to %s to follow the paper's setup.",
-                    where, missing_inner[:_MAX_NAMES], _more(missing_inner), where)
+        log.warning(
+            "%s: no description for inner node(s) %s%s: each is described by its descendants' "
+            "descriptions only. Add own descriptions to %s to follow the paper's setup.",
+            where,
+            missing_inner[:_MAX_NAMES],
+            _more(missing_inner),
+            where,
+        )
     return {n: _text(v) for n, v in obj.items() if n in known and _text(v)}
 
 

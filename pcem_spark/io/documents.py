@@ -79,63 +79,69 @@ duplicate ``id``) are decided by :func:`split_rejects` for both formats.
 """
 
 from __future__ import annotations
+
 import logging
 import os
 from typing import Dict, List, Optional, Tuple
+
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pcem_spark.errors import InputError
-from pcem_spark.io.json_lines import _StrictDecoder, _parse_line
-from pcem_spark.io.json_lines import RECORD_CHARS
 
+from pcem_spark.errors import InputError
+from pcem_spark.io.json_lines import RECORD_CHARS, _parse_line, _StrictDecoder
 
 log = logging.getLogger(__name__)
 
 
-DOCUMENT_SCHEMA = T.StructType([
-    T.StructField("id", T.StringType(), True),
-    T.StructField("text", T.StringType(), True),
-    T.StructField("labels", T.ArrayType(T.StringType(), True), True),
-    T.StructField("split", T.StringType(), True),
-    # Optional: precomputed node -> similarity scores (bring your own similarity model).
-    T.StructField("similarities", T.MapType(T.StringType(), T.DoubleType(), True), True),
-])
+DOCUMENT_SCHEMA = T.StructType(
+    [
+        T.StructField("id", T.StringType(), True),
+        T.StructField("text", T.StringType(), True),
+        T.StructField("labels", T.ArrayType(T.StringType(), True), True),
+        T.StructField("split", T.StringType(), True),
+        # Optional: precomputed node -> similarity scores (bring your own similarity model).
+        T.StructField("similarities", T.MapType(T.StringType(), T.DoubleType(), True), True),
+    ]
+)
 
 
-REJECT_SCHEMA = T.StructType([
-    T.StructField("id", T.StringType(), True),
-    T.StructField("source_file", T.StringType(), True),
-    T.StructField("reason", T.StringType(), False),
-    T.StructField("record", T.StringType(), True),
-    # 1-based line in source_file (JSON Lines, any split size); null for Parquet.
-    T.StructField("line", T.LongType(), True),
-])
+REJECT_SCHEMA = T.StructType(
+    [
+        T.StructField("id", T.StringType(), True),
+        T.StructField("source_file", T.StringType(), True),
+        T.StructField("reason", T.StringType(), False),
+        T.StructField("record", T.StringType(), True),
+        # 1-based line in source_file (JSON Lines, any split size); null for Parquet.
+        T.StructField("line", T.LongType(), True),
+    ]
+)
 
 
-_CORRUPT = "_corrupt_record"   # raw line of a row the parser rejected (truncated)
+_CORRUPT = "_corrupt_record"  # raw line of a row the parser rejected (truncated)
 
 
-_REASON = "_reject_reason"     # why the parser / element checks rejected the row
+_REASON = "_reject_reason"  # why the parser / element checks rejected the row
 
 
 _SPLIT_START = "_split_start"  # byte offset where the line's split of source_file starts; null for Parquet
 
 
-_SPLIT_LINE = "_split_line"    # 1-based line number within that split, in file order; null for Parquet
+_SPLIT_LINE = "_split_line"  # 1-based line number within that split, in file order; null for Parquet
 
 
 # Columns of read_documents' result, in order, for both formats.
-RAW_SCHEMA = T.StructType(DOCUMENT_SCHEMA.fields + [
-    T.StructField(_CORRUPT, T.StringType(), True),
-    T.StructField(_REASON, T.StringType(), True),
-    T.StructField(_SPLIT_START, T.LongType(), True),
-    T.StructField(_SPLIT_LINE, T.LongType(), True),
-    T.StructField("source_file", T.StringType(), True),
-])
-
-
+RAW_SCHEMA = T.StructType(
+    DOCUMENT_SCHEMA.fields
+    + [
+        T.StructField(_CORRUPT, T.StringType(), True),
+        T.StructField(_REASON, T.StringType(), True),
+        T.StructField(_SPLIT_START, T.LongType(), True),
+        T.StructField(_SPLIT_LINE, T.LongType(), True),
+        T.StructField("source_file", T.StringType(), True),
+    ]
+)
 
 
 _LOGGED_REASONS = 20  # distinct reject reasons log_counts lists
@@ -176,8 +182,12 @@ def _is_ignored(relative: str) -> bool:
 def _hadoop_fs(spark: SparkSession, path: str):
     """(FileSystem, Path) for ``path`` -- local or remote alike, as Spark will read it."""
     from pcem_spark.engine.session import require_classic_session
-    require_classic_session(spark, "Detecting the documents format (read_documents / count_input_rows without fmt)",
-                            "the driver JVM's Hadoop FileSystem")
+
+    require_classic_session(
+        spark,
+        "Detecting the documents format (read_documents / count_input_rows without fmt)",
+        "the driver JVM's Hadoop FileSystem",
+    )
     jvm = spark.sparkContext._jvm
     hpath = jvm.org.apache.hadoop.fs.Path(path)
     return hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hpath
@@ -195,7 +205,7 @@ def _data_files(spark: SparkSession, path: str) -> List[str]:
     found, it = [], fs.listFiles(hpath, True)
     while it.hasNext():
         file = it.next().getPath()
-        if not _is_ignored(file.toUri().getPath()[len(root):]):
+        if not _is_ignored(file.toUri().getPath()[len(root) :]):
             found.append(file.toString())
     return found
 
@@ -226,8 +236,9 @@ def detect_format(spark: SparkSession, path: str) -> str:
     """
     files = _data_files(spark, path)
     if not files:
-        raise DocumentsError(f"documents input {path!r} holds no data files "
-                             "(hidden files, _SUCCESS and .crc are ignored)")
+        raise DocumentsError(
+            f"documents input {path!r} holds no data files (hidden files, _SUCCESS and .crc are ignored)"
+        )
     by_kind: Dict[str, List[str]] = {}
     for f in files:
         by_kind.setdefault(_kind_by_name(f) or "unknown", []).append(f)
@@ -235,12 +246,14 @@ def detect_format(spark: SparkSession, path: str) -> str:
         if not _has_parquet_magic(spark, f):
             raise DocumentsError(
                 f"documents input {path!r}: cannot tell the format of {f!r} (expected .parquet, "
-                f".json, .jsonl or .ndjson, optionally .gz); pass the format explicitly")
+                f".json, .jsonl or .ndjson, optionally .gz); pass the format explicitly"
+            )
         by_kind.setdefault("parquet", []).append(f)
     if len(by_kind) > 1:
         raise DocumentsError(
             f"documents input {path!r} mixes JSON Lines files (e.g. {by_kind['json'][0]!r}) and "
-            f"Parquet files (e.g. {by_kind['parquet'][0]!r}); keep one format per directory")
+            f"Parquet files (e.g. {by_kind['parquet'][0]!r}); keep one format per directory"
+        )
     return next(iter(by_kind))
 
 
@@ -257,11 +270,20 @@ def _parse_line_batches(batches):
 
     decoder = _StrictDecoder()
     seen: Dict[Tuple[str, int], int] = {}
-    arrow_schema = pa.schema([
-        ("id", pa.string()), ("text", pa.string()), ("labels", pa.list_(pa.string())),
-        ("split", pa.string()), ("similarities", pa.map_(pa.string(), pa.float64())),
-        (_CORRUPT, pa.string()), (_REASON, pa.string()), (_SPLIT_START, pa.int64()), (_SPLIT_LINE, pa.int64()),
-        ("source_file", pa.string())])
+    arrow_schema = pa.schema(
+        [
+            ("id", pa.string()),
+            ("text", pa.string()),
+            ("labels", pa.list_(pa.string())),
+            ("split", pa.string()),
+            ("similarities", pa.map_(pa.string(), pa.float64())),
+            (_CORRUPT, pa.string()),
+            (_REASON, pa.string()),
+            (_SPLIT_START, pa.int64()),
+            (_SPLIT_LINE, pa.int64()),
+            ("source_file", pa.string()),
+        ]
+    )
     for batch in batches:
         files = batch.column("source_file").to_pylist()
         starts = batch.column("block_start").to_pylist()
@@ -284,7 +306,8 @@ def _read_json_lines(spark: SparkSession, path: str) -> DataFrame:
         # The binary cast keeps the bytes as read, so invalid UTF-8 is still visible to the parser.
         F.col("value").cast(T.BinaryType()).alias("value"),
         F.input_file_name().alias("source_file"),
-        F.input_file_block_start().alias("block_start"))
+        F.input_file_block_start().alias("block_start"),
+    )
     return lines.mapInArrow(_parse_line_batches, RAW_SCHEMA)
 
 
@@ -294,15 +317,16 @@ def _check_parquet_schema(schema: T.StructType, path: str) -> None:
         if required not in fields:
             raise DocumentsError(
                 f"{path}: column {required!r} is missing (found columns {sorted(fields)}); "
-                "a documents table needs id: string, text: string, labels: array<string>")
+                "a documents table needs id: string, text: string, labels: array<string>"
+            )
     expected = {f.name: f.dataType for f in DOCUMENT_SCHEMA.fields}
     for name, want in expected.items():
         # simpleString ignores nullability: array<string> with required
         # elements (parquet-avro, Hive) is as good as the optional kind.
         if name in fields and fields[name].simpleString() != want.simpleString():
             raise DocumentsError(
-                f"{path}: column {name!r} has type {fields[name].simpleString()}, "
-                f"expected {want.simpleString()}")
+                f"{path}: column {name!r} has type {fields[name].simpleString()}, expected {want.simpleString()}"
+            )
 
 
 def _json_quoted(col: Column) -> Column:
@@ -317,23 +341,35 @@ def _labels_reason(labels: Column) -> Column:
     pos = F.array_position(bad, True)  # 1-based; 0 when every label is fine
     label = F.element_at(labels, pos.cast("int"))
     prefix = F.concat(F.lit("labels["), (pos - 1).cast("string"), F.lit("]: "))
-    return (F.when(F.size(labels) == 0,
-                   F.lit("field 'labels': expected a non-empty array of strings (null for unlabelled), "
-                         "got an empty array"))
-            .when(pos > 0, F.concat(prefix, F.when(label.isNull(), F.lit("expected a non-empty string, got null"))
-                                    .when(label == "", F.lit("expected a non-empty string, got an empty string"))
-                                    .otherwise(F.concat(_json_quoted(label),
-                                                        F.lit(" has leading or trailing whitespace"))))))
+    return F.when(
+        F.size(labels) == 0,
+        F.lit("field 'labels': expected a non-empty array of strings (null for unlabelled), got an empty array"),
+    ).when(
+        pos > 0,
+        F.concat(
+            prefix,
+            F.when(label.isNull(), F.lit("expected a non-empty string, got null"))
+            .when(label == "", F.lit("expected a non-empty string, got an empty string"))
+            .otherwise(F.concat(_json_quoted(label), F.lit(" has leading or trailing whitespace"))),
+        ),
+    )
 
 
 def _similarities_reason(sims: Column) -> Column:
     """Why a Parquet ``similarities`` map is unusable: a null, NaN or infinite score."""
-    bad = F.filter(F.map_entries(sims), lambda e: e["value"].isNull() | F.isnan(e["value"])
-                   | (F.abs(e["value"]) == float("inf")))
+    bad = F.filter(
+        F.map_entries(sims), lambda e: e["value"].isNull() | F.isnan(e["value"]) | (F.abs(e["value"]) == float("inf"))
+    )
     first = F.element_at(bad, 1)
-    return F.when(F.size(bad) > 0, F.concat(
-        F.lit("similarities["), _json_quoted(first["key"]), F.lit("]: expected a finite number, got "),
-        F.coalesce(first["value"].cast("string"), F.lit("null"))))
+    return F.when(
+        F.size(bad) > 0,
+        F.concat(
+            F.lit("similarities["),
+            _json_quoted(first["key"]),
+            F.lit("]: expected a finite number, got "),
+            F.coalesce(first["value"].cast("string"), F.lit("null")),
+        ),
+    )
 
 
 def _read_parquet(spark: SparkSession, path: str) -> DataFrame:
@@ -344,12 +380,17 @@ def _read_parquet(spark: SparkSession, path: str) -> DataFrame:
         if field.name not in df.columns:
             df = df.withColumn(field.name, F.lit(None).cast(field.dataType))
     return df.select(
-        "id", "text", "labels", "split", "similarities",
+        "id",
+        "text",
+        "labels",
+        "split",
+        "similarities",
         F.lit(None).cast(T.StringType()).alias(_CORRUPT),
         F.coalesce(_labels_reason(F.col("labels")), _similarities_reason(F.col("similarities"))).alias(_REASON),
         F.lit(None).cast(T.LongType()).alias(_SPLIT_START),
         F.lit(None).cast(T.LongType()).alias(_SPLIT_LINE),
-        F.input_file_name().alias("source_file"))
+        F.input_file_name().alias("source_file"),
+    )
 
 
 def read_documents(spark: SparkSession, path: str, fmt: Optional[str] = None) -> DataFrame:
@@ -408,32 +449,49 @@ def split_rejects(df: DataFrame, require_text: bool = True) -> Tuple[DataFrame, 
     ``_split_line`` (built by hand) gets null lines.
     """
     if _REASON not in df.columns:  # a frame built by hand, not by read_documents
-        df = df.withColumn(_REASON, F.when(F.col(_CORRUPT).isNotNull(), F.lit(
-            "malformed record: expected a JSON object with id: string, text: string, "
-            "labels: array<string> or null")))
+        df = df.withColumn(
+            _REASON,
+            F.when(
+                F.col(_CORRUPT).isNotNull(),
+                F.lit(
+                    "malformed record: expected a JSON object with id: string, text: string, "
+                    "labels: array<string> or null"
+                ),
+            ),
+        )
     for name in (_SPLIT_START, _SPLIT_LINE):
         if name not in df.columns:
             df = df.withColumn(name, F.lit(None).cast(T.LongType()))
     dup_window = Window.partitionBy("id")
     text_blank = F.col("text").isNull() if require_text else F.lit(False)
-    reason = (F.when(F.col(_REASON).isNotNull(), F.col(_REASON))
-              .when(F.col("id").isNull() | (F.trim(F.col("id")) == ""), F.lit("field 'id' is missing or empty"))
-              .when(text_blank, F.lit("field 'text' is missing (null)"))
-              .when(F.count(F.lit(1)).over(dup_window) > 1,
-                    F.concat(F.lit("duplicate id: "),
-                             F.count(F.lit(1)).over(dup_window).cast("string"),
-                             F.lit(" rows share this id")))
-              .otherwise(F.lit(None)))
+    reason = (
+        F.when(F.col(_REASON).isNotNull(), F.col(_REASON))
+        .when(F.col("id").isNull() | (F.trim(F.col("id")) == ""), F.lit("field 'id' is missing or empty"))
+        .when(text_blank, F.lit("field 'text' is missing (null)"))
+        .when(
+            F.count(F.lit(1)).over(dup_window) > 1,
+            F.concat(
+                F.lit("duplicate id: "), F.count(F.lit(1)).over(dup_window).cast("string"), F.lit(" rows share this id")
+            ),
+        )
+        .otherwise(F.lit(None))
+    )
     # Persisted so that both outputs (and the caller's counts) share one
     # parse of the input and one verdict per row.
     flagged = df.withColumn("_reason", reason).persist(StorageLevel.MEMORY_AND_DISK)
     good = flagged.where(F.col("_reason").isNull()).select("id", "text", "labels", "split", "similarities")
     parsed = F.to_json(F.struct("id", "text", "labels", "split", "similarities"))
-    rejects = flagged.where(F.col("_reason").isNotNull()).join(
-        F.broadcast(_lines_before_split(flagged)), on=["source_file", _SPLIT_START], how="left").select(
-        F.col("id"), F.col("source_file"), F.col("_reason").alias("reason"),
-        F.coalesce(F.col(_CORRUPT), F.substring(parsed, 1, RECORD_CHARS)).alias("record"),
-        (F.col("_lines_before") + F.col(_SPLIT_LINE)).alias("line"))
+    rejects = (
+        flagged.where(F.col("_reason").isNotNull())
+        .join(F.broadcast(_lines_before_split(flagged)), on=["source_file", _SPLIT_START], how="left")
+        .select(
+            F.col("id"),
+            F.col("source_file"),
+            F.col("_reason").alias("reason"),
+            F.coalesce(F.col(_CORRUPT), F.substring(parsed, 1, RECORD_CHARS)).alias("record"),
+            (F.col("_lines_before") + F.col(_SPLIT_LINE)).alias("line"),
+        )
+    )
     return good, rejects
 
 
@@ -447,10 +505,14 @@ def _lines_before_split(rows: DataFrame) -> DataFrame:
     line (the parser's output), so counting its rows per split counts lines.
     """
     before = Window.partitionBy("source_file").orderBy(_SPLIT_START).rowsBetween(Window.unboundedPreceding, -1)
-    per_split = (rows.where(F.col(_SPLIT_START).isNotNull())
-                 .groupBy("source_file", _SPLIT_START).agg(F.count(F.lit(1)).alias("_lines")))
-    return per_split.select("source_file", _SPLIT_START,
-                            F.coalesce(F.sum("_lines").over(before), F.lit(0)).alias("_lines_before"))
+    per_split = (
+        rows.where(F.col(_SPLIT_START).isNotNull())
+        .groupBy("source_file", _SPLIT_START)
+        .agg(F.count(F.lit(1)).alias("_lines"))
+    )
+    return per_split.select(
+        "source_file", _SPLIT_START, F.coalesce(F.sum("_lines").over(before), F.lit(0)).alias("_lines_before")
+    )
 
 
 def log_counts(stage: str, n_in: int, n_good: int, rejects: DataFrame) -> Dict[str, int]:
@@ -467,9 +529,15 @@ def log_counts(stage: str, n_in: int, n_good: int, rejects: DataFrame) -> Dict[s
             n_reasons = counts.count()
             if n_reasons > _LOGGED_REASONS:
                 more = f"\n  ... and {n_reasons - _LOGGED_REASONS} more distinct reasons"
-    log.info("%s: %d documents read, %d valid, %d rejected%s%s", stage, n_in, n_good, n_in - n_good,
-             "".join(f"\n  {c} x {r}" for r, c in sorted(by_reason.items(), key=lambda rc: (-rc[1], rc[0]))),
-             more)
+    log.info(
+        "%s: %d documents read, %d valid, %d rejected%s%s",
+        stage,
+        n_in,
+        n_good,
+        n_in - n_good,
+        "".join(f"\n  {c} x {r}" for r, c in sorted(by_reason.items(), key=lambda rc: (-rc[1], rc[0]))),
+        more,
+    )
     return by_reason
 
 

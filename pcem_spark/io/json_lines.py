@@ -1,12 +1,12 @@
 """TODO docstring (documents)."""
 
 from __future__ import annotations
+
 import json
 import logging
 import math
 import re
 from typing import List, Optional, Tuple
-
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +152,11 @@ def _reject_trailing(decoder: _StrictDecoder, line: str, pos: int, doc_id: Optio
         try:
             _, end = decoder.decode_at(line, pos)
         except _LineReject:
-            raise _LineReject(f"unexpected content after the JSON value at column {pos + 1}: "
-                              f"{line[pos:pos + 20]!r} (one JSON object per line expected)", doc_id) from None
+            raise _LineReject(
+                f"unexpected content after the JSON value at column {pos + 1}: "
+                f"{line[pos : pos + 20]!r} (one JSON object per line expected)",
+                doc_id,
+            ) from None
         n += 1
         pos = _JSON_WS.match(line, end).end()
     raise _LineReject(f"line holds {n} JSON values (one JSON object per line expected)", doc_id)
@@ -173,11 +176,11 @@ def _check_labels(obj: dict) -> Optional[List[str]]:
         return None
     doc_id = _string_id(obj)
     if not isinstance(labels, list):
-        raise _LineReject(f"field 'labels': expected an array of strings or null, got {_json_type(labels)}",
-                          doc_id)
+        raise _LineReject(f"field 'labels': expected an array of strings or null, got {_json_type(labels)}", doc_id)
     if not labels:
-        raise _LineReject("field 'labels': expected a non-empty array of strings (null for unlabelled), "
-                          "got an empty array", doc_id)
+        raise _LineReject(
+            "field 'labels': expected a non-empty array of strings (null for unlabelled), got an empty array", doc_id
+        )
     for i, label in enumerate(labels):
         if not isinstance(label, str):
             raise _LineReject(f"labels[{i}]: expected a non-empty string, got {_json_type(label)}", doc_id)
@@ -195,8 +198,7 @@ def _check_similarities(obj: dict) -> Optional[List[Tuple[str, float]]]:
         return None
     doc_id = _string_id(obj)
     if not isinstance(sims, dict):
-        raise _LineReject(f"field 'similarities': expected an object of node -> number, got {_json_type(sims)}",
-                          doc_id)
+        raise _LineReject(f"field 'similarities': expected an object of node -> number, got {_json_type(sims)}", doc_id)
     pairs = []
     for node, score in sims.items():
         if _json_type(score) != "number":
@@ -206,31 +208,36 @@ def _check_similarities(obj: dict) -> Optional[List[Tuple[str, float]]]:
         except OverflowError:  # an integer literal beyond double range
             value = math.inf
         if not math.isfinite(value):
-            raise _LineReject(f"similarities[{_quoted(node)}]: expected a finite number, got one out of range",
-                              doc_id)
+            raise _LineReject(f"similarities[{_quoted(node)}]: expected a finite number, got one out of range", doc_id)
         pairs.append((node, value))
     return pairs
 
 
 def _document_of(obj: dict) -> tuple:
     """(id, text, labels, split, similarities) of a decoded object, type-checked, never coerced."""
-    return (_optional_string(obj, "id"), _optional_string(obj, "text"), _check_labels(obj),
-            _optional_string(obj, "split"), _check_similarities(obj))
+    return (
+        _optional_string(obj, "id"),
+        _optional_string(obj, "text"),
+        _check_labels(obj),
+        _optional_string(obj, "split"),
+        _check_similarities(obj),
+    )
 
 
 _SURROGATE_ESCAPES = ("\\ud", "\\uD")  # how a surrogate (U+D800..U+DFFF) is written in JSON
 
 
-_SURROGATE_HELP = ("(not encodable as UTF-8; expected a string of Unicode characters, where a \\ud800-\\udbff "
-                   "escape is always followed by a \\udc00-\\udfff escape)")
+_SURROGATE_HELP = (
+    "(not encodable as UTF-8; expected a string of Unicode characters, where a \\ud800-\\udbff "
+    "escape is always followed by a \\udc00-\\udfff escape)"
+)
 
 
 def _surrogate_reject(where: str, s: str, of: str, doc_id: Optional[str]) -> None:
     """Raise ``_LineReject`` if ``s`` holds a lone surrogate, naming ``where`` it is and its position."""
     i = _lone_surrogate(s)
     if i is not None:
-        raise _LineReject(f"{where}: lone surrogate \\u{ord(s[i]):04x} at character {i}{of} {_SURROGATE_HELP}",
-                          doc_id)
+        raise _LineReject(f"{where}: lone surrogate \\u{ord(s[i]):04x} at character {i}{of} {_SURROGATE_HELP}", doc_id)
 
 
 def _check_encodable(doc: tuple) -> None:
@@ -261,12 +268,19 @@ def _parse_line(decoder: _StrictDecoder, data: bytes, first_line: bool) -> tuple
     try:
         line = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raw = data[:4 * RECORD_CHARS].decode("utf-8", "backslashreplace")[:RECORD_CHARS]
+        raw = data[: 4 * RECORD_CHARS].decode("utf-8", "backslashreplace")[:RECORD_CHARS]
         return None, None, None, None, None, raw, f"invalid UTF-8 at byte {e.start + 1}"
     if line.startswith("\ufeff"):
         if not first_line:  # e.g. files concatenated with their byte-order marks
-            return None, None, None, None, None, line[:RECORD_CHARS], \
-                "byte-order mark (U+FEFF) at the start of a line other than line 1"
+            return (
+                None,
+                None,
+                None,
+                None,
+                None,
+                line[:RECORD_CHARS],
+                "byte-order mark (U+FEFF) at the start of a line other than line 1",
+            )
         line = line[1:]  # a UTF-8 byte-order mark, written by some Windows tools
     try:
         doc = _document_of(_decode_one_object(decoder, line))

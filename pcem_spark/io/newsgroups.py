@@ -42,7 +42,7 @@ def clean_message(raw: str, headers: str = "subject") -> str:
     subject = ""
     for line in head.splitlines():
         if line.lower().startswith("subject:"):
-            subject = line[len("subject:"):].strip()
+            subject = line[len("subject:") :].strip()
             break
     return f"{subject}\n\n{body}" if subject else body
 
@@ -51,13 +51,16 @@ def iter_20ng(archive: str, headers: str = "subject") -> Iterator[Dict[str, obje
     """Yield one document dict per message file of the archive, in archive order."""
     if not os.path.exists(archive):
         raise FileNotFoundError(
-            f"20 Newsgroups archive {archive!r} not found; scripts/fetch_20ng.sh downloads the public copy")
+            f"20 Newsgroups archive {archive!r} not found; scripts/fetch_20ng.sh downloads the public copy"
+        )
     try:
         yield from _iter_members(archive, headers)
     except (EOFError, zlib.error, gzip.BadGzipFile, tarfile.TarError) as exc:
         # A truncated or damaged download: every retry reads the same bytes.
-        raise InputError(f"{archive}: damaged or truncated archive ({type(exc).__name__}: {exc}); fetch it "
-                         "again (scripts/fetch_20ng.sh)") from None
+        raise InputError(
+            f"{archive}: damaged or truncated archive ({type(exc).__name__}: {exc}); fetch it "
+            "again (scripts/fetch_20ng.sh)"
+        ) from None
 
 
 def _iter_members(archive: str, headers: str) -> Iterator[Dict[str, object]]:
@@ -70,7 +73,8 @@ def _iter_members(archive: str, headers: str) -> Iterator[Dict[str, object]]:
             if len(parts) != 3 or not parts[0].startswith("20news-bydate-"):
                 raise InputError(
                     f"{archive}: unexpected member {member.name!r}; expected "
-                    "20news-bydate-{train,test}/<newsgroup>/<file>")
+                    "20news-bydate-{train,test}/<newsgroup>/<file>"
+                )
             split_dir, group, fname = parts
             doc_id = f"{group}/{fname}"
             if doc_id in seen:

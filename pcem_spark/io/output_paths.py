@@ -67,13 +67,14 @@ def qualify(spark, path: str) -> str:
     path = path.rstrip("/") or "/"
     if spark is not None and not _is_glob(path):
         from pcem_spark.io.outputs import _FS
+
         try:
             fs = _FS(spark, path)
             path = str(fs.fs.makeQualified(fs.path).toString())
         except Exception:  # a Connect session or a scheme without a file system: compare as given
             pass
     if path.startswith("file:"):
-        path = "file:" + os.path.realpath("/" + path[len("file:"):].lstrip("/"))
+        path = "file:" + os.path.realpath("/" + path[len("file:") :].lstrip("/"))
     elif "://" not in path:
         path = "file:" + os.path.realpath(path)
     return path.rstrip("/") or "/"
@@ -87,9 +88,11 @@ def _glob_matches(spark, pattern: str):
     """The paths a glob matches now (Hadoop's globStatus with Spark, :func:`glob.glob` without)."""
     if spark is None:
         import glob
-        local = pattern[len("file:"):] if pattern.startswith("file:") else pattern
+
+        local = pattern[len("file:") :] if pattern.startswith("file:") else pattern
         return [match for expanded in _expand_braces(local) for match in glob.glob(expanded)]
     from pcem_spark.io.outputs import _FS
+
     try:
         fs = _FS(spark, pattern)
         statuses = fs.fs.globStatus(fs.path)
@@ -111,7 +114,7 @@ def _expand_braces(pattern: str):
     else:
         return [pattern]
     options, depth, item = [], 0, ""
-    for ch in pattern[start + 1:end]:
+    for ch in pattern[start + 1 : end]:
         if ch == "," and depth == 0:
             options.append(item)
             item = ""
@@ -119,7 +122,7 @@ def _expand_braces(pattern: str):
         depth += {"{": 1, "}": -1}.get(ch, 0)
         item += ch
     options.append(item)
-    return [p for option in options for p in _expand_braces(pattern[:start] + option + pattern[end + 1:])]
+    return [p for option in options for p in _expand_braces(pattern[:start] + option + pattern[end + 1 :])]
 
 
 def _glob_base(pattern: str) -> str:
@@ -152,8 +155,13 @@ def _overlap(out: str, inp: str, base: Optional[str], replaces_whole: bool) -> O
     return None
 
 
-def check_output_paths(spark, outputs: Sequence[Output], inputs: Sequence[Tuple[str, Optional[str]]],
-                       overwrite: bool, check_existing: bool = True) -> None:
+def check_output_paths(
+    spark,
+    outputs: Sequence[Output],
+    inputs: Sequence[Tuple[str, Optional[str]]],
+    overwrite: bool,
+    check_existing: bool = True,
+) -> None:
     """Refuse, before any work, every output that would destroy an input, another output or other data.
 
     ``inputs`` are (flag, path) pairs; a None path is skipped. ``check_existing``
@@ -168,7 +176,7 @@ def check_output_paths(spark, outputs: Sequence[Output], inputs: Sequence[Tuple[
         if _is_glob(path):
             base = _glob_base(path)
             q_base = qualify(spark, base)
-            rest = path[len(base):].lstrip("/") if base != "." else path
+            rest = path[len(base) :].lstrip("/") if base != "." else path
             qualified_inputs.append((flag, path, q_base + "/" + rest, q_base))
             # What the glob matches now is input too: no output may be, contain or lie inside a match.
             qualified_inputs += [(flag, path, qualify(spark, match), None) for match in _glob_matches(spark, path)]
@@ -184,11 +192,14 @@ def check_output_paths(spark, outputs: Sequence[Output], inputs: Sequence[Tuple[
                 raise OutputPathError(
                     f"{out.flag} {out.path!r} {why} the run's input {flag} {given!r}: writing there would "
                     f"destroy what the run reads; choose another {out.flag} path (--overwrite does not "
-                    "change this)")
+                    "change this)"
+                )
         for other_flag, other_path, q_other in seen:
             if q_out == q_other or _inside(q_out, q_other) or _inside(q_other, q_out):
-                raise OutputPathError(f"{out.flag} {out.path!r} and {other_flag} {other_path!r} overlap: each "
-                                      "output needs a path of its own")
+                raise OutputPathError(
+                    f"{out.flag} {out.path!r} and {other_flag} {other_path!r} overlap: each "
+                    "output needs a path of its own"
+                )
         seen.append((out.flag, out.path, q_out))
         if check_existing:  # off for a look at the paths alone, before Spark can say where they live
             _check_existing(spark, out, overwrite)
@@ -199,22 +210,33 @@ def _check_existing(spark, out: Output, overwrite: bool) -> None:
     if not exists:
         return
     if out.directory and not is_dir:
-        raise OutputPathError(f"{out.flag} {out.path!r} is a file; {out.flag} writes a directory. Choose "
-                              "another path (--overwrite does not replace a file with a directory)")
+        raise OutputPathError(
+            f"{out.flag} {out.path!r} is a file; {out.flag} writes a directory. Choose "
+            "another path (--overwrite does not replace a file with a directory)"
+        )
     if not out.directory and is_dir:
-        raise OutputPathError(f"{out.flag} {out.path!r} is a directory; {out.flag} writes a file. Choose "
-                              "another path (--overwrite does not replace a directory with a file)")
+        raise OutputPathError(
+            f"{out.flag} {out.path!r} is a directory; {out.flag} writes a file. Choose "
+            "another path (--overwrite does not replace a directory with a file)"
+        )
     if marker is not None and out.kind is not None and marker.get("kind") != out.kind:
         raise OutputPathError(
             f"{out.flag} {out.path!r} holds a complete pcem-spark {marker.get('kind')} output, and {out.flag} "
             f"writes {out.kind}: refusing to replace it, even with --overwrite. Choose another path, or "
-            "delete it yourself if it is no longer needed")
+            "delete it yourself if it is no longer needed"
+        )
     if marker is not None and out.kind is None:
         raise OutputPathError(
             f"{out.flag} {out.path!r} is a pcem-spark {marker.get('kind')} output, not a folder to write "
-            "results into. Choose another path")
-    if out.kind == "rejects" and out.source and marker is not None and marker.get("source") is not None \
-            and qualify(spark, str(marker["source"])) == qualify(spark, out.source):
+            "results into. Choose another path"
+        )
+    if (
+        out.kind == "rejects"
+        and out.source
+        and marker is not None
+        and marker.get("source") is not None
+        and qualify(spark, str(marker["source"])) == qualify(spark, out.source)
+    ):
         return  # this command's own rejects of the same input, from an earlier attempt: a retry replaces them
     if out.kind is None and out.directory:
         return  # a results folder (resumed by design): files in it are replaced one by one
@@ -227,13 +249,16 @@ def _state(spark, out: Output):
     path = out.path.rstrip("/") or "/"
     if spark is None:  # local files only (checked before Spark starts)
         if "://" in path and not path.startswith("file:"):
-            raise OutputPathError(f"{out.flag} {out.path!r}: this output is written with plain file I/O on the "
-                                  "driver; give a local path (and copy it elsewhere afterwards)")
-        p = path[len("file:"):] if path.startswith("file:") else path
+            raise OutputPathError(
+                f"{out.flag} {out.path!r}: this output is written with plain file I/O on the "
+                "driver; give a local path (and copy it elsewhere afterwards)"
+            )
+        p = path[len("file:") :] if path.startswith("file:") else path
         if not os.path.lexists(p):
             return False, False, None
         return True, os.path.isdir(p), _local_marker(p) if os.path.isdir(p) else None
     from pcem_spark.io.outputs import _FS, read_marker, recover
+
     recover(spark, path)
     fs = _FS(spark, path)
     if not fs.exists(path):
@@ -244,7 +269,9 @@ def _state(spark, out: Output):
 
 def _local_marker(directory: str) -> Optional[dict]:
     import json
+
     from pcem_spark.io.outputs import MARKER
+
     try:
         with open(os.path.join(directory, MARKER), encoding="utf-8") as fh:
             marker = json.load(fh)

@@ -45,8 +45,8 @@ import uuid
 from contextlib import contextmanager
 from typing import Dict, Iterator, List, Optional
 
-from pcem_spark.util.faults import maybe_kill
 from pcem_spark.errors import InputError, OutputPathError
+from pcem_spark.util.faults import maybe_kill
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +69,12 @@ class _FS:
 
     def __init__(self, spark, path: str):
         from pcem_spark.engine.session import require_classic_session
-        require_classic_session(spark, "Saving / loading models and writing outputs atomically (pcem_spark.outputs)",
-                                "the driver JVM's Hadoop FileSystem (rename, completion markers)")
+
+        require_classic_session(
+            spark,
+            "Saving / loading models and writing outputs atomically (pcem_spark.outputs)",
+            "the driver JVM's Hadoop FileSystem (rename, completion markers)",
+        )
         sc = spark.sparkContext
         self._jvm = sc._jvm
         self.path = self._jvm.org.apache.hadoop.fs.Path(path)
@@ -167,8 +171,9 @@ def recover(spark, path: str, cleanup: bool = False) -> None:
         olds = [o for o in _siblings(fs, path, _OLD) if read_marker(spark, o) is not None]
         if complete:
             fs.rename(complete[-1], path)
-            log.warning("%s: finished the replacement a killed run had started (moved %s into place)",
-                        path, complete[-1])
+            log.warning(
+                "%s: finished the replacement a killed run had started (moved %s into place)", path, complete[-1]
+            )
         elif olds:
             fs.rename(olds[-1], path)
             log.warning("%s: restored the previous output %s (the run replacing it was killed)", path, olds[-1])
@@ -189,13 +194,15 @@ def require_complete(spark, path: str, kind: Optional[str] = None) -> Dict[str, 
         raise IncompleteOutputError(
             f"{path} has no completion marker ({MARKER}): it was not written completely by pcem-spark "
             "(a killed or failed run, another tool, or a version before markers). Rerun the command "
-            "that writes it")
+            "that writes it"
+        )
     if kind is not None and marker.get("kind") != kind:
         raise IncompleteOutputError(f"{path} is a pcem-spark {marker.get('kind')} output, expected {kind}")
     version = marker.get("format_version")
     if version != OUTPUT_FORMAT_VERSION:
-        raise IncompleteOutputError(f"{path}: output format version {version}, this pcem-spark reads "
-                                    f"{OUTPUT_FORMAT_VERSION}")
+        raise IncompleteOutputError(
+            f"{path}: output format version {version}, this pcem-spark reads {OUTPUT_FORMAT_VERSION}"
+        )
     return marker
 
 
@@ -215,15 +222,16 @@ class StagedOutput:
     """A temporary directory being filled; see :func:`atomic_output`."""
 
     def __init__(self, path: str, tmp: str, run_id: str):
-        self.path = path          # where it will be
-        self.tmp = tmp            # where to write now
+        self.path = path  # where it will be
+        self.tmp = tmp  # where to write now
         self.run_id = run_id
-        self.info: Dict[str, object] = {}   # extra marker fields, e.g. row counts
+        self.info: Dict[str, object] = {}  # extra marker fields, e.g. row counts
 
 
 @contextmanager
-def atomic_output(spark, path: str, kind: str, overwrite: bool = False,
-                  run_id: Optional[str] = None) -> Iterator[StagedOutput]:
+def atomic_output(
+    spark, path: str, kind: str, overwrite: bool = False, run_id: Optional[str] = None
+) -> Iterator[StagedOutput]:
     """Write an output directory atomically.
 
     Usage::
@@ -246,8 +254,10 @@ def atomic_output(spark, path: str, kind: str, overwrite: bool = False,
         if existing is not None and existing.get("kind") != kind:
             # The last line of defence (commands check earlier, pcem_spark.output_paths): a complete output
             # of another kind -- a model, the input documents -- is never replaced.
-            raise OutputPathError(f"{path!r} holds a complete pcem-spark {existing.get('kind')} output; refusing "
-                                  f"to replace it with {kind}, even with overwrite")
+            raise OutputPathError(
+                f"{path!r} holds a complete pcem-spark {existing.get('kind')} output; refusing "
+                f"to replace it with {kind}, even with overwrite"
+            )
     run_id = run_id or new_run_id()
     tmp = _sibling(path, _TMP, run_id)
     staged = StagedOutput(path, tmp, run_id)
@@ -256,9 +266,14 @@ def atomic_output(spark, path: str, kind: str, overwrite: bool = False,
         maybe_kill(kind, "staged")
         if not fs.exists(tmp):
             raise RuntimeError(f"nothing was written to {tmp} for {path}")
-        marker = {"complete": True, "kind": kind, "format_version": OUTPUT_FORMAT_VERSION, "run_id": run_id,
-                  "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                  **staged.info}
+        marker = {
+            "complete": True,
+            "kind": kind,
+            "format_version": OUTPUT_FORMAT_VERSION,
+            "run_id": run_id,
+            "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            **staged.info,
+        }
         fs.write_text(f"{tmp}/{MARKER}", json.dumps(marker, sort_keys=True))
         maybe_kill(kind, "marked")
     except BaseException:
@@ -294,6 +309,7 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
     not the old file's (:mod:`pcem_spark.filemodes`).
     """
     from pcem_spark.util.filemodes import file_mode
+
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
@@ -312,4 +328,3 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
 
 def atomic_write_text(path: str, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
-

@@ -67,20 +67,28 @@ by shuffling the ids alone.
 """
 
 from __future__ import annotations
+
 import logging
 import time
 from typing import Dict, Iterable, List, Sequence, Tuple
-from pcem_spark.io.warc_records import DOCUMENT, FILE_ERROR, FILE_SUMMARY, ID_FIELDS, REJECT, WarcInputError, _parse_file, require_libraries
-from pcem_spark.io.json_lines import RECORD_CHARS
 
+from pcem_spark.io.json_lines import RECORD_CHARS
+from pcem_spark.io.warc_records import (
+    DOCUMENT,
+    FILE_ERROR,
+    FILE_SUMMARY,
+    ID_FIELDS,
+    REJECT,
+    WarcInputError,
+    _parse_file,
+    require_libraries,
+)
 
 log = logging.getLogger(__name__)
 
 
 # Up to this many repeated ids (~100 bytes each) are broadcast to flag their copies; more are joined by a shuffle.
 BROADCAST_REPEATED_IDS = 1_000_000
-
-
 
 
 def split_inputs(values: Iterable[str]) -> List[str]:
@@ -124,6 +132,7 @@ def expand_inputs(spark, patterns: Sequence[str]) -> List[Tuple[str, int]]:
         hidden (Hadoop would skip it silently) or a file name holds a comma.
     """
     from pcem_spark.io.documents import _hadoop_fs, _is_ignored
+
     found: Dict[str, int] = {}
     for pattern in patterns:
         fs, hpath = _hadoop_fs(spark, pattern)
@@ -139,49 +148,60 @@ def expand_inputs(spark, patterns: Sequence[str]) -> List[Tuple[str, int]]:
                 it = fs.listFiles(status.getPath(), True)
                 while it.hasNext():
                     file = it.next()
-                    if not _is_ignored(file.getPath().toUri().getPath()[len(root):]):
+                    if not _is_ignored(file.getPath().toUri().getPath()[len(root) :]):
                         found[file.getPath().toString()] = int(file.getLen())
             else:
                 name = status.getPath().getName()
                 if _is_ignored("/" + name):
-                    raise WarcInputError(f"--input {pattern!r}: {status.getPath().toString()!r} is a hidden file "
-                                         "(name starting with '_' or '.', or .crc), which Hadoop skips; rename it")
+                    raise WarcInputError(
+                        f"--input {pattern!r}: {status.getPath().toString()!r} is a hidden file "
+                        "(name starting with '_' or '.', or .crc), which Hadoop skips; rename it"
+                    )
                 found[status.getPath().toString()] = int(status.getLen())
         if len(found) == before:
             raise WarcInputError(f"--input {pattern!r} holds no files (hidden files, _SUCCESS and .crc are skipped)")
     for path in found:
         if "," in path:
-            raise WarcInputError(f"--input file {path!r}: Hadoop's input formats cannot read a file name "
-                                 "holding a comma; rename it")
+            raise WarcInputError(
+                f"--input file {path!r}: Hadoop's input formats cannot read a file name holding a comma; rename it"
+            )
     return sorted(found.items())
 
 
 # Columns of the documents table ingest-warc writes: the documents table's, then the crawl's.
 def output_schema():
     from pyspark.sql import types as T
+
     from pcem_spark.io.documents import DOCUMENT_SCHEMA
-    return T.StructType(DOCUMENT_SCHEMA.fields + [
-        T.StructField("url", T.StringType(), True),          # WARC-Target-URI
-        T.StructField("crawl_date", T.TimestampType(), True),  # WARC-Date
-        T.StructField("source_file", T.StringType(), True),  # the WARC/WET file
-    ])
+
+    return T.StructType(
+        DOCUMENT_SCHEMA.fields
+        + [
+            T.StructField("url", T.StringType(), True),  # WARC-Target-URI
+            T.StructField("crawl_date", T.TimestampType(), True),  # WARC-Date
+            T.StructField("source_file", T.StringType(), True),  # the WARC/WET file
+        ]
+    )
 
 
 def parsed_schema():
     """Spark schema of :class:`ParsedRow` (same field order)."""
     from pyspark.sql import types as T
-    return T.StructType([
-        T.StructField("kind", T.StringType(), False),
-        T.StructField("id", T.StringType(), True),
-        T.StructField("text", T.StringType(), True),
-        T.StructField("url", T.StringType(), True),
-        T.StructField("crawl_date", T.TimestampType(), True),
-        T.StructField("source_file", T.StringType(), True),
-        T.StructField("reason", T.StringType(), True),
-        T.StructField("record", T.StringType(), True),
-        T.StructField("records_read", T.LongType(), True),
-        T.StructField("skipped", T.MapType(T.StringType(), T.LongType(), True), True),
-    ])
+
+    return T.StructType(
+        [
+            T.StructField("kind", T.StringType(), False),
+            T.StructField("id", T.StringType(), True),
+            T.StructField("text", T.StringType(), True),
+            T.StructField("url", T.StringType(), True),
+            T.StructField("crawl_date", T.TimestampType(), True),
+            T.StructField("source_file", T.StringType(), True),
+            T.StructField("reason", T.StringType(), True),
+            T.StructField("record", T.StringType(), True),
+            T.StructField("records_read", T.LongType(), True),
+            T.StructField("skipped", T.MapType(T.StringType(), T.LongType(), True), True),
+        ]
+    )
 
 
 def read_warc_files(spark, files: Sequence[str], id_field: str = "record", min_text_chars: int = 1):
@@ -192,6 +212,7 @@ def read_warc_files(spark, files: Sequence[str], id_field: str = "record", min_t
     parsed in parallel, one file per task at a time.
     """
     import functools
+
     sc = spark.sparkContext
     rdd = sc.binaryFiles(",".join(_escape_glob(f) for f in files), minPartitions=max(len(files), 1))
     rows = rdd.flatMap(functools.partial(_parse_file, id_field=id_field, min_text_chars=min_text_chars))
@@ -200,12 +221,20 @@ def read_warc_files(spark, files: Sequence[str], id_field: str = "record", min_t
 
 def _top_reasons(df, limit: int = 20) -> Dict[str, int]:
     from pyspark.sql import functions as F
+
     rows = df.groupBy("reason").count().orderBy(F.desc("count"), "reason").limit(limit).collect()
     return {r["reason"]: int(r["count"]) for r in rows}
 
 
-def ingest_warc(spark, inputs: Sequence[str], output: str, rejects_path: str, id_field: str = "record",
-                min_text_chars: int = 1, overwrite: bool = False) -> Dict[str, object]:
+def ingest_warc(
+    spark,
+    inputs: Sequence[str],
+    output: str,
+    rejects_path: str,
+    id_field: str = "record",
+    min_text_chars: int = 1,
+    overwrite: bool = False,
+) -> Dict[str, object]:
     """Read WARC/WET files into the documents table (Parquet) and its rejects table; return the counts.
 
     Both outputs are written with :func:`pcem_spark.outputs.atomic_output`;
@@ -223,7 +252,9 @@ def ingest_warc(spark, inputs: Sequence[str], output: str, rejects_path: str, id
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
+
     from pcem_spark.io.outputs import atomic_output, check_writable
+
     t0 = time.perf_counter()
     require_libraries()
     if id_field not in ID_FIELDS:
@@ -236,60 +267,105 @@ def ingest_warc(spark, inputs: Sequence[str], output: str, rejects_path: str, id
     check_writable(spark, output, overwrite)
     files = expand_inputs(spark, split_inputs(inputs))
     total_bytes = sum(size for _, size in files)
-    log.info("ingest-warc: %d files, %.1f MB (largest %.1f MB: a task holds a whole file in memory)",
-             len(files), total_bytes / 1e6, max(size for _, size in files) / 1e6)
+    log.info(
+        "ingest-warc: %d files, %.1f MB (largest %.1f MB: a task holds a whole file in memory)",
+        len(files),
+        total_bytes / 1e6,
+        max(size for _, size in files) / 1e6,
+    )
 
-    parsed = read_warc_files(spark, [f for f, _ in files], id_field, min_text_chars) \
-        .persist(StorageLevel.MEMORY_AND_DISK)
+    parsed = read_warc_files(spark, [f for f, _ in files], id_field, min_text_chars).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
     copies = None
     try:
         candidates = parsed.where(F.col("kind") == DOCUMENT)
         # Every copy of a repeated id is a reject (documents.split_rejects' rule, same wording). Only the ids
         # are shuffled to find them; the repeats (usually none) are broadcast, so the texts never move.
-        copies = candidates.groupBy("id").agg(F.count(F.lit(1)).alias("_copies")).where(F.col("_copies") > 1) \
+        copies = (
+            candidates.groupBy("id")
+            .agg(F.count(F.lit(1)).alias("_copies"))
+            .where(F.col("_copies") > 1)
             .persist(StorageLevel.MEMORY_AND_DISK)
+        )
         n_repeated_ids = copies.count()
-        flagged = candidates.join(F.broadcast(copies) if n_repeated_ids <= BROADCAST_REPEATED_IDS else copies,
-                                  "id", "left")
+        flagged = candidates.join(
+            F.broadcast(copies) if n_repeated_ids <= BROADCAST_REPEATED_IDS else copies, "id", "left"
+        )
         documents = flagged.where(F.col("_copies").isNull()).select(
-            "id", "text", F.lit(None).cast("array<string>").alias("labels"), F.lit(None).cast("string").alias("split"),
-            F.lit(None).cast("map<string,double>").alias("similarities"), "url", "crawl_date", "source_file")
-        duplicate_reason = F.concat(F.lit("duplicate id: "), F.col("_copies").cast("string"),
-                                    F.lit(" rows share this id"))
+            "id",
+            "text",
+            F.lit(None).cast("array<string>").alias("labels"),
+            F.lit(None).cast("string").alias("split"),
+            F.lit(None).cast("map<string,double>").alias("similarities"),
+            "url",
+            "crawl_date",
+            "source_file",
+        )
+        duplicate_reason = F.concat(
+            F.lit("duplicate id: "), F.col("_copies").cast("string"), F.lit(" rows share this id")
+        )
         duplicates = flagged.where(F.col("_copies").isNotNull()).select(
-            "id", "source_file", duplicate_reason.alias("reason"),
-            F.substring(F.to_json(F.struct("url", "crawl_date")), 1, RECORD_CHARS).alias("record"))
-        rejects = parsed.where(F.col("kind").isin(REJECT, FILE_ERROR)) \
-            .select("id", "source_file", "reason", "record").unionByName(duplicates) \
+            "id",
+            "source_file",
+            duplicate_reason.alias("reason"),
+            F.substring(F.to_json(F.struct("url", "crawl_date")), 1, RECORD_CHARS).alias("record"),
+        )
+        rejects = (
+            parsed.where(F.col("kind").isin(REJECT, FILE_ERROR))
+            .select("id", "source_file", "reason", "record")
+            .unionByName(duplicates)
             .withColumn("line", F.lit(None).cast("long"))
+        )
 
         # Counts from the persisted parse, before anything is written, so a failed check writes nothing.
         by_kind: Dict[str, Tuple[int, int]] = {
-            r["kind"]: (int(r["rows"]), int(r["records"] or 0)) for r in parsed.groupBy("kind").agg(
-                F.count(F.lit(1)).alias("rows"), F.sum("records_read").alias("records")).collect()}
+            r["kind"]: (int(r["rows"]), int(r["records"] or 0))
+            for r in parsed.groupBy("kind")
+            .agg(F.count(F.lit(1)).alias("rows"), F.sum("records_read").alias("records"))
+            .collect()
+        }
         n_files_read, n_records = by_kind.get(FILE_SUMMARY, (0, 0))
         if n_files_read != len(files):
             raise RuntimeError(f"ingest-warc: {len(files)} input files but Spark read {n_files_read}")
-        skipped_by_type = {r["key"]: int(r["n"]) for r in parsed.where(F.col("kind") == FILE_SUMMARY)
-                           .select(F.explode("skipped")).groupBy("key").agg(F.sum("value").alias("n")).collect()}
+        skipped_by_type = {
+            r["key"]: int(r["n"])
+            for r in parsed.where(F.col("kind") == FILE_SUMMARY)
+            .select(F.explode("skipped"))
+            .groupBy("key")
+            .agg(F.sum("value").alias("n"))
+            .collect()
+        }
         n_skipped = sum(skipped_by_type.values())
-        n_candidates, n_record_rejects, n_file_errors = (by_kind.get(k, (0, 0))[0]
-                                                         for k in (DOCUMENT, REJECT, FILE_ERROR))
+        n_candidates, n_record_rejects, n_file_errors = (
+            by_kind.get(k, (0, 0))[0] for k in (DOCUMENT, REJECT, FILE_ERROR)
+        )
         if n_file_errors:
             for row in parsed.where(F.col("kind") == FILE_ERROR).select("source_file", "reason").limit(20).collect():
                 log.warning("ingest-warc: %s: %s", row["source_file"], row["reason"])
         # The contract: every complete record read is a document candidate, a reject or a skipped type.
         if n_records != n_candidates + n_record_rejects + n_skipped:
-            raise RuntimeError(f"ingest-warc: {n_records} records read but {n_candidates} documents + "
-                               f"{n_record_rejects} rejected + {n_skipped} skipped by type")
+            raise RuntimeError(
+                f"ingest-warc: {n_records} records read but {n_candidates} documents + "
+                f"{n_record_rejects} rejected + {n_skipped} skipped by type"
+            )
         n_duplicates = int(copies.agg(F.sum("_copies")).first()[0] or 0) if n_repeated_ids else 0
         n_documents = n_candidates - n_duplicates
         n_rejects = n_record_rejects + n_duplicates + n_file_errors
-        summary = {"files": len(files), "bytes": total_bytes, "records_read": n_records,
-                   "documents": n_documents, "rejected": n_rejects, "rejected_records": n_record_rejects,
-                   "duplicate_ids": n_duplicates, "unreadable_files": n_file_errors,
-                   "skipped_by_type": skipped_by_type, "id": id_field, "min_text_chars": min_text_chars,
-                   "inputs": list(inputs)}
+        summary = {
+            "files": len(files),
+            "bytes": total_bytes,
+            "records_read": n_records,
+            "documents": n_documents,
+            "rejected": n_rejects,
+            "rejected_records": n_record_rejects,
+            "duplicate_ids": n_duplicates,
+            "unreadable_files": n_file_errors,
+            "skipped_by_type": skipped_by_type,
+            "id": id_field,
+            "min_text_chars": min_text_chars,
+            "inputs": list(inputs),
+        }
         # The rejects first: when nothing is a document they are what the user needs to see.
         with atomic_output(spark, rejects_path, "rejects", overwrite=True) as staged_rejects:
             rejects.write.parquet(staged_rejects.tmp)
@@ -301,9 +377,11 @@ def ingest_warc(spark, inputs: Sequence[str], output: str, rejects_path: str, id
             # (pcem_spark.output_paths, rule 3).
             staged_rejects.info.update({**summary, "documents_output": output, "source": ",".join(inputs)})
         if n_documents == 0:
-            raise WarcInputError(f"ingest-warc: no documents in {len(files)} files ({n_records} records, "
-                                 f"{n_skipped} of them skipped by type {skipped_by_type}); the {n_rejects} "
-                                 f"rejects, with their reasons, are in {rejects_path}")
+            raise WarcInputError(
+                f"ingest-warc: no documents in {len(files)} files ({n_records} records, "
+                f"{n_skipped} of them skipped by type {skipped_by_type}); the {n_rejects} "
+                f"rejects, with their reasons, are in {rejects_path}"
+            )
         with atomic_output(spark, output, "documents", overwrite=overwrite) as staged:
             documents.write.parquet(staged.tmp)
             n_written = spark.read.parquet(staged.tmp).count()
@@ -316,12 +394,26 @@ def ingest_warc(spark, inputs: Sequence[str], output: str, rejects_path: str, id
             copies.unpersist()
     seconds = time.perf_counter() - t0
     summary["seconds"] = round(seconds, 1)
-    log.info("ingest-warc: %d files, %d records read -> %d documents, %d rejected (%d records, %d repeated ids, "
-             "%d unreadable files), %d skipped by type (%s) -> %s in %.1fs (%.0f records/s)",
-             len(files), n_records, n_documents, n_rejects, n_record_rejects, n_duplicates, n_file_errors,
-             n_skipped, ", ".join(f"{k}: {v}" for k, v in sorted(skipped_by_type.items())) or "none",
-             output, seconds, n_records / seconds if seconds > 0 else 0.0)
+    log.info(
+        "ingest-warc: %d files, %d records read -> %d documents, %d rejected (%d records, %d repeated ids, "
+        "%d unreadable files), %d skipped by type (%s) -> %s in %.1fs (%.0f records/s)",
+        len(files),
+        n_records,
+        n_documents,
+        n_rejects,
+        n_record_rejects,
+        n_duplicates,
+        n_file_errors,
+        n_skipped,
+        ", ".join(f"{k}: {v}" for k, v in sorted(skipped_by_type.items())) or "none",
+        output,
+        seconds,
+        n_records / seconds if seconds > 0 else 0.0,
+    )
     if summary["rejected_by_reason"]:
-        log.info("ingest-warc: rejects by reason (%s):%s", rejects_path,
-                 "".join(f"\n  {c} x {r}" for r, c in summary["rejected_by_reason"].items()))
+        log.info(
+            "ingest-warc: rejects by reason (%s):%s",
+            rejects_path,
+            "".join(f"\n  {c} x {r}" for r, c in summary["rejected_by_reason"].items()),
+        )
     return summary

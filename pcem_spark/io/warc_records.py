@@ -1,6 +1,7 @@
 """TODO docstring (warc)."""
 
 from __future__ import annotations
+
 import codecs
 import collections
 import datetime as _dt
@@ -8,9 +9,9 @@ import io
 import json
 import logging
 from typing import Dict, Iterator, NamedTuple, Optional, Tuple
+
 from pcem_spark.errors import InputError
 from pcem_spark.io.json_lines import RECORD_CHARS
-
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +30,6 @@ TEXT_TYPES = ("text/plain",)
 
 
 ID_FIELDS = ("record", "url")
-
-
 
 
 # Row kinds of the parser's output.
@@ -52,6 +51,7 @@ class ParsedRow(NamedTuple):
     (id when known, reason, record), :data:`FILE_ERROR` (reason, record) or
     :data:`FILE_SUMMARY` (records_read, skipped: WARC-Type -> count).
     """
+
     kind: str
     id: Optional[str] = None
     text: Optional[str] = None
@@ -72,8 +72,9 @@ def require_libraries():
         from resiliparse.parse.encoding import bytes_to_str, detect_encoding  # noqa: F401
         from resiliparse.parse.html import HTMLTree  # noqa: F401
     except ImportError as e:
-        raise WarcDependencyError(f"reading WARC/WET files needs FastWARC and Resiliparse ({e}); "
-                                  f"install them with: {INSTALL_HINT}") from None
+        raise WarcDependencyError(
+            f"reading WARC/WET files needs FastWARC and Resiliparse ({e}); install them with: {INSTALL_HINT}"
+        ) from None
 
 
 def split_content_type(value: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
@@ -117,6 +118,7 @@ def decode_text(body: bytes, charset: Optional[str], html: bool) -> str:
     charset does not fit the bytes, so a wrong header does not lose the page.
     """
     from resiliparse.parse.encoding import bytes_to_str, detect_encoding
+
     encoding = _known_codec(charset) or detect_encoding(body, from_html_meta=html)
     return bytes_to_str(body, encoding)
 
@@ -125,6 +127,7 @@ def html_main_text(body: bytes, charset: Optional[str]) -> str:
     """The main text of an HTML page (navigation, footers, scripts left out), whitespace collapsed."""
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
+
     return extract_plain_text(HTMLTree.parse(decode_text(body, charset, html=True)), main_content=True)
 
 
@@ -161,6 +164,7 @@ def _http_payload(block: bytes):
     file iterator owns is never touched.
     """
     from fastwarc.warc import WarcRecord
+
     http = WarcRecord()
     http.set_bytes_content(block)
     http.is_http = True
@@ -172,8 +176,16 @@ def _http_payload(block: bytes):
     return status, mime, charset, body
 
 
-def record_outcome(headers: Dict[str, str], block: bytes, is_http: bool, source_file: str, number: int,
-                   offset: int, id_field: str = "record", min_text_chars: int = 1) -> ParsedRow:
+def record_outcome(
+    headers: Dict[str, str],
+    block: bytes,
+    is_http: bool,
+    source_file: str,
+    number: int,
+    offset: int,
+    id_field: str = "record",
+    min_text_chars: int = 1,
+) -> ParsedRow:
     """A document-type record (response, resource, conversion) -> one DOCUMENT or REJECT row.
 
     Parameters
@@ -195,8 +207,9 @@ def record_outcome(headers: Dict[str, str], block: bytes, is_http: bool, source_
     ident = {"record": number, "offset": offset, "warc_type": warc_type, "record_id": record_id, "url": url}
 
     def reject(reason: str, **more) -> ParsedRow:
-        return ParsedRow(REJECT, id=doc_id, source_file=source_file, reason=reason,
-                         record=_record_json({**ident, **more}))
+        return ParsedRow(
+            REJECT, id=doc_id, source_file=source_file, reason=reason, record=_record_json({**ident, **more})
+        )
 
     if doc_id is None:
         return reject("no WARC-Target-URI (needed by --id url)")
@@ -224,8 +237,7 @@ def record_outcome(headers: Dict[str, str], block: bytes, is_http: bool, source_
         try:
             text = body.decode("utf-8")  # Common Crawl's WET text is UTF-8
         except UnicodeDecodeError as e:
-            return reject(f"not valid UTF-8 at byte {e.start} (WET conversion records are UTF-8)",
-                          content_type=mime)
+            return reject(f"not valid UTF-8 at byte {e.start} (WET conversion records are UTF-8)", content_type=mime)
     else:
         try:
             text = html_main_text(body, charset) if kind == "html" else decode_text(body, charset, html=False)
@@ -251,8 +263,9 @@ def _warc_date(value: Optional[str]) -> Optional[_dt.datetime]:
     return parsed.astimezone(_dt.timezone.utc)
 
 
-def parse_warc_stream(stream, source_file: str, id_field: str = "record",
-                      min_text_chars: int = 1) -> Iterator[ParsedRow]:
+def parse_warc_stream(
+    stream, source_file: str, id_field: str = "record", min_text_chars: int = 1
+) -> Iterator[ParsedRow]:
     """Every record of one WARC/WET file (plain, gzip, zstd or lz4; detected) -> rows.
 
     Yields one DOCUMENT or REJECT row per document-type record, at most one
@@ -266,6 +279,7 @@ def parse_warc_stream(stream, source_file: str, id_field: str = "record",
     a bad ``id_field``; never on bad bytes.
     """
     from fastwarc.warc import ArchiveIterator
+
     if id_field not in ID_FIELDS:
         raise WarcInputError(f"--id must be one of {', '.join(ID_FIELDS)}, got {id_field!r}")
     if isinstance(stream, (bytes, bytearray, memoryview)):
@@ -281,8 +295,11 @@ def parse_warc_stream(stream, source_file: str, id_field: str = "record",
         except StopIteration:
             break
         except (OSError, ValueError) as e:  # FastWARC: "Invalid WARC header", "Gzip decompression error" ...
-            where = (f"after {records_read} complete records (the last one at byte offset {last_offset})"
-                     if records_read else "before the first record (byte offset 0)")
+            where = (
+                f"after {records_read} complete records (the last one at byte offset {last_offset})"
+                if records_read
+                else "before the first record (byte offset 0)"
+            )
             error = f"not a readable WARC file: {e} at record {number}, {where}", last_offset
             break
         offset = record.stream_pos
@@ -298,31 +315,52 @@ def parse_warc_stream(stream, source_file: str, id_field: str = "record",
         declared = headers.get("Content-Length", "").strip()
         if not declared.isdigit() or warc_type is None or "WARC-Record-ID" not in headers:
             # What FastWARC returns for a file cut inside a record's headers.
-            error = (f"record {number} at byte offset {offset} is truncated or malformed: its WARC headers "
-                     f"lack WARC-Type, WARC-Record-ID or Content-Length (found {sorted(headers)})"), offset
+            error = (
+                (
+                    f"record {number} at byte offset {offset} is truncated or malformed: its WARC headers "
+                    f"lack WARC-Type, WARC-Record-ID or Content-Length (found {sorted(headers)})"
+                ),
+                offset,
+            )
         elif n_bytes != int(declared):  # ... and for a file cut inside a record's content
-            error = (f"record {number} at byte offset {offset} is truncated: Content-Length {declared} "
-                     f"but {n_bytes} bytes"), offset
+            error = (
+                (
+                    f"record {number} at byte offset {offset} is truncated: Content-Length {declared} "
+                    f"but {n_bytes} bytes"
+                ),
+                offset,
+            )
         else:
             records_read += 1
             last_offset = offset
             if is_document:
-                yield record_outcome(headers, block, record.is_http, source_file, number, offset, id_field,
-                                     min_text_chars)
+                yield record_outcome(
+                    headers, block, record.is_http, source_file, number, offset, id_field, min_text_chars
+                )
             else:
                 skipped[warc_type] += 1
     if error is None and records_read == 0:  # an empty file or gzip stream: most likely a failed copy
         error = "holds no WARC record (an empty file?)", None
     if error is not None:
         reason, offset = error
-        yield ParsedRow(FILE_ERROR, source_file=source_file, reason=reason,
-                        record=_record_json({"file": source_file, "record": records_read + 1, "offset": offset}))
+        yield ParsedRow(
+            FILE_ERROR,
+            source_file=source_file,
+            reason=reason,
+            record=_record_json({"file": source_file, "record": records_read + 1, "offset": offset}),
+        )
     yield ParsedRow(FILE_SUMMARY, source_file=source_file, records_read=records_read, skipped=dict(skipped))
 
 
-def record_bytes(warc_type: str, record_id: str, url: Optional[str] = None, content: bytes = b"",
-                 http: bool = False, content_type: Optional[str] = None,
-                 date: str = "2024-03-01T10:00:00Z") -> bytes:
+def record_bytes(
+    warc_type: str,
+    record_id: str,
+    url: Optional[str] = None,
+    content: bytes = b"",
+    http: bool = False,
+    content_type: Optional[str] = None,
+    date: str = "2024-03-01T10:00:00Z",
+) -> bytes:
     """One uncompressed WARC record written by FastWARC (fixtures for tests and scripts/bench_warc.py).
 
     ``warc_type``: a FastWARC record type name (``"response"``, ``"conversion"``, ``"warcinfo"`` ...);
@@ -332,6 +370,7 @@ def record_bytes(warc_type: str, record_id: str, url: Optional[str] = None, cont
     """
     require_libraries()
     from fastwarc.warc import WarcRecord, WarcRecordType
+
     rec = WarcRecord()
     rec.init_headers(getattr(WarcRecordType, warc_type), record_urn=record_id.encode())
     rec.headers["WARC-Date"] = date

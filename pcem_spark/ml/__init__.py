@@ -11,6 +11,9 @@ an estimator class it is given, so the recursion ``PathEM.fit`` ->
 is a call, not an import cycle. Imports :mod:`pcem_spark.model` and below.
 """
 
+from pcem_spark.evaluation.evaluator import (  # noqa: F401
+    HierarchicalF1Evaluator,
+)
 from pcem_spark.ml.estimator import (  # noqa: F401
     PathEM,
     PathEMModel,
@@ -22,9 +25,6 @@ from pcem_spark.ml.training import (  # noqa: F401
 from pcem_spark.ml.tuning import (  # noqa: F401
     TuneSettings,
     resolve_auto,
-)
-from pcem_spark.evaluation.evaluator import (  # noqa: F401
-    HierarchicalF1Evaluator,
 )
 
 __all__ = [

@@ -12,21 +12,21 @@ Imports :mod:`pcem_spark.io`, :mod:`pcem_spark.engine`,
 :mod:`pcem_spark.core` and below.
 """
 
-from pcem_spark.model.settings import (  # noqa: F401
-    AUTO,
-    ModelSettings,
-    PAPER_MODEL_SETTINGS,
-)
-from pcem_spark.model.path_model import (  # noqa: F401
-    PathModel,
-)
 from pcem_spark.model.fitting import (  # noqa: F401
     fit_blocks,
     score_matrix,
 )
+from pcem_spark.model.path_model import (  # noqa: F401
+    PathModel,
+)
 from pcem_spark.model.schema import (  # noqa: F401
     PREDICTION_SCHEMA,
     prediction_schema,
+)
+from pcem_spark.model.settings import (  # noqa: F401
+    AUTO,
+    PAPER_MODEL_SETTINGS,
+    ModelSettings,
 )
 
 __all__ = [

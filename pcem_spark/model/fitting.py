@@ -1,19 +1,21 @@
 """TODO docstring (model)."""
 
 from __future__ import annotations
+
 import logging
 from dataclasses import replace
 from typing import List, Tuple
-import numpy as np
-from pcem_spark.engine import passes
-from pcem_spark.engine.passes import FitResult
-from pcem_spark.core.methods import method_spec
-from pcem_spark.engine.features import FeatureSettings
-from pcem_spark.core.taxonomy import Taxonomy
-from pcem_spark.errors import InputError
-from pcem_spark.model.settings import ModelSettings
-from pcem_spark.model.path_model import PathModel
 
+import numpy as np
+
+from pcem_spark.core.methods import method_spec
+from pcem_spark.core.taxonomy import Taxonomy
+from pcem_spark.engine import passes
+from pcem_spark.engine.features import FeatureSettings
+from pcem_spark.engine.passes import FitResult
+from pcem_spark.errors import InputError
+from pcem_spark.model.path_model import PathModel
+from pcem_spark.model.settings import ModelSettings
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +25,14 @@ def score_matrix(taxonomy: Taxonomy, method: str, components: int = 2, path_weig
     return method_spec(taxonomy, method, components, path_weight).score_matrix
 
 
-
-
-def fit_blocks(blocks, taxonomy: Taxonomy, vocabulary: List[str], feature_settings: FeatureSettings,
-               model_settings: ModelSettings, warm_start=None) -> Tuple[PathModel, FitResult]:
+def fit_blocks(
+    blocks,
+    taxonomy: Taxonomy,
+    vocabulary: List[str],
+    feature_settings: FeatureSettings,
+    model_settings: ModelSettings,
+    warm_start=None,
+) -> Tuple[PathModel, FitResult]:
     """Fit one method on already packed (and cached) blocks of the training documents.
 
     ``warm_start`` (:class:`pcem_spark.warm.WarmStart`): EM starts from that
@@ -35,33 +41,61 @@ def fit_blocks(blocks, taxonomy: Taxonomy, vocabulary: List[str], feature_settin
     model_settings.validate()
     init_params = prior_smoothing = warm_info = None
     if warm_start is not None:
-        model_settings, prior_smoothing, init_params, warm_info = warm_start.prepare(taxonomy, vocabulary,
-                                                                                     model_settings)
+        model_settings, prior_smoothing, init_params, warm_info = warm_start.prepare(
+            taxonomy, vocabulary, model_settings
+        )
     if model_settings.auto_params():
-        raise InputError(f"{model_settings.method}: {', '.join(model_settings.auto_params())} = \"auto\" is chosen "
-                         "by cross-validation on the documents (pcem_spark.tuning.resolve_auto / "
-                         "model.train), not on packed blocks; pass numbers here")
+        raise InputError(
+            f'{model_settings.method}: {", ".join(model_settings.auto_params())} = "auto" is chosen '
+            "by cross-validation on the documents (pcem_spark.tuning.resolve_auto / "
+            "model.train), not on packed blocks; pass numbers here"
+        )
     model_settings = model_settings.resolved()
-    log.info("%s: vocabulary of %d terms, %d paths, taxonomy depth %d",
-             model_settings.method, len(vocabulary), taxonomy.n_paths, taxonomy.depth)
+    log.info(
+        "%s: vocabulary of %d terms, %d paths, taxonomy depth %d",
+        model_settings.method,
+        len(vocabulary),
+        taxonomy.n_paths,
+        taxonomy.depth,
+    )
     if taxonomy.n_paths == 1:  # every fit comes through here: train, train_weak, PathEM, the experiment
-        log.warning("the taxonomy has one leaf, %r: every document will get this path, %s, whatever its text "
-                    "(a classifier needs at least two leaves; is the taxonomy file or the labels column the "
-                    "right one?)", taxonomy.leaves[0], taxonomy.real_path(0))
+        log.warning(
+            "the taxonomy has one leaf, %r: every document will get this path, %s, whatever its text "
+            "(a classifier needs at least two leaves; is the taxonomy file or the labels column the "
+            "right one?)",
+            taxonomy.leaves[0],
+            taxonomy.real_path(0),
+        )
     spec = method_spec(taxonomy, model_settings.method, model_settings.components, model_settings.path_weight)
-    result = passes.fit(blocks, spec.score_matrix, len(vocabulary),
-                        em=spec.em, smoothing=model_settings.smoothing,
-                        max_iter=model_settings.max_iter, tol=model_settings.tol,
-                        label=model_settings.method.upper(), posterior_floor=model_settings.posterior_floor,
-                        dtype=model_settings.parameter_dtype, structure=spec.structure,
-                        seed=model_settings.seed, top_k=model_settings.effective_top_k,
-                        unlabeled_weight=float(model_settings.unlabeled_weight),
-                        doc_length=float(model_settings.doc_length), prior_smoothing=prior_smoothing,
-                        init_params=init_params)
-    summary = {"n_labeled": result.n_labeled, "n_unlabeled": result.n_unlabeled, "n_iter": result.n_iter,
-               "converged": result.converged, "loglik_history": result.loglik_history,
-               "iter_seconds": result.iter_seconds, "smoothing": result.smoothing,
-               "prior_smoothing": result.prior_smoothing}
+    result = passes.fit(
+        blocks,
+        spec.score_matrix,
+        len(vocabulary),
+        em=spec.em,
+        smoothing=model_settings.smoothing,
+        max_iter=model_settings.max_iter,
+        tol=model_settings.tol,
+        label=model_settings.method.upper(),
+        posterior_floor=model_settings.posterior_floor,
+        dtype=model_settings.parameter_dtype,
+        structure=spec.structure,
+        seed=model_settings.seed,
+        top_k=model_settings.effective_top_k,
+        unlabeled_weight=float(model_settings.unlabeled_weight),
+        doc_length=float(model_settings.doc_length),
+        prior_smoothing=prior_smoothing,
+        init_params=init_params,
+    )
+    summary = {
+        "n_labeled": result.n_labeled,
+        "n_unlabeled": result.n_unlabeled,
+        "n_iter": result.n_iter,
+        "converged": result.converged,
+        "loglik_history": result.loglik_history,
+        "iter_seconds": result.iter_seconds,
+        "smoothing": result.smoothing,
+        "prior_smoothing": result.prior_smoothing,
+    }
     if warm_info is not None:  # pcem_spark.warm: where EM started
         summary["init_model"] = warm_info["path"]
         summary["warm_start"] = warm_info
@@ -70,6 +104,13 @@ def fit_blocks(blocks, taxonomy: Taxonomy, vocabulary: List[str], feature_settin
     if result.path_mass is not None:  # per path / component, for pcem inspect
         summary["path_mass_labeled"] = [round(float(x), 6) for x in result.path_mass_labeled]
         summary["path_mass"] = [round(float(x), 6) for x in result.path_mass]
-    model = PathModel(taxonomy, vocabulary, None, result.params,
-                      feature_settings, replace(model_settings, smoothing=result.smoothing), summary)
+    model = PathModel(
+        taxonomy,
+        vocabulary,
+        None,
+        result.params,
+        feature_settings,
+        replace(model_settings, smoothing=result.smoothing),
+        summary,
+    )
     return model, result

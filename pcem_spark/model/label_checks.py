@@ -38,14 +38,18 @@ SINGLETON_CUTOFF = 0.8
 # Per kind of supervision: what a covered document is called, and what to do about
 # leaves with none / with very few.
 _KINDS = {
-    "labels": ("labelled document",
-               "Label some documents of each (with --label-rate: raise the rate), or remove those leaves "
-               "from the taxonomy file.",
-               "Label more documents of each (with --label-rate: raise the rate)."),
-    "weak": ("document with a weak label",
-             "Give them descriptions with words that occur in the corpus and set them apart from their "
-             "siblings, or lower supervision.min_similarity.",
-             "Add words typical of their documents (and frequent in the corpus) to their descriptions."),
+    "labels": (
+        "labelled document",
+        "Label some documents of each (with --label-rate: raise the rate), or remove those leaves "
+        "from the taxonomy file.",
+        "Label more documents of each (with --label-rate: raise the rate).",
+    ),
+    "weak": (
+        "document with a weak label",
+        "Give them descriptions with words that occur in the corpus and set them apart from their "
+        "siblings, or lower supervision.min_similarity.",
+        "Add words typical of their documents (and frequent in the corpus) to their descriptions.",
+    ),
 }
 
 
@@ -58,8 +62,9 @@ def _more(names: List[str]) -> str:
 
 
 # --------------------------------------------------------------- label paths
-def require_known_label_paths(docs: DataFrame, taxonomy: Taxonomy, labels_col: str = "labels",
-                              max_listed: int = 10, where: Optional[str] = None) -> None:
+def require_known_label_paths(
+    docs: DataFrame, taxonomy: Taxonomy, labels_col: str = "labels", max_listed: int = 10, where: Optional[str] = None
+) -> None:
     """Raise a :class:`TaxonomyError` when some non-null labels are not a root-to-leaf path of ``taxonomy``.
 
     Parameters
@@ -87,9 +92,11 @@ def require_known_label_paths(docs: DataFrame, taxonomy: Taxonomy, labels_col: s
     shown = f" (the {len(top)} most frequent below)" if totals["paths"] > len(top) else ""
     raise TaxonomyError(
         f"{_prefix(where)}labels that are not paths of the taxonomy: {totals['paths']} distinct label "
-        f"path(s) on {totals['docs']} document(s){shown}:\n  " + "\n  ".join(lines)
+        f"path(s) on {totals['docs']} document(s){shown}:\n  "
+        + "\n  ".join(lines)
         + "\nTo go on: correct these labels in the documents, add the missing nodes to the taxonomy file, "
-          "or set those documents' labels to null (they then count as unlabelled).")
+        "or set those documents' labels to null (they then count as unlabelled)."
+    )
 
 
 def _unknown_label_paths(docs: DataFrame, taxonomy: Taxonomy, labels_col: str) -> DataFrame:
@@ -98,11 +105,13 @@ def _unknown_label_paths(docs: DataFrame, taxonomy: Taxonomy, labels_col: str) -
     Columns ``labels_col``, ``n`` (documents), ``example_id`` (smallest id, or null).
     """
     spark = docs.sparkSession
-    known = spark.createDataFrame([(taxonomy.real_path(j),) for j in range(taxonomy.n_paths)],
-                                  "_known array<string>")
+    known = spark.createDataFrame([(taxonomy.real_path(j),) for j in range(taxonomy.n_paths)], "_known array<string>")
     example = F.min("id") if "id" in docs.columns else F.lit(None).cast("string")
-    counted = (docs.where(F.col(labels_col).isNotNull())
-               .groupBy(labels_col).agg(F.count(F.lit(1)).alias("n"), example.alias("example_id")))
+    counted = (
+        docs.where(F.col(labels_col).isNotNull())
+        .groupBy(labels_col)
+        .agg(F.count(F.lit(1)).alias("n"), example.alias("example_id"))
+    )
     # Arrays compare element-wise; a path with a null element matches nothing, so it is reported.
     return counted.join(F.broadcast(known), F.col(labels_col) == F.col("_known"), "left_anti")
 
@@ -129,14 +138,17 @@ def _leaf_counts(docs: DataFrame, taxonomy: Taxonomy, labels_col: str) -> List:
     followed by a node chosen at a deeper level).
     """
     spark = docs.sparkSession
-    leaves = spark.createDataFrame([(leaf, taxonomy.node_depth(leaf)) for leaf in taxonomy.leaves],
-                                   "_leaf string, _depth int")
+    leaves = spark.createDataFrame(
+        [(leaf, taxonomy.node_depth(leaf)) for leaf in taxonomy.leaves], "_leaf string, _depth int"
+    )
     example = F.min("id") if "id" in docs.columns else F.lit(None).cast("string")
     id_col = [F.col("id")] if "id" in docs.columns else []
     exploded = docs.where(F.col(labels_col).isNotNull()).select(
-        *id_col, F.posexplode(labels_col).alias("_pos", "_node"))
-    hits = exploded.join(F.broadcast(leaves),
-                         (F.col("_node") == F.col("_leaf")) & (F.col("_pos") + 1 == F.col("_depth")))
+        *id_col, F.posexplode(labels_col).alias("_pos", "_node")
+    )
+    hits = exploded.join(
+        F.broadcast(leaves), (F.col("_node") == F.col("_leaf")) & (F.col("_pos") + 1 == F.col("_depth"))
+    )
     return hits.groupBy("_leaf").agg(F.count(F.lit(1)).alias("n"), example.alias("example_id")).collect()
 
 
@@ -154,8 +166,13 @@ def label_coverage(docs: DataFrame, taxonomy: Taxonomy, labels_col: str = "label
     return counts
 
 
-def warn_label_coverage(counts: Mapping[str, int], taxonomy: Taxonomy, few: int = FEW_LABELLED,
-                        where: Optional[str] = None, kind: str = "labels") -> Tuple[List[str], List[str]]:
+def warn_label_coverage(
+    counts: Mapping[str, int],
+    taxonomy: Taxonomy,
+    few: int = FEW_LABELLED,
+    where: Optional[str] = None,
+    kind: str = "labels",
+) -> Tuple[List[str], List[str]]:
     """Log a warning naming the leaves with no and with very few (``< few``) covered documents.
 
     Parameters
@@ -171,25 +188,47 @@ def warn_label_coverage(counts: Mapping[str, int], taxonomy: Taxonomy, few: int 
     """
     noun, advice_empty, advice_few = _KINDS[kind]
     empty = [leaf for leaf in taxonomy.leaves if counts.get(leaf, 0) == 0]
-    very_few = sorted((leaf for leaf in taxonomy.leaves if 0 < counts.get(leaf, 0) < few),
-                      key=lambda leaf: (counts[leaf], leaf))
+    very_few = sorted(
+        (leaf for leaf in taxonomy.leaves if 0 < counts.get(leaf, 0) < few), key=lambda leaf: (counts[leaf], leaf)
+    )
     n_leaves = len(taxonomy.leaves)
     if empty:
-        log.warning("%s%d of %d leaves have no %s: %s%s. The model still predicts them, from smoothing and "
-                    "(pcnb/pcem with path_weight > 0) their ancestors' documents only, so such predictions are "
-                    "guesses. %s", _prefix(where), len(empty), n_leaves, noun, empty[:MAX_NAMES], _more(empty),
-                    advice_empty)
+        log.warning(
+            "%s%d of %d leaves have no %s: %s%s. The model still predicts them, from smoothing and "
+            "(pcnb/pcem with path_weight > 0) their ancestors' documents only, so such predictions are "
+            "guesses. %s",
+            _prefix(where),
+            len(empty),
+            n_leaves,
+            noun,
+            empty[:MAX_NAMES],
+            _more(empty),
+            advice_empty,
+        )
     if very_few:
         shown = ", ".join(f"{leaf!r} ({counts[leaf]})" for leaf in very_few[:MAX_NAMES])
-        log.warning("%s%d of %d leaves have fewer than %d %ss: %s%s. Their word distributions rest on one or "
-                    "two documents, and cross-validation cannot put them in every fold. %s", _prefix(where),
-                    len(very_few), n_leaves, few, noun, shown, _more(very_few), advice_few)
+        log.warning(
+            "%s%d of %d leaves have fewer than %d %ss: %s%s. Their word distributions rest on one or "
+            "two documents, and cross-validation cannot put them in every fold. %s",
+            _prefix(where),
+            len(very_few),
+            n_leaves,
+            few,
+            noun,
+            shown,
+            _more(very_few),
+            advice_few,
+        )
     return empty, very_few
 
 
-def warn_singleton_leaves(docs_or_counts: Union[DataFrame, Mapping[str, int]], taxonomy: Optional[Taxonomy] = None,
-                          labels_col: str = "labels", where: Optional[str] = None,
-                          cutoff: float = SINGLETON_CUTOFF) -> Dict[str, Optional[str]]:
+def warn_singleton_leaves(
+    docs_or_counts: Union[DataFrame, Mapping[str, int]],
+    taxonomy: Optional[Taxonomy] = None,
+    labels_col: str = "labels",
+    where: Optional[str] = None,
+    cutoff: float = SINGLETON_CUTOFF,
+) -> Dict[str, Optional[str]]:
     """Warn about leaves used by exactly one document: with an inferred taxonomy, probably typos.
 
     Call it for an inferred taxonomy only, on the full labels (before any
@@ -226,8 +265,14 @@ def warn_singleton_leaves(docs_or_counts: Union[DataFrame, Mapping[str, int]], t
         if hints[leaf]:
             bits.append(f"did you mean {hints[leaf]!r}?")
         shown.append(f"{leaf!r}" + (f" ({'; '.join(bits)})" if bits else ""))
-    log.warning("%s%d of %d leaves are used by exactly one document, probably typos that became classes of "
-                "their own: %s%s. Correct the labels of those documents, or pass --taxonomy FILE so that labels "
-                "outside it are an error instead of new classes.", _prefix(where), len(singles), len(counts),
-                ", ".join(shown), _more(singles))
+    log.warning(
+        "%s%d of %d leaves are used by exactly one document, probably typos that became classes of "
+        "their own: %s%s. Correct the labels of those documents, or pass --taxonomy FILE so that labels "
+        "outside it are an error instead of new classes.",
+        _prefix(where),
+        len(singles),
+        len(counts),
+        ", ".join(shown),
+        _more(singles),
+    )
     return hints

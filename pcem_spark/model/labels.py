@@ -1,13 +1,15 @@
 """TODO docstring (model)."""
 
 from __future__ import annotations
+
 import logging
 from typing import Optional
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+
 from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError
 from pcem_spark.errors import InputError
-
 
 log = logging.getLogger(__name__)
 
@@ -25,25 +27,29 @@ def check_vector_size(df: DataFrame, features_col: str, expected: int) -> None:
     """Refuse a features column whose ML metadata says another vector length than the model's vocabulary."""
     n = vector_size(df, features_col)
     if n is not None and n != expected:
-        raise InputError(f"features column {features_col!r} holds vectors of length {n}, the model's vocabulary "
-                         f"has {expected} terms: featurise with the same CountVectorizer model")
+        raise InputError(
+            f"features column {features_col!r} holds vectors of length {n}, the model's vocabulary "
+            f"has {expected} terms: featurise with the same CountVectorizer model"
+        )
 
 
-def check_label_paths(df: DataFrame, taxonomy: Taxonomy, labels_col: str = "labels",
-                      max_errors: int = 10) -> None:
+def check_label_paths(df: DataFrame, taxonomy: Taxonomy, labels_col: str = "labels", max_errors: int = 10) -> None:
     """Raise a :class:`TaxonomyError` naming label paths that are not paths of the tree (pcem_spark.checks).
 
     Only the distinct wrong label paths (with one example id and a count)
     reach the driver, never the documents.
     """
     from pcem_spark.model.label_checks import require_known_label_paths
+
     require_known_label_paths(df, taxonomy, labels_col, max_listed=max_errors)
 
 
 def infer_taxonomy(df: DataFrame, labels_col: str = "labels", max_paths: int = 100000) -> Taxonomy:
     """The tree implied by the distinct label paths of ``df`` (only those reach the driver)."""
-    paths = [r[0] for r in df.where(F.col(labels_col).isNotNull()).select(labels_col).distinct()
-             .limit(max_paths + 1).collect()]
+    paths = [
+        r[0]
+        for r in df.where(F.col(labels_col).isNotNull()).select(labels_col).distinct().limit(max_paths + 1).collect()
+    ]
     if len(paths) > max_paths:
         raise TaxonomyError(f"more than {max_paths:,} distinct label paths: pass the taxonomy as a file")
     tax = Taxonomy.from_label_paths(paths)

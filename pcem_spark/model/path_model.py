@@ -15,29 +15,30 @@ and the generative baselines of the paper's Table 2 (``nbmc``/``emmc``,
 """
 
 from __future__ import annotations
+
 import json
 import logging
 from dataclasses import asdict
 from typing import List, Optional
+
 import numpy as np
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pcem_spark.engine.arrow_io import predicted_path_batches
-from pcem_spark.core.parameters import PathParameters
+
 from pcem_spark.core.decoding import path_node_table, predict_path_details, predict_paths
 from pcem_spark.core.estep import scoring_tables
 from pcem_spark.core.methods import MethodSpec, method_spec
+from pcem_spark.core.parameters import PathParameters
+from pcem_spark.core.taxonomy import Taxonomy
+from pcem_spark.engine.arrow_io import predicted_path_batches
 from pcem_spark.engine.features import FeatureSettings, featurize
 from pcem_spark.engine.limits import check_result_size
 from pcem_spark.engine.session import require_classic_session
-from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.errors import InputError
-from pcem_spark.model.settings import ModelSettings
-from pcem_spark.model.schema import check_prediction_options, prediction_schema, prediction_source
 from pcem_spark.model.labels import check_vector_size
-from pcem_spark.model.settings import _weight
-
+from pcem_spark.model.schema import check_prediction_options, prediction_schema, prediction_source
+from pcem_spark.model.settings import ModelSettings, _weight
 
 log = logging.getLogger(__name__)
 
@@ -64,20 +65,30 @@ class PathModel:
     feature_settings, model_settings : the settings it was trained with
     """
 
-    def __init__(self, taxonomy: Taxonomy, vocabulary: List[str], log_prior: Optional[np.ndarray],
-                 log_theta, feature_settings: FeatureSettings, model_settings: ModelSettings,
-                 training_summary: Optional[dict] = None):
+    def __init__(
+        self,
+        taxonomy: Taxonomy,
+        vocabulary: List[str],
+        log_prior: Optional[np.ndarray],
+        log_theta,
+        feature_settings: FeatureSettings,
+        model_settings: ModelSettings,
+        training_summary: Optional[dict] = None,
+    ):
         """``log_theta``: a :class:`~pcem_spark.core.PathParameters` (then ``log_prior`` may be None)
         or a dense (R, V) array with its ``log_prior``."""
-        self.spec: MethodSpec = method_spec(taxonomy, model_settings.method, model_settings.components,
-                                            _weight(model_settings.path_weight))
+        self.spec: MethodSpec = method_spec(
+            taxonomy, model_settings.method, model_settings.components, _weight(model_settings.path_weight)
+        )
         if isinstance(log_theta, PathParameters):
             params = log_theta
         else:
             params = PathParameters.from_log_theta(log_prior, np.asarray(log_theta, dtype=np.float64))
         if params.shape != (self.spec.n_components, len(vocabulary)) or params.log_prior.shape != (params.shape[0],):
-            raise ValueError(f"parameters have shape {params.shape} with {params.log_prior.shape[0]} priors, "
-                             f"expected ({self.spec.n_components}, {len(vocabulary)}) for {model_settings.method}")
+            raise ValueError(
+                f"parameters have shape {params.shape} with {params.log_prior.shape[0]} priors, "
+                f"expected ({self.spec.n_components}, {len(vocabulary)}) for {model_settings.method}"
+            )
         self.taxonomy = taxonomy
         self.vocabulary = list(vocabulary)
         self.params = params
@@ -98,8 +109,15 @@ class PathModel:
         return self.params.log_theta()
 
     # ------------------------------------------------------------- predict
-    def transform(self, df: DataFrame, id_col: str = "id", text_col: str = "text",
-                  labels_col: str = "labels", min_probability: float = 0.0, top_k: int = 0) -> DataFrame:
+    def transform(
+        self,
+        df: DataFrame,
+        id_col: str = "id",
+        text_col: str = "text",
+        labels_col: str = "labels",
+        min_probability: float = 0.0,
+        top_k: int = 0,
+    ) -> DataFrame:
         """The predictions table: one row per input row with id, path, leaf, probability, labels.
 
         A document with no known word gets the prior-only prediction.
@@ -113,12 +131,20 @@ class PathModel:
         """
         check_prediction_options(min_probability, top_k)
         src = prediction_source(df, id_col, text_col, labels_col)
-        return self.predict_columns(src, passthrough=["id", "labels"], min_probability=min_probability,
-                                    top_k=top_k).select(prediction_schema(min_probability, top_k).names)
+        return self.predict_columns(
+            src, passthrough=["id", "labels"], min_probability=min_probability, top_k=top_k
+        ).select(prediction_schema(min_probability, top_k).names)
 
-    def predict_columns(self, df: DataFrame, passthrough: List[str], text_col: str = "text",
-                        prefix: str = "", features_col: Optional[str] = None, min_probability: float = 0.0,
-                        top_k: int = 0) -> DataFrame:
+    def predict_columns(
+        self,
+        df: DataFrame,
+        passthrough: List[str],
+        text_col: str = "text",
+        prefix: str = "",
+        features_col: Optional[str] = None,
+        min_probability: float = 0.0,
+        top_k: int = 0,
+    ) -> DataFrame:
         """``passthrough`` columns of ``df`` plus ``path``, ``leaf``, ``probability``.
 
         ``min_probability`` / ``top_k``: abstaining and top-k paths, as
@@ -133,21 +159,27 @@ class PathModel:
         this model's vocabulary (e.g. a Spark ML ``CountVectorizer`` stage)
         and ``text_col`` is not read.
         """
-        require_classic_session(df, "PathModel.transform / predict_columns",
-                                "a broadcast variable of the model's parameters (SparkContext.broadcast)")
+        require_classic_session(
+            df,
+            "PathModel.transform / predict_columns",
+            "a broadcast variable of the model's parameters (SparkContext.broadcast)",
+        )
         spark = df.sparkSession
         check_prediction_options(min_probability, top_k)
         out_fields = [df.schema[c] for c in passthrough] + [
             T.StructField(prefix + f.name, f.dataType, f.nullable)
-            for f in prediction_schema(min_probability, top_k).fields if f.name != "id" and f.name != "labels"]
+            for f in prediction_schema(min_probability, top_k).fields
+            if f.name != "id" and f.name != "labels"
+        ]
         if features_col is not None:
             if features_col not in df.columns:
                 raise InputError(f"features column {features_col!r} not found; columns are {df.columns}")
             check_vector_size(df, features_col, len(self.vocabulary))
             feats = df.withColumn("_pcem_features", F.col(features_col))
         else:
-            feats = featurize(df, self.vocabulary, self.feature_settings, text_col=text_col,
-                              features_col="_pcem_features")
+            feats = featurize(
+                df, self.vocabulary, self.feature_settings, text_col=text_col, features_col="_pcem_features"
+            )
         real_paths = [self.taxonomy.real_path(j) for j in range(self.taxonomy.n_paths)]
         # The sparse parameters at the model's parameter dtype (float32 halves the broadcast).
         tables = scoring_tables(self.params, self.model_settings.parameter_dtype)
@@ -162,27 +194,43 @@ class PathModel:
         if min_probability > 0 or top_k > 0:
             path_node = self.taxonomy.path_node_matrix(sparse=True)
             bc_paths = spark.sparkContext.broadcast(
-                (path_node, path_node_table(path_node, self.taxonomy.is_dummy), list(self.taxonomy.nodes)))
+                (path_node, path_node_table(path_node, self.taxonomy.is_dummy), list(self.taxonomy.nodes))
+            )
 
             def predict_batches(batches):
                 # As below, plus each block's path posteriors -> kept prefix / top-k paths (pathnb).
                 tables, paths, structure = bc.value
                 path_node, path_nodes, node_names = bc_paths.value
                 return predicted_path_batches(
-                    batches, n_keep, vocab_size, block_size, paths, names,
-                    lambda X: predict_path_details(X, structure, doc_length, tables, path_node, path_nodes,
-                                                          min_probability, top_k),
-                    node_names=node_names, path_nodes=path_nodes, min_probability=min_probability, top_k=top_k)
+                    batches,
+                    n_keep,
+                    vocab_size,
+                    block_size,
+                    paths,
+                    names,
+                    lambda X: predict_path_details(
+                        X, structure, doc_length, tables, path_node, path_nodes, min_probability, top_k
+                    ),
+                    node_names=node_names,
+                    path_nodes=path_nodes,
+                    min_probability=min_probability,
+                    top_k=top_k,
+                )
 
-            return feats.select(*passthrough, "_pcem_features").mapInArrow(predict_batches,
-                                                                            T.StructType(out_fields))
+            return feats.select(*passthrough, "_pcem_features").mapInArrow(predict_batches, T.StructType(out_fields))
 
         def predict_batches(batches):
             # Arrow in, Arrow out: one sparse x dense product per block, no per-row Python.
             tables, paths, structure = bc.value
             return predicted_path_batches(
-                batches, n_keep, vocab_size, block_size, paths, names,
-                lambda X: predict_paths(X, None, None, structure, doc_length, tables=tables))
+                batches,
+                n_keep,
+                vocab_size,
+                block_size,
+                paths,
+                names,
+                lambda X: predict_paths(X, None, None, structure, doc_length, tables=tables),
+            )
 
         return feats.select(*passthrough, "_pcem_features").mapInArrow(predict_batches, T.StructType(out_fields))
 
@@ -198,6 +246,7 @@ class PathModel:
         :class:`pcem_spark.core.PathParameters`.
         """
         from pcem_spark.io.outputs import atomic_output
+
         spark = SparkSession.getActiveSession()
         if spark is None:
             raise RuntimeError("PathModel.save needs an active SparkSession")
@@ -217,28 +266,38 @@ class PathModel:
         # marker (pcem_spark.outputs): a killed save never leaves new metadata
         # beside old parameters, and load() refuses a directory without it.
         with atomic_output(spark, path, "model", overwrite=overwrite) as staged:
-            spark.createDataFrame([(json.dumps(meta),)], "value string").coalesce(1) \
-                .write.text(f"{staged.tmp}/metadata")
-            spark.createDataFrame(list(enumerate(self.vocabulary)), "index int, term string") \
-                .write.parquet(f"{staged.tmp}/vocabulary")
+            spark.createDataFrame([(json.dumps(meta),)], "value string").coalesce(1).write.text(
+                f"{staged.tmp}/metadata"
+            )
+            spark.createDataFrame(list(enumerate(self.vocabulary)), "index int, term string").write.parquet(
+                f"{staged.tmp}/vocabulary"
+            )
             # Sparse rows as little-endian bytes: a Python list per row would cost
             # ~30 bytes per float on the driver; the parameters are O(nnz), never R x V.
             P = self.params
             ratio = P.log_ratio
-            rows = [(j, float(P.log_prior[j]), float(P.log_base[j]),
-                     ratio.indices[ratio.indptr[j]:ratio.indptr[j + 1]].astype("<i4").tobytes(),
-                     ratio.data[ratio.indptr[j]:ratio.indptr[j + 1]].astype("<f8").tobytes())
-                    for j in range(P.shape[0])]
-            spark.createDataFrame(rows, "path_index int, log_prior double, log_base double, "
-                                        "term_indices binary, log_ratio binary") \
-                .write.parquet(f"{staged.tmp}/parameters")
-            staged.info.update({"n_paths": int(P.shape[0]), "vocab_size": len(self.vocabulary),
-                                "nnz_parameters": int(ratio.nnz)})
+            rows = [
+                (
+                    j,
+                    float(P.log_prior[j]),
+                    float(P.log_base[j]),
+                    ratio.indices[ratio.indptr[j] : ratio.indptr[j + 1]].astype("<i4").tobytes(),
+                    ratio.data[ratio.indptr[j] : ratio.indptr[j + 1]].astype("<f8").tobytes(),
+                )
+                for j in range(P.shape[0])
+            ]
+            spark.createDataFrame(
+                rows, "path_index int, log_prior double, log_base double, term_indices binary, log_ratio binary"
+            ).write.parquet(f"{staged.tmp}/parameters")
+            staged.info.update(
+                {"n_paths": int(P.shape[0]), "vocab_size": len(self.vocabulary), "nnz_parameters": int(ratio.nnz)}
+            )
 
     @classmethod
     def load(cls, path: str) -> "PathModel":
         """Read a model directory written by :meth:`save`; refuse an incomplete or corrupt one (ValueError)."""
         from pcem_spark.io.outputs import require_complete
+
         spark = SparkSession.getActiveSession()
         if spark is None:
             raise RuntimeError("PathModel.load needs an active SparkSession")
@@ -248,11 +307,15 @@ class PathModel:
             meta = json.loads(meta_rows[0]["value"])
             version = meta.get("format_version")
         except (IndexError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
-            raise InputError(f"{path}/metadata: not a pcem-spark model metadata line ({type(exc).__name__}: "
-                             f"{exc}); the model directory is damaged, retrain it") from None
+            raise InputError(
+                f"{path}/metadata: not a pcem-spark model metadata line ({type(exc).__name__}: "
+                f"{exc}); the model directory is damaged, retrain it"
+            ) from None
         if version not in READABLE_FORMAT_VERSIONS:
-            raise InputError(f"{path}: model format version {version}, this pcem-spark reads "
-                             f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))}")
+            raise InputError(
+                f"{path}: model format version {version}, this pcem-spark reads "
+                f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))}"
+            )
         try:
             taxonomy = Taxonomy(meta["taxonomy"]["children"], root=meta["taxonomy"]["root"])
             vocab_rows = spark.read.parquet(f"{path}/vocabulary").orderBy("index").collect()
@@ -264,12 +327,15 @@ class PathModel:
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"{path}: damaged model ({type(exc).__name__}: {exc}); retrain it") from None
         if params.shape[1] != len(vocabulary) or len(vocabulary) != meta.get("vocab_size", len(vocabulary)):
-            raise InputError(f"{path}: damaged model: parameters are {params.shape[0]} x {params.shape[1]}, "
-                             f"the vocabulary has {len(vocabulary)} terms and the metadata says "
-                             f"{meta.get('vocab_size')}; retrain it")
+            raise InputError(
+                f"{path}: damaged model: parameters are {params.shape[0]} x {params.shape[1]}, "
+                f"the vocabulary has {len(vocabulary)} terms and the metadata says "
+                f"{meta.get('vocab_size')}; retrain it"
+            )
         try:
-            model = cls(taxonomy, vocabulary, None, params, feature_settings,
-                        model_settings, meta.get("training_summary"))
+            model = cls(
+                taxonomy, vocabulary, None, params, feature_settings, model_settings, meta.get("training_summary")
+            )
         except ValueError as exc:
             raise InputError(f"{path}: damaged model ({exc}); retrain it") from None
         model.features_col = meta.get("features_col")
@@ -279,32 +345,44 @@ class PathModel:
 def _read_parameters(spark: SparkSession, path: str, version: int, vocab_size: int) -> PathParameters:
     """The ``parameters/`` table of a model directory as sparse parameters (either format version)."""
     import scipy.sparse as sp
+
     table = spark.read.parquet(f"{path}/parameters")
     n_rows = table.count()
     if version == 1:
         # Format 1 stored dense log theta rows.
-        check_result_size(spark.sparkContext, n_rows * vocab_size * 8.0,
-                          f"{path}: the model's parameters ({n_rows:,} rows x {vocab_size:,} terms)")
+        check_result_size(
+            spark.sparkContext,
+            n_rows * vocab_size * 8.0,
+            f"{path}: the model's parameters ({n_rows:,} rows x {vocab_size:,} terms)",
+        )
         rows = table.orderBy("path_index").collect()
         log_theta = np.vstack([np.frombuffer(r["log_theta"], dtype="<f8") for r in rows])
         return PathParameters.from_log_theta(np.array([r["log_prior"] for r in rows]), log_theta)
     size = table.select(F.sum(F.length("term_indices") + F.length("log_ratio"))).first()[0] or 0
-    check_result_size(spark.sparkContext, float(size) + n_rows * 32.0,
-                      f"{path}: the model's parameters ({n_rows:,} rows, {size:,} bytes of non-zero entries)")
+    check_result_size(
+        spark.sparkContext,
+        float(size) + n_rows * 32.0,
+        f"{path}: the model's parameters ({n_rows:,} rows, {size:,} bytes of non-zero entries)",
+    )
     rows = table.orderBy("path_index").collect()
     if [r["path_index"] for r in rows] != list(range(len(rows))):
         raise InputError("parameter rows are not numbered 0..R-1")
     indices = [np.frombuffer(r["term_indices"], dtype="<i4") for r in rows]
     values = [np.frombuffer(r["log_ratio"], dtype="<f8") for r in rows]
-    if any(len(i) != len(v) for i, v in zip(indices, values)) or \
-            any(len(i) and (i.min() < 0 or i.max() >= vocab_size) for i in indices):
+    if any(len(i) != len(v) for i, v in zip(indices, values)) or any(
+        len(i) and (i.min() < 0 or i.max() >= vocab_size) for i in indices
+    ):
         raise InputError("parameter rows have mismatched or out-of-vocabulary term indices")
     indptr = np.concatenate([[0], np.cumsum([len(i) for i in indices])]).astype(np.int64)
-    ratio = sp.csr_matrix((np.concatenate(values) if values else np.zeros(0),
-                           np.concatenate(indices) if indices else np.zeros(0, np.int32), indptr),
-                          shape=(len(rows), vocab_size))
-    return PathParameters(np.array([r["log_prior"] for r in rows]),
-                                 np.array([r["log_base"] for r in rows]), ratio)
+    ratio = sp.csr_matrix(
+        (
+            np.concatenate(values) if values else np.zeros(0),
+            np.concatenate(indices) if indices else np.zeros(0, np.int32),
+            indptr,
+        ),
+        shape=(len(rows), vocab_size),
+    )
+    return PathParameters(np.array([r["log_prior"] for r in rows]), np.array([r["log_base"] for r in rows]), ratio)
 
 
 def _feature_settings_of(d: dict) -> FeatureSettings:

@@ -1,43 +1,60 @@
 """TODO docstring (model)."""
 
 from __future__ import annotations
+
 import logging
 from typing import Dict
+
 import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.errors import InputError
-
 
 log = logging.getLogger(__name__)
 
 
-PREDICTION_SCHEMA = T.StructType([
-    T.StructField("id", T.StringType(), False),
-    T.StructField("path", T.ArrayType(T.StringType(), False), False),
-    T.StructField("leaf", T.StringType(), False),
-    T.StructField("probability", T.DoubleType(), False),
-    T.StructField("labels", T.ArrayType(T.StringType(), True), True),
-])
+PREDICTION_SCHEMA = T.StructType(
+    [
+        T.StructField("id", T.StringType(), False),
+        T.StructField("path", T.ArrayType(T.StringType(), False), False),
+        T.StructField("leaf", T.StringType(), False),
+        T.StructField("probability", T.DoubleType(), False),
+        T.StructField("labels", T.ArrayType(T.StringType(), True), True),
+    ]
+)
 
 
 # Columns added by abstaining (min_probability > 0) and top-k (top_k > 0) predictions.
 PATH_PROBABILITY_FIELD = T.StructField("path_probability", T.DoubleType(), False)
 
 
-TOP_PATHS_FIELD = T.StructField("top_paths", T.ArrayType(T.StructType([
-    T.StructField("path", T.ArrayType(T.StringType(), False), False),
-    T.StructField("probability", T.DoubleType(), False)]), False), False)
+TOP_PATHS_FIELD = T.StructField(
+    "top_paths",
+    T.ArrayType(
+        T.StructType(
+            [
+                T.StructField("path", T.ArrayType(T.StringType(), False), False),
+                T.StructField("probability", T.DoubleType(), False),
+            ]
+        ),
+        False,
+    ),
+    False,
+)
 
 
 def check_prediction_options(min_probability: float, top_k: int, names=("min_probability", "top_k")) -> None:
     """Refuse a ``min_probability`` outside [0, 1] or a ``top_k`` that is not an integer >= 0 (ValueError
     naming ``names``, e.g. the CLI's flags)."""
     p_name, k_name = names
-    if isinstance(min_probability, bool) or not isinstance(min_probability, (int, float)) \
-            or not 0.0 <= float(min_probability) <= 1.0:
+    if (
+        isinstance(min_probability, bool)
+        or not isinstance(min_probability, (int, float))
+        or not 0.0 <= float(min_probability) <= 1.0
+    ):
         raise InputError(f"{p_name} must be a number in [0, 1] (0 = always the full path), got {min_probability!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 0:
         raise InputError(f"{k_name} must be an integer >= 0 (0 = no top-k column), got {top_k!r}")
@@ -46,8 +63,10 @@ def check_prediction_options(min_probability: float, top_k: int, names=("min_pro
 def prediction_schema(min_probability: float = 0.0, top_k: int = 0) -> T.StructType:
     """The predictions table's schema: :data:`PREDICTION_SCHEMA` (the default), ``leaf`` nullable and a
     ``path_probability`` column with ``min_probability`` > 0, a ``top_paths`` column with ``top_k`` > 0."""
-    fields = [T.StructField(f.name, f.dataType, f.nullable or (f.name == "leaf" and min_probability > 0))
-              for f in PREDICTION_SCHEMA.fields]
+    fields = [
+        T.StructField(f.name, f.dataType, f.nullable or (f.name == "leaf" and min_probability > 0))
+        for f in PREDICTION_SCHEMA.fields
+    ]
     if min_probability > 0:
         fields.append(PATH_PROBABILITY_FIELD)
     if top_k > 0:
@@ -59,18 +78,18 @@ def abstention_counts(pred: DataFrame, taxonomy: Taxonomy, path_col: str = "path
     """How many predicted paths reach a leaf (``full_path``), stop above one (``partial_path``) or are
     empty (``no_path``): one aggregation, three numbers reach the driver."""
     size = F.size(F.col(path_col))
-    at_leaf = F.coalesce(F.try_element_at(F.col(path_col), F.lit(-1)).isin(sorted(set(taxonomy.leaves))),
-                         F.lit(False))
+    at_leaf = F.coalesce(F.try_element_at(F.col(path_col), F.lit(-1)).isin(sorted(set(taxonomy.leaves))), F.lit(False))
     row = pred.select(
         F.sum(F.when((size > 0) & at_leaf, 1).otherwise(0)).alias("full_path"),
         F.sum(F.when((size > 0) & ~at_leaf, 1).otherwise(0)).alias("partial_path"),
-        F.sum(F.when(size == 0, 1).otherwise(0)).alias("no_path")).first()
+        F.sum(F.when(size == 0, 1).otherwise(0)).alias("no_path"),
+    ).first()
     return {k: int(row[k] or 0) for k in ("full_path", "partial_path", "no_path")}
 
 
-def prediction_source(df: DataFrame, id_col: str = "id", text_col: str = "text",
-                      labels_col: str = "labels") -> DataFrame:
+def prediction_source(
+    df: DataFrame, id_col: str = "id", text_col: str = "text", labels_col: str = "labels"
+) -> DataFrame:
     """``id`` (string), ``text`` and ``labels`` (null when ``df`` has no labels column) of a table to predict."""
     labels = F.col(labels_col) if labels_col in df.columns else F.lit(None).cast("array<string>")
-    return df.select(F.col(id_col).cast("string").alias("id"), F.col(text_col).alias("text"),
-                     labels.alias("labels"))
+    return df.select(F.col(id_col).cast("string").alias("id"), F.col(text_col).alias("text"), labels.alias("labels"))

@@ -1,12 +1,13 @@
 """TODO docstring (model)."""
 
 from __future__ import annotations
+
 import logging
 from dataclasses import dataclass, replace
 from typing import List
+
 from pcem_spark.core.methods import EM_METHODS, GENERATIVE
 from pcem_spark.errors import InputError
-
 
 log = logging.getLogger(__name__)
 
@@ -21,14 +22,13 @@ def _number_or_auto(name: str, value, low: float, high: float, low_open: bool = 
     """Validate a setting that is a number in [low, high] (or (low, high]) or the string "auto"."""
     if isinstance(value, str):
         if value != AUTO:
-            raise InputError(f"model.{name} must be a number or \"auto\", got {value!r}")
+            raise InputError(f'model.{name} must be a number or "auto", got {value!r}')
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"model.{name} must be a number or \"auto\", got {value!r}")
+        raise InputError(f'model.{name} must be a number or "auto", got {value!r}')
     if (value <= low if low_open else value < low) or value > high:
-        bound = (f"> {low:g}" if high == float("inf") else
-                 f"in {'(' if low_open else '['}{low:g}, {high:g}]")
-        raise InputError(f"model.{name} must be {bound} or \"auto\", got {value}")
+        bound = f"> {low:g}" if high == float("inf") else f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+        raise InputError(f'model.{name} must be {bound} or "auto", got {value}')
 
 
 @dataclass
@@ -47,8 +47,8 @@ class ModelSettings:
     # tempers naive Bayes' over-confident posteriors on long documents (core.length_normalize).
     doc_length: float = 100.0
     max_iter: int = 50
-    tol: float = 1e-5          # relative change of the log-likelihood
-    block_size: int = 4096     # documents per CSR block
+    tol: float = 1e-5  # relative change of the log-likelihood
+    block_size: int = 4096  # documents per CSR block
     posterior_floor: float = 0.0  # posteriors below this count as 0 (0 = exact Eq. 5)
     # Keep each unlabelled document's k most probable paths in the E-step (0 = all, exact;
     # tdem / wdem, whose posteriors are per node or per depth, always run exact):
@@ -57,8 +57,8 @@ class ModelSettings:
     # paper's settings, 1: -0.4 to -1.0); docs/BENCHMARKS.md "Truncated posteriors".
     posterior_top_k: int = 5
     parameter_dtype: str = "float64"  # "float32" halves broadcast and per-path sums (large M x V)
-    components: int = 2        # mixture components per leaf (nbmc / emmc only)
-    seed: int = 0              # random initial split of those components (nbmc / emmc only)
+    components: int = 2  # mixture components per leaf (nbmc / emmc only)
+    seed: int = 0  # random initial split of those components (nbmc / emmc only)
 
     def validate(self) -> None:
         if self.method not in METHODS:
@@ -76,18 +76,24 @@ class ModelSettings:
             raise InputError(f"model.parameter_dtype must be 'float64' or 'float32', got {self.parameter_dtype!r}")
         if not 0 <= self.posterior_floor < 1:
             raise InputError(f"model.posterior_floor must be in [0, 1), got {self.posterior_floor}")
-        if isinstance(self.posterior_top_k, bool) or not isinstance(self.posterior_top_k, int) \
-                or self.posterior_top_k < 0:
-            raise InputError(f"model.posterior_top_k must be an integer >= 0 (0 = every path), "
-                             f"got {self.posterior_top_k!r}")
+        if (
+            isinstance(self.posterior_top_k, bool)
+            or not isinstance(self.posterior_top_k, int)
+            or self.posterior_top_k < 0
+        ):
+            raise InputError(
+                f"model.posterior_top_k must be an integer >= 0 (0 = every path), got {self.posterior_top_k!r}"
+            )
         if self.block_size < 1:
             raise InputError(f"model.block_size must be >= 1, got {self.block_size}")
         if self.components < 1:
             raise InputError(f"model.components must be >= 1, got {self.components}")
         if self.posterior_floor > 0 and self.method in PER_NODE_POSTERIOR_METHODS:
             # Their responsibilities are per-node / per-depth distributions, not one per document.
-            raise InputError(f"model.posterior_floor must be 0 for {self.method} (it applies to methods with "
-                             "one posterior distribution per document)")
+            raise InputError(
+                f"model.posterior_floor must be 0 for {self.method} (it applies to methods with "
+                "one posterior distribution per document)"
+            )
 
     @property
     def effective_top_k(self) -> int:

@@ -30,12 +30,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from pcem_spark.core.parameters import PathParameters, term_mapping, warm_start_parameters
-from pcem_spark.errors import InputError
 from pcem_spark.core.methods import method_spec
-from pcem_spark.model.settings import AUTO, ModelSettings
-from pcem_spark.model.path_model import PathModel
+from pcem_spark.core.parameters import PathParameters, term_mapping, warm_start_parameters
 from pcem_spark.core.taxonomy import Taxonomy
+from pcem_spark.errors import InputError
+from pcem_spark.model.path_model import PathModel
+from pcem_spark.model.settings import AUTO, ModelSettings
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ class WarmStartError(InputError):
 @dataclass
 class WarmStart:
     """A previous model to start EM from, and where it was read."""
+
     path: str
     model: PathModel
     # Settings taken from the previous model so far ({name: value}), for the training summary.
@@ -95,53 +96,81 @@ class WarmStart:
         """Refuse (:class:`WarmStartError`) a previous model that cannot start this fit."""
         prev = self.model.model_settings
         if prev.method != model_settings.method:
-            raise WarmStartError(f"{where} {self.path} was trained with method {prev.method!r}, this fit is "
-                                 f"{model_settings.method!r}: a warm start needs the same method")
+            raise WarmStartError(
+                f"{where} {self.path} was trained with method {prev.method!r}, this fit is "
+                f"{model_settings.method!r}: a warm start needs the same method"
+            )
         spec = method_spec(taxonomy, model_settings.method, model_settings.components)
         if spec.em == "off":
-            raise WarmStartError(f"{where} {self.path}: method {model_settings.method!r} is naive Bayes in one "
-                                 "pass; a warm start needs an EM method (pcem, flat-em, emmc, tdem, wdem)")
+            raise WarmStartError(
+                f"{where} {self.path}: method {model_settings.method!r} is naive Bayes in one "
+                "pass; a warm start needs an EM method (pcem, flat-em, emmc, tdem, wdem)"
+            )
         if model_settings.method in ("nbmc", "emmc") and prev.components != model_settings.components:
-            raise WarmStartError(f"{where} {self.path} has {prev.components} components per leaf, this fit "
-                                 f"{model_settings.components} (model.components): a warm start needs the same")
+            raise WarmStartError(
+                f"{where} {self.path} has {prev.components} components per leaf, this fit "
+                f"{model_settings.components} (model.components): a warm start needs the same"
+            )
         mine, theirs = taxonomy.path_keys(), self.model.taxonomy.path_keys()
         if mine != theirs:
             only_new = sorted(set(mine) - set(theirs))
             only_old = sorted(set(theirs) - set(mine))
-            detail = (f"paths only in this fit's taxonomy: {only_new[:5]}{' ...' if len(only_new) > 5 else ''}; "
-                      f"only in the init model's: {only_old[:5]}{' ...' if len(only_old) > 5 else ''}"
-                      if only_new or only_old else "the same paths in another order")
-            raise WarmStartError(f"{where} {self.path} has a taxonomy of {len(theirs)} paths, this fit's "
-                                 f"taxonomy {taxonomy!r} has {len(mine)}; they differ ({detail}): a warm start "
-                                 "needs the same taxonomy")
+            detail = (
+                f"paths only in this fit's taxonomy: {only_new[:5]}{' ...' if len(only_new) > 5 else ''}; "
+                f"only in the init model's: {only_old[:5]}{' ...' if len(only_old) > 5 else ''}"
+                if only_new or only_old
+                else "the same paths in another order"
+            )
+            raise WarmStartError(
+                f"{where} {self.path} has a taxonomy of {len(theirs)} paths, this fit's "
+                f"taxonomy {taxonomy!r} has {len(mine)}; they differ ({detail}): a warm start "
+                "needs the same taxonomy"
+            )
         if spec.n_components != self.model.params.shape[0]:
-            raise WarmStartError(f"{where} {self.path} has {self.model.params.shape[0]} components, this fit "
-                                 f"{spec.n_components}")
+            raise WarmStartError(
+                f"{where} {self.path} has {self.model.params.shape[0]} components, this fit {spec.n_components}"
+            )
 
     # ----------------------------------------------------------- settings
-    def inherit(self, model_settings: ModelSettings,
-                names: Sequence[str] = INHERITED_SETTINGS) -> Tuple[ModelSettings, Dict[str, object]]:
+    def inherit(
+        self, model_settings: ModelSettings, names: Sequence[str] = INHERITED_SETTINGS
+    ) -> Tuple[ModelSettings, Dict[str, object]]:
         """``model_settings`` with each of ``names`` that is "auto" set to the previous model's value.
 
         Returns the new settings and ``{name: value}`` of what was inherited
         (also added to :attr:`inherited`).
         """
         prev = self.model.model_settings
-        taken = {name: getattr(prev, name) for name in names
-                 if getattr(model_settings, name) == AUTO and getattr(prev, name) != AUTO}
+        taken = {
+            name: getattr(prev, name)
+            for name in names
+            if getattr(model_settings, name) == AUTO and getattr(prev, name) != AUTO
+        }
         if taken:
-            log.info("warm start: %s from the init model %s (settings left at \"auto\" are not chosen again)",
-                     ", ".join(f"{k} {v}" for k, v in taken.items()), self.path)
+            log.info(
+                'warm start: %s from the init model %s (settings left at "auto" are not chosen again)',
+                ", ".join(f"{k} {v}" for k, v in taken.items()),
+                self.path,
+            )
         self.inherited.update(taken)
         return replace(model_settings, **taken), taken
 
     # ----------------------------------------------------------- parameters
-    def parameters(self, vocabulary: List[str], groups: Optional[np.ndarray], smoothing: float,
-                   prior_smoothing: Optional[float]) -> PathParameters:
+    def parameters(
+        self, vocabulary: List[str], groups: Optional[np.ndarray], smoothing: float, prior_smoothing: Optional[float]
+    ) -> PathParameters:
         """The previous parameters on ``vocabulary`` (by term name) at ``smoothing`` -- (R, len(vocabulary))."""
-        return warm_start_parameters(self.model.params, self.model.vocabulary, vocabulary, self.smoothing,
-                                            smoothing, groups, prior_smoothing, self.prior_smoothing,
-                                            self.path_mass)
+        return warm_start_parameters(
+            self.model.params,
+            self.model.vocabulary,
+            vocabulary,
+            self.smoothing,
+            smoothing,
+            groups,
+            prior_smoothing,
+            self.prior_smoothing,
+            self.path_mass,
+        )
 
     def vocabulary_overlap(self, vocabulary: List[str]) -> Dict[str, int]:
         """Terms of the new vocabulary that the previous one had (kept), lacks (new), and previous terms dropped."""
@@ -149,8 +178,9 @@ class WarmStart:
         kept = int((target >= 0).sum())
         return {"terms_kept": kept, "terms_dropped": int(len(target) - kept), "terms_new": int(len(vocabulary) - kept)}
 
-    def prepare(self, taxonomy: Taxonomy, vocabulary: List[str], model_settings: ModelSettings
-                ) -> Tuple[ModelSettings, Optional[float], PathParameters, Dict[str, object]]:
+    def prepare(
+        self, taxonomy: Taxonomy, vocabulary: List[str], model_settings: ModelSettings
+    ) -> Tuple[ModelSettings, Optional[float], PathParameters, Dict[str, object]]:
         """Everything :func:`pcem_spark.model.fit_blocks` needs for a warm fit.
 
         Checks the previous model against this fit, inherits the settings left
@@ -169,17 +199,30 @@ class WarmStart:
         params = self.parameters(vocabulary, groups, smoothing, prior_smoothing)
         overlap = self.vocabulary_overlap(vocabulary)
         prev_summary = self.model.training_summary or {}
-        summary = {"path": self.path, **overlap, "inherited": dict(self.inherited),
-                   "previous_vocab_size": len(self.model.vocabulary),
-                   "previous_smoothing": self.smoothing, "previous_prior_smoothing": self.prior_smoothing,
-                   "previous_n_iter": prev_summary.get("n_iter"),
-                   "previous_n_labeled": prev_summary.get("n_labeled"),
-                   "previous_n_unlabeled": prev_summary.get("n_unlabeled"),
-                   "path_mass_recorded": self.path_mass is not None}
-        log.info("warm start from %s: %d terms kept, %d dropped (not in this batch's vocabulary), %d new (start "
-                 "from the smoothing prior); previous model: %s labelled + %s unlabelled documents, %s EM "
-                 "iterations", self.path, overlap["terms_kept"], overlap["terms_dropped"], overlap["terms_new"],
-                 prev_summary.get("n_labeled"), prev_summary.get("n_unlabeled"), prev_summary.get("n_iter"))
+        summary = {
+            "path": self.path,
+            **overlap,
+            "inherited": dict(self.inherited),
+            "previous_vocab_size": len(self.model.vocabulary),
+            "previous_smoothing": self.smoothing,
+            "previous_prior_smoothing": self.prior_smoothing,
+            "previous_n_iter": prev_summary.get("n_iter"),
+            "previous_n_labeled": prev_summary.get("n_labeled"),
+            "previous_n_unlabeled": prev_summary.get("n_unlabeled"),
+            "path_mass_recorded": self.path_mass is not None,
+        }
+        log.info(
+            "warm start from %s: %d terms kept, %d dropped (not in this batch's vocabulary), %d new (start "
+            "from the smoothing prior); previous model: %s labelled + %s unlabelled documents, %s EM "
+            "iterations",
+            self.path,
+            overlap["terms_kept"],
+            overlap["terms_dropped"],
+            overlap["terms_new"],
+            prev_summary.get("n_labeled"),
+            prev_summary.get("n_unlabeled"),
+            prev_summary.get("n_iter"),
+        )
         return settings, prior_smoothing, params, summary
 
 

@@ -13,21 +13,36 @@ and each Arrow batch of documents is scored as one sparse x dense product.
 """
 
 from __future__ import annotations
+
 import logging
 from typing import Collection, Dict, List, Sequence
+
 import numpy as np
 import scipy.sparse as sp
-from pcem_spark.engine.arrow_io import arrow_blocks, csr_of
-from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError
-from pcem_spark.errors import InputError
-from pcem_spark.core.similarity import _MAX_NAMES, _more, _add_descendants, _require_usable_node_per_depth, argmax_node_scores, best_path_node_scores, empty_description_nodes, idf_weights, soft_node_scores, tfidf_rows, to_taxonomy_columns
 
+from pcem_spark.core.similarity import (
+    _MAX_NAMES,
+    _add_descendants,
+    _more,
+    _require_usable_node_per_depth,
+    argmax_node_scores,
+    best_path_node_scores,
+    empty_description_nodes,
+    idf_weights,
+    soft_node_scores,
+    tfidf_rows,
+    to_taxonomy_columns,
+)
+from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError
+from pcem_spark.engine.arrow_io import arrow_blocks, csr_of
+from pcem_spark.errors import InputError
 
 log = logging.getLogger(__name__)
 
 
-def description_matrix(spark, descriptions: Dict[str, str], vocabulary: List[str], feature_settings,
-                       nodes: List[str], taxonomy: Taxonomy) -> sp.csr_matrix:
+def description_matrix(
+    spark, descriptions: Dict[str, str], vocabulary: List[str], feature_settings, nodes: List[str], taxonomy: Taxonomy
+) -> sp.csr_matrix:
     """(C, V) term counts of each node's description plus its descendants' descriptions.
 
     ``nodes`` (length C) are the real nodes; a node absent from
@@ -38,8 +53,9 @@ def description_matrix(spark, descriptions: Dict[str, str], vocabulary: List[str
     :class:`TaxonomyError` only when some depth has no usable node, since the
     per-depth rule would then leave every document without a weak label.
     """
-    out = _add_descendants(_own_description_counts(spark, descriptions, vocabulary, feature_settings, nodes),
-                           nodes, taxonomy)
+    out = _add_descendants(
+        _own_description_counts(spark, descriptions, vocabulary, feature_settings, nodes), nodes, taxonomy
+    )
     empty = empty_description_nodes(out, nodes)
     if empty:
         _warn_empty_descriptions(empty, descriptions, feature_settings)
@@ -47,10 +63,12 @@ def description_matrix(spark, descriptions: Dict[str, str], vocabulary: List[str
     return out
 
 
-def _own_description_counts(spark, descriptions: Dict[str, str], vocabulary: List[str], feature_settings,
-                            nodes: List[str]) -> sp.csr_matrix:
+def _own_description_counts(
+    spark, descriptions: Dict[str, str], vocabulary: List[str], feature_settings, nodes: List[str]
+) -> sp.csr_matrix:
     """(C, V) term counts of each node's own description (zero row when it has none)."""
     from pcem_spark.engine.features import featurize
+
     rows = [(n, descriptions[n]) for n in nodes if n in descriptions]
     out = sp.lil_matrix((len(nodes), len(vocabulary)))
     if not rows:
@@ -73,21 +91,35 @@ def _warn_empty_descriptions(empty: List[str], descriptions: Dict[str, str], fea
         "them (if at all) only through EM. To fix: use words in those descriptions that occur in at least "
         "features.min_df=%g and at most features.max_df=%g of the documents (e.g. frequent words of those "
         "classes' documents), or relax features.min_df / max_df / vocab_size=%d.",
-        len(empty), shown, _more(empty), feature_settings.min_df, feature_settings.max_df,
-        feature_settings.vocab_size)
+        len(empty),
+        shown,
+        _more(empty),
+        feature_settings.min_df,
+        feature_settings.max_df,
+        feature_settings.vocab_size,
+    )
 
 
 def _clip(text: str, width: int = 60) -> str:
     text = " ".join(str(text).split())
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def weak_columns(sims: np.ndarray, nodes: List[str], depths: Sequence[int], by_depth, taxonomy: Taxonomy,
-                 mode: str, min_similarity: float, excluded: Collection[str] = ()):
+def weak_columns(
+    sims: np.ndarray,
+    nodes: List[str],
+    depths: Sequence[int],
+    by_depth,
+    taxonomy: Taxonomy,
+    mode: str,
+    min_similarity: float,
+    excluded: Collection[str] = (),
+):
     """Arrow columns ``node_scores`` (list<double> over taxonomy.nodes) and ``weak_path`` from (n, C)
     similarities; rows without a confident weak label are null in both. ``excluded`` nodes (no usable
     description) are never on a ``path``-mode weak label."""
     import pyarrow as pa
+
     hard = argmax_node_scores(sims, depths, min_similarity)
     has = hard.sum(axis=1) > 0
     if mode == "path":
@@ -98,24 +130,36 @@ def weak_columns(sims: np.ndarray, nodes: List[str], depths: Sequence[int], by_d
         cols_k = to_taxonomy_columns(node_sc, nodes, taxonomy)
     n, k = cols_k.shape
     # Built column-wise: list offsets + flat values + a null mask.
-    scores = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * k),
-                                      pa.array(cols_k.ravel()), mask=pa.array(~has))
+    scores = pa.ListArray.from_arrays(
+        pa.array(np.arange(n + 1, dtype=np.int32) * k), pa.array(cols_k.ravel()), mask=pa.array(~has)
+    )
     if mode == "path":
         col = {nd: i for i, nd in enumerate(nodes)}
-        real_paths = np.array([[col[nd] for nd in taxonomy.real_path(j)] +
-                               [col[taxonomy.real_path(j)[-1]]] * (taxonomy.depth - len(taxonomy.real_path(j)))
-                               for j in range(taxonomy.n_paths)])
+        real_paths = np.array(
+            [
+                [col[nd] for nd in taxonomy.real_path(j)]
+                + [col[taxonomy.real_path(j)[-1]]] * (taxonomy.depth - len(taxonomy.real_path(j)))
+                for j in range(taxonomy.n_paths)
+            ]
+        )
         best = real_paths[best_path]
     else:
         best = np.stack([c[np.argmax(sims[:, c], axis=1)] for c in by_depth], axis=1)
     names = np.asarray(nodes, dtype=object)[best].ravel()
-    paths = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * best.shape[1]),
-                                     pa.array(names, pa.string()), mask=pa.array(~has))
+    paths = pa.ListArray.from_arrays(
+        pa.array(np.arange(n + 1, dtype=np.int32) * best.shape[1]), pa.array(names, pa.string()), mask=pa.array(~has)
+    )
     return scores, paths
 
 
-def weak_label_from_similarities(df, taxonomy: Taxonomy, mode: str = "argmax", min_similarity: float = 0.0,
-                                 block_size: int = 4096, similarities_col: str = "similarities"):
+def weak_label_from_similarities(
+    df,
+    taxonomy: Taxonomy,
+    mode: str = "argmax",
+    min_similarity: float = 0.0,
+    block_size: int = 4096,
+    similarities_col: str = "similarities",
+):
     """Weak labels from a precomputed ``similarities`` map<string,double> column (node -> score).
 
     Same outputs as :func:`weak_label`; a row with a null or empty map stays
@@ -134,17 +178,24 @@ def weak_label_from_similarities(df, taxonomy: Taxonomy, mode: str = "argmax", m
     unknown = sorted(set(keys) - set(nodes))
     if unknown:
         raise TaxonomyError(f"column {similarities_col!r} scores node(s) that are not in the taxonomy: {unknown[:10]}")
-    sims = F.when(F.size(similarities_col) > 0, F.array(*[
-        F.coalesce(F.element_at(F.col(similarities_col), F.lit(n)), F.lit(0.0)) for n in nodes]))
+    sims = F.when(
+        F.size(similarities_col) > 0,
+        F.array(*[F.coalesce(F.element_at(F.col(similarities_col), F.lit(n)), F.lit(0.0)) for n in nodes]),
+    )
     src = df.withColumn("_sims", sims)
-    out_schema = T.StructType([f for f in src.schema.fields if f.name != "_sims"] + [
-        T.StructField("node_scores", T.ArrayType(T.DoubleType(), False), True),
-        T.StructField("weak_path", T.ArrayType(T.StringType(), False), True)])
+    out_schema = T.StructType(
+        [f for f in src.schema.fields if f.name != "_sims"]
+        + [
+            T.StructField("node_scores", T.ArrayType(T.DoubleType(), False), True),
+            T.StructField("weak_path", T.ArrayType(T.StringType(), False), True),
+        ]
+    )
     pos = src.columns.index("_sims")
     C = len(nodes)
 
     def score(batches):
         import pyarrow as pa
+
         by_depth = [np.flatnonzero(np.asarray(depths) == lvl) for lvl in range(1, max(depths) + 1)]
         for b in arrow_blocks(batches, block_size):
             col = b.column(pos)
@@ -154,15 +205,22 @@ def weak_label_from_similarities(df, taxonomy: Taxonomy, mode: str = "argmax", m
             sims_np[valid] = flat.reshape(-1, C)
             scores, paths = weak_columns(sims_np, nodes, depths, by_depth, taxonomy, mode, min_similarity)
             keep = [b.column(i) for i in range(b.num_columns) if i != pos]
-            yield pa.RecordBatch.from_arrays(keep + [scores, paths],
-                                             names=[f.name for f in out_schema.fields])
+            yield pa.RecordBatch.from_arrays(keep + [scores, paths], names=[f.name for f in out_schema.fields])
 
     return src.mapInArrow(score, out_schema)
 
 
-def weak_label(df, vocabulary: List[str], feature_settings, taxonomy: Taxonomy,
-               descriptions: Dict[str, str], mode: str = "argmax", min_similarity: float = 0.0,
-               block_size: int = 4096, features_col: str = "features"):
+def weak_label(
+    df,
+    vocabulary: List[str],
+    feature_settings,
+    taxonomy: Taxonomy,
+    descriptions: Dict[str, str],
+    mode: str = "argmax",
+    min_similarity: float = 0.0,
+    block_size: int = 4096,
+    features_col: str = "features",
+):
     """Add ``node_scores`` (array<double> over ``taxonomy.nodes``, null = no weak label) and
     ``weak_path`` (the most similar real node per depth, null likewise) to a featurised DataFrame.
 
@@ -170,7 +228,6 @@ def weak_label(df, vocabulary: List[str], feature_settings, taxonomy: Taxonomy,
     """
     from pyspark.ml.feature import IDF
     from pyspark.sql import types as T
-
 
     if mode not in ("argmax", "soft", "path"):
         raise InputError(f"weak labels: mode must be 'argmax', 'soft' or 'path', got {mode!r}")
@@ -183,22 +240,27 @@ def weak_label(df, vocabulary: List[str], feature_settings, taxonomy: Taxonomy,
     excluded = frozenset(empty_description_nodes(D, nodes))
     desc_unit = tfidf_rows(D, idf)
     bc = spark.sparkContext.broadcast((idf, desc_unit, nodes, depths, excluded))
-    out_schema = T.StructType(list(df.schema.fields) + [
-        T.StructField("node_scores", T.ArrayType(T.DoubleType(), False), True),
-        T.StructField("weak_path", T.ArrayType(T.StringType(), False), True)])
+    out_schema = T.StructType(
+        list(df.schema.fields)
+        + [
+            T.StructField("node_scores", T.ArrayType(T.DoubleType(), False), True),
+            T.StructField("weak_path", T.ArrayType(T.StringType(), False), True),
+        ]
+    )
     feat_pos = df.columns.index(features_col)
     V = len(vocabulary)
 
     def score(batches):
         import pyarrow as pa
+
         idf_b, desc_b, nodes_b, depths_b, excluded_b = bc.value
         by_depth = [np.flatnonzero(np.asarray(depths_b) == lvl) for lvl in range(1, max(depths_b) + 1)]
         for b in arrow_blocks(batches, block_size):
             X = csr_of(b.column(feat_pos), V)
             sims = np.asarray((tfidf_rows(X, idf_b) @ desc_b.T).todense())
-            scores, paths = weak_columns(sims, nodes_b, depths_b, by_depth, taxonomy, mode, min_similarity,
-                                         excluded_b)
-            yield pa.RecordBatch.from_arrays(list(b.columns) + [scores, paths],
-                                             names=[f.name for f in out_schema.fields])
+            scores, paths = weak_columns(sims, nodes_b, depths_b, by_depth, taxonomy, mode, min_similarity, excluded_b)
+            yield pa.RecordBatch.from_arrays(
+                list(b.columns) + [scores, paths], names=[f.name for f in out_schema.fields]
+            )
 
     return df.mapInArrow(score, out_schema)

@@ -7,5 +7,4 @@ terms) and of a predictions table (confusion) and writes it atomically;
 :mod:`pcem_spark.model`, :mod:`pcem_spark.io`, :mod:`pcem_spark.core` and below.
 """
 
-
 __all__: list = []

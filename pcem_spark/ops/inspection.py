@@ -35,6 +35,7 @@ included), ``V`` terms.
 """
 
 from __future__ import annotations
+
 import datetime as _dt
 import json
 import logging
@@ -42,17 +43,30 @@ import os
 import shutil
 from dataclasses import asdict
 from typing import Dict, Optional, Sequence, Tuple
-import numpy as np
-from pcem_spark.core.parameters import recovered_counts
-from pcem_spark.core.methods import EM_METHODS
-from pcem_spark.errors import InputError
-from pcem_spark.core.node_stats import component_paths, labeled_documents, node_counts, node_mass, padded_parents, sibling_log_odds, tree_order
-from pcem_spark.ops.rendering import NONE_LABEL, render_confusion_markdown, render_html, render_model_markdown, render_png
 
+import numpy as np
+
+from pcem_spark.core.methods import EM_METHODS
+from pcem_spark.core.node_stats import (
+    component_paths,
+    labeled_documents,
+    node_counts,
+    node_mass,
+    padded_parents,
+    sibling_log_odds,
+    tree_order,
+)
+from pcem_spark.core.parameters import recovered_counts
+from pcem_spark.errors import InputError
+from pcem_spark.ops.rendering import (
+    NONE_LABEL,
+    render_confusion_markdown,
+    render_html,
+    render_model_markdown,
+    render_png,
+)
 
 log = logging.getLogger(__name__)
-
-
 
 
 INSPECT_KIND = "inspect"
@@ -80,25 +94,30 @@ def inspect_model(model, top_n: int = 10, model_path: Optional[str] = None, rank
     lab_path, tot_path = summary.get("path_mass_labeled"), summary.get("path_mass")
     if lab_path is not None and tot_path is not None and len(lab_path) == R and len(tot_path) == R:
         source = "training_summary"
-        mass = node_mass(path_nodes, np.asarray(tot_path, float), params.log_prior, np.asarray(lab_path, float),
-                         owner, parents)
+        mass = node_mass(
+            path_nodes, np.asarray(tot_path, float), params.log_prior, np.asarray(lab_path, float), owner, parents
+        )
         g = float(ms.path_weight) if ms.method in ("pcnb", "pcem") else 0.0
         docs = labeled_documents(path_nodes, np.asarray(lab_path, float), g, owner)
         lam = float(ms.unlabeled_weight)
         exp_docs = mass.expected / lam if ms.method in EM_METHODS and lam > 0 else None
-        mass_note = ("document mass as the M-step counts it: labelled = the labelled documents' weights "
-                     "(Eq. 2 path scores for PCNB/PCEM), expected = total - labelled = unlabelled weight "
-                     "(lambda) x the last E-step posteriors; a node sums the paths / components through it")
+        mass_note = (
+            "document mass as the M-step counts it: labelled = the labelled documents' weights "
+            "(Eq. 2 path scores for PCNB/PCEM), expected = total - labelled = unlabelled weight "
+            "(lambda) x the last E-step posteriors; a node sums the paths / components through it"
+        )
     else:
         source = "word_counts"
         _, comp_words = recovered_counts(params, smoothing)
         mass = node_mass(path_nodes, comp_words, params.log_prior, None, owner, parents)
         docs = exp_docs = None
-        mass_note = ("this model was saved without path_mass in its training summary (an older pcem-spark): "
-                     "the mass shown is the word mass N of the parameters (tokens after doc_length "
-                     "normalisation, labelled + expected), with no labelled / expected split; retrain to get it")
+        mass_note = (
+            "this model was saved without path_mass in its training summary (an older pcem-spark): "
+            "the mass shown is the word mass N of the parameters (tokens after doc_length "
+            "normalisation, labelled + expected), with no labelled / expected split; retrain to get it"
+        )
         if lab_path is not None or tot_path is not None:
-            mass_note = (f"the training summary's path masses do not have {R} entries: " + mass_note)
+            mass_note = f"the training summary's path masses do not have {R} entries: " + mass_note
     show = ~np.asarray(tax.is_dummy, dtype=bool)
     parent_idx = padded_parents(tax)
     top = sibling_log_odds(counts, parent_idx, smoothing, top_n, show, rank)
@@ -109,27 +128,42 @@ def inspect_model(model, top_n: int = 10, model_path: Optional[str] = None, rank
         parent = tax.parent(name)
         kids = tax.children(name)
         siblings = [s for s in tax.children(parent) if s != name]
-        nodes.append({
-            "node": name, "depth": tax.node_depth(name), "parent": None if parent == tax.root else parent,
-            "leaf": not kids, "children": kids,
-            "labeled_documents": None if docs is None else int(round(docs[k])),
-            "labeled_mass": None if mass.labeled is None else _rounded(mass.labeled[k]),
-            "expected_mass": None if mass.expected is None else _rounded(mass.expected[k]),
-            "expected_documents": None if exp_docs is None else _rounded(exp_docs[k], 2),
-            "total_mass": _rounded(mass.total[k]),
-            "word_mass": _rounded(word_mass[k], 2),
-            "prior": _rounded(mass.prior[k], 6),
-            "n_siblings": len(siblings),
-            "top_terms": [{"term": vocab[t.term], "log_odds": _rounded(t.log_odds), "llr": _rounded(t.llr, 2),
-                           "count": _rounded(t.count, 2),
-                           "sibling_count": _rounded(t.sibling_count, 2)} for t in top[k]],
-        })
-    depth_prior = {str(d): _rounded(sum(mass.prior[tax.node_index[n]] for n in tax.nodes
-                                        if tax.node_depth(n) == d), 6) for d in range(1, tax.depth + 1)}
+        nodes.append(
+            {
+                "node": name,
+                "depth": tax.node_depth(name),
+                "parent": None if parent == tax.root else parent,
+                "leaf": not kids,
+                "children": kids,
+                "labeled_documents": None if docs is None else int(round(docs[k])),
+                "labeled_mass": None if mass.labeled is None else _rounded(mass.labeled[k]),
+                "expected_mass": None if mass.expected is None else _rounded(mass.expected[k]),
+                "expected_documents": None if exp_docs is None else _rounded(exp_docs[k], 2),
+                "total_mass": _rounded(mass.total[k]),
+                "word_mass": _rounded(word_mass[k], 2),
+                "prior": _rounded(mass.prior[k], 6),
+                "n_siblings": len(siblings),
+                "top_terms": [
+                    {
+                        "term": vocab[t.term],
+                        "log_odds": _rounded(t.log_odds),
+                        "llr": _rounded(t.llr, 2),
+                        "count": _rounded(t.count, 2),
+                        "sibling_count": _rounded(t.sibling_count, 2),
+                    }
+                    for t in top[k]
+                ],
+            }
+        )
+    depth_prior = {
+        str(d): _rounded(sum(mass.prior[tax.node_index[n]] for n in tax.nodes if tax.node_depth(n) == d), 6)
+        for d in range(1, tax.depth + 1)
+    }
     history = summary.get("loglik_history") or []
     iters = summary.get("iter_seconds") or []
-    keep_summary = {k: summary[k] for k in ("n_labeled", "n_unlabeled", "n_iter", "converged", "smoothing")
-                    if k in summary}
+    keep_summary = {
+        k: summary[k] for k in ("n_labeled", "n_unlabeled", "n_iter", "converged", "smoothing") if k in summary
+    }
     if history:
         keep_summary["final_loglik"] = float(history[-1])
     if iters:
@@ -137,10 +171,13 @@ def inspect_model(model, top_n: int = 10, model_path: Optional[str] = None, rank
     if isinstance(summary.get("tuning"), dict):
         keep_summary["tuning_chosen"] = summary["tuning"].get("chosen")
     if isinstance(summary.get("input"), dict):
-        keep_summary["input"] = {k: v for k, v in summary["input"].items()
-                                 if k in ("source", "rows_read", "valid", "rejected", "split", "selected")}
+        keep_summary["input"] = {
+            k: v
+            for k, v in summary["input"].items()
+            if k in ("source", "rows_read", "valid", "rejected", "split", "selected")
+        }
     paths = []
-    nodes_are_components = spec.structure is not None and owner is None   # top-down / win-driven
+    nodes_are_components = spec.structure is not None and owner is None  # top-down / win-driven
     for j in range(tax.n_paths):
         entry = {"path": tax.real_path(j)}
         if not nodes_are_components:
@@ -158,19 +195,32 @@ def inspect_model(model, top_n: int = 10, model_path: Optional[str] = None, rank
         "vocabulary_size": len(vocab),
         "n_components": int(R),
         "nnz_parameters": int(params.log_ratio.nnz),
-        "taxonomy": {"root": tax.root, "depth": tax.depth, "nodes": len(tax.real_nodes),
-                     "leaves": len(tax.leaves), "padded_nodes_hidden": int((~show).sum())},
+        "taxonomy": {
+            "root": tax.root,
+            "depth": tax.depth,
+            "nodes": len(tax.real_nodes),
+            "leaves": len(tax.leaves),
+            "padded_nodes_hidden": int((~show).sum()),
+        },
         "training_summary": keep_summary,
-        "mass": {"source": source, "unit": "documents" if source == "training_summary" else "words",
-                 "note": mass_note, "labeled_documents_known": docs is not None,
-                 "expected_documents_known": exp_docs is not None,
-                 "prior_sum_per_depth": depth_prior},
-        "log_odds": {"smoothing": smoothing, "top_n": top_n, "ranked_by": rank,
-                     "definition": "log-odds = log theta(node, w) - log theta(siblings pooled, w), theta = "
-                                   "(c + s) / (N + V s), s = the model's word smoothing; llr = Dunning's "
-                                   "log-likelihood ratio G^2 of (term, other terms) x (node, siblings), signed + "
-                                   "where the node's rate is higher; candidates: terms with count > 0 in the node; "
-                                   "a top-level node's siblings are the other top-level nodes"},
+        "mass": {
+            "source": source,
+            "unit": "documents" if source == "training_summary" else "words",
+            "note": mass_note,
+            "labeled_documents_known": docs is not None,
+            "expected_documents_known": exp_docs is not None,
+            "prior_sum_per_depth": depth_prior,
+        },
+        "log_odds": {
+            "smoothing": smoothing,
+            "top_n": top_n,
+            "ranked_by": rank,
+            "definition": "log-odds = log theta(node, w) - log theta(siblings pooled, w), theta = "
+            "(c + s) / (N + V s), s = the model's word smoothing; llr = Dunning's "
+            "log-likelihood ratio G^2 of (term, other terms) x (node, siblings), signed + "
+            "where the node's rate is higher; candidates: terms with count > 0 in the node; "
+            "a top-level node's siblings are the other top-level nodes",
+        },
         "nodes": nodes,
         "paths": paths,
     }
@@ -191,23 +241,37 @@ def confusion_counts(pred, path_col: str = "path", labels_col: str = "labels"):
     (list of (level, true, predicted or None, n), n_scored, n_without_labels)
     """
     from pyspark.sql import functions as F
+
     for col in (path_col, labels_col):
         if col not in pred.columns:
             raise InputError(f"predictions: column {col!r} is missing (found {pred.columns})")
     scored = pred.where(F.col(labels_col).isNotNull())
-    cells = (scored.select(F.coalesce(F.col(path_col), F.array().cast("array<string>")).alias("p"),
-                           F.posexplode(labels_col).alias("pos", "t"))
-             .select((F.col("pos") + 1).alias("level"), F.col("t").alias("true"),
-                     F.try_element_at("p", (F.col("pos") + 1).cast("int")).alias("predicted"))
-             .groupBy("level", "true", "predicted").count()
-             .collect())
+    cells = (
+        scored.select(
+            F.coalesce(F.col(path_col), F.array().cast("array<string>")).alias("p"),
+            F.posexplode(labels_col).alias("pos", "t"),
+        )
+        .select(
+            (F.col("pos") + 1).alias("level"),
+            F.col("t").alias("true"),
+            F.try_element_at("p", (F.col("pos") + 1).cast("int")).alias("predicted"),
+        )
+        .groupBy("level", "true", "predicted")
+        .count()
+        .collect()
+    )
     counts = pred.select(F.count(F.lit(1)).alias("n"), F.count(labels_col).alias("n_lab")).first()
     rows = [(int(r["level"]), r["true"], r["predicted"], int(r["count"])) for r in cells]
     return rows, int(counts["n_lab"]), int(counts["n"]) - int(counts["n_lab"])
 
 
-def confusion_tables(cells: Sequence[Tuple[int, str, Optional[str], int]], taxonomy,
-                     n_scored: int, n_without_labels: int = 0, top_errors: int = 10) -> Dict[str, object]:
+def confusion_tables(
+    cells: Sequence[Tuple[int, str, Optional[str], int]],
+    taxonomy,
+    n_scored: int,
+    n_without_labels: int = 0,
+    top_errors: int = 10,
+) -> Dict[str, object]:
     """Per-level confusion tables (pure) from :func:`confusion_counts`' cells.
 
     Rows and columns: the taxonomy's real nodes at that level (by name), then
@@ -224,22 +288,31 @@ def confusion_tables(cells: Sequence[Tuple[int, str, Optional[str], int]], taxon
         unknown = sorted(seen - set(known))
         labels = known + unknown
         index = {n: i for i, n in enumerate(labels)}
-        mat = np.zeros((len(labels), len(labels) + 1), dtype=np.int64)   # last column: (none)
+        mat = np.zeros((len(labels), len(labels) + 1), dtype=np.int64)  # last column: (none)
         for _, t, p, n in here:
             mat[index[t], len(labels) if p is None else index[p]] += n
         total = int(mat.sum())
-        correct = int(np.trace(mat[:, :len(labels)]))
-        off = [(int(mat[i, j]), labels[i], NONE_LABEL if j == len(labels) else labels[j])
-               for i, j in zip(*np.nonzero(mat)) if i != j]
+        correct = int(np.trace(mat[:, : len(labels)]))
+        off = [
+            (int(mat[i, j]), labels[i], NONE_LABEL if j == len(labels) else labels[j])
+            for i, j in zip(*np.nonzero(mat))
+            if i != j
+        ]
         off.sort(key=lambda x: (-x[0], x[1], x[2]))
         row_tot = mat.sum(axis=1)
         levels[str(d)] = {
-            "nodes": labels, "columns": labels + [NONE_LABEL], "counts": mat.tolist(),
-            "documents": total, "correct": correct, "accuracy": (correct / total) if total else None,
+            "nodes": labels,
+            "columns": labels + [NONE_LABEL],
+            "counts": mat.tolist(),
+            "documents": total,
+            "correct": correct,
+            "accuracy": (correct / total) if total else None,
             "unknown_nodes": unknown,
             "recall": {labels[i]: (float(mat[i, i]) / row_tot[i] if row_tot[i] else None) for i in range(len(labels))},
-            "largest_errors": [{"true": t, "predicted": p, "count": n,
-                                "share_of_true": n / float(row_tot[index[t]])} for n, t, p in off[:top_errors]],
+            "largest_errors": [
+                {"true": t, "predicted": p, "count": n, "share_of_true": n / float(row_tot[index[t]])}
+                for n, t, p in off[:top_errors]
+            ],
         }
     return {"n_scored": n_scored, "n_without_labels": n_without_labels, "levels": levels}
 
@@ -248,17 +321,20 @@ def confusion_tables(cells: Sequence[Tuple[int, str, Optional[str], int]], taxon
 def check_local_output(path: str) -> str:
     """The absolute local path of an inspect output directory; other filesystems are refused (ValueError)."""
     if "://" in path and not path.startswith("file://"):
-        raise InputError(f"--output {path!r}: pcem inspect writes plain files to a local directory; "
-                         "give a local path (and copy the folder elsewhere afterwards)")
-    path = path[len("file://"):] if path.startswith("file://") else path
+        raise InputError(
+            f"--output {path!r}: pcem inspect writes plain files to a local directory; "
+            "give a local path (and copy the folder elsewhere afterwards)"
+        )
+    path = path[len("file://") :] if path.startswith("file://") else path
     path = os.path.abspath(path.rstrip("/") or "/")
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(f"--output {path!r} exists and is not a directory")
     return path
 
 
-def write_inspection(out_dir: str, files: Dict[str, bytes], overwrite: bool = False,
-                     info: Optional[dict] = None) -> str:
+def write_inspection(
+    out_dir: str, files: Dict[str, bytes], overwrite: bool = False, info: Optional[dict] = None
+) -> str:
     """Write ``files`` (name -> bytes) as the directory ``out_dir``, atomically; returns its absolute path.
 
     Built in a hidden temporary sibling ``.NAME.pcem-tmp-RUNID`` with a
@@ -268,15 +344,17 @@ def write_inspection(out_dir: str, files: Dict[str, bytes], overwrite: bool = Fa
     Local filesystem only (:func:`check_local_output`).
     """
     from pcem_spark.io.outputs import MARKER, OUTPUT_FORMAT_VERSION, new_run_id
+
     path = check_local_output(out_dir)
     parent, name = os.path.split(path)
     os.makedirs(parent, exist_ok=True)
-    for stale in os.listdir(parent):       # left by a killed run
+    for stale in os.listdir(parent):  # left by a killed run
         if stale.startswith(f".{name}.pcem-tmp-") or stale.startswith(f".{name}.pcem-old-"):
             shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
     if os.path.exists(path) and not overwrite:
         raise FileExistsError(f"output {path!r} already exists; pass --overwrite to replace it")
     from pcem_spark.io.output_paths import Output, check_output_paths
+
     check_output_paths(None, [Output("--output", path, INSPECT_KIND)], [], overwrite)  # no other kind replaced
     run_id = new_run_id()
     tmp = os.path.join(parent, f".{name}.pcem-tmp-{run_id}")
@@ -285,9 +363,15 @@ def write_inspection(out_dir: str, files: Dict[str, bytes], overwrite: bool = Fa
         for fname, data in files.items():
             with open(os.path.join(tmp, fname), "wb") as fh:
                 fh.write(data)
-        marker = {"complete": True, "kind": INSPECT_KIND, "format_version": OUTPUT_FORMAT_VERSION,
-                  "run_id": run_id, "files": sorted(files),
-                  "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **(info or {})}
+        marker = {
+            "complete": True,
+            "kind": INSPECT_KIND,
+            "format_version": OUTPUT_FORMAT_VERSION,
+            "run_id": run_id,
+            "files": sorted(files),
+            "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            **(info or {}),
+        }
         with open(os.path.join(tmp, MARKER), "w", encoding="utf-8") as fh:
             json.dump(marker, fh, sort_keys=True)
         old = None
@@ -305,9 +389,11 @@ def write_inspection(out_dir: str, files: Dict[str, bytes], overwrite: bool = Fa
 
 def inspection_files(report: Dict[str, object], confusion: Optional[Dict[str, object]] = None) -> Dict[str, bytes]:
     """The output files (name -> bytes) of a report and, optionally, its confusion tables."""
-    files = {"model.md": render_model_markdown(report).encode("utf-8"),
-             "model.json": (json.dumps(report, indent=1, ensure_ascii=False) + "\n").encode("utf-8"),
-             "taxonomy.html": render_html(report).encode("utf-8")}
+    files = {
+        "model.md": render_model_markdown(report).encode("utf-8"),
+        "model.json": (json.dumps(report, indent=1, ensure_ascii=False) + "\n").encode("utf-8"),
+        "taxonomy.html": render_html(report).encode("utf-8"),
+    }
     png = render_png(report)
     if png is not None:
         files["taxonomy.png"] = png

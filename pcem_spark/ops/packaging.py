@@ -59,8 +59,10 @@ def driver_pins(names: Sequence[str] = EXECUTOR_REQUIREMENTS) -> List[str]:
         try:
             pins.append(f"{name}=={metadata.version(name)}")
         except metadata.PackageNotFoundError:
-            raise SystemExit(f"{name} is not installed in {sys.executable}: install pcem-spark "
-                             f"(pip install .) before packaging, so the env matches the driver")
+            raise SystemExit(  # noqa: B904 (the message says all there is)
+                f"{name} is not installed in {sys.executable}: install pcem-spark "
+                f"(pip install .) before packaging, so the env matches the driver"
+            )
     return pins
 
 
@@ -113,15 +115,24 @@ def _installed(name: str) -> bool:
 
 
 def _manifest(python: str, pins: Sequence[str]) -> Dict[str, object]:
-    version = subprocess.run([python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    base = subprocess.run([python, "-c", "import sys, os; print(os.path.realpath(sys.executable))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    version = subprocess.run(
+        [python, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    base = subprocess.run(
+        [python, "-c", "import sys, os; print(os.path.realpath(sys.executable))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     return {"python_version": version, "base_interpreter": base, "requirements": list(pins)}
 
 
-def build_env_archive(out_dir: str, python: Optional[str] = None,
-                      pins: Optional[Sequence[str]] = None, force: bool = False) -> str:
+def build_env_archive(
+    out_dir: str, python: Optional[str] = None, pins: Optional[Sequence[str]] = None, force: bool = False
+) -> str:
     """venv-pack a fresh virtualenv with the executor requirements; return the archive path.
 
     Skipped when ``out_dir`` already holds an archive whose manifest
@@ -147,8 +158,20 @@ def build_env_archive(out_dir: str, python: Optional[str] = None,
         # No pip/setuptools in the env (24 MB the executors never use): this
         # interpreter's pip installs into it with --python.
         subprocess.run([python, "-m", "venv", "--without-pip", env], check=True)
-        subprocess.run([sys.executable, "-m", "pip", "--python", os.path.join(env, "bin", "python"),
-                        "install", "--quiet", "--disable-pip-version-check", *pins], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "--python",
+                os.path.join(env, "bin", "python"),
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                *pins,
+            ],
+            check=True,
+        )
         tmp = os.path.join(work, ENV_ARCHIVE_NAME)
         subprocess.run([venv_pack, "--quiet", "-p", env, "-o", tmp], check=True)
         os.chmod(tmp, file_mode())  # built inside mkdtemp's private folder: the umask decides, as for open()
@@ -172,11 +195,11 @@ def sha256(path: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pcem_spark.packaging", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m pcem_spark.packaging", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", default="dist", help="output folder (default: dist)")
-    parser.add_argument("--python", default=None,
-                        help="base interpreter of the executors' env (default: this one)")
+    parser.add_argument("--python", default=None, help="base interpreter of the executors' env (default: this one)")
     parser.add_argument("--no-env", action="store_true", help="only build the --py-files zip")
     parser.add_argument("--force", action="store_true", help="rebuild the env archive even if up to date")
     args = parser.parse_args(argv)

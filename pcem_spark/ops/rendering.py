@@ -1,17 +1,18 @@
 """TODO docstring (inspect)."""
 
 from __future__ import annotations
+
 import html
 import logging
 from typing import Dict, Optional, Tuple
-import numpy as np
 
+import numpy as np
 
 log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------- renderers
-NONE_LABEL = "(none)"        # a predicted path that stops above the level (or no prediction)
+NONE_LABEL = "(none)"  # a predicted path that stops above the level (or no prediction)
 
 
 def _fmt(x, digits: int = 1) -> str:
@@ -30,19 +31,30 @@ def render_model_markdown(report: Dict[str, object]) -> str:
     """``model.md``: summary, a legend of the columns, then one table row per node in tree order."""
     ms, ts, mass, lo = report["model_settings"], report["training_summary"], report["mass"], report["log_odds"]
     lines = [f"# Model inspection: {report['model'] or report['method']}", ""]
-    lines.append(f"- method: **{report['method']}**; smoothing {ms['smoothing']:g}, unlabelled weight (lambda) "
-                 f"{ms['unlabeled_weight']}, path weight {ms['path_weight']}, doc_length {ms['doc_length']:g}, "
-                 f"posterior_top_k {ms['posterior_top_k']}")
-    lines.append(f"- vocabulary: {report['vocabulary_size']:,} terms; {report['n_components']:,} components; "
-                 f"{report['nnz_parameters']:,} non-zero word parameters")
+    lines.append(
+        f"- method: **{report['method']}**; smoothing {ms['smoothing']:g}, unlabelled weight (lambda) "
+        f"{ms['unlabeled_weight']}, path weight {ms['path_weight']}, doc_length {ms['doc_length']:g}, "
+        f"posterior_top_k {ms['posterior_top_k']}"
+    )
+    lines.append(
+        f"- vocabulary: {report['vocabulary_size']:,} terms; {report['n_components']:,} components; "
+        f"{report['nnz_parameters']:,} non-zero word parameters"
+    )
     tx = report["taxonomy"]
-    lines.append(f"- taxonomy: {tx['nodes']} nodes, {tx['leaves']} leaves, depth {tx['depth']}"
-                 + (f" ({tx['padded_nodes_hidden']} padding nodes hidden)" if tx["padded_nodes_hidden"] else ""))
+    lines.append(
+        f"- taxonomy: {tx['nodes']} nodes, {tx['leaves']} leaves, depth {tx['depth']}"
+        + (f" ({tx['padded_nodes_hidden']} padding nodes hidden)" if tx["padded_nodes_hidden"] else "")
+    )
     if ts:
         parts = []
-        for key, label in (("n_labeled", "labelled documents"), ("n_unlabeled", "unlabelled documents"),
-                           ("n_iter", "EM iterations"), ("converged", "converged"),
-                           ("final_loglik", "final log-likelihood"), ("em_seconds", "EM seconds")):
+        for key, label in (
+            ("n_labeled", "labelled documents"),
+            ("n_unlabeled", "unlabelled documents"),
+            ("n_iter", "EM iterations"),
+            ("converged", "converged"),
+            ("final_loglik", "final log-likelihood"),
+            ("em_seconds", "EM seconds"),
+        ):
             if key in ts:
                 v = ts[key]
                 parts.append(f"{label} {v:,.1f}" if isinstance(v, float) else f"{label} {v}")
@@ -55,28 +67,42 @@ def render_model_markdown(report: Dict[str, object]) -> str:
     if docs_known:
         lines.append("- **labelled docs**: labelled training documents whose path passes through the node")
     if exp_docs_known:
-        lines.append("- **expected docs**: unlabelled training documents expected at the node by the last "
-                     "E-step (expected mass / lambda)")
+        lines.append(
+            "- **expected docs**: unlabelled training documents expected at the node by the last "
+            "E-step (expected mass / lambda)"
+        )
     if split:
         lines.append(f"- **labelled mass**, **expected mass**: {mass['note']}")
     else:
         lines.append(f"- **word mass**: {mass['note']}")
-    lines.append(f"- **prior**: sum of the path priors through the node (sums per depth: "
-                 f"{', '.join(f'{d}: {p:g}' for d, p in mass['prior_sum_per_depth'].items())})")
-    lines.append(f"- **top terms vs siblings**, ranked by {lo['ranked_by']}, shown with their log-odds: "
-                 f"{lo['definition']} (s = {lo['smoothing']:g})")
+    lines.append(
+        f"- **prior**: sum of the path priors through the node (sums per depth: "
+        f"{', '.join(f'{d}: {p:g}' for d, p in mass['prior_sum_per_depth'].items())})"
+    )
+    lines.append(
+        f"- **top terms vs siblings**, ranked by {lo['ranked_by']}, shown with their log-odds: "
+        f"{lo['definition']} (s = {lo['smoothing']:g})"
+    )
     lines.append("")
-    header = ["depth", "node", "parent"] + (["labelled docs"] if docs_known else []) + \
-        (["expected docs"] if exp_docs_known else []) + \
-        (["labelled mass", "expected mass"] if split else ["word mass"]) + ["prior", "top terms vs siblings"]
+    header = (
+        ["depth", "node", "parent"]
+        + (["labelled docs"] if docs_known else [])
+        + (["expected docs"] if exp_docs_known else [])
+        + (["labelled mass", "expected mass"] if split else ["word mass"])
+        + ["prior", "top terms vs siblings"]
+    )
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|---|---|---|" + "---:|" * (len(header) - 4) + "---|")
     for n in report["nodes"]:
         indent = "&nbsp;&nbsp;" * (n["depth"] - 1)
-        terms = ", ".join(f"{t['term']} ({t['log_odds']:+.1f})" for t in n["top_terms"]) or \
-            ("(no siblings)" if n["n_siblings"] == 0 else "(no terms)")
-        row = [str(n["depth"]), indent + _md_cell(n["node"]) + ("" if n["leaf"] else " /"),
-               _md_cell(n["parent"] or "–")]
+        terms = ", ".join(f"{t['term']} ({t['log_odds']:+.1f})" for t in n["top_terms"]) or (
+            "(no siblings)" if n["n_siblings"] == 0 else "(no terms)"
+        )
+        row = [
+            str(n["depth"]),
+            indent + _md_cell(n["node"]) + ("" if n["leaf"] else " /"),
+            _md_cell(n["parent"] or "–"),
+        ]
         if docs_known:
             row.append(_fmt(n["labeled_documents"]))
         if exp_docs_known:
@@ -89,12 +115,16 @@ def render_model_markdown(report: Dict[str, object]) -> str:
 
 def render_confusion_markdown(conf: Dict[str, object]) -> str:
     """``confusion.md``: per level, accuracy, the table (rows = true, columns = predicted) and the largest errors."""
-    lines = ["# Confusion per level", "",
-             f"{conf['n_scored']:,} predictions with true labels scored"
-             + (f"; {conf['n_without_labels']:,} without labels not scored" if conf["n_without_labels"] else "")
-             + ". Rows: true node at the level; columns: predicted node (numbered as the rows; "
-               f"`{NONE_LABEL}`: the predicted path stops above the level). Only documents whose true path "
-               "reaches the level are counted (as `pcem evaluate`'s level accuracy).", ""]
+    lines = [
+        "# Confusion per level",
+        "",
+        f"{conf['n_scored']:,} predictions with true labels scored"
+        + (f"; {conf['n_without_labels']:,} without labels not scored" if conf["n_without_labels"] else "")
+        + ". Rows: true node at the level; columns: predicted node (numbered as the rows; "
+        f"`{NONE_LABEL}`: the predicted path stops above the level). Only documents whose true path "
+        "reaches the level are counted (as `pcem evaluate`'s level accuracy).",
+        "",
+    ]
     for d, lv in conf["levels"].items():
         acc = "n/a" if lv["accuracy"] is None else f"{100 * lv['accuracy']:.2f}%"
         lines += [f"## Level {d}", "", f"accuracy {acc} ({lv['correct']:,} of {lv['documents']:,})", ""]
@@ -108,13 +138,20 @@ def render_confusion_markdown(conf: Dict[str, object]) -> str:
             row = lv["counts"][i]
             rec = lv["recall"][name]
             cells = [f"**{v}**" if j == i and v else (str(v) if v else "·") for j, v in enumerate(row)]
-            lines.append(f"| {i + 1}. {_md_cell(name)} | " + " | ".join(cells) + " | "
-                         + ("–" if rec is None else f"{100 * rec:.0f}%") + " |")
+            lines.append(
+                f"| {i + 1}. {_md_cell(name)} | "
+                + " | ".join(cells)
+                + " | "
+                + ("–" if rec is None else f"{100 * rec:.0f}%")
+                + " |"
+            )
         if lv["largest_errors"]:
             lines += ["", "largest off-diagonal cells:", ""]
             for e in lv["largest_errors"]:
-                lines.append(f"- {_md_cell(e['true'])} → {_md_cell(e['predicted'])}: {e['count']:,} "
-                             f"({100 * e['share_of_true']:.0f}% of {_md_cell(e['true'])})")
+                lines.append(
+                    f"- {_md_cell(e['true'])} → {_md_cell(e['predicted'])}: {e['count']:,} "
+                    f"({100 * e['share_of_true']:.0f}% of {_md_cell(e['true'])})"
+                )
         lines.append("")
     return "\n".join(lines)
 
@@ -157,45 +194,61 @@ def render_html(report: Dict[str, object]) -> str:
     max_at: Dict[int, float] = {}
     for n, (lab, exp, _) in zip(nodes, amounts):
         max_at[n["depth"]] = max(max_at.get(n["depth"], 0.0), lab + exp)
-    what = {"docs": "training documents (labelled + expected unlabelled)", "mass": "training mass",
-            "words": "word mass"}[unit]
-    out = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
-           f"<title>pcem inspect: {esc(str(report['model'] or report['method']))}</title>",
-           f"<style>{_HTML_STYLE}</style></head><body>",
-           f"<h1>Model inspection: {esc(str(report['model'] or report['method']))}</h1>",
-           f"<p class='meta'>method <b>{esc(report['method'])}</b>, {report['vocabulary_size']:,} terms, "
-           f"{report['taxonomy']['nodes']} nodes / {report['taxonomy']['leaves']} leaves, depth "
-           f"{report['taxonomy']['depth']}</p>",
-           f"<p class='meta'>mass ({esc(report['mass']['unit'])}): {esc(report['mass']['note'])}</p>",
-           f"<p class='meta'>bars: {what}, relative to the largest node at the same depth"
-           + ("<span class='key'><span class='lab'></span>labelled<span class='exp'></span>expected</span>"
-              if split else "") + f"; text: top terms against the siblings (ranked by "
-           f"{esc(report['log_odds']['ranked_by'])}, s = {report['log_odds']['smoothing']:g}); hover a row for "
-           "their scores and counts</p>",
-           "<div class='tree'>"]
+    what = {
+        "docs": "training documents (labelled + expected unlabelled)",
+        "mass": "training mass",
+        "words": "word mass",
+    }[unit]
+    out = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>pcem inspect: {esc(str(report['model'] or report['method']))}</title>",
+        f"<style>{_HTML_STYLE}</style></head><body>",
+        f"<h1>Model inspection: {esc(str(report['model'] or report['method']))}</h1>",
+        f"<p class='meta'>method <b>{esc(report['method'])}</b>, {report['vocabulary_size']:,} terms, "
+        f"{report['taxonomy']['nodes']} nodes / {report['taxonomy']['leaves']} leaves, depth "
+        f"{report['taxonomy']['depth']}</p>",
+        f"<p class='meta'>mass ({esc(report['mass']['unit'])}): {esc(report['mass']['note'])}</p>",
+        f"<p class='meta'>bars: {what}, relative to the largest node at the same depth"
+        + (
+            "<span class='key'><span class='lab'></span>labelled<span class='exp'></span>expected</span>"
+            if split
+            else ""
+        )
+        + f"; text: top terms against the siblings (ranked by "
+        f"{esc(report['log_odds']['ranked_by'])}, s = {report['log_odds']['smoothing']:g}); hover a row for "
+        "their scores and counts</p>",
+        "<div class='tree'>",
+    ]
     for n, (lab, exp, _) in zip(nodes, amounts):
         scale = max_at[n["depth"]] or 1.0
         width = 100.0 * (lab + exp) / scale
         lab_w = 100.0 * lab / scale
         # A labelled part, however small, stays visible (min 2px).
-        bar = (f"<span class='lab' style='left:0;width:{lab_w:.2f}%;min-width:2px'></span>" if lab > 0 else "") + \
-            f"<span class='exp' style='left:{lab_w:.2f}%;width:{width - lab_w:.2f}%'></span>"
+        bar = (
+            f"<span class='lab' style='left:0;width:{lab_w:.2f}%;min-width:2px'></span>" if lab > 0 else ""
+        ) + f"<span class='exp' style='left:{lab_w:.2f}%;width:{width - lab_w:.2f}%'></span>"
         if unit == "docs":
             num = f"{_fmt(n['labeled_documents'])} + {_fmt(n['expected_documents'], 0)} docs · p {n['prior']:.3f}"
         elif unit == "mass":
             num = f"{_fmt(n['labeled_mass'])} + {_fmt(n['expected_mass'])} · p {n['prior']:.3f}"
         else:
             num = f"{_fmt(n['total_mass'], 0)} words · p {n['prior']:.3f}"
-        terms = ", ".join(t["term"] for t in n["top_terms"]) or \
-            ("(no siblings)" if n["n_siblings"] == 0 else "(no terms)")
-        tip = "\n".join(f"{t['term']}: llr {t['llr']:.1f}, log-odds {t['log_odds']:+.2f}, count {t['count']:g} "
-                        f"vs siblings {t['sibling_count']:g}" for t in n["top_terms"])
+        terms = ", ".join(t["term"] for t in n["top_terms"]) or (
+            "(no siblings)" if n["n_siblings"] == 0 else "(no terms)"
+        )
+        tip = "\n".join(
+            f"{t['term']}: llr {t['llr']:.1f}, log-odds {t['log_odds']:+.2f}, count {t['count']:g} "
+            f"vs siblings {t['sibling_count']:g}"
+            for t in n["top_terms"]
+        )
         cls = "row inner" if not n["leaf"] else "row"
         pad = 1.4 * (n["depth"] - 1)
-        out.append(f"<div class='{cls}' title='{esc(tip, quote=True)}'>"
-                   f"<div class='name' style='padding-left:{pad:.1f}em'>{esc(n['node'])}</div>"
-                   f"<div class='bar'>{bar}</div><div class='num'>{esc(num)}</div>"
-                   f"<div class='terms'>{esc(terms)}</div></div>")
+        out.append(
+            f"<div class='{cls}' title='{esc(tip, quote=True)}'>"
+            f"<div class='name' style='padding-left:{pad:.1f}em'>{esc(n['node'])}</div>"
+            f"<div class='bar'>{bar}</div><div class='num'>{esc(num)}</div>"
+            f"<div class='terms'>{esc(terms)}</div></div>"
+        )
     out.append("</div></body></html>")
     return "\n".join(out) + "\n"
 
@@ -206,12 +259,14 @@ def render_png(report: Dict[str, object]) -> Optional[bytes]:
     right, the top 3 terms beside; None without matplotlib."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         log.warning("matplotlib is not installed: taxonomy.png skipped (pip install 'pcem-spark[plots]')")
         return None
     import io
+
     nodes = report["nodes"]
     split = report["mass"]["source"] == "training_summary"
     names = [n["node"] for n in nodes]
@@ -222,13 +277,19 @@ def render_png(report: Dict[str, object]) -> Optional[bytes]:
     if not split:
         panels = [("word mass (no labelled / expected split in this model)", "total_mass")]
     else:
-        panels = [("labelled documents" if mass["labeled_documents_known"] else "labelled mass",
-                   "labeled_documents" if mass["labeled_documents_known"] else "labeled_mass"),
-                  ("expected unlabelled documents (last E-step)" if mass.get("expected_documents_known")
-                   else "expected mass", "expected_documents" if mass.get("expected_documents_known")
-                   else "expected_mass")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 3.5, height), sharey=True,
-                             squeeze=False)
+        panels = [
+            (
+                "labelled documents" if mass["labeled_documents_known"] else "labelled mass",
+                "labeled_documents" if mass["labeled_documents_known"] else "labeled_mass",
+            ),
+            (
+                "expected unlabelled documents (last E-step)"
+                if mass.get("expected_documents_known")
+                else "expected mass",
+                "expected_documents" if mass.get("expected_documents_known") else "expected_mass",
+            ),
+        ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels) + 3.5, height), sharey=True, squeeze=False)
     axes = axes[0]
     for ax, (title, key) in zip(axes, panels):
         vals = np.array([n[key] or 0.0 for n in nodes])
@@ -258,8 +319,11 @@ def render_png(report: Dict[str, object]) -> Optional[bytes]:
     for yi, n in zip(y, nodes):
         terms = ", ".join(t["term"] for t in n["top_terms"][:3])
         last.text(xmax * 1.02, yi, terms, va="center", fontsize=7, color="#444", clip_on=False)
-    fig.suptitle(f"{report['model'] or report['method']} ({report['method']}): training documents per node; "
-                 "right: top terms vs siblings", fontsize=10)
+    fig.suptitle(
+        f"{report['model'] or report['method']} ({report['method']}): training documents per node; "
+        "right: top terms vs siblings",
+        fontsize=10,
+    )
     fig.tight_layout(rect=(0, 0, 0.8 if len(panels) > 1 else 0.75, 0.97))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)

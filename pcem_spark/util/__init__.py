@@ -3,5 +3,4 @@ tests of retries and exit codes (``faults``) and file modes that respect the uma
 (``filemodes``). Imports only the standard library.
 """
 
-
 __all__: list = []

@@ -57,4 +57,5 @@ def maybe_kill(kind: str, point: str) -> None:
     """
     if os.environ.get(KILL_ENV) == f"{kind}:{point}":
         import signal
+
         os.kill(os.getpid(), signal.SIGKILL)

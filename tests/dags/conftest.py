@@ -32,7 +32,8 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 if REQUIRED and not HAVE_AIRFLOW:
     raise pytest.UsageError(
         f"PCEM_REQUIRE_AIRFLOW=1 but airflow is not importable from {sys.executable}: "
-        "install the extra (pip install -e '.[airflow,test]'; scripts/test_airflow.sh does it in .venv-airflow)")
+        "install the extra (pip install -e '.[airflow,test]'; scripts/test_airflow.sh does it in .venv-airflow)"
+    )
 
 # tests/standalone.py (the loopback Spark cluster) lives one folder up.
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
@@ -41,12 +42,14 @@ AIRFLOW_HOME = None
 if HAVE_AIRFLOW:
     # Airflow reads its configuration when first imported: point it at a fresh home now.
     AIRFLOW_HOME = tempfile.mkdtemp(prefix="pcem-airflow-home-")
-    os.environ.update({
-        "AIRFLOW_HOME": AIRFLOW_HOME,
-        "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{os.path.join(AIRFLOW_HOME, 'airflow.db')}",
-    })
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": AIRFLOW_HOME,
+            "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(REPO, "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{os.path.join(AIRFLOW_HOME, 'airflow.db')}",
+        }
+    )
 
 _counts = {"passed": 0, "skipped": 0, "failed": 0}
 
@@ -62,8 +65,11 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session, exitstatus):
     if REQUIRED and exitstatus == 0 and (_counts["skipped"] or not _counts["passed"]):
-        print(f"\nPCEM_REQUIRE_AIRFLOW=1: {_counts['passed']} passed, {_counts['skipped']} skipped; "
-              "every Airflow test must run", file=sys.stderr)
+        print(
+            f"\nPCEM_REQUIRE_AIRFLOW=1: {_counts['passed']} passed, {_counts['skipped']} skipped; "
+            "every Airflow test must run",
+            file=sys.stderr,
+        )
         session.exitstatus = 1
 
 
@@ -77,7 +83,8 @@ def airflow_db():
     """``airflow db migrate`` on the sqlite database of this session's AIRFLOW_HOME."""
     import subprocess
 
-    proc = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, f"airflow db migrate failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]

@@ -97,8 +97,9 @@ def airflow_exceptions():
 
 
 def states(dag_run):
-    return {ti.task_id: (str(getattr(ti.state, "value", ti.state)), ti.try_number)
-            for ti in dag_run.get_task_instances()}
+    return {
+        ti.task_id: (str(getattr(ti.state, "value", ti.state)), ti.try_number) for ti in dag_run.get_task_instances()
+    }
 
 
 def read_marker(path):
@@ -138,6 +139,7 @@ def spark_env(monkeypatch):
 
 # -- the DAG file -------------------------------------------------------------
 
+
 def test_dagbag_imports_and_task_order(dag):
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
@@ -157,8 +159,13 @@ def test_dagbag_imports_and_task_order(dag):
 
 def _command(operator_class, monkeypatch, conn, **fields):
     monkeypatch.setenv("AIRFLOW_CONN_PCEM_CMDTEST", conn)
-    values = {"pcem_conn_id": "pcem_cmdtest", "pcem_env_archive": "", "pcem_driver_python": "",
-              "pcem_spark_conf": "{}", "py_files": ""}
+    values = {
+        "pcem_conn_id": "pcem_cmdtest",
+        "pcem_env_archive": "",
+        "pcem_driver_python": "",
+        "pcem_spark_conf": "{}",
+        "py_files": "",
+    }
     values.update(fields)
     op = operator_class(task_id="cmd", application="/repo/jobs/train.py", application_args=["--overwrite"])
     for key, value in values.items():  # as the templates would render them
@@ -177,9 +184,14 @@ def test_submit_command_ships_env_archive_only_when_set(operator_class, monkeypa
     assert "spark.driver.extraJavaOptions=-XX:+ExitOnOutOfMemoryError" in bare
     assert bare[-2:] == ["/repo/jobs/train.py", "--overwrite"]
 
-    shipped = _command(operator_class, monkeypatch, client, py_files="/dist/pcem_spark.zip",
-                       pcem_env_archive="/dist/pcem_env.tar.gz",
-                       pcem_spark_conf=json.dumps({"spark.executor.memory": "2g"}))
+    shipped = _command(
+        operator_class,
+        monkeypatch,
+        client,
+        py_files="/dist/pcem_spark.zip",
+        pcem_env_archive="/dist/pcem_env.tar.gz",
+        pcem_spark_conf=json.dumps({"spark.executor.memory": "2g"}),
+    )
     assert shipped[shipped.index("--py-files") + 1] == "/dist/pcem_spark.zip"
     assert shipped[shipped.index("--archives") + 1] == "/dist/pcem_env.tar.gz#environment"
     assert "spark.pyspark.python=./environment/bin/python" in shipped
@@ -191,8 +203,13 @@ def test_submit_command_ships_env_archive_only_when_set(operator_class, monkeypa
     assert "spark.pyspark.driver.python=/opt/py/bin/python" in driver_only
     assert "--archives" not in driver_only and "spark.pyspark.python=./environment/bin/python" not in driver_only
 
-    cluster = _command(operator_class, monkeypatch, "spark://127.0.0.1:7077?deploy-mode=cluster",
-                       pcem_env_archive="/dist/pcem_env.tar.gz", pcem_driver_python="/opt/py/bin/python")
+    cluster = _command(
+        operator_class,
+        monkeypatch,
+        "spark://127.0.0.1:7077?deploy-mode=cluster",
+        pcem_env_archive="/dist/pcem_env.tar.gz",
+        pcem_driver_python="/opt/py/bin/python",
+    )
     assert "spark.pyspark.python=./environment/bin/python" in cluster
     assert not any(arg.startswith("spark.pyspark.driver.python") for arg in cluster)
 
@@ -207,8 +224,9 @@ def test_exit_code_2_is_not_retried_75_is(operator_class, spark_env, exit_script
     monkeypatch.setenv("AIRFLOW_CONN_PCEM_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
 
     def run(code):
-        op = operator_class(task_id=f"exit{code}", application=exit_script, application_args=[str(code)],
-                            pcem_conn_id="pcem_local")
+        op = operator_class(
+            task_id=f"exit{code}", application=exit_script, application_args=[str(code)], pcem_conn_id="pcem_local"
+        )
         op.execute({})
 
     with pytest.raises(AirflowFailException, match="exited 2"):
@@ -224,6 +242,7 @@ def test_exit_code_2_is_not_retried_75_is(operator_class, spark_env, exit_script
 
 # -- end to end on a standalone cluster --------------------------------------
 
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """A 20news-bydate-format archive: 4 groups x (30 train + 10 test) generated messages."""
@@ -237,8 +256,7 @@ def corpus(tmp_path_factory):
                 for i in range(n):
                     words = rng.choices(topic, k=25) + rng.choices(common, k=25)
                     rng.shuffle(words)
-                    text = (f"From: poster{i}@example.org\nSubject: {' '.join(words[:4])}\n\n"
-                            f"{' '.join(words)}\n")
+                    text = f"From: poster{i}@example.org\nSubject: {' '.join(words[:4])}\n\n{' '.join(words)}\n"
                     data = text.encode("latin-1")
                     info = tarfile.TarInfo(f"20news-bydate-{split}/{group}/{10000 * (g + 1) + first + i}")
                     info.size = len(data)
@@ -287,14 +305,25 @@ def test_dag_runs_end_to_end_retries_and_reruns_idempotently(dag, deployment, co
     # once: maxFailures 1), exits 75 and is retried by Airflow over what the failed try left.
     fault_dir = deployment["tmp"] / "faults"
     fault_dir.mkdir()
-    conf = {"archive": corpus, "label_rate": 0.2, "seed": 0,
-            "spark_conf": {**LOOPBACK_CONF, "spark.task.maxFailures": "1",
-                           "spark.executorEnv.PCEM_INJECT_FAULT": f"em_pass:once:{fault_dir}"}}
+    conf = {
+        "archive": corpus,
+        "label_rate": 0.2,
+        "seed": 0,
+        "spark_conf": {
+            **LOOPBACK_CONF,
+            "spark.task.maxFailures": "1",
+            "spark.executorEnv.PCEM_INJECT_FAULT": f"em_pass:once:{fault_dir}",
+        },
+    }
     first = dag.test(logical_date=utc(2024, 1, 1), run_conf=conf)
     got = states(first)
     assert os.path.exists(fault_dir / "fault-em_pass"), "the fault was never injected"
-    assert got == {"ingest": ("success", 1), "train": ("success", 2), "predict": ("success", 1),
-                   "evaluate": ("success", 1)}, got
+    assert got == {
+        "ingest": ("success", 1),
+        "train": ("success", 2),
+        "predict": ("success", 1),
+        "evaluate": ("success", 1),
+    }, got
     assert str(getattr(first.state, "value", first.state)) == "success"
 
     assert os.path.exists(os.path.join(run_dir, "docs.jsonl.gz"))
@@ -302,6 +331,7 @@ def test_dag_runs_end_to_end_retries_and_reruns_idempotently(dag, deployment, co
     assert model_marker["kind"] == "model" and pred_marker["kind"] == "predictions"
     assert pred_marker["rows"] == len(GROUPS) * N_TEST
     import pyarrow.parquet as pq
+
     assert pq.read_table(predictions).num_rows == len(GROUPS) * N_TEST
     with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as fh:
         metrics = json.load(fh)
@@ -313,8 +343,9 @@ def test_dag_runs_end_to_end_retries_and_reruns_idempotently(dag, deployment, co
     stale = os.path.join(run_dir, ".predictions.pcem-tmp-20240101T000000-deadbeef")
     os.makedirs(stale)
     open(os.path.join(stale, "part-00000.parquet"), "wb").close()
-    second = dag.test(logical_date=utc(2024, 1, 1), run_conf=dict(conf, spark_conf=LOOPBACK_CONF),
-                      mark_success_pattern="ingest|train")
+    second = dag.test(
+        logical_date=utc(2024, 1, 1), run_conf=dict(conf, spark_conf=LOOPBACK_CONF), mark_success_pattern="ingest|train"
+    )
     got = states(second)
     assert got["predict"] == ("success", 1) and got["evaluate"] == ("success", 1), got
     assert read_marker(model)["run_id"] == model_marker["run_id"]  # marked success, not rerun
