@@ -29,6 +29,7 @@ from pcem_spark.engine.blocks import (  # noqa: F401
     blocks_from_labels,
     blocks_from_node_scores,
     cache_blocks,
+    packed_blocks,
 )
 from pcem_spark.engine.limits import (  # noqa: F401
     ResultSizeError,
@@ -62,6 +63,7 @@ __all__ = [
     "blocks_from_labels",
     "blocks_from_node_scores",
     "cache_blocks",
+    "packed_blocks",
     "sparse_vector_arrays",
     "arrow_blocks",
     "csr_of",

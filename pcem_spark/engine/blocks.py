@@ -7,7 +7,8 @@ cached as an RDD and read by every pass of :mod:`pcem_spark.engine`.
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from contextlib import contextmanager
+from typing import Dict, Iterator, Tuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -154,3 +155,19 @@ def blocks_from_node_scores(
 def cache_blocks(blocks: RDD, level: StorageLevel = StorageLevel.MEMORY_AND_DISK) -> RDD:
     """Persist the packed blocks (they are read once per EM iteration)."""
     return blocks.persist(level)
+
+
+@contextmanager
+def packed_blocks(blocks: RDD, level: StorageLevel = StorageLevel.MEMORY_AND_DISK) -> Iterator[RDD]:
+    """Packed blocks, persisted for the ``with`` body and unpersisted when it ends, however it ends.
+
+    The one way to hold blocks across EM passes::
+
+        with packed_blocks(blocks_from_labels(df, lookup, path_node, V, block_size)) as blocks:
+            fit_blocks(blocks, ...)
+    """
+    cached = cache_blocks(blocks, level)
+    try:
+        yield cached
+    finally:
+        cached.unpersist()
