@@ -36,6 +36,9 @@ setup(
         "test": [
             "pytest>=7",
             "chispa>=0.10",
+            # lint and format (pyproject.toml), run by .ci/run; pinned to a minor version because
+            # ruff changes its formatting style only between minor versions.
+            "ruff>=0.17.6,<0.18",
             "matplotlib>=3.7",
             "venv-pack>=0.2",
             "grpcio>=1.76.0",

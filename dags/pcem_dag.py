@@ -81,7 +81,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 DAG_ID = "pcem_20ng"
 VARIABLE_PREFIX = "pcem_"
-# pcem_spark.failures: EXIT_BUG and EXIT_BAD_INPUT (do not retry), EXIT_TRANSIENT (retry).
+# pcem_spark.cli.failures: EXIT_BUG and EXIT_BAD_INPUT (do not retry), EXIT_TRANSIENT (retry).
 EXIT_BUG, EXIT_BAD_INPUT, EXIT_TRANSIENT = 1, 2, 75
 NOT_RETRIED = {EXIT_BUG: "a bug in pcem-spark", EXIT_BAD_INPUT: "bad input or settings"}
 

@@ -10,7 +10,7 @@ memory for one whole input file per core (see pcem_spark/warc.py).
 
 import sys
 
-from pcem_spark.cli.main import main
+from pcem_spark.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["ingest-warc"] + sys.argv[1:]))

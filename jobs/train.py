@@ -8,7 +8,7 @@ from conf/*.toml (--config) and spark-submit's own --master / --conf.
 
 import sys
 
-from pcem_spark.cli.main import main
+from pcem_spark.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["train"] + sys.argv[1:]))

@@ -1,4 +1,4 @@
-"""The exception kinds that decide a run's exit code (see ``pcem_spark.cli.classify_failure``).
+"""The exception kinds that decide a run's exit code (see ``pcem_spark.cli.failures.classify_failure``).
 
 :class:`InputError` is what pcem-spark raises when the request itself is
 wrong: a bad document, taxonomy, model or setting, an output path that would
@@ -13,6 +13,8 @@ keep working.
 """
 
 from __future__ import annotations
+
+__all__ = ["InputError", "OutputPathError"]
 
 
 class InputError(ValueError):

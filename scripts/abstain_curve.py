@@ -85,7 +85,7 @@ def dotted_documents(spark, docs_path: str, out_path: str) -> str:
 
 
 def train_like_the_demo(spark, docs: str, model: str, retrain: bool) -> None:
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
     from pcem_spark.io.outputs import read_marker
 
     if not retrain and read_marker(spark, model) is not None:

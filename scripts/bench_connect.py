@@ -125,7 +125,7 @@ def make_pass_udf(layout, log_prior, log_theta, score_matrix, keys, path_nodes, 
         )
         for X, node_scores, labeled in blocks:
             fixed = core.path_scores(node_scores, score_matrix)
-            st = core.e_step(X, fixed, labeled, log_prior, log_theta_v, True)
+            st = core.e_step(X, fixed, labeled, log_prior, log_theta_v, core.EStepOptions(use_unlabeled=True))
             acc[:, :-1] += st.word_counts
             acc[:, -1] += st.path_totals
             n_lab = int(labeled.sum())
@@ -340,25 +340,27 @@ def phase_prep(args):
         )
     feats.repartition(args.partitions).write.mode("overwrite").parquet(os.path.join(work, "features"))
     feats = spark.read.parquet(os.path.join(work, "features")).repartition(args.partitions)
-    blocks = engine.cache_blocks(
+    with engine.packed_blocks(
         engine.blocks_from_labels(
             feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), len(vocabulary), args.block_size
         )
-    )
-    score_matrix = np.array(taxonomy.path_node_matrix(), dtype=float)
-    wc, totals, _, n_lab, n_unlab = engine.sufficient_stats(blocks, None, score_matrix, len(vocabulary), False)
-    log_prior, log_theta = core.log_parameters(wc, totals, 1.0)
-    np.savez(os.path.join(work, "params.npz"), log_prior=log_prior, log_theta=log_theta)
-    meta = {
-        "taxonomy": taxonomy.to_json(),
-        "vocab_size": len(vocabulary),
-        "block_size": args.block_size,
-        "partitions": args.partitions,
-        "n_docs": n_lab + n_unlab,
-        "n_labeled": n_lab,
-        "n_paths": taxonomy.n_paths,
-        "nnz": int(blocks.map(lambda b: b.X.nnz).sum()),
-    }
+    ) as blocks:
+        score_matrix = np.array(taxonomy.path_node_matrix(), dtype=float)
+        wc, totals, _, n_lab, n_unlab = engine.sufficient_stats(
+            blocks, None, score_matrix, len(vocabulary), engine.PassOptions(use_unlabeled=False)
+        )
+        log_prior, log_theta = core.log_parameters(wc, totals, 1.0)
+        np.savez(os.path.join(work, "params.npz"), log_prior=log_prior, log_theta=log_theta)
+        meta = {
+            "taxonomy": taxonomy.to_json(),
+            "vocab_size": len(vocabulary),
+            "block_size": args.block_size,
+            "partitions": args.partitions,
+            "n_docs": n_lab + n_unlab,
+            "n_labeled": n_lab,
+            "n_paths": taxonomy.n_paths,
+            "nnz": int(blocks.map(lambda b: b.X.nnz).sum()),
+        }
     with open(os.path.join(work, "meta.json"), "w") as fh:
         json.dump(meta, fh)
     spark.stop()
@@ -374,25 +376,25 @@ def phase_classic(args):
     if args.workflow:
         report["workflow"] = _workflow(spark, os.path.join(work, "sample.jsonl"))
     frames = _frames(spark, work, params)
-    blocks = engine.cache_blocks(
+    with engine.packed_blocks(
         engine.blocks_from_labels(
             frames["rows"], params["lookup"], params["path_node"], params["vocab_size"], params["block_size"]
         )
-    )
-    blocks.count()
+    ) as blocks:
+        blocks.count()
 
-    def run_one(method):
-        if method == "rdd":
-            return engine.sufficient_stats(
-                blocks,
-                core.PathParameters.from_log_theta(params["log_prior"], params["log_theta"]),
-                params["score_matrix"],
-                params["vocab_size"],
-                True,
-            )
-        return df_pass(method, frames, params)
+        def run_one(method):
+            if method == "rdd":
+                return engine.sufficient_stats(
+                    blocks,
+                    core.PathParameters.from_log_theta(params["log_prior"], params["log_theta"]),
+                    params["score_matrix"],
+                    params["vocab_size"],
+                    engine.PassOptions(use_unlabeled=True),
+                )
+            return df_pass(method, frames, params)
 
-    times, results = _timed_passes(("rdd",) + DF_METHODS, run_one, args.repeats)
+        times, results = _timed_passes(("rdd",) + DF_METHODS, run_one, args.repeats)
     report["passes"] = times
     _save_sums(work, "classic", results)
     with open(os.path.join(work, "report_classic.json"), "w") as fh:
@@ -425,7 +427,7 @@ def phase_connect(args):
         params["block_size"],
     )
     report["closure_bytes"] = len(cloudpickle.dumps(udf))
-    # What the product does on this session (the clear error of pcem_spark.session).
+    # What the product does on this session (the clear error of pcem_spark.engine.session).
     try:
         from pcem_spark import engine
 

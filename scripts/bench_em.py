@@ -76,9 +76,18 @@ def scipy_iteration(X, fixed, labeled, log_prior, log_theta, smoothing=1.0):
     """One PCEM iteration on the whole corpus in one process (the same math as a block)."""
     from pcem_spark import core
 
-    st = core.e_step(X, fixed, labeled, log_prior, log_theta, True)
+    st = core.e_step(X, fixed, labeled, log_prior, log_theta, core.EStepOptions(use_unlabeled=True))
     loglik = st.loglik + core.log_prior_density(log_prior, log_theta, smoothing)
     return core.log_parameters(st.word_counts, st.path_totals, smoothing), loglik
+
+
+def engine_fit(engine, blocks, scores, vocab_size: int, **settings):
+    """``engine.fit`` with one ``EMSettings`` (an engine older than it, e.g. another checkout's, takes keywords)."""
+    if hasattr(engine, "EMSettings"):
+        return engine.fit(blocks, scores, vocab_size, engine.EMSettings(**settings))
+    if "top_k" not in inspect.signature(engine.fit).parameters:
+        settings.pop("top_k", None)
+    return engine.fit(blocks, scores, vocab_size, **settings)
 
 
 def main(argv=None) -> int:
@@ -197,9 +206,11 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         for item in args.engine_set:
             name, value = item.split("=", 1)
-            setattr(engine.passes, name, int(value))
-        extra = {"top_k": args.top_k} if "top_k" in inspect.signature(engine.fit).parameters else {}
-        fit = engine.fit(blocks, pc_scores, V, em=True, max_iter=args.repeats, tol=0.0, label="bench", **extra)
+            # The pass's constants live in engine.sums (engine.passes in older engines).
+            setattr(getattr(engine, "sums", None) or engine.passes, name, int(value))
+        fit = engine_fit(
+            engine, blocks, pc_scores, V, em=True, max_iter=args.repeats, tol=0.0, label="bench", top_k=args.top_k
+        )
         row["n_docs"] = fit.n_labeled + fit.n_unlabeled
         row["n_labeled"] = fit.n_labeled
         row["spark_iteration_seconds"] = statistics.median(fit.iter_seconds)
@@ -212,10 +223,10 @@ def main(argv=None) -> int:
             pickle.dumps((fit.log_prior, fit.log_theta, pc_scores), protocol=pickle.HIGHEST_PROTOCOL)
         )
         row["pcnb_train_seconds"] = median_time(
-            lambda: engine.fit(blocks, pc_scores, V, em=False, label="bench-pcnb"), args.repeats
+            lambda: engine_fit(engine, blocks, pc_scores, V, em=False, label="bench-pcnb"), args.repeats
         )
         row["flatnb_train_seconds"] = median_time(
-            lambda: engine.fit(blocks, flat_scores, V, em=False, label="bench-flatnb"), args.repeats
+            lambda: engine_fit(engine, blocks, flat_scores, V, em=False, label="bench-flatnb"), args.repeats
         )
         print(
             f"x{scale}: {row['n_docs']} docs in {n_blocks} blocks; Spark PCEM iteration "

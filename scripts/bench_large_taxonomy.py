@@ -209,7 +209,7 @@ def run(args) -> dict:
     n_blocks = blocks.count()
     pack_s = time.perf_counter() - t0
 
-    kwargs = dict(
+    settings = dict(
         em=True,
         max_iter=args.iters,
         tol=args.tol,
@@ -218,13 +218,20 @@ def run(args) -> dict:
         dtype=args.dtype,
         smoothing=args.smoothing,
     )
+    # Engines of --compare-src older than engine.EMSettings take the settings as keywords.
+    new_api = hasattr(engine, "EMSettings")
     fit_params = inspect.signature(engine.fit).parameters
     pass_stats = None
-    if "top_k" in fit_params:
-        kwargs["top_k"] = args.top_k
+    kwargs = {}
+    if new_api or "top_k" in fit_params:
+        settings["top_k"] = args.top_k
     if "stats" in fit_params:
         pass_stats = []
         kwargs["stats"] = pass_stats
+    if new_api:
+        kwargs["settings"] = engine.EMSettings(**settings)
+    else:
+        kwargs.update(settings)
     _, last_stage = _stage_shuffle_bytes(sc, -1)
     t0 = time.perf_counter()
     with MemorySampler() as mem:

@@ -19,7 +19,7 @@ corpus, stratified 80/20, rate r of each leaf's training documents labelled):
   Their predicted leaf becomes a path and is scored by the same hierarchical
   F1 as ``pcem evaluate``;
 * with ``--mllib mllib-lr`` (or ``mllib-svm``) this package's MLlib
-  one-vs-rest baseline (``pcem_spark.discriminative``) on the labelled rows,
+  one-vs-rest baseline (``pcem_spark.baselines.discriminative``) on the labelled rows,
   TF-IDF over the package's own vocabulary, ``C = --mllib-c`` (10, as the
   scikit-learn peer): what a Spark user would pick instead.
 
@@ -38,6 +38,7 @@ rows already there); ``OUT/summary.md`` has the means over seeds and the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import logging
@@ -254,7 +255,7 @@ def main(argv=None) -> int:
                 n_test = test.count()
                 vocabulary = fit_vocabulary(masked, settings.features)
                 feats = featurize(masked, vocabulary, settings.features).cache()
-                blocks = None
+                blocks, release_blocks = None, contextlib.ExitStack()
 
                 def record(method, metrics, secs, chosen=""):
                     row = {
@@ -301,13 +302,15 @@ def main(argv=None) -> int:
                         )
                     if model is None:
                         if blocks is None:
-                            blocks = engine.cache_blocks(
-                                engine.blocks_from_labels(
-                                    feats,
-                                    taxonomy.path_lookup(),
-                                    taxonomy.path_node_matrix(sparse=True),
-                                    len(vocabulary),
-                                    settings.model.block_size,
+                            blocks = release_blocks.enter_context(
+                                engine.packed_blocks(
+                                    engine.blocks_from_labels(
+                                        feats,
+                                        taxonomy.path_lookup(),
+                                        taxonomy.path_node_matrix(sparse=True),
+                                        len(vocabulary),
+                                        settings.model.block_size,
+                                    )
                                 )
                             )
                         model, _ = fit_blocks(blocks, taxonomy, vocabulary, settings.features, ms.resolved())
@@ -324,7 +327,7 @@ def main(argv=None) -> int:
                     record(v, evaluate_predictions(pred, taxonomy), secs, chosen)
                     pred.unpersist()
                 for m in [m for m in todo if m in mllib_methods]:
-                    from pcem_spark.baselines.discriminative import fit_linear
+                    from pcem_spark.baselines.discriminative import LinearSettings, fit_linear
                     from pcem_spark.experiment.protocol import _label_path_index
 
                     t0 = time.perf_counter()
@@ -334,7 +337,7 @@ def main(argv=None) -> int:
                         taxonomy,
                         vocabulary,
                         settings.features,
-                        C=args.mllib_c,
+                        LinearSettings(C=args.mllib_c),
                         block_size=settings.model.block_size,
                     )
                     secs = time.perf_counter() - t0
@@ -357,8 +360,7 @@ def main(argv=None) -> int:
                             "id string, path array<string>, labels array<string>",
                         )
                         record(m, evaluate_predictions(pred, taxonomy), secs)
-                if blocks is not None:
-                    blocks.unpersist()
+                release_blocks.close()
                 for df in (feats, masked, test, roled):
                     df.unpersist()
         write_summary(rows, os.path.join(args.out, "summary.md"))

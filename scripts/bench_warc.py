@@ -7,7 +7,7 @@ record, a warcinfo record then request / response / metadata per page -- and
 the WET of the same pages. Then measures:
 
 1. one process, CPU seconds (``time.process_time``), per library:
-   * FastWARC + Resiliparse as ``pcem_spark.warc.parse_warc_stream`` runs them
+   * FastWARC + Resiliparse as ``pcem_spark.io.warc_records.parse_warc_stream`` runs them
      (read, HTTP, charset, ``extract_plain_text(main_content=True)``);
    * warcio + trafilatura (``trafilatura.extract``, default and ``fast=True``)
      on the first ``--trafilatura-pages`` pages;
@@ -232,7 +232,7 @@ def _quality(texts: Dict[str, str], articles: Dict[str, str]) -> Dict[str, float
 
 
 def bench_fastwarc(files: Sequence[str]) -> Dict[str, object]:
-    """pcem_spark.warc.parse_warc_stream over the files (bytes already in memory), CPU seconds."""
+    """pcem_spark.io.warc_records.parse_warc_stream over the files (bytes already in memory), CPU seconds."""
     from pcem_spark.io.warc import DOCUMENT, FILE_SUMMARY
     from pcem_spark.io.warc_records import parse_warc_stream
 

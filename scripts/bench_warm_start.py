@@ -189,7 +189,7 @@ def main_bench(argv=None) -> int:
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     paths = split_halves(args.docs, args.out)
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     csv_path = os.path.join(args.out, "results.csv")
     have = {(float(r["rate"]), int(r["seed"]), r["run"]) for r in done_rows(csv_path)}

@@ -11,4 +11,4 @@ PY=${PYTHON:-python3}
 # warc: FastWARC + Resiliparse for pcem ingest-warc (the executors need them too: see
 # OPTIONAL_EXECUTOR_REQUIREMENTS in pcem_spark/packaging.py, which packs them when installed here).
 "$PY" -m pip install --quiet -e ".[cluster,warc]"
-exec "$PY" -m pcem_spark.packaging "$@"
+exec "$PY" -m pcem_spark.ops.packaging "$@"

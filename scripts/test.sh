@@ -1,7 +1,20 @@
 #!/usr/bin/env bash
-# Install pcem-spark with its test extra and run the test suite.
+# Install pcem-spark with its test extra and run a tier of the test suite.
+#
+#   bash scripts/test.sh          the fast tier: unit and small-Spark tests (the README's test command)
+#   bash scripts/test.sh --slow   the slow tier: standalone cluster, Spark Connect, full 20 Newsgroups runs,
+#                                 kill-at-every-stage, benchmark scripts (tests marked "slow")
+#   bash scripts/test.sh --all    both tiers
+#
+# Further arguments go to pytest (e.g. -x, -k name). The Airflow DAG tests (tests/dags, also slow)
+# need Airflow in its own venv: scripts/test_airflow.sh. .ci/run runs all three.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+tier=(-m "not slow")
+case "${1:-}" in
+  --slow) tier=(-m slow); shift ;;
+  --all) tier=(); shift ;;
+esac
 "$PY" -m pip install --quiet -e ".[test]"
-exec "$PY" -m pytest -q tests "$@"
+exec "$PY" -m pytest -q tests --ignore=tests/dags "${tier[@]}" "$@"

@@ -1,10 +1,10 @@
 """Abstaining (``min_probability``) and top-k predictions (issue 13, part 3).
 
-The pure functions of :mod:`pcem_spark.pathnb` are checked against dense
+The pure functions of :mod:`pcem_spark.core` are checked against dense
 references written here with plain loops over the padded tree (a depth-3
 taxonomy with shallow, padded leaves, and every baseline structure); the
 Spark predictions against brute force over every document of small models;
-the CLI flags end to end through ``pcem_spark.cli.main``.
+the CLI flags end to end through ``pcem_spark.cli.app``.
 """
 
 from __future__ import annotations
@@ -475,7 +475,7 @@ def _write_docs(path, df):
     ],
 )
 def test_cli_predict_refuses_bad_options(tmp_path, capsys, flags, needle):
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     rc = main(
         [
@@ -496,7 +496,7 @@ def test_cli_predict_refuses_bad_options(tmp_path, capsys, flags, needle):
 
 @pytest.mark.parametrize("flags", [["--top-k", "1.5"], ["--min-probability", "high"]])
 def test_cli_predict_refuses_non_numbers(tmp_path, capsys, flags):
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     with pytest.raises(SystemExit) as exc:
         main(["predict", "--model", "m", "--docs", "d", "--output", str(tmp_path / "p")] + flags)
@@ -505,7 +505,7 @@ def test_cli_predict_refuses_non_numbers(tmp_path, capsys, flags):
 
 
 def test_cli_predict_and_evaluate_with_abstaining(spark, models, truth, tmp_path):
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
     from pcem_spark.io.outputs import read_marker
 
     model_dir = str(tmp_path / "model")

@@ -171,6 +171,41 @@ def test_no_module_shadows_the_standard_library():
     assert not shadows, f"modules named like a standard library module: {sorted(shadows)}"
 
 
+MAX_PARAMETERS = 8
+# A parameter that is a settings object (annotated with one of these, or named like one) does not count:
+# grouping many values into one typed, validated object is how a long list is kept short.
+SETTINGS_TYPES = ("Settings", "Options", "Plan", "Layout", "Weights")
+SETTINGS_NAMES = ("settings", "options", "plan", "tune")
+
+
+def _counted_parameters(fn) -> list:
+    args = fn.args
+    counted = []
+    for arg in args.posonlyargs + args.args + args.kwonlyargs:
+        annotation = ast.unparse(arg.annotation) if arg.annotation else ""
+        if arg.arg in ("self", "cls") or any(t in annotation for t in SETTINGS_TYPES):
+            continue
+        if arg.arg in SETTINGS_NAMES or arg.arg.endswith("_settings"):
+            continue
+        counted.append(arg.arg)
+    return counted + [f"*{a.arg}" for a in (args.vararg, args.kwarg) if a is not None]
+
+
+def test_no_function_takes_more_than_eight_parameters():
+    """Settings objects aside; pyspark's @keyword_only Estimator constructors (one keyword per Param) too."""
+    long = []
+    for module, path in library_modules().items():
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if any(isinstance(d, ast.Name) and d.id == "keyword_only" for d in node.decorator_list):
+                continue
+            counted = _counted_parameters(node)
+            if len(counted) > MAX_PARAMETERS:
+                long.append(f"{module}.{node.name}: {len(counted)} ({', '.join(counted)})")
+    assert not long, "functions with more than 8 parameters (group them into a settings object):\n" + "\n".join(long)
+
+
 # The checker itself, on made-up graphs: it must see what it is there to see.
 @pytest.mark.parametrize(
     "graph, cyclic",
@@ -186,12 +221,10 @@ def test_find_cycle_on_small_graphs(graph, cyclic):
 
 def test_lazy_and_relative_imports_are_edges(tmp_path):
     src = tmp_path / "m.py"
-    src.write_text(
-        "def f():\n    from pcem_spark.cli.main import main\nfrom . import sibling\nfrom .sub import thing\n"
-    )
-    modules = {"pcem_spark.core.m", "pcem_spark.core.sibling", "pcem_spark.cli.main"}
+    src.write_text("def f():\n    from pcem_spark.cli.app import main\nfrom . import sibling\nfrom .sub import thing\n")
+    modules = {"pcem_spark.core.m", "pcem_spark.core.sibling", "pcem_spark.cli.app"}
     assert imports_of("pcem_spark.core.m", str(src), modules) == {
-        "pcem_spark.cli.main",
+        "pcem_spark.cli.app",
         "pcem_spark.core.sibling",
         "pcem_spark.core.sub",
     }

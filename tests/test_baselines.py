@@ -95,12 +95,8 @@ def fit(c, method, s=0.7, max_iter=0, components=1, seed=0):
         c.blocks,
         spec.score_matrix,
         c.V,
-        em=spec.em if max_iter > 0 else False,
-        smoothing=s,
-        max_iter=max_iter,
-        tol=0.0,
+        engine.EMSettings(em=spec.em if max_iter > 0 else False, smoothing=s, max_iter=max_iter, tol=0.0, seed=seed),
         structure=spec.structure,
-        seed=seed,
     ), spec
 
 
@@ -232,7 +228,7 @@ def test_multi_component_nb_matches_its_definition():
     node_scores = np.array([[1, 0], [0, 1], [1, 0], [0, 0], [0, 1]], dtype=float)
     fixed = core.path_scores(node_scores, spec.score_matrix)
     labeled = node_scores.sum(axis=1) > 0
-    st = core.e_step(X, fixed, labeled, lp, lt, use_unlabeled=False, structure=spec.structure)
+    st = core.e_step(X, fixed, labeled, lp, lt, core.EStepOptions(use_unlabeled=False), structure=spec.structure)
     jll = X.toarray() @ lt.T + lp
     resp = np.zeros((5, 6))
     ll = 0.0
@@ -282,7 +278,7 @@ def test_multi_component_pass_on_spark_matches_reference(deep, use_unlabeled):
         core.PathParameters.from_log_theta(lp, lt),
         spec.score_matrix,
         c.V,
-        use_unlabeled,
+        engine.PassOptions(use_unlabeled=use_unlabeled),
         structure=spec.structure,
     )
     resp = np.zeros((c.X.shape[0], R))
@@ -311,7 +307,12 @@ def test_multi_component_initial_pass_on_spark_splits_each_document_once(deep):
     counts = []
     for seed in (1, 2):
         wc, totals, _, _, _ = engine.sufficient_stats(
-            c.blocks, None, spec.score_matrix, c.V, False, structure=spec.structure, init_seed=seed
+            c.blocks,
+            None,
+            spec.score_matrix,
+            c.V,
+            engine.PassOptions(use_unlabeled=False, init_seed=seed),
+            structure=spec.structure,
         )
         # every labelled document went, whole, to one component of its own leaf
         per_leaf = totals.reshape(-1, C).sum(axis=1)
@@ -346,11 +347,19 @@ def test_posterior_floor_is_refused_for_per_depth_structures():
             np.zeros(2, bool),
             lp,
             lt,
-            posterior_floor=0.01,
+            core.EStepOptions(posterior_floor=0.01),
             structure=spec.structure,
         )
     with pytest.raises(ValueError, match="posterior_floor / posterior_top_k apply"):
-        core.e_step(X, np.zeros((2, spec.n_components)), np.zeros(2, bool), lp, lt, top_k=1, structure=spec.structure)
+        core.e_step(
+            X,
+            np.zeros((2, spec.n_components)),
+            np.zeros(2, bool),
+            lp,
+            lt,
+            core.EStepOptions(top_k=1),
+            structure=spec.structure,
+        )
 
 
 def test_top_down_marginals_are_products_down_the_tree():
@@ -428,7 +437,7 @@ def _separable_corpus(spark):
 def test_discriminative_baselines_learn_a_separable_corpus(spark, method):
     from pyspark.sql import functions as F
 
-    from pcem_spark.baselines.discriminative import fit_linear
+    from pcem_spark.baselines.discriminative import LinearSettings, fit_linear
     from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
     from pcem_spark.experiment.protocol import _label_path_index
 
@@ -437,7 +446,7 @@ def test_discriminative_baselines_learn_a_separable_corpus(spark, method):
     fs = FeatureSettings(min_df=1.0, max_df=1.0, stop_words="none")
     vocab = fit_vocabulary(df, fs)
     feats = featurize(df, vocab, fs).select("features", _label_path_index(tax).alias("path_index"))
-    model, n = fit_linear(feats, method, tax, vocab, fs, C=10.0)
+    model, n = fit_linear(feats, method, tax, vocab, fs, LinearSettings(C=10.0))
     assert n == 24 and model.coefficients.shape == (4, len(vocab))
     test = spark.createDataFrame(
         [("t1", "apricot alpha", None), ("t2", "banana beta", ["b", "b1"]), ("t3", "nothing known here", None)],

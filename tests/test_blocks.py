@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from pcem_spark.engine.arrow_io import label_path_index, sparse_vector_arrays
-from pcem_spark.engine.passes import Block
+from pcem_spark.engine.blocks import Block
 
 
 def _vector_struct(rows, size):
@@ -75,7 +75,7 @@ def test_block_pickles_compactly_and_exactly():
 
 def test_sparse_and_dense_word_sums_agree_and_mix():
     from pcem_spark import core
-    from pcem_spark.engine.passes import _add, _SumAccumulator
+    from pcem_spark.engine.sums import _add, _SumAccumulator
 
     rng = np.random.default_rng(3)
     X = sp.random(40, 30, density=0.2, format="csr", random_state=2)
@@ -86,8 +86,8 @@ def test_sparse_and_dense_word_sums_agree_and_mix():
     fixed[np.arange(10), rng.integers(0, M, 10)] = 1.0
     log_prior = np.log(np.full(M, 1 / M))
     log_theta = np.log(rng.dirichlet(np.ones(30), size=M))
-    dense = core.e_step(X, fixed, labeled, log_prior, log_theta, sparse_density=0.0)
-    sparse = core.e_step(X, fixed, labeled, log_prior, log_theta, sparse_density=1.0)
+    dense = core.e_step(X, fixed, labeled, log_prior, log_theta, core.EStepOptions(sparse_density=0.0))
+    sparse = core.e_step(X, fixed, labeled, log_prior, log_theta, core.EStepOptions(sparse_density=1.0))
     assert isinstance(dense.word_counts, np.ndarray) and sp.issparse(sparse.word_counts)
     np.testing.assert_allclose(sparse.word_counts.toarray(), dense.word_counts, rtol=1e-12, atol=1e-12)
     # the per-partition accumulator, dense or sparse, whatever mix of block sums it gets
@@ -109,7 +109,9 @@ def test_posterior_floor_zeroes_small_posteriors_and_keeps_rows_normalised():
     X = sp.csr_matrix(np.array([[3.0, 0, 1], [0, 2.0, 2]]))
     log_theta = np.log(np.array([[0.7, 0.2, 0.1], [0.1, 0.2, 0.7], [1 / 3, 1 / 3, 1 / 3]]))
     log_prior = np.log(np.array([0.5, 0.49, 0.01]))
-    st = core.e_step(X, np.zeros((2, 3)), np.zeros(2, bool), log_prior, log_theta, posterior_floor=0.05)
+    st = core.e_step(
+        X, np.zeros((2, 3)), np.zeros(2, bool), log_prior, log_theta, core.EStepOptions(posterior_floor=0.05)
+    )
     exact = core.e_step(X, np.zeros((2, 3)), np.zeros(2, bool), log_prior, log_theta)
     np.testing.assert_allclose(st.path_totals.sum(), 2.0)
     assert st.path_totals[2] == 0.0 < exact.path_totals[2]
@@ -126,6 +128,6 @@ def test_posterior_floor_above_one_over_m_never_empties_a_row():
         np.zeros(1, bool),
         np.log(np.full(M, 1 / M)),
         np.log(np.full((M, 5), 0.2)),
-        posterior_floor=0.06,
+        core.EStepOptions(posterior_floor=0.06),
     )
     assert np.isfinite(st.path_totals).all() and st.path_totals.sum() == pytest.approx(1.0)

@@ -1,4 +1,4 @@
-"""Label checks (pcem_spark.checks): coverage per leaf, singleton leaves, label paths outside the taxonomy."""
+"""Label checks (pcem_spark.model.label_checks): coverage per leaf, singleton leaves, paths outside the taxonomy."""
 
 import logging
 

@@ -7,7 +7,7 @@ workers run with a bare Python (a venv without numpy, scipy, pyarrow, pandas
 or this package) first on their PATH, like a fresh cluster node: the jobs only
 work because ``spark-submit`` ships ``dist/pcem_spark.zip`` (--py-files) and
 ``dist/pcem_env.tar.gz`` (--archives ...#environment) from
-``scripts/package.sh`` / :mod:`pcem_spark.packaging`.
+``scripts/package.sh`` / :mod:`pcem_spark.ops.packaging`.
 """
 
 from __future__ import annotations

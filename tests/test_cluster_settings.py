@@ -61,14 +61,20 @@ def test_em_pass_refuses_a_model_too_big_for_the_driver(spark):
         context = _Context("2m")  # spark.driver.maxResultSize=2m
 
     with pytest.raises(ResultSizeError, match="20 paths x 20,000 terms"):
-        engine.sufficient_stats(BlocksOnSmallDriver(), None, np.zeros((20, 2)), 20000, True)
+        engine.sufficient_stats(
+            BlocksOnSmallDriver(), None, np.zeros((20, 2)), 20000, engine.PassOptions(use_unlabeled=True)
+        )
     # float32 sums need half: 20 x 6,000 x 4 bytes fit where float64 would not.
     with pytest.raises(ResultSizeError):
-        engine.sufficient_stats(BlocksOnSmallDriver(), None, np.zeros((20, 2)), 6000, True)
+        engine.sufficient_stats(
+            BlocksOnSmallDriver(), None, np.zeros((20, 2)), 6000, engine.PassOptions(use_unlabeled=True)
+        )
     engine.check_result_size(_Context("2m"), 21 * 6001 * 4, "float32 sums")
     # A real context with the default limit goes ahead (an empty RDD: no records).
     blocks = spark.sparkContext.parallelize([], 1)
-    counts, totals, _, n_lab, n_unlab = engine.sufficient_stats(blocks, None, np.zeros((3, 2)), 5, True)
+    counts, totals, _, n_lab, n_unlab = engine.sufficient_stats(
+        blocks, None, np.zeros((3, 2)), 5, engine.PassOptions(use_unlabeled=True)
+    )
     assert counts.shape == (3, 5) and n_lab == 0 and n_unlab == 0
 
 

@@ -7,7 +7,7 @@ stopped (its process group, which this module started) at the end.
 
 Fitting, prediction, model files and the ``pcem`` commands need the RDD API,
 broadcast variables or the driver's JVM, which Spark Connect does not have:
-they must fail at once with :class:`pcem_spark.session.SparkConnectError`
+they must fail at once with :class:`pcem_spark.engine.session.SparkConnectError`
 (a ValueError, so ``pcem`` exits 2 and a scheduler does not retry), naming
 Spark Connect and the way out. Reading, checking and featurising documents
 is plain DataFrame work and must give the classic results.

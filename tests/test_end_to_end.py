@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pcem_spark.cli.main import main
+from pcem_spark.cli import main
 from pcem_spark.io.newsgroups import clean_message, iter_20ng, write_jsonl
 
 GROUPS = ("rec.autos", "rec.sport.hockey", "sci.space", "sci.med", "comp.graphics")

@@ -1,4 +1,4 @@
-"""Exit codes by the failure's kind (pcem_spark.failures): every row of the README's table, with a real
+"""Exit codes by the failure's kind (pcem_spark.cli.failures): every row of the README's table, with a real
 exception of each kind, and the reported commands end to end.
 
 Java exceptions are real JVM Throwables (made through py4j, or thrown by a real Spark read), delivered
@@ -22,7 +22,7 @@ from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 from pyspark.errors import PySparkRuntimeError, PySparkTypeError, PySparkValueError
 from pyspark.errors.exceptions.captured import convert_exception
 
-from pcem_spark.cli import failures
+from pcem_spark.cli import failures, main
 from pcem_spark.cli.failures import (
     EXIT_BAD_INPUT,
     EXIT_BUG,
@@ -32,7 +32,6 @@ from pcem_spark.cli.failures import (
     iter_rules,
     rules_markdown,
 )
-from pcem_spark.cli.main import main
 from pcem_spark.errors import InputError
 from pcem_spark.io.documents import DocumentsError
 
@@ -101,7 +100,7 @@ def _condition(spark, name, tmp_path):
 
 
 WORKER_RAISES = {
-    "InputError and subclasses": "__import__('pcem_spark.documents', fromlist=['x']).DocumentsError('line 3: bad')",
+    "InputError and subclasses": "__import__('pcem_spark.io.documents', fromlist=['x']).DocumentsError('line 3: bad')",
     "ImportError": "ImportError('cannot import name x')",
     "ModuleNotFoundError": "ModuleNotFoundError(\"No module named 'scipy'\")",
     "UnicodeDecodeError": "UnicodeDecodeError('utf-8', b'\\xff', 0, 1, 'invalid start byte')",
@@ -216,7 +215,7 @@ CASES = [(origin, kind, code) for origin, kinds, code in iter_rules() for kind i
 def test_the_readme_table_is_the_rule_table():
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
         readme = fh.read()
-    assert rules_markdown() in readme, "README's exit-code table is out of date: python -m pcem_spark.failures"
+    assert rules_markdown() in readme, "README's exit-code table is out of date: python -m pcem_spark.cli.failures"
 
 
 @pytest.mark.parametrize("origin,kind,code", CASES, ids=[f"{o}:{k}"[:60] for o, k, _ in CASES])

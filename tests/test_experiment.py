@@ -113,7 +113,7 @@ def test_supervision_settings():
 )
 def test_experiment_without_runs_exits_2_before_spark(tmp_path, capsys, monkeypatch, extra, message):
     import pcem_spark.engine.session
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     def no_spark(*a, **k):
         raise AssertionError("Spark was started")

@@ -290,7 +290,7 @@ TAX_TSV = (
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, spark):
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     rng = np.random.default_rng(0)
     d = tmp_path_factory.mktemp("inspect")
@@ -357,7 +357,7 @@ def test_inspect_end_to_end_masses_and_confusion(spark, trained, tmp_path):
     from chispa import assert_df_equality
     from pyspark.sql import functions as F
 
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
     from pcem_spark.evaluation.metrics import evaluate_predictions
     from pcem_spark.model.path_model import PathModel
 
@@ -447,7 +447,7 @@ def test_inspect_end_to_end_masses_and_confusion(spark, trained, tmp_path):
 
 
 def test_inspect_confusion_counts_short_null_and_unlabelled_predictions(spark, trained, tmp_path):
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     pred = str(tmp_path / "pred")
     _write_predictions(
@@ -481,7 +481,7 @@ def test_inspect_confusion_counts_short_null_and_unlabelled_predictions(spark, t
 
 
 def test_inspect_an_older_model_without_path_mass(spark, trained, tmp_path):
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
     from pcem_spark.model.path_model import PathModel
 
     model = PathModel.load(trained["model"])
@@ -504,7 +504,7 @@ def test_inspect_an_older_model_without_path_mass(spark, trained, tmp_path):
 
 
 def test_inspect_bad_inputs_exit_2(spark, trained, tmp_path, capsys):
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     missing = str(tmp_path / "no_model")
     assert main(["inspect", "--model", missing, "--output", str(tmp_path / "o1")]) == 2

@@ -96,19 +96,32 @@ def test_path_weight_interpolates_eq2_and_flat(tree):
 
 def test_path_weight_one_is_todays_pcem_and_zero_is_flat_em(corpora):
     c = corpora["padded"]
-    today = engine.fit(c.blocks, c.tax.path_node_matrix(), c.V, em=True, smoothing=1.0, max_iter=4, tol=0.0)
+    today = engine.fit(
+        c.blocks, c.tax.path_node_matrix(), c.V, engine.EMSettings(em=True, smoothing=1.0, max_iter=4, tol=0.0)
+    )
     g1 = engine.fit(
-        c.blocks, score_matrix(c.tax, "pcem", path_weight=1.0), c.V, em=True, smoothing=1.0, max_iter=4, tol=0.0
+        c.blocks,
+        score_matrix(c.tax, "pcem", path_weight=1.0),
+        c.V,
+        engine.EMSettings(em=True, smoothing=1.0, max_iter=4, tol=0.0),
     )
     assert_params(g1, today.log_prior, today.log_theta)
-    flat = engine.fit(c.blocks, score_matrix(c.tax, "flat-em"), c.V, em=True, smoothing=1.0, max_iter=4, tol=0.0)
+    flat = engine.fit(
+        c.blocks, score_matrix(c.tax, "flat-em"), c.V, engine.EMSettings(em=True, smoothing=1.0, max_iter=4, tol=0.0)
+    )
     g0 = engine.fit(
-        c.blocks, score_matrix(c.tax, "pcem", path_weight=0.0), c.V, em=True, smoothing=1.0, max_iter=4, tol=0.0
+        c.blocks,
+        score_matrix(c.tax, "pcem", path_weight=0.0),
+        c.V,
+        engine.EMSettings(em=True, smoothing=1.0, max_iter=4, tol=0.0),
     )
     assert_params(g0, flat.log_prior, flat.log_theta)
     # and something in between is neither
     mid = engine.fit(
-        c.blocks, score_matrix(c.tax, "pcem", path_weight=0.5), c.V, em=True, smoothing=1.0, max_iter=4, tol=0.0
+        c.blocks,
+        score_matrix(c.tax, "pcem", path_weight=0.5),
+        c.V,
+        engine.EMSettings(em=True, smoothing=1.0, max_iter=4, tol=0.0),
     )
     assert np.abs(mid.log_theta - g1.log_theta).max() > 1e-3
     assert np.abs(mid.log_theta - g0.log_theta).max() > 1e-3
@@ -121,7 +134,10 @@ def test_fractional_path_weight_matches_dense_reference(corpora, tree):
     S = (1 - g) * c.S_flat + g * c.S_pc
     lp, lt, lls = ref_em_lambda(c.X, S, c.labeled, 0.5, 1.0, 3)
     res = engine.fit(
-        c.blocks, score_matrix(c.tax, "pcem", path_weight=g), c.V, em=True, smoothing=0.5, max_iter=3, tol=0.0
+        c.blocks,
+        score_matrix(c.tax, "pcem", path_weight=g),
+        c.V,
+        engine.EMSettings(em=True, smoothing=0.5, max_iter=3, tol=0.0),
     )
     assert_params(res, lp, lt)
     np.testing.assert_allclose(res.loglik_history, lls, rtol=RTOL)
@@ -136,7 +152,10 @@ def test_unlabeled_weight_matches_dense_reference(corpora, tree, lam):
     c = corpora[tree]
     lp, lt, lls = ref_em_lambda(c.X, c.S_pc, c.labeled, 1.0, lam, 3)
     res = engine.fit(
-        c.blocks, c.tax.path_node_matrix(), c.V, em=True, smoothing=1.0, max_iter=3, tol=0.0, unlabeled_weight=lam
+        c.blocks,
+        c.tax.path_node_matrix(),
+        c.V,
+        engine.EMSettings(em=True, smoothing=1.0, max_iter=3, tol=0.0, unlabeled_weight=lam),
     )
     assert_params(res, lp, lt)
     np.testing.assert_allclose(res.loglik_history, lls, rtol=RTOL)
@@ -146,10 +165,12 @@ def test_unlabeled_weight_matches_dense_reference(corpora, tree, lam):
 
 def test_unlabeled_weight_zero_is_pcnb_exactly(corpora):
     c = corpora["deep"]
-    nb = engine.fit(c.blocks, c.tax.path_node_matrix(), c.V, em=False, smoothing=0.7)
+    nb = engine.fit(c.blocks, c.tax.path_node_matrix(), c.V, engine.EMSettings(em=False, smoothing=0.7))
     lp, lt = ref_log_params(c.X, np.where(c.labeled[:, None], c.S_pc, 0.0), 0.7)
     assert_params(nb, lp, lt)
-    em0 = engine.fit(c.blocks, c.tax.path_node_matrix(), c.V, em=True, smoothing=0.7, unlabeled_weight=0.0)
+    em0 = engine.fit(
+        c.blocks, c.tax.path_node_matrix(), c.V, engine.EMSettings(em=True, smoothing=0.7, unlabeled_weight=0.0)
+    )
     np.testing.assert_array_equal(em0.log_theta, nb.log_theta)
     np.testing.assert_array_equal(em0.log_prior, nb.log_prior)
     assert em0.n_iter == 0
@@ -160,8 +181,8 @@ def test_e_step_unlabeled_weight_scales_only_unlabelled_rows(corpora):
     lp, lt = ref_log_params(c.X, np.where(c.labeled[:, None], c.S_pc, 0.0), 1.0)
     X = sp.csr_matrix(c.X)
     full = core.e_step(X, c.S_pc, c.labeled, lp, lt)
-    half = core.e_step(X, c.S_pc, c.labeled, lp, lt, unlabeled_weight=0.5)
-    lab = core.e_step(X, c.S_pc, c.labeled, lp, lt, use_unlabeled=False)
+    half = core.e_step(X, c.S_pc, c.labeled, lp, lt, core.EStepOptions(unlabeled_weight=0.5))
+    lab = core.e_step(X, c.S_pc, c.labeled, lp, lt, core.EStepOptions(use_unlabeled=False))
     np.testing.assert_allclose(half.word_counts, 0.5 * (full.word_counts + lab.word_counts), rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(half.path_totals, 0.5 * (full.path_totals + lab.path_totals), rtol=RTOL)
 
@@ -208,7 +229,9 @@ def test_choose_smoothing_is_the_evidence_argmax_and_deterministic():
 
 def test_auto_smoothing_in_the_engine(corpora):
     c = corpora["balanced"]
-    res = engine.fit(c.blocks, c.tax.path_node_matrix(), c.V, em=True, smoothing="auto", max_iter=2, tol=0.0)
+    res = engine.fit(
+        c.blocks, c.tax.path_node_matrix(), c.V, engine.EMSettings(em=True, smoothing="auto", max_iter=2, tol=0.0)
+    )
     S0 = np.where(c.labeled[:, None], c.S_pc, 0.0)
     counts = S0.T @ c.X
     evid = [ref_dirmult_evidence(counts, a) for a in sorted(core.DEFAULT_SMOOTHING_GRID)]
@@ -269,12 +292,7 @@ def test_doc_length_em_matches_dense_reference(corpora):
         c.blocks,
         c.tax.path_node_matrix(),
         c.V,
-        em=True,
-        smoothing=0.5,
-        max_iter=3,
-        tol=0.0,
-        unlabeled_weight=0.3,
-        doc_length=L,
+        engine.EMSettings(em=True, smoothing=0.5, max_iter=3, tol=0.0, unlabeled_weight=0.3, doc_length=L),
     )
     assert_params(res, lp, lt)
     np.testing.assert_allclose(res.loglik_history, lls, rtol=RTOL)
@@ -287,7 +305,9 @@ def test_auto_smoothing_with_doc_length_uses_raw_token_scale(corpora):
     """The evidence sees the labelled counts rescaled to their raw token total."""
     c = corpora["balanced"]
     L = 6.0
-    res = engine.fit(c.blocks, c.tax.path_node_matrix(), c.V, em=False, smoothing="auto", doc_length=L)
+    res = engine.fit(
+        c.blocks, c.tax.path_node_matrix(), c.V, engine.EMSettings(em=False, smoothing="auto", doc_length=L)
+    )
     S0 = np.where(c.labeled[:, None], c.S_pc, 0.0)
     Xn = ref_length_normalize(c.X, L)
     counts = S0.T @ Xn

@@ -1,5 +1,5 @@
 """No output flag can clobber data: not the run's own input or model, not another kind of output,
-not an existing path without --overwrite (pcem_spark.output_paths).
+not an existing path without --overwrite (pcem_spark.io.output_paths).
 
 Every command runs in this process on the test session's SparkSession (``main``), so a refused run
 costs no JVM start; each test checks the exit code, the message and that the data is untouched.
@@ -12,8 +12,8 @@ import os
 import pytest
 from test_outputs import FAST, _write_corpus
 
+from pcem_spark.cli import main
 from pcem_spark.cli.failures import EXIT_BAD_INPUT
-from pcem_spark.cli.main import main
 from pcem_spark.errors import OutputPathError
 from pcem_spark.io.output_paths import Output, check_output_paths, qualify
 from pcem_spark.io.outputs import MARKER, read_marker

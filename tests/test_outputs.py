@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from chispa import assert_df_equality
 
+from pcem_spark.cli import main
 from pcem_spark.cli.failures import EXIT_BAD_INPUT, EXIT_TRANSIENT, classify_failure, root_cause
-from pcem_spark.cli.main import main
 from pcem_spark.io.outputs import (
     MARKER,
     IncompleteOutputError,

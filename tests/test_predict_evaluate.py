@@ -284,7 +284,7 @@ def _write_predictions(spark, path, rows):
 
 
 def test_evaluate_refuses_predictions_of_another_taxonomy(spark, tmp_path, capsys):
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     tax = tmp_path / "ab.tsv"
     tax.write_text(AB_TSV)
@@ -304,7 +304,7 @@ def test_evaluate_warns_about_a_minority_of_unknown_rows_and_scores_the_rest_con
     import json
     import logging
 
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     tax = tmp_path / "ab.tsv"
     tax.write_text(AB_TSV)

@@ -1,4 +1,4 @@
-"""The engine and ``pcem_spark.pathnb`` against an independent dense reference.
+"""The engine and ``pcem_spark.core`` against an independent dense reference.
 
 The reference below is written directly from Section 4 of Xiao, Liu & Song
 (WWW'19), Eqs. 2-8 and Algorithm 1, with dense numpy arrays and plain loops.
@@ -315,7 +315,7 @@ def test_blocks_exercise_partition_and_block_sums(corpora):
 def test_nb_parameters_match_reference(corpora, tree, smoothing, kind):
     c = corpora[tree]
     nb, _ = method_names(kind)
-    res = engine.fit(c.blocks, score_matrix(c.tax, nb), c.V, em=False, smoothing=smoothing)
+    res = engine.fit(c.blocks, score_matrix(c.tax, nb), c.V, engine.EMSettings(em=False, smoothing=smoothing))
     S = ref_scores(c, kind)
     lp, lt = ref_log_params(c.X[c.labeled], S[c.labeled], smoothing)
     assert_params(res, lp, lt)
@@ -344,7 +344,9 @@ def test_one_em_iteration(corpora, tree, kind):
     c = corpora[tree]
     _, em = method_names(kind)
     s = 0.7
-    res = engine.fit(c.blocks, score_matrix(c.tax, em), c.V, em=True, smoothing=s, max_iter=1, tol=0.0)
+    res = engine.fit(
+        c.blocks, score_matrix(c.tax, em), c.V, engine.EMSettings(em=True, smoothing=s, max_iter=1, tol=0.0)
+    )
     S_fix, lab, X = ref_scores(c, kind), c.labeled, c.X
 
     # NB initialisation on the labelled documents (Eqs. 3-4)
@@ -385,7 +387,9 @@ def test_em_fixed_iterations(corpora, tree, kind):
     c = corpora[tree]
     _, em = method_names(kind)
     n_iter = 8
-    res = engine.fit(c.blocks, score_matrix(c.tax, em), c.V, em=True, smoothing=1.0, max_iter=n_iter, tol=0.0)
+    res = engine.fit(
+        c.blocks, score_matrix(c.tax, em), c.V, engine.EMSettings(em=True, smoothing=1.0, max_iter=n_iter, tol=0.0)
+    )
     lp, lt, lls = ref_em(c.X, ref_scores(c, kind), c.labeled, 1.0, n_iter)
     assert res.n_iter == n_iter and not res.converged
     assert_params(res, lp, lt)
@@ -401,7 +405,9 @@ def test_em_converged(corpora, tree, kind):
     c = corpora[tree]
     _, em = method_names(kind)
     tol = 1e-9
-    res = engine.fit(c.blocks, score_matrix(c.tax, em), c.V, em=True, smoothing=1.0, max_iter=200, tol=tol)
+    res = engine.fit(
+        c.blocks, score_matrix(c.tax, em), c.V, engine.EMSettings(em=True, smoothing=1.0, max_iter=200, tol=tol)
+    )
     lp, lt, lls = ref_em(c.X, ref_scores(c, kind), c.labeled, 1.0, 200, tol=tol)
     assert res.converged
     assert res.n_iter == len(lls) < 200
@@ -419,8 +425,8 @@ def test_em_independent_of_blocking(spark, corpora):
     c = corpora["deep"]
     other = to_blocks(spark, c, block_size=1, n_partitions=1)
     try:
-        a = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, max_iter=2, tol=0.0)
-        b = engine.fit(other, score_matrix(c.tax, "pcem"), c.V, max_iter=2, tol=0.0)
+        a = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, engine.EMSettings(max_iter=2, tol=0.0))
+        b = engine.fit(other, score_matrix(c.tax, "pcem"), c.V, engine.EMSettings(max_iter=2, tol=0.0))
     finally:
         other.unpersist()
     np.testing.assert_allclose(a.log_theta, b.log_theta, rtol=RTOL, atol=ATOL)
@@ -501,7 +507,7 @@ def test_e_step(block, kind, use_unlabeled):
     c = block
     lp, lt = c.params
     S_fix = core.path_scores(sp.csr_matrix(c.node_scores), score_matrix(c.tax, "pcnb" if kind == "pc" else "flat-nb"))
-    st = core.e_step(sp.csr_matrix(c.X), S_fix, c.labeled, lp, lt, use_unlabeled)
+    st = core.e_step(sp.csr_matrix(c.X), S_fix, c.labeled, lp, lt, core.EStepOptions(use_unlabeled=use_unlabeled))
     S_ref = ref_scores(c, kind)
     if use_unlabeled:
         R = ref_e_step(c.X, S_ref, c.labeled, lp, lt)
@@ -524,7 +530,7 @@ def test_e_step(block, kind, use_unlabeled):
 def test_e_step_nb_initialisation_pass(block):
     """Without parameters only labelled rows count and the log-likelihood is 0."""
     c = block
-    st = core.e_step(sp.csr_matrix(c.X), c.S_pc, c.labeled, None, None, False)
+    st = core.e_step(sp.csr_matrix(c.X), c.S_pc, c.labeled, None, None, core.EStepOptions(use_unlabeled=False))
     R = np.where(c.labeled[:, None], c.S_pc, 0.0)
     np.testing.assert_allclose(st.word_counts, R.T @ c.X, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(st.path_totals, R.sum(axis=0), rtol=RTOL, atol=ATOL)

@@ -117,6 +117,7 @@ def test_experiment_runs_every_method_and_resumes(spark, tmp_path, monkeypatch):
     from pcem_spark.core.taxonomy import Taxonomy
     from pcem_spark.engine.features import FeatureSettings
     from pcem_spark.experiment import protocol as experiment
+    from pcem_spark.experiment.settings import ExperimentSettings
     from pcem_spark.model.settings import ModelSettings
 
     docs = _corpus(spark)
@@ -127,7 +128,15 @@ def test_experiment_runs_every_method_and_resumes(spark, tmp_path, monkeypatch):
     descriptions = {"a": "alpha", "b": "beta", "a1": "apple", "a2": "apricot", "b1": "banana", "b2": "blueberry"}
     methods = list(experiment.ALL_METHODS)
     rows = experiment.run_experiment(
-        docs, tax, fs, ms, methods, [0.2], [0], 0.2, out, setting=["labeled", "dataless"], descriptions=descriptions
+        docs,
+        tax,
+        ExperimentSettings(
+            methods=methods, rates=[0.2], seeds=[0], test_fraction=0.2, settings=["labeled", "dataless"]
+        ),
+        fs,
+        ms,
+        out,
+        descriptions=descriptions,
     )
     assert len(rows) == 2 * len(methods)
     assert {(r["method"], r["setting"]) for r in rows} == {(m, s) for m in methods for s in ("labeled", "dataless")}
@@ -152,7 +161,14 @@ def test_experiment_runs_every_method_and_resumes(spark, tmp_path, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(experiment, "_run_split", counting)
-    again = experiment.run_experiment(docs, tax, fs, ms, ["pcem", "flat-nb"], [0.2], [0, 1], 0.2, out)
+    again = experiment.run_experiment(
+        docs,
+        tax,
+        ExperimentSettings(methods=["pcem", "flat-nb"], rates=[0.2], seeds=[0, 1], test_fraction=0.2),
+        fs,
+        ms,
+        out,
+    )
     assert calls == [("labeled", 0.2, 1, ("pcem", "flat-nb"))]
     assert len(again) == len(rows) + 2
     first = {(r["method"], r["setting"], int(r["seed"])): float(r["micro_f1"]) for r in again}
@@ -164,7 +180,12 @@ def test_experiment_runs_every_method_and_resumes(spark, tmp_path, monkeypatch):
     # Other settings into the same CSV are refused instead of mixed.
     with pytest.raises(ValueError, match="other settings"):
         experiment.run_experiment(
-            docs, tax, fs, ModelSettings(max_iter=5, smoothing=0.5), ["pcem"], [0.2], [0], 0.2, out
+            docs,
+            tax,
+            ExperimentSettings(methods=["pcem"], rates=[0.2], seeds=[0], test_fraction=0.2),
+            fs,
+            ModelSettings(max_iter=5, smoothing=0.5),
+            out,
         )
 
 
@@ -172,24 +193,28 @@ def test_experiment_rejects_unknown_methods_and_settings(spark, tmp_path):
     from pcem_spark.core.taxonomy import Taxonomy
     from pcem_spark.engine.features import FeatureSettings
     from pcem_spark.experiment.protocol import run_experiment
+    from pcem_spark.experiment.settings import ExperimentSettings
     from pcem_spark.model.settings import ModelSettings
 
     tax = Taxonomy({"R": ["a", "b"]})
     docs = spark.createDataFrame([("x", "t", ["a"])], "id string, text string, labels array<string>")
     with pytest.raises(ValueError, match="unknown method 'nbx'"):
-        run_experiment(docs, tax, FeatureSettings(), ModelSettings(), ["nbx"], [0.1], [0], 0.2, str(tmp_path))
+        run_experiment(
+            docs,
+            tax,
+            ExperimentSettings(methods=["nbx"], rates=[0.1], seeds=[0], test_fraction=0.2),
+            FeatureSettings(),
+            ModelSettings(),
+            str(tmp_path),
+        )
     with pytest.raises(ValueError, match="setting must be"):
         run_experiment(
             docs,
             tax,
+            ExperimentSettings(methods=["pcem"], rates=[0.1], seeds=[0], test_fraction=0.2, settings=["labelled"]),
             FeatureSettings(),
             ModelSettings(),
-            ["pcem"],
-            [0.1],
-            [0],
-            0.2,
             str(tmp_path),
-            setting=["labelled"],
         )
 
 

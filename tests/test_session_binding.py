@@ -40,8 +40,8 @@ _CHILD_DROPS = (
 
 _PROBE = textwrap.dedent(r"""
     import json, os, socket, struct, sys, urllib.request
-    from pcem_spark.config import load_settings
-    from pcem_spark.session import build_session
+    from pcem_spark.cli.config import load_settings
+    from pcem_spark.engine.session import build_session
 
     settings = load_settings(os.path.join(sys.argv[1], "conf", "pcem.toml"),
                              ["spark.master=local[1]", "spark.conf.spark.driver.memory=1g"])

@@ -24,7 +24,7 @@ from test_reference import (
 )
 
 from pcem_spark import core, engine
-from pcem_spark.engine import limits, passes
+from pcem_spark.engine import limits, passes, sums
 from pcem_spark.engine.limits import ResultSizeError
 from pcem_spark.model.fitting import score_matrix
 
@@ -136,7 +136,9 @@ def test_truncated_e_step_equals_a_dense_truncated_reference():
     lp, lt = ref_log_params(c.X[lab], S_fix[lab], 0.5)
     tables = core.scoring_tables(core.PathParameters.from_log_theta(lp, lt))
     for k in (1, 2, c.M):
-        st = core.e_step(sp.csr_matrix(c.X), S_fix, lab, None, None, top_k=k, sparse_density=1.0, tables=tables)
+        st = core.e_step(
+            sp.csr_matrix(c.X), S_fix, lab, None, None, core.EStepOptions(top_k=k, sparse_density=1.0), tables=tables
+        )
         post, lse = ref_posterior(ref_jll(c.X[~lab], lp, lt))
         kept = np.zeros_like(post)
         for i in range(len(post)):
@@ -166,7 +168,12 @@ def test_e_step_of_an_integer_count_matrix_is_not_truncated_to_zero():
 # ------------------------------------------------------------------ the engine
 def test_engine_with_k_ge_m_is_exact_em(deep):
     c = deep
-    res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.7, max_iter=4, tol=0.0, top_k=c.M)
+    res = engine.fit(
+        c.blocks,
+        score_matrix(c.tax, "pcem"),
+        c.V,
+        engine.EMSettings(em=True, smoothing=0.7, max_iter=4, tol=0.0, top_k=c.M),
+    )
     lp, lt, lls = ref_em(c.X, c.S_pc, c.labeled, 0.7, 4)
     np.testing.assert_allclose(res.log_prior, lp, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(res.log_theta, lt, rtol=RTOL, atol=ATOL)
@@ -176,10 +183,14 @@ def test_engine_with_k_ge_m_is_exact_em(deep):
 def test_engine_sparse_sums_equal_dense_reference(deep, monkeypatch):
     """Force the sparse transport (as with thousands of paths): same numbers to 1e-9."""
     c = deep
-    monkeypatch.setattr(passes, "SPARSE_SUMS_MIN_CELLS", 1)
+    monkeypatch.setattr(sums, "SPARSE_SUMS_MIN_CELLS", 1)
     stats = []
     res = engine.fit(
-        c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.7, max_iter=3, tol=0.0, stats=stats
+        c.blocks,
+        score_matrix(c.tax, "pcem"),
+        c.V,
+        engine.EMSettings(em=True, smoothing=0.7, max_iter=3, tol=0.0),
+        stats=stats,
     )
     lp, lt, lls = ref_em(c.X, c.S_pc, c.labeled, 0.7, 3)
     np.testing.assert_allclose(res.log_theta, lt, rtol=RTOL, atol=ATOL)
@@ -191,7 +202,12 @@ def test_engine_sparse_sums_equal_dense_reference(deep, monkeypatch):
 def test_engine_truncated_em_follows_the_truncated_reference(deep):
     c = deep
     k = 2
-    res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.7, max_iter=3, tol=0.0, top_k=k)
+    res = engine.fit(
+        c.blocks,
+        score_matrix(c.tax, "pcem"),
+        c.V,
+        engine.EMSettings(em=True, smoothing=0.7, max_iter=3, tol=0.0, top_k=k),
+    )
     # dense reference of truncated EM
     lp, lt = ref_log_params(c.X[c.labeled], c.S_pc[c.labeled], 0.7)
     for _ in range(3):
@@ -206,7 +222,9 @@ def test_engine_truncated_em_follows_the_truncated_reference(deep):
         lp, lt = ref_log_params(c.X, R, 0.7)
     np.testing.assert_allclose(res.log_theta, lt, rtol=RTOL, atol=ATOL)
     # truncation made the parameters sparser than exact EM's
-    exact = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.7, max_iter=3, tol=0.0)
+    exact = engine.fit(
+        c.blocks, score_matrix(c.tax, "pcem"), c.V, engine.EMSettings(em=True, smoothing=0.7, max_iter=3, tol=0.0)
+    )
     assert res.params.log_ratio.nnz < exact.params.log_ratio.nnz
 
 
@@ -217,18 +235,20 @@ def test_nb_parameters_of_the_fit_are_freed_during_em(deep):
 
     c = deep
     refs = []
-    real = core.sparse_log_parameters
+    real = passes.sparse_log_parameters  # the EM loop's M-step
 
     def tracked(*a, **kw):
         p = real(*a, **kw)
         refs.append(weakref.ref(p.log_ratio))
         return p
 
-    core.sparse_log_parameters = tracked
+    passes.sparse_log_parameters = tracked
     try:
-        res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.7, max_iter=3, tol=0.0)
+        res = engine.fit(
+            c.blocks, score_matrix(c.tax, "pcem"), c.V, engine.EMSettings(em=True, smoothing=0.7, max_iter=3, tol=0.0)
+        )
     finally:
-        core.sparse_log_parameters = real
+        passes.sparse_log_parameters = real
     gc.collect()
     alive = [r() is not None for r in refs]
     assert alive == [False] * (len(refs) - 1) + [True]
@@ -237,11 +257,13 @@ def test_nb_parameters_of_the_fit_are_freed_during_em(deep):
 
 def test_sparse_collect_is_checked_against_max_result_size_with_a_clear_message(deep, monkeypatch):
     c = deep
-    monkeypatch.setattr(passes, "SPARSE_SUMS_MIN_CELLS", 1)
+    monkeypatch.setattr(sums, "SPARSE_SUMS_MIN_CELLS", 1)
     monkeypatch.setattr(limits, "max_result_size", lambda sc: 2048)  # a 2 KiB driver limit
     params = core.PathParameters.from_log_theta(*ref_log_params(c.X[c.labeled], c.S_pc[c.labeled], 1.0))
     with pytest.raises(ResultSizeError) as err:
-        engine.sufficient_stats(c.blocks, params, score_matrix(c.tax, "pcem"), c.V, True, n_terms=10**6)
+        engine.sufficient_stats(
+            c.blocks, params, score_matrix(c.tax, "pcem"), c.V, engine.PassOptions(use_unlabeled=True), n_terms=10**6
+        )
     assert f"{c.M:,} paths x {c.V:,} terms" in str(err.value)
     assert "spark.driver.maxResultSize" in str(err.value)
 

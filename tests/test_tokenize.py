@@ -336,7 +336,7 @@ def test_jvm_and_python_nfkc_agree(spark):
 
 def test_nfkc_falls_back_to_python_when_reflect_is_refused(spark, monkeypatch):
     """A session whose reflect() cannot reach ICU (allow list, restricted mode) still normalises."""
-    import pcem_spark.features as features
+    import pcem_spark.engine.features as features
 
     monkeypatch.setattr(features, "_ICU_NORMALIZER", "no.such.Normalizer")
     _assert_tokens(spark, ["ＡＢＣ ﬁle cafe\u0301"], FeatureSettings(), [["abc", "file", "café"]])

@@ -170,7 +170,7 @@ def test_too_few_labels_fall_back_to_the_paper_weights(spark):
 
 
 def test_pcem_train_tune_records_the_choice_in_the_model(spark, tmp_path):
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
     from pcem_spark.model.path_model import PathModel
 
     rows = _corpus(spark).collect()
@@ -306,7 +306,7 @@ def _no_cross_validation(monkeypatch):
 def test_single_leaf_trains_without_cross_validation_and_warns(spark, tmp_path, monkeypatch, caplog, extra):
     import logging
 
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
     from pcem_spark.model.path_model import PathModel
 
     _no_cross_validation(monkeypatch)

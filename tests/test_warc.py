@@ -3,7 +3,7 @@
 The files are written here with FastWARC's own record writer: a small crawl
 (gzipped per record, as Common Crawl does, and plain), its WET, a garbage file
 and a truncated one. The pure parser is checked without Spark; the command end
-to end through ``pcem_spark.cli.main``.
+to end through ``pcem_spark.cli.app``.
 """
 
 from __future__ import annotations
@@ -370,8 +370,8 @@ def test_parser_garbage_truncated_and_empty_files():
 def test_missing_library_is_a_settings_error(monkeypatch, tmp_path):
     import sys
 
+    from pcem_spark.cli import main
     from pcem_spark.cli.failures import classify_failure
-    from pcem_spark.cli.main import main
 
     monkeypatch.setitem(sys.modules, "resiliparse.extract.html2text", None)  # import fails
     with pytest.raises(warc_records.WarcDependencyError, match=r'pip install "pcem-spark\[warc\]"') as info:
@@ -424,7 +424,7 @@ def _basename(col):
 @pytest.fixture(scope="module")
 def ingested(spark, crawl_dir, tmp_path_factory):
     """``pcem ingest-warc`` over every input of ``crawl_dir``: (exit code, output path)."""
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     d, _ = crawl_dir
     out = str(tmp_path_factory.mktemp("ingested") / "docs")
@@ -498,7 +498,7 @@ def test_ingest_warc_end_to_end(spark, crawl_dir, ingested):
 def test_ingest_warc_id_url_rejects_every_copy_of_a_repeated_url(spark, crawl_dir, tmp_path):
     from pyspark.sql import functions as F
 
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     d, _ = crawl_dir
     out = str(tmp_path / "by_url")
@@ -531,7 +531,7 @@ def test_ingest_warc_id_url_rejects_every_copy_of_a_repeated_url(spark, crawl_di
 
 
 def test_ingest_warc_exit_codes(spark, crawl_dir, ingested, tmp_path):
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
     from pcem_spark.io.outputs import read_marker
 
     d, _ = crawl_dir
@@ -571,7 +571,7 @@ def test_train_and_predict_read_the_ingested_table(spark, tmp_path):
     """The table with its extra columns (url, crawl_date, source_file) is a documents table for train/predict."""
     import numpy as np
 
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
     from pcem_spark.io.documents import read_documents, split_rejects
 
     rng = np.random.default_rng(3)

@@ -80,9 +80,8 @@ def test_same_vocabulary_and_smoothing_reproduces_the_previous_model(smoothing, 
     vocab = [f"w{i}" for i in range(40)]
     prev = library_params(counts, mass, smoothing, prior_smoothing)
     for path_mass in (mass, None):
-        warm = core.warm_start_parameters(
-            prev, vocab, vocab, smoothing, smoothing, None, prior_smoothing, prior_smoothing, path_mass
-        )
+        previous = core.PreviousFit(prev, vocab, smoothing, prior_smoothing, path_mass)
+        warm = core.warm_start_parameters(previous, vocab, smoothing, None, prior_smoothing)
         np.testing.assert_allclose(warm.log_theta(), prev.log_theta(), rtol=RTOL, atol=ATOL)
         np.testing.assert_allclose(warm.log_prior, prev.log_prior, rtol=RTOL, atol=ATOL)
         # and both are the dense Eqs. 6-7 of the counts
@@ -106,7 +105,7 @@ def test_terms_are_mapped_by_name(prev_s, new_s, use_groups):
     new_vocab = kept[:10] + [f"new{i}" for i in range(11)] + kept[10:]
     groups = np.array([0, 0, 1, 1, 1, 2, 2, 2]) if use_groups else None
     prev = library_params(counts, mass, prev_s, None, groups)
-    warm = core.warm_start_parameters(prev, prev_vocab, new_vocab, prev_s, new_s, groups, None, None, mass)
+    warm = core.warm_start_parameters(core.PreviousFit(prev, prev_vocab, prev_s, None, mass), new_vocab, new_s, groups)
     lp, lt = ref_warm(counts, prev_vocab, new_vocab, new_s, mass, None, groups)
     assert warm.shape == (R, len(new_vocab))
     np.testing.assert_allclose(warm.log_theta(), lt, rtol=RTOL, atol=ATOL)
@@ -141,14 +140,17 @@ def test_recovered_counts_and_refusal_of_dense_parameters():
     dense = core.PathParameters.from_log_theta(full.log_prior, full.log_theta())
     vocab = [f"w{i}" for i in range(20)]
     np.testing.assert_allclose(
-        core.warm_start_parameters(dense, vocab, vocab, 0.5, 0.5).log_theta(), full.log_theta(), rtol=RTOL, atol=ATOL
+        core.warm_start_parameters(core.PreviousFit(dense, vocab, 0.5), vocab, 0.5).log_theta(),
+        full.log_theta(),
+        rtol=RTOL,
+        atol=ATOL,
     )
     # rows that are not distributions are refused
     damaged = params._replace(log_base=params.log_base + 0.1)
     with pytest.raises(ValueError, match="not word distributions"):
-        core.warm_start_parameters(damaged, vocab, ["w1"], 0.5, 0.5)
+        core.warm_start_parameters(core.PreviousFit(damaged, vocab, 0.5), ["w1"], 0.5)
     with pytest.raises(ValueError, match="previous vocabulary has 3 terms"):
-        core.warm_start_parameters(params, ["a", "b", "c"], ["a"], 0.5, 0.5)
+        core.warm_start_parameters(core.PreviousFit(params, ["a", "b", "c"], 0.5), ["a"], 0.5)
 
 
 # =====================================================================
@@ -189,9 +191,13 @@ def test_engine_warm_start_equals_dense_em_from_the_warm_parameters(corpus, n_it
     new_vocab, prev_vocab, counts, mass = _prev_model_counts(c, rng)
     s_prev, s = 0.4, 0.7
     prev = library_params(counts, mass, s_prev)
-    warm = core.warm_start_parameters(prev, prev_vocab, new_vocab, s_prev, s, prev_path_mass=mass)
+    warm = core.warm_start_parameters(core.PreviousFit(prev, prev_vocab, s_prev, path_mass=mass), new_vocab, s)
     res = engine.fit(
-        c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=s, max_iter=n_iter, tol=0.0, init_params=warm
+        c.blocks,
+        score_matrix(c.tax, "pcem"),
+        c.V,
+        engine.EMSettings(em=True, smoothing=s, max_iter=n_iter, tol=0.0),
+        init_params=warm,
     )
     lp0, lt0 = ref_warm(counts, prev_vocab, new_vocab, s, mass)
     lp, lt, lls = _ref_steps(c.X, c.S_pc, c.labeled, lp0, lt0, s, n_iter)
@@ -201,7 +207,9 @@ def test_engine_warm_start_equals_dense_em_from_the_warm_parameters(corpus, n_it
     np.testing.assert_allclose(res.loglik_history, lls, rtol=RTOL, atol=ATOL)
     # the labelled documents counted as usual; a cold start from naive Bayes lands elsewhere
     assert res.n_labeled == int(c.labeled.sum())
-    cold = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=s, max_iter=n_iter, tol=0.0)
+    cold = engine.fit(
+        c.blocks, score_matrix(c.tax, "pcem"), c.V, engine.EMSettings(em=True, smoothing=s, max_iter=n_iter, tol=0.0)
+    )
     assert np.abs(cold.log_theta - res.log_theta).max() > 1e-3
 
 
@@ -209,9 +217,15 @@ def test_engine_max_iter_zero_returns_the_warm_parameters(corpus):
     c = corpus
     new_vocab, prev_vocab, counts, mass = _prev_model_counts(c, np.random.default_rng(2))
     warm = core.warm_start_parameters(
-        library_params(counts, mass, 0.5), prev_vocab, new_vocab, 0.5, 0.5, prev_path_mass=mass
+        core.PreviousFit(library_params(counts, mass, 0.5), prev_vocab, 0.5, path_mass=mass), new_vocab, 0.5
     )
-    res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, em=True, smoothing=0.5, max_iter=0, init_params=warm)
+    res = engine.fit(
+        c.blocks,
+        score_matrix(c.tax, "pcem"),
+        c.V,
+        engine.EMSettings(em=True, smoothing=0.5, max_iter=0),
+        init_params=warm,
+    )
     np.testing.assert_allclose(res.log_theta, warm.log_theta(), rtol=0, atol=0)
     assert res.n_iter == 0
 
@@ -230,12 +244,14 @@ def test_batch_without_labels_runs_em_from_the_warm_start_and_fails_clearly_with
     c = unlabelled_corpus
     sm = score_matrix(c.tax, "pcem")
     with pytest.raises(ValueError, match="no labelled document"):
-        engine.fit(c.blocks, sm, c.V, em=True, smoothing=0.5, max_iter=2)
+        engine.fit(c.blocks, sm, c.V, engine.EMSettings(em=True, smoothing=0.5, max_iter=2))
     new_vocab, prev_vocab, counts, mass = _prev_model_counts(c, np.random.default_rng(9))
     warm = core.warm_start_parameters(
-        library_params(counts, mass, 0.5), prev_vocab, new_vocab, 0.5, 0.5, prev_path_mass=mass
+        core.PreviousFit(library_params(counts, mass, 0.5), prev_vocab, 0.5, path_mass=mass), new_vocab, 0.5
     )
-    res = engine.fit(c.blocks, sm, c.V, em=True, smoothing=0.5, max_iter=2, tol=0.0, init_params=warm)
+    res = engine.fit(
+        c.blocks, sm, c.V, engine.EMSettings(em=True, smoothing=0.5, max_iter=2, tol=0.0), init_params=warm
+    )
     lp0, lt0 = ref_warm(counts, prev_vocab, new_vocab, 0.5, mass)
     lp, lt, lls = _ref_steps(c.X, c.S_pc, c.labeled, lp0, lt0, 0.5, 2)
     assert res.n_labeled == 0 and res.n_unlabeled == c.X.shape[0]
@@ -244,18 +260,17 @@ def test_batch_without_labels_runs_em_from_the_warm_start_and_fails_clearly_with
     np.testing.assert_allclose(res.loglik_history, lls, rtol=RTOL, atol=ATOL)
     # what cannot run without labels even from a warm start: "auto" smoothing, naive Bayes, lambda = 0
     with pytest.raises(ValueError, match="auto"):
-        engine.fit(c.blocks, sm, c.V, em=True, smoothing="auto", max_iter=2, init_params=warm)
+        engine.fit(c.blocks, sm, c.V, engine.EMSettings(em=True, smoothing="auto", max_iter=2), init_params=warm)
     with pytest.raises(ValueError, match="no EM iterations"):
-        engine.fit(c.blocks, sm, c.V, em=False, smoothing=0.5, init_params=warm)
+        engine.fit(c.blocks, sm, c.V, engine.EMSettings(em=False, smoothing=0.5), init_params=warm)
     with pytest.raises(ValueError, match="unlabeled_weight 0"):
-        engine.fit(c.blocks, sm, c.V, em=True, smoothing=0.5, unlabeled_weight=0.0, init_params=warm)
+        engine.fit(c.blocks, sm, c.V, engine.EMSettings(em=True, smoothing=0.5, unlabeled_weight=0.0), init_params=warm)
     with pytest.raises(ValueError, match="init_params are"):
         engine.fit(
             c.blocks,
             sm,
             c.V,
-            em=True,
-            smoothing=0.5,
+            engine.EMSettings(em=True, smoothing=0.5),
             init_params=core.PathParameters(warm.log_prior, warm.log_base, warm.log_ratio[:, :-1]),
         )
 
@@ -311,7 +326,7 @@ def _write_docs(path, day, n_per_leaf=15, n_labeled=2, seed=0):
 
 @pytest.fixture(scope="module")
 def day1_model(spark, tmp_path_factory):
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     d = tmp_path_factory.mktemp("warm_cli")
     docs = _write_docs(d / "day1.jsonl", 1)
@@ -339,7 +354,7 @@ def day1_model(spark, tmp_path_factory):
 
 
 def test_cli_train_from_a_previous_model_records_it(spark, day1_model):
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     d, prev_path = day1_model
     docs = _write_docs(d / "day2.jsonl", 2, seed=1)
@@ -385,7 +400,7 @@ def test_cli_train_from_a_previous_model_records_it(spark, day1_model):
 
 def test_cli_tune_cross_validates_the_weights_of_warm_started_fits(spark, day1_model):
     """--tune: the weights are chosen again by CV (each fit warm-started, terms mapped by name); smoothing inherited."""
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     d, prev_path = day1_model
     docs = _write_docs(d / "day2_tune.jsonl", 2, seed=4)
@@ -426,7 +441,7 @@ def test_cli_tune_cross_validates_the_weights_of_warm_started_fits(spark, day1_m
 
 
 def test_cli_batch_without_labels_needs_the_init_model(spark, day1_model, capsys):
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     d, prev_path = day1_model
     docs = _write_docs(d / "day2_unlabelled.jsonl", 2, n_labeled=0, seed=2)
@@ -465,7 +480,7 @@ def test_cli_batch_without_labels_needs_the_init_model(spark, day1_model, capsys
 
 
 def test_cli_refuses_another_taxonomy_a_missing_model_and_another_method(spark, day1_model, capsys):
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     d, prev_path = day1_model
     docs = _write_docs(d / "day2b.jsonl", 2, seed=3)

@@ -175,6 +175,7 @@ def test_weak_label_table_on_spark_matches_numpy(spark):
 def test_dataless_experiment_reports_weak_label_quality(spark, tmp_path):
     from pcem_spark.engine.features import FeatureSettings
     from pcem_spark.experiment.protocol import run_experiment
+    from pcem_spark.experiment.settings import ExperimentSettings
     from pcem_spark.model.settings import ModelSettings
 
     tax = Taxonomy({"ROOT": ["sport", "tech"], "sport": ["football", "tennis"], "tech": ["phones", "chips"]})
@@ -206,14 +207,10 @@ def test_dataless_experiment_reports_weak_label_quality(spark, tmp_path):
     out = run_experiment(
         docs,
         tax,
+        ExperimentSettings(methods=["pcnb", "pcem"], rates=[0.5], seeds=[0], test_fraction=0.25, settings="dataless"),
         FeatureSettings(min_df=1.0, max_df=1.0, vocab_size=0),
         ModelSettings(max_iter=5),
-        ["pcnb", "pcem"],
-        [0.5],
-        [0],
-        0.25,
         str(tmp_path),
-        setting="dataless",
         descriptions=desc,
     )
     assert [r["method"] for r in out] == ["pcnb", "pcem"]
@@ -225,7 +222,7 @@ def test_dataless_experiment_reports_weak_label_quality(spark, tmp_path):
 
 
 def test_train_with_descriptions_through_the_cli(spark, tmp_path):
-    from pcem_spark.cli.main import main
+    from pcem_spark.cli import main
 
     words = {
         "football": "goal striker penalty league",
@@ -369,7 +366,7 @@ WOOL_VOCAB = [
 
 def test_description_without_a_vocabulary_word_warns_and_gets_no_weak_label(spark, caplog):
     from pcem_spark.engine.features import FeatureSettings, featurize
-    from pcem_spark.model.weak_labels import weak_label
+    from pcem_spark.model.weak_labels import WeakLabelSettings, weak_label
 
     fs = FeatureSettings(min_df=3.0, max_df=1.0, vocab_size=0)
     docs = spark.createDataFrame(
@@ -385,7 +382,7 @@ def test_description_without_a_vocabulary_word_warns_and_gets_no_weak_label(spar
     for mode in ("argmax", "path", "soft"):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="pcem_spark.model.weak_labels"):
-            weak = weak_label(feats, WOOL_VOCAB, fs, WOOL_TAX, WOOL_DESC, mode=mode)
+            weak = weak_label(feats, WOOL_VOCAB, fs, WOOL_TAX, WOOL_DESC, WeakLabelSettings(mode=mode))
             rows = {r["id"]: r for r in weak.collect()}
         assert "1 node(s) have no word of the vocabulary" in caplog.text
         assert "'wool' ('wool sheep')" in caplog.text and "features.min_df=3" in caplog.text

@@ -7,10 +7,14 @@ methods so the experiment protocol scores them the same way. Imports
 
 from pcem_spark.baselines.discriminative import (  # noqa: F401
     LinearLeafModel,
+    LinearSettings,
+    LinearWeights,
     fit_linear,
 )
 
 __all__ = [
     "fit_linear",
     "LinearLeafModel",
+    "LinearSettings",
+    "LinearWeights",
 ]

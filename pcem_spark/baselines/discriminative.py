@@ -41,7 +41,7 @@ product per Arrow block, like the generative models.
 from __future__ import annotations
 
 import logging
-from typing import List, Tuple
+from typing import List, NamedTuple, Tuple
 
 import numpy as np
 from pyspark.ml.classification import LinearSVC, LogisticRegression, OneVsRest
@@ -54,10 +54,12 @@ from pcem_spark.core.decoding import decode
 from pcem_spark.core.methods import DISCRIMINATIVE
 from pcem_spark.core.similarity import tfidf_rows
 from pcem_spark.core.taxonomy import Taxonomy
-from pcem_spark.engine.arrow_io import predicted_path_batches
+from pcem_spark.engine.arrow_io import PredictionLayout, predicted_path_batches
 from pcem_spark.engine.features import FeatureSettings, featurize
 from pcem_spark.errors import InputError
 from pcem_spark.model.schema import PREDICTION_SCHEMA, prediction_source
+
+__all__ = ["tree_distance_matrix", "hiercost_costs", "LinearSettings", "LinearWeights", "LinearLeafModel", "fit_linear"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,24 @@ def hiercost_costs(distance: np.ndarray, target: int) -> np.ndarray:
     return cost
 
 
+class LinearSettings(NamedTuple):
+    """How :func:`fit_linear` trains (LibLinear-style regularisation, MLlib optimiser limits)."""
+
+    C: float = 1.0  # inverse regularisation strength: regParam = 1 / (C n)
+    max_iter: int = 100
+    parallelism: int = 8  # one-vs-rest / per-leaf binary fits run this many at a time
+    tol: float = 1e-4
+
+
+class LinearWeights(NamedTuple):
+    """A fitted linear leaf classifier's arrays (L classes, V terms)."""
+
+    idf: np.ndarray  # (V,)
+    coefficients: np.ndarray  # (L, V)
+    intercepts: np.ndarray  # (L,)
+    leaf_paths: np.ndarray  # (L,) path index of each class
+
+
 class LinearLeafModel:
     """A linear classifier over the leaves: ``score = tfidf(x) @ W.T + b``; prediction = best leaf's path.
 
@@ -104,20 +124,17 @@ class LinearLeafModel:
         method: str,
         taxonomy: Taxonomy,
         vocabulary: List[str],
-        idf: np.ndarray,
-        coefficients: np.ndarray,
-        intercepts: np.ndarray,
-        leaf_paths: np.ndarray,
+        weights: LinearWeights,
         feature_settings: FeatureSettings,
         block_size: int = 4096,
     ):
         self.method = method
         self.taxonomy = taxonomy
         self.vocabulary = list(vocabulary)
-        self.idf = np.asarray(idf, dtype=np.float64)
-        self.coefficients = np.asarray(coefficients, dtype=np.float64)  # (L, V)
-        self.intercepts = np.asarray(intercepts, dtype=np.float64)  # (L,)
-        self.leaf_paths = np.asarray(leaf_paths, dtype=np.int64)  # (L,) path index of each class
+        self.idf = np.asarray(weights.idf, dtype=np.float64)
+        self.coefficients = np.asarray(weights.coefficients, dtype=np.float64)  # (L, V)
+        self.intercepts = np.asarray(weights.intercepts, dtype=np.float64)  # (L,)
+        self.leaf_paths = np.asarray(weights.leaf_paths, dtype=np.int64)  # (L,) path index of each class
         self.feature_settings = feature_settings
         self.block_size = block_size
 
@@ -138,9 +155,8 @@ class LinearLeafModel:
 
         def predict_batches(batches):
             idf, W, b, paths = bc.value
-            return predicted_path_batches(
-                batches, 2, vocab_size, block_size, paths, out_schema.names, lambda X: score(X, idf, W, b)
-            )
+            layout = PredictionLayout(paths, out_schema.names)
+            return predicted_path_batches(batches, 2, vocab_size, block_size, layout, lambda X: score(X, idf, W, b))
 
         return (
             feats.select("id", "labels", "_features")
@@ -155,11 +171,8 @@ def fit_linear(
     taxonomy: Taxonomy,
     vocabulary: List[str],
     feature_settings: FeatureSettings,
-    C: float = 1.0,
-    max_iter: int = 100,
+    settings: LinearSettings = LinearSettings(),
     block_size: int = 4096,
-    parallelism: int = 8,
-    tol: float = 1e-4,
 ) -> Tuple[LinearLeafModel, int]:
     """Fit ``lr``, ``svm`` or ``hiercost`` on labelled rows.
 
@@ -168,9 +181,12 @@ def fit_linear(
     train : DataFrame with ``features`` (term-count SparseVector over
         ``vocabulary``) and ``path_index`` (int, the document's (weak) leaf
         path; rows with null are ignored).
+    settings : :class:`LinearSettings` -- C, max_iter, parallelism, tol
+    block_size : rows per prediction block of the returned model
 
     Returns the model and the number of training documents.
     """
+    C, max_iter, parallelism, tol = settings
     if method not in DISCRIMINATIVE:
         raise InputError(f"unknown discriminative method {method!r}; known: {DISCRIMINATIVE}")
     # Cached: IDF fitting and the training matrix below would each rerun the
@@ -246,4 +262,5 @@ def fit_linear(
     finally:
         data.unpersist()
     log.info("%s: %d classes from %d labelled documents (regParam %.3g)", method, len(classes), n, reg)
-    return LinearLeafModel(method, taxonomy, vocabulary, idf, W, b, np.array(classes), feature_settings, block_size), n
+    weights = LinearWeights(idf, W, b, np.array(classes))
+    return LinearLeafModel(method, taxonomy, vocabulary, weights, feature_settings, block_size), n

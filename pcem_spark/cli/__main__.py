@@ -2,6 +2,6 @@
 
 import sys
 
-from pcem_spark.cli.main import main
+from pcem_spark.cli.app import main
 
 sys.exit(main())

@@ -1,19 +1,11 @@
-"""The ``pcem`` command: ingest-20ng, ingest-warc, train, predict, evaluate, inspect, experiment, report.
+"""One function per ``pcem`` command but ``experiment`` / ``report`` (:mod:`pcem_spark.cli.experiment_commands`).
 
-Every command reads its settings from a TOML file (``--config``, default
-``conf/pcem.toml`` when present) with ``--set section.key=value`` overrides.
-Exit codes, for schedulers (Airflow, cron, spark-submit wrappers), decided
-by the failure's kind in :mod:`pcem_spark.failures`:
-
-* 0  done;
-* 2  bad input or settings: the request itself is wrong (the message names the
-  file, row, field or setting); retrying will not help;
-* 75 (``EX_TEMPFAIL``) a runtime failure -- Spark tasks failing after their
-  retries, a lost executor or JVM, an I/O error: retry;
-* 1  a bug in pcem-spark (a traceback is printed); retrying will not help.
-
-The message on stderr names the root cause (the Python exception raised in a
-Spark worker, or the Java cause), never only the py4j call that carried it.
+Each ``cmd_*(args, settings)`` gets the parsed arguments and the settings
+(:func:`pcem_spark.cli.inputs.settings_from_args`), checks every output path
+and cheap input before Spark starts where it can, calls the library and
+returns the exit code (0); failures are raised and turned into exit codes by
+:func:`pcem_spark.cli.app.main`. Spark is started inside each command
+(``build_session`` imported when the command runs).
 """
 
 from __future__ import annotations
@@ -22,129 +14,26 @@ import json
 import logging
 import os
 import time
-from typing import Optional
 
-from pcem_spark.cli.parser import DEFAULT_CONFIG
+from pcem_spark.cli.inputs import (
+    check_label_rate,
+    check_outputs,
+    read_valid_documents,
+    rejects_output,
+    taxonomy_for,
+)
 from pcem_spark.errors import InputError
 
-# Re-exported: schedulers' wrappers and the tests import them from here.
-
+__all__ = [
+    "cmd_ingest",
+    "cmd_ingest_warc",
+    "cmd_train",
+    "cmd_predict",
+    "cmd_evaluate",
+    "cmd_inspect",
+]
 
 log = logging.getLogger("pcem")
-
-
-def _settings(args):
-    from pcem_spark.cli.config import load_settings
-
-    path = args.config
-    if path is None and os.path.exists(DEFAULT_CONFIG):
-        path = DEFAULT_CONFIG
-    return load_settings(path, args.overrides)
-
-
-def _taxonomy(args, docs=None):
-    from pcem_spark.core.taxonomy import load_taxonomy
-
-    if getattr(args, "taxonomy", None):
-        return load_taxonomy(args.taxonomy)
-    from pcem_spark.model.label_checks import warn_singleton_leaves
-    from pcem_spark.model.labels import infer_taxonomy
-
-    taxonomy = infer_taxonomy(docs)
-    # Before --label-rate hides labels: sampling would make false singletons.
-    warn_singleton_leaves(docs, taxonomy, where=getattr(args, "docs", None))
-    return taxonomy
-
-
-def _check_outputs(spark, outputs, inputs, overwrite: bool, check_existing: bool = True) -> None:
-    """Fail before any work if an output would replace an input, another output or existing data."""
-    from pcem_spark.io.output_paths import check_output_paths
-
-    check_output_paths(spark, outputs, inputs, overwrite, check_existing)
-
-
-def _rejects_output(args, main_path: str, docs: str):
-    """The rejects table's Output: --rejects, or MAIN_rejects beside the main output."""
-    import re
-
-    from pcem_spark.io.output_paths import Output
-
-    if not args.rejects and re.fullmatch(r"(?:[A-Za-z][\w+.-]*:/*[^/]*)?/*", main_path.rstrip("/")):
-        # A bucket or file system root: "s3a://bucket_rejects" would be another bucket.
-        raise InputError(f"{main_path!r} is the root of a file system or bucket: give --rejects PATH")
-    if args.rejects:
-        return Output("--rejects", args.rejects, "rejects", source=docs)
-    return Output(
-        "--rejects (default: beside the main output)", main_path.rstrip("/") + "_rejects", "rejects", source=docs
-    )
-
-
-def _check_label_rate(rate: Optional[float]) -> None:
-    if rate is not None and not 0.0 < rate <= 1.0:
-        raise InputError(f"--label-rate must be in (0, 1], got {rate}")
-
-
-def _read_valid(
-    spark, path: str, rejects_path: str, split: Optional[str], counts: Optional[dict] = None, fmt: Optional[str] = None
-):
-    """Read documents, write the rejects table (atomically), log counts; return the valid rows.
-
-    Rejects are decided on the whole table before ``--split`` filters, so a
-    malformed row (whose split is unknown) is never lost to the filter. The
-    rejects table belongs to the run's main output, whose existence the
-    caller has checked, so a leftover of a failed run is replaced; its marker
-    holds the counts (rows read = valid + rejected). ``counts`` (a dict) is
-    filled with them for the main output's marker.
-    """
-    from pyspark.sql import functions as F
-
-    from pcem_spark.io.documents import count_input_rows, detect_format, log_counts, read_documents, split_rejects
-    from pcem_spark.io.outputs import atomic_output
-
-    fmt = fmt or detect_format(spark, path)
-    raw = read_documents(spark, path, fmt)
-    good, rejects = split_rejects(raw)  # both read one persisted, fully parsed copy
-    # Counted from the stored rows (lines), not from the parser's output: the check below then proves
-    # that every input row is either valid or rejected.
-    n_in, n_good = count_input_rows(spark, path, fmt), good.count()
-    with atomic_output(spark, rejects_path, "rejects", overwrite=True) as staged:
-        rejects.write.parquet(staged.tmp)
-        by_reason = log_counts(path, n_in, n_good, rejects)
-        n_rej = spark.read.parquet(staged.tmp).count()
-        if n_rej != n_in - n_good:  # the contract: every input row is valid or rejected, never lost
-            raise RuntimeError(f"{path}: {n_in} rows read, {n_good} valid, but {n_rej} rejects written")
-        summary = {
-            "source": path,
-            "rows_read": n_in,
-            "valid": n_good,
-            "rejected": n_rej,
-            "rejected_by_reason": by_reason,
-        }
-        staged.info.update(summary)
-    if counts is not None:
-        counts.update({**summary, "rejects": rejects_path})
-    if n_in != n_good:
-        log.warning("%d rejected rows written to %s", n_in - n_good, rejects_path)
-    if split is not None:
-        good = good.where(F.col("split") == split)
-        n_split = good.count()
-        log.info(
-            "%s: %d valid documents with split=%r, %d valid documents with another split left out",
-            path,
-            n_split,
-            split,
-            n_good - n_split,
-        )
-        n_good = n_split
-        if counts is not None:
-            counts["split"], counts["selected"] = split, n_split
-    if n_good == 0:
-        raise InputError(
-            f"{path}: no valid documents"
-            + (f" with split={split!r}" if split else "")
-            + f" (the rejects, with their reasons, are in {rejects_path})"
-        )
-    return good
 
 
 def cmd_ingest(args, settings) -> int:
@@ -157,7 +46,7 @@ def cmd_ingest(args, settings) -> int:
     jsonl = out.rstrip("/").endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz"))
     # Before the archive is read: a JSON Lines file is local, so all of it; a Parquet table only by its path
     # (where it lives -- local disk or HDFS -- only Spark can say; checked in full below).
-    _check_outputs(
+    check_outputs(
         None,
         [Output("--output", out, None, directory=False) if jsonl else Output("--output", out, "documents")],
         inputs,
@@ -180,7 +69,7 @@ def cmd_ingest(args, settings) -> int:
             per_split[doc["split"]] = per_split.get(doc["split"], 0) + 1
         n = len(rows)
         spark = build_session(settings.spark)
-        _check_outputs(spark, [Output("--output", out, "documents")], inputs, args.overwrite)
+        check_outputs(spark, [Output("--output", out, "documents")], inputs, args.overwrite)
         slices = max(spark.sparkContext.defaultParallelism, n // 2000 + 1)  # ~2,000 messages per task
         df = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), DOCUMENT_SCHEMA)
         with atomic_output(spark, out, "documents", overwrite=args.overwrite) as staged:
@@ -204,8 +93,8 @@ def cmd_ingest_warc(args, settings) -> int:
 
     require_libraries()  # before starting Spark: a missing library is exit 2 in a second
     spark = build_session(settings.spark)
-    rejects = _rejects_output(args, args.output, ",".join(args.input))
-    _check_outputs(
+    rejects = rejects_output(args, args.output, ",".join(args.input))
+    check_outputs(
         spark,
         [Output("--output", args.output, "documents"), rejects],
         [("--input", path) for path in split_inputs(args.input)],
@@ -233,9 +122,9 @@ def cmd_train(args, settings) -> int:
     if args.method:
         settings.model.method = args.method
         settings.model.validate()
-    _check_label_rate(args.label_rate)
+    check_label_rate(args.label_rate)
     # Cheap checks before the read: a wrong taxonomy or descriptions path fails in a second.
-    given_taxonomy = _taxonomy(args) if args.taxonomy else None
+    given_taxonomy = taxonomy_for(args) if args.taxonomy else None
     for path in (args.descriptions,):
         if path and "://" not in path and not os.path.exists(path):
             raise FileNotFoundError(f"--descriptions {path!r} does not exist")
@@ -243,8 +132,8 @@ def cmd_train(args, settings) -> int:
     t0 = time.perf_counter()
     from pcem_spark.io.output_paths import Output
 
-    rejects = _rejects_output(args, args.model, args.docs)
-    _check_outputs(
+    rejects = rejects_output(args, args.model, args.docs)
+    check_outputs(
         spark,
         [Output("--model", args.model, "model"), rejects],
         [
@@ -262,8 +151,8 @@ def cmd_train(args, settings) -> int:
         warm = WarmStart.load(args.init_model)
         warm.check(given_taxonomy or warm.model.taxonomy, settings.model, where="--init-model")
     counts: dict = {}
-    docs = _read_valid(spark, args.docs, rejects.path, args.split, counts, args.docs_format)
-    taxonomy = given_taxonomy or (warm.model.taxonomy if warm is not None else _taxonomy(args, docs))
+    docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, args.docs_format)
+    taxonomy = given_taxonomy or (warm.model.taxonomy if warm is not None else taxonomy_for(args, docs))
     sup = settings.supervision
     args.supervision = args.supervision or sup.kind
     args.descriptions = args.descriptions or sup.descriptions or None
@@ -379,8 +268,8 @@ def cmd_predict(args, settings) -> int:
     t0 = time.perf_counter()
     from pcem_spark.io.output_paths import Output
 
-    rejects = _rejects_output(args, args.output, args.docs)
-    _check_outputs(
+    rejects = rejects_output(args, args.output, args.docs)
+    check_outputs(
         spark,
         [Output("--output", args.output, "predictions"), rejects],
         [("--model", args.model), ("--docs", args.docs)],
@@ -388,7 +277,7 @@ def cmd_predict(args, settings) -> int:
     )
     model = PathModel.load(args.model)
     counts: dict = {}
-    docs = _read_valid(spark, args.docs, rejects.path, args.split, counts, args.docs_format).cache()
+    docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, args.docs_format).cache()
     n_in = docs.count()
     pred = model.transform(docs, min_probability=min_probability, top_k=top_k)
     # Written to a temporary sibling and moved into place with its marker: --overwrite keeps the old
@@ -432,7 +321,7 @@ def cmd_evaluate(args, settings) -> int:
     if args.output:
         from pcem_spark.io.output_paths import Output
 
-        _check_outputs(
+        check_outputs(
             None,
             [Output("--output", args.output, None, directory=False)],
             [("--predictions", args.predictions), ("--model", args.model), ("--taxonomy", args.taxonomy)],
@@ -469,7 +358,7 @@ def cmd_evaluate(args, settings) -> int:
 
 
 def cmd_inspect(args, settings) -> int:
-    """Per-node masses, priors and top terms (+ per-level confusion) as plain files (pcem_spark.inspect)."""
+    """Per-node masses, priors and top terms (+ per-level confusion) as plain files (pcem_spark.ops.inspection)."""
     from pcem_spark.engine.session import build_session
     from pcem_spark.io.outputs import require_complete
     from pcem_spark.model.path_model import PathModel
@@ -489,7 +378,7 @@ def cmd_inspect(args, settings) -> int:
 
     out = check_local_output(args.output)
     # Before starting Spark (local paths only: inspect writes plain files).
-    _check_outputs(
+    check_outputs(
         None,
         [Output("--output", out, INSPECT_KIND)],
         [("--model", args.model), ("--predictions", args.predictions)],
@@ -520,153 +409,4 @@ def cmd_inspect(args, settings) -> int:
     files = inspection_files(report, confusion)
     write_inspection(out, files, overwrite=args.overwrite, info={"model": args.model, "predictions": args.predictions})
     log.info("inspect: %s -> %s (%s) in %.1fs", args.model, out, ", ".join(sorted(files)), time.perf_counter() - t0)
-    return 0
-
-
-def cmd_experiment(args, settings) -> int:
-    from pcem_spark.engine.session import build_session
-    from pcem_spark.experiment.protocol import ALL_METHODS, run_experiment
-
-    exp = settings.experiment
-    # Every setting that decides the planned runs is checked before Spark starts: a plan of no runs
-    # (--seeds 0, no rates, no methods) is a mistake, not an empty result (exit 2, naming the setting).
-
-    def flag(name: str, raw: str) -> str:  # how a message names a command-line value
-        return f"--{name} {raw if raw.strip() else repr(raw)}"
-
-    def plan_error(where: str, what: str) -> InputError:
-        return InputError(f"{where}: {what} (pcem experiment runs every method x label rate x seed)")
-
-    if args.methods is not None:
-        methods, where_m = [m.strip() for m in args.methods.split(",")], flag("methods", args.methods)
-    else:
-        methods, where_m = list(exp.methods), "[experiment] methods"
-    if not any(methods):
-        raise plan_error(where_m, "no methods, so no runs; name at least one, e.g. pcnb,pcem")
-    if "" in methods:
-        raise plan_error(where_m, "an empty method name (a stray comma?)")
-    for m in methods:
-        if m not in ALL_METHODS:
-            raise plan_error(where_m, f"unknown method {m!r}; known: {', '.join(ALL_METHODS)}")
-    if args.rates is not None:
-        where_r = flag("rates", args.rates)
-        parts = [r.strip() for r in args.rates.split(",")]
-        if any(parts) and "" in parts:
-            raise plan_error(where_r, "an empty label rate (a stray comma?)")
-        try:
-            rates = [float(r) for r in parts if r]
-        except ValueError:
-            raise plan_error(where_r, "expected comma-separated label rates in (0, 1], e.g. 0.01,0.05") from None
-    else:
-        rates, where_r = list(exp.rates), "[experiment] rates"
-    if not rates:
-        raise plan_error(where_r, "no label rates, so no runs; give at least one in (0, 1], e.g. 0.01")
-    bad = [r for r in rates if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1]
-    if bad:
-        raise plan_error(
-            where_r,
-            f"label rates must be in (0, 1] (the share of each leaf's training documents "
-            f"that keeps its labels), got {bad}",
-        )
-    if args.seeds is not None:
-        # "5" means five seeds 0..4; "3,7" means exactly those seeds.
-        where_s = flag("seeds", args.seeds)
-        try:
-            numbers = [int(p) for p in args.seeds.split(",")]
-        except ValueError:
-            raise plan_error(
-                where_s, "expected a number of seeds (e.g. 5: seeds 0..4) or comma-separated seeds (e.g. 0,1,2)"
-            ) from None
-        if len(numbers) == 1:
-            if numbers[0] < 1:
-                raise plan_error(
-                    where_s,
-                    f"{numbers[0]} seeds plan no runs; give a count >= 1 (e.g. 5: seeds "
-                    "0..4) or the seeds themselves (e.g. 0,1,2)",
-                )
-            seeds = list(range(numbers[0]))
-        else:
-            seeds = numbers
-    else:
-        seeds, where_s = list(exp.seeds), "[experiment] seeds"
-        if not seeds:
-            raise plan_error(where_s, "no seeds, so no runs; give at least one, e.g. [0, 1, 2]")
-    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or s < 0]
-    if bad:
-        raise plan_error(where_s, f"seeds must be integers >= 0, got {bad}")
-    if args.setting is not None:
-        setting_list, where_st = args.setting.split(","), flag("setting", args.setting)
-    else:
-        setting_list, where_st = list(exp.settings), "[experiment] settings"
-    for st in setting_list:
-        if st not in ("labeled", "dataless"):
-            raise plan_error(where_st, f"expected labeled, dataless or labeled,dataless, got {st!r}")
-    sup = settings.supervision
-    weak_mode = args.weak_mode or sup.weak_mode
-    min_similarity = sup.min_similarity if args.min_similarity is None else args.min_similarity
-    desc_path = args.descriptions or sup.descriptions
-    if "dataless" in setting_list and not desc_path:
-        raise InputError(
-            "the dataless setting needs --descriptions FILE (JSON node -> description) "
-            "or [supervision] descriptions in the settings"
-        )
-    given_taxonomy = _taxonomy(args) if args.taxonomy else None
-    # The results folder is resumed by design (files in it are replaced one by one); it may not be, or lie
-    # inside, an input, nor be a model or other output; its rejects table is rewritten by every run.
-    from pcem_spark.io.output_paths import Output
-
-    inputs = [("--docs", args.docs), ("--taxonomy", args.taxonomy), ("--descriptions", desc_path)]
-    rejects_path = os.path.join(args.output_dir, "rejects")
-    _check_outputs(None, [Output("--output-dir", args.output_dir, None)], inputs, False)
-    _check_outputs(
-        None, [Output("--output-dir (its rejects)", rejects_path, "rejects", source=args.docs)], inputs, True
-    )
-    spark = build_session(settings.spark)
-    os.makedirs(args.output_dir, exist_ok=True)
-    docs = _read_valid(spark, args.docs, rejects_path, None, None, args.docs_format)
-    taxonomy = given_taxonomy or _taxonomy(args, docs)
-    descriptions = None
-    if "dataless" in setting_list:
-        from pcem_spark.io.descriptions import load_descriptions
-
-        descriptions = load_descriptions(desc_path, taxonomy)
-    rows = run_experiment(
-        docs,
-        taxonomy,
-        settings.features,
-        settings.model,
-        methods,
-        rates,
-        seeds,
-        exp.test_fraction,
-        args.output_dir,
-        setting=setting_list,
-        descriptions=descriptions,
-        weak_mode=weak_mode,
-        min_similarity=min_similarity,
-        resume=not args.no_resume,
-        discriminative_c=exp.discriminative_c,
-        report_rate=exp.report_rate,
-        paper=exp.paper_reference,
-        tune=settings.tune,
-    )
-    from pcem_spark.experiment.report import table2
-
-    print(table2(rows, exp.report_rate))
-    return 0
-
-
-def cmd_report(args, settings) -> int:
-    from pcem_spark.experiment.protocol import read_csv
-    from pcem_spark.experiment.report import PAPERS, table2, write_report
-
-    rows = read_csv(args.results)
-    if not rows:
-        raise InputError(f"{args.results}: no results (expected results.csv of pcem experiment)")
-    out_dir = args.output_dir or os.path.dirname(os.path.abspath(args.results))
-    os.makedirs(out_dir, exist_ok=True)
-    rate = settings.experiment.report_rate if args.rate is None else args.rate
-    written = write_report(rows, out_dir, rate, PAPERS.get(settings.experiment.paper_reference))
-    print(table2(rows, rate))
-    print("written: " + ", ".join(os.path.join(out_dir, w) for w in written))
     return 0

@@ -10,58 +10,11 @@ from typing import Any, Dict, List, Optional
 
 from pcem_spark.engine.features import FeatureSettings
 from pcem_spark.engine.session import SparkSettings
-from pcem_spark.errors import InputError
-from pcem_spark.ml.tuning import TuneSettings
+from pcem_spark.experiment.settings import ConfigError, ExperimentSettings, SupervisionSettings
+from pcem_spark.ml.tune_settings import TuneSettings
 from pcem_spark.model.settings import ModelSettings
 
-
-class ConfigError(InputError):
-    """A settings file or override is not valid."""
-
-
-@dataclass
-class ExperimentSettings:
-    methods: List[str] = field(default_factory=lambda: ["pcnb", "pcem", "flat-nb", "flat-em"])
-    rates: List[float] = field(default_factory=lambda: [0.01])
-    seeds: List[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
-    test_fraction: float = 0.2
-    settings: List[str] = field(default_factory=lambda: ["labeled"])  # labeled and/or dataless
-    discriminative_c: float = 1.0  # LibLinear-style C of lr / svm / hiercost (regParam = 1 / (C n))
-    report_rate: float = 0.01  # label rate of the Table-2 report
-    paper_reference: str = ""  # "20ng": print the paper's Table-2 numbers beside ours
-
-    def validate(self) -> None:
-        from pcem_spark.core.methods import DISCRIMINATIVE, GENERATIVE
-
-        known = GENERATIVE + DISCRIMINATIVE
-        bad = [m for m in self.methods if m not in known]
-        if bad:
-            raise ConfigError(f"experiment.methods: unknown method(s) {bad}; known: {', '.join(known)}")
-        bad = [s for s in self.settings if s not in ("labeled", "dataless")]
-        if bad or not self.settings:
-            raise ConfigError(
-                f"experiment.settings must be a non-empty list of 'labeled' / 'dataless', got {self.settings}"
-            )
-        if any(not 0 < r <= 1 for r in self.rates):
-            raise ConfigError(f"experiment.rates must be in (0, 1], got {self.rates}")
-        if self.discriminative_c <= 0:
-            raise ConfigError(f"experiment.discriminative_c must be > 0, got {self.discriminative_c}")
-        if self.paper_reference not in ("", "20ng"):
-            raise ConfigError(f"experiment.paper_reference must be '' or '20ng', got {self.paper_reference!r}")
-
-
-@dataclass
-class SupervisionSettings:
-    kind: str = "labels"  # labels | descriptions | similarities
-    descriptions: str = ""  # JSON node -> description (kind = descriptions)
-    weak_mode: str = "argmax"  # argmax (the paper's rule) | soft
-    min_similarity: float = 0.0  # no weak label unless every depth's best similarity is above this
-
-    def validate(self) -> None:
-        if self.kind not in ("labels", "descriptions", "similarities"):
-            raise ConfigError(f"supervision.kind must be labels, descriptions or similarities, got {self.kind!r}")
-        if self.weak_mode not in ("argmax", "soft", "path"):
-            raise ConfigError(f"supervision.weak_mode must be argmax, soft or path, got {self.weak_mode!r}")
+__all__ = ["ConfigError", "ExperimentSettings", "SupervisionSettings", "PredictSettings", "Settings", "load_settings"]
 
 
 @dataclass

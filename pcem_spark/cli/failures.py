@@ -56,6 +56,24 @@ from typing import Iterator, List, Optional, Tuple
 
 from pcem_spark.errors import InputError
 
+__all__ = [
+    "EXIT_OK",
+    "EXIT_BUG",
+    "EXIT_BAD_INPUT",
+    "EXIT_TRANSIENT",
+    "BAD_INPUT_JAVA",
+    "TRANSIENT_JAVA",
+    "BAD_INPUT_CONDITIONS",
+    "BUG_WORKER_TYPES",
+    "DEPLOYMENT_WORKER_TYPES",
+    "MESSAGE_RULES",
+    "root_cause",
+    "java_chain",
+    "classify_failure",
+    "iter_rules",
+    "rules_markdown",
+]
+
 EXIT_OK, EXIT_BUG, EXIT_BAD_INPUT, EXIT_TRANSIENT = 0, 1, 2, 75
 
 # Java exception classes (anywhere in the cause chain) that mean the request is wrong:
@@ -429,7 +447,7 @@ def iter_rules() -> Iterator[Tuple[str, Tuple[str, ...], int]]:
 
 
 def rules_markdown() -> str:
-    """The README's exit-code table (``python -m pcem_spark.failures`` prints it)."""
+    """The README's exit-code table (``python -m pcem_spark.cli.failures`` prints it)."""
     rows = ["| raised in | kinds | exit |", "|---|---|---|"]
     for origin, kinds, code in iter_rules():
         rows.append(

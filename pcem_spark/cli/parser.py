@@ -1,9 +1,11 @@
-"""TODO docstring (cli)."""
+"""The ``pcem`` argument parser: every command, its flags and their help (nothing runs here)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+
+__all__ = ["DEFAULT_CONFIG", "build_parser"]
 
 # Re-exported: schedulers' wrappers and the tests import them from here.
 

@@ -31,6 +31,7 @@ from pcem_spark.core.decoding import (  # noqa: F401
 from pcem_spark.core.estep import (  # noqa: F401
     DENSE_TERM_SHARE,
     BlockStats,
+    EStepOptions,
     ScoringTables,
     e_step,
     joint_log_likelihood,
@@ -66,6 +67,7 @@ from pcem_spark.core.node_stats import (  # noqa: F401
 from pcem_spark.core.parameters import (  # noqa: F401
     DEFAULT_SMOOTHING_GRID,
     PathParameters,
+    PreviousFit,
     choose_smoothing,
     dirichlet_log_evidence,
     log_parameters,
@@ -137,6 +139,7 @@ __all__ = [
     "sparse_log_prior_density",
     "term_mapping",
     "recovered_counts",
+    "PreviousFit",
     "warm_start_parameters",
     "log_prior_density",
     "length_normalize",
@@ -148,6 +151,7 @@ __all__ = [
     "truncated_dense",
     "joint_log_likelihood",
     "BlockStats",
+    "EStepOptions",
     "e_step",
     "predict_paths",
     "decode",

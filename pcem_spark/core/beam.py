@@ -1,4 +1,5 @@
-"""TODO docstring (pathnb)."""
+"""Beam decoding: the most probable path found top-down, keeping the ``beam`` best partial
+paths per depth instead of scoring every leaf -- for taxonomies with thousands of leaves."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from pcem_spark.core.parameters import PathParameters
+
+__all__ = ["BeamTables", "beam_tables", "beam_predict_paths"]
 
 
 class BeamTables(NamedTuple):

@@ -1,4 +1,8 @@
-"""TODO docstring (pathnb)."""
+"""Decoding (Eq. 5 and the abstaining / top-k variants): from joint log-likelihoods to paths.
+
+Posteriors over paths, node marginals, the most probable path, the depth to stop at
+below ``min_probability``, the ``k`` most probable paths. Pure numpy on one block.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,18 @@ import scipy.sparse as sp
 
 from pcem_spark.core.estep import ScoringTables, joint_log_likelihood, length_normalize, tables_joint_log_likelihood
 from pcem_spark.core.structure import Structure, group_log_softmax, posterior
+
+__all__ = [
+    "predict_paths",
+    "decode",
+    "path_posteriors",
+    "node_marginals",
+    "path_node_table",
+    "abstain_depth",
+    "top_k_paths",
+    "PathPredictions",
+    "predict_path_details",
+]
 
 
 def predict_paths(
@@ -24,11 +40,41 @@ def predict_paths(
     The parameters are dense (``log_prior``, ``log_theta``) or ``tables``
     (:func:`scoring_tables`, what prediction broadcasts).
 
+    Parameters
+    ----------
+    X : sparse matrix, shape (n, V)
+        Term counts of the documents.
+    log_prior : ndarray, shape (R,), or None
+        ``log P(p_j)`` (None when ``tables`` is given).
+    log_theta : ndarray, shape (R, V), or None
+        ``log P(w_t | p_j)`` (None when ``tables`` is given).
+    structure : Structure or None
+        The baselines' component structure and decoding rule (None = Eq. 5).
+    doc_length : float >= 0
+        Scale longer documents down to this many tokens first
+        (:func:`~pcem_spark.core.estep.length_normalize`; 0 = raw counts).
+    tables : ScoringTables or None
+        The parameters in sparse form, used instead of ``log_prior`` / ``log_theta``.
+
     Returns
     -------
-    best : int ndarray, shape (n,), path index
-    prob : ndarray, shape (n,); for ``win`` the mean over depths of the
-        path's node probabilities
+    best : int ndarray, shape (n,)
+        Path index of each document.
+    prob : ndarray, shape (n,)
+        Its posterior probability; for ``win`` the mean over depths of the
+        path's node probabilities.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import scipy.sparse as sp
+    >>> from pcem_spark.core.parameters import log_parameters
+    >>> word_counts = np.array([[4.0, 0.0, 0.0, 1.0], [0.0, 3.0, 1.0, 0.0], [0.0, 0.0, 2.0, 2.0]])
+    >>> log_prior, log_theta = log_parameters(word_counts, np.array([2.0, 1.0, 1.0]))
+    >>> X = sp.csr_matrix(np.array([[3, 0, 0, 1], [0, 2, 1, 0]]))
+    >>> best, prob = predict_paths(X, log_prior, log_theta)
+    >>> print(best, prob.round(3))
+    [0 1] [0.983 0.888]
     """
     X = length_normalize(X, doc_length) if doc_length > 0 else sp.csr_matrix(X)
     jll = (
@@ -92,12 +138,30 @@ def path_posteriors(jll: np.ndarray, structure: Optional[Structure] = None) -> n
 
     Parameters
     ----------
-    jll : ndarray (n, R), component joint log-likelihoods
+    jll : ndarray, shape (n, R)
+        Component joint log-likelihoods
+        (:func:`~pcem_spark.core.estep.joint_log_likelihood`).
     structure : Structure or None
+        The method's component structure (None: R = M, Eq. 5).
 
     Returns
     -------
-    ndarray (n, M), float64, rows summing to 1
+    ndarray, shape (n, M)
+        float64, rows summing to 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import scipy.sparse as sp
+    >>> from pcem_spark.core.parameters import log_parameters
+    >>> word_counts = np.array([[4.0, 0.0, 0.0, 1.0], [0.0, 3.0, 1.0, 0.0], [0.0, 0.0, 2.0, 2.0]])
+    >>> log_prior, log_theta = log_parameters(word_counts, np.array([2.0, 1.0, 1.0]))
+    >>> X = sp.csr_matrix(np.array([[3, 0, 0, 1], [0, 2, 1, 0]]))
+    >>> from pcem_spark.core.estep import joint_log_likelihood
+    >>> post = path_posteriors(joint_log_likelihood(X, log_prior, log_theta))
+    >>> print(post.round(3))
+    [[0.983 0.004 0.013]
+     [0.029 0.888 0.083]]
     """
     jll = np.asarray(jll, dtype=np.float64)
     n = jll.shape[0]
@@ -130,8 +194,21 @@ def node_marginals(path_post: np.ndarray, path_node) -> np.ndarray:
 
     Returns
     -------
-    ndarray (n, K), in [0, 1]; along a path the marginals never increase
-    (a node's paths include its children's).
+    ndarray, shape (n, K)
+        In [0, 1]; along a path the marginals never increase (a node's paths
+        include its children's).
+
+    Examples
+    --------
+    Paths ``rec/autos``, ``sci/med``, ``sci/space``; nodes in
+    ``Taxonomy.nodes`` order (``rec``, ``sci``, ``autos``, ``med``, ``space``):
+
+    >>> import numpy as np
+    >>> from pcem_spark.core.taxonomy import Taxonomy
+    >>> taxonomy = Taxonomy({"ROOT": ["sci", "rec"], "sci": ["space", "med"], "rec": ["autos"]})
+    >>> path_post = np.array([[0.1, 0.3, 0.6]])
+    >>> print(node_marginals(path_post, taxonomy.path_node_matrix()).round(3))
+    [[0.1 0.9 0.1 0.3 0.6]]
     """
     out = np.asarray(
         path_post @ path_node

@@ -21,6 +21,20 @@ import scipy.sparse as sp
 from pcem_spark.core.parameters import PathParameters
 from pcem_spark.core.structure import Structure, labeled_responsibilities, random_component_split, responsibilities
 
+__all__ = [
+    "DENSE_TERM_SHARE",
+    "length_normalize",
+    "ScoringTables",
+    "scoring_tables",
+    "tables_joint_log_likelihood",
+    "truncate_posteriors",
+    "truncated_dense",
+    "joint_log_likelihood",
+    "BlockStats",
+    "EStepOptions",
+    "e_step",
+]
+
 
 def length_normalize(X, doc_length: float = 0.0) -> sp.csr_matrix:
     """Scale the term counts of every document longer than ``doc_length`` tokens down to ``doc_length``.
@@ -90,9 +104,31 @@ def scoring_tables(params: PathParameters, dtype="float64", dense_share: float =
 
     Parameters
     ----------
-    params : PathParameters with (R, V) log_ratio
-    dtype : "float64" | "float32" of the tables
-    dense_share : a term non-zero in more than this share of components is dense
+    params : PathParameters
+        Sparse parameters with an (R, V) ``log_ratio``
+        (:func:`~pcem_spark.core.parameters.sparse_log_parameters`).
+    dtype : "float64" or "float32"
+        dtype of the tables (float32 halves the broadcast).
+    dense_share : float
+        A term non-zero in more than this share of components is dense.
+
+    Returns
+    -------
+    ScoringTables
+        ``dense_t`` (Vd, R) for the ``dense_terms`` (Vd,) and ``sparse_t``
+        (V, R) CSR for the rest; ``dense_terms`` None when every term is dense
+        (``dense_t`` then (V, R)).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import scipy.sparse as sp
+    >>> from pcem_spark.core.parameters import sparse_log_parameters
+    >>> word_counts = sp.csr_matrix(np.array([[4.0, 0.0, 0.0, 1.0], [0.0, 3.0, 1.0, 0.0], [0.0, 0.0, 2.0, 2.0]]))
+    >>> params = sparse_log_parameters(word_counts, np.array([2.0, 1.0, 1.0]))
+    >>> tables = scoring_tables(params, dtype="float32")
+    >>> tables.n_components, tables.dtype, tables.dense_t.shape
+    (3, dtype('float32'), (4, 3))
     """
     dtype = np.dtype(dtype)
     ratio = params.log_ratio
@@ -119,12 +155,31 @@ def tables_joint_log_likelihood(X, tables: ScoringTables) -> np.ndarray:
 
     Parameters
     ----------
-    X : sparse matrix (n, V), any numeric dtype
-    tables : ScoringTables with R components
+    X : sparse matrix, shape (n, V)
+        Term counts, any numeric dtype.
+    tables : ScoringTables
+        The parameters of R components (:func:`scoring_tables`).
 
     Returns
     -------
-    ndarray (n, R), float64
+    ndarray, shape (n, R)
+        float64; equal to :func:`joint_log_likelihood` of the dense parameters
+        (up to the tables' dtype).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import scipy.sparse as sp
+    >>> from pcem_spark.core.parameters import sparse_log_parameters
+    >>> word_counts = sp.csr_matrix(np.array([[4.0, 0.0, 0.0, 1.0], [0.0, 3.0, 1.0, 0.0], [0.0, 0.0, 2.0, 2.0]]))
+    >>> params = sparse_log_parameters(word_counts, np.array([2.0, 1.0, 1.0]))
+    >>> X = sp.csr_matrix(np.array([[3, 0, 0, 1], [0, 2, 1, 0]]))
+    >>> jll = tables_joint_log_likelihood(X, scoring_tables(params))
+    >>> print(jll.round(2))
+    [[-4.11 -9.57 -8.47]
+     [-7.44 -4.03 -6.39]]
+    >>> bool(np.allclose(jll, joint_log_likelihood(X, params.log_prior, params.log_theta())))
+    True
     """
     X = sp.csr_matrix(X)
     lengths = np.asarray(X.sum(axis=1), dtype=np.float64).ravel()
@@ -193,12 +248,28 @@ def joint_log_likelihood(X, log_prior: np.ndarray, log_theta: np.ndarray) -> np.
     Parameters
     ----------
     X : sparse matrix, shape (n, V)
+        Term counts of the documents.
     log_prior : ndarray, shape (M,)
+        ``log P(p_j)``.
     log_theta : ndarray, shape (M, V)
+        ``log P(w_t | p_j)``.
 
     Returns
     -------
     ndarray, shape (n, M)
+        float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import scipy.sparse as sp
+    >>> from pcem_spark.core.parameters import log_parameters
+    >>> word_counts = np.array([[4.0, 0.0, 0.0, 1.0], [0.0, 3.0, 1.0, 0.0], [0.0, 0.0, 2.0, 2.0]])
+    >>> log_prior, log_theta = log_parameters(word_counts, np.array([2.0, 1.0, 1.0]))
+    >>> X = sp.csr_matrix(np.array([[3, 0, 0, 1], [0, 2, 1, 0]]))
+    >>> print(joint_log_likelihood(X, log_prior, log_theta).round(2))
+    [[-4.11 -9.57 -8.47]
+     [-7.44 -4.03 -6.39]]
     """
     jll = X @ log_theta.T
     return np.asarray(jll, dtype=np.float64) + log_prior[None, :]
@@ -212,19 +283,31 @@ class BlockStats(NamedTuple):
     loglik: float  # data part of Eq. 8 for the block
 
 
+class EStepOptions(NamedTuple):
+    """How :func:`e_step` treats the unlabelled rows and returns its sums (the settings of one E-step)."""
+
+    use_unlabeled: bool = True
+    """False for plain NB: unlabelled rows contribute nothing."""
+    posterior_floor: float = 0.0
+    """Unlabelled posteriors below this are dropped, the rest renormalised (0 = keep all)."""
+    sparse_density: float = 0.0
+    """When at most this fraction of the responsibilities is non-zero, the word sums are sparse (0 = always dense)."""
+    unlabeled_weight: float = 1.0
+    """Nigam et al. (2000)'s EM-lambda in [0, 1]: the unlabelled rows' weight (1 = the paper)."""
+    top_k: int = 0
+    """Keep at most this many paths per unlabelled posterior (0 = all)."""
+
+
 def e_step(
     X,
     fixed_scores: np.ndarray,
     labeled: np.ndarray,
     log_prior: Optional[np.ndarray],
     log_theta: Optional[np.ndarray],
-    use_unlabeled: bool = True,
-    posterior_floor: float = 0.0,
-    sparse_density: float = 0.0,
+    options: EStepOptions = EStepOptions(),
+    *,
     structure: Optional[Structure] = None,
     rng: Optional[np.random.Generator] = None,
-    unlabeled_weight: float = 1.0,
-    top_k: int = 0,
     tables: Optional[ScoringTables] = None,
 ) -> BlockStats:
     """One E-step on a block plus its contribution to the next M-step.
@@ -244,36 +327,60 @@ def e_step(
     log_prior, log_theta : current dense parameters, shapes (M,), (M, V);
         both ``None`` (and ``tables`` None) for the NB initialisation pass
         (labelled rows only, loglik 0)
-    use_unlabeled : bool
-        False for plain NB: unlabelled rows contribute nothing.
-    posterior_floor, top_k : truncation of the unlabelled posteriors
+    options : :class:`EStepOptions`
+        ``use_unlabeled``: False for plain NB, unlabelled rows contribute
+        nothing.
+        ``posterior_floor``, ``top_k``: truncation of the unlabelled posteriors
         (:func:`truncate_posteriors`): keep at most ``top_k`` paths per row
         (0 = all) whose posterior is >= ``posterior_floor``, renormalised.
         Both 0 = exact Eq. 5. Truncated rows make the sums sparse when
         ``sparse_density`` > 0; with ``sparse_density = 0`` the dropped paths are
         zeroed in the dense responsibilities (cheaper for a few paths).
-    sparse_density : float
-        When at most this fraction of the responsibilities is non-zero, the
-        word sums are computed and returned as a sparse matrix (0 = always
-        dense, the faster choice while M x V is small).
+        ``sparse_density``: when at most this fraction of the responsibilities
+        is non-zero, the word sums are computed and returned as a sparse
+        matrix (0 = always dense, the faster choice while M x V is small).
+        ``unlabeled_weight`` in [0, 1]: Nigam et al. (2000)'s EM-lambda,
+        unlabelled rows' responsibilities (and their log-evidence term of
+        Eq. 8) are scaled by it; 1 = the paper, 0 = unlabelled rows contribute
+        nothing (naive Bayes).
     structure : :class:`Structure` or None
         The baselines' component structure (None = PCNB/PCEM, flat).
     rng : numpy Generator or None
         Initialisation pass of a ``restrict_labeled`` structure only: each
         labelled row starts in one random component of its path.
-    unlabeled_weight : float in [0, 1]
-        Nigam et al. (2000)'s EM-lambda: unlabelled rows' responsibilities
-        (and their log-evidence term of Eq. 8) are scaled by it; 1 = the
-        paper, 0 = unlabelled rows contribute nothing (naive Bayes).
     tables : :class:`ScoringTables` or None
         The current parameters in sparse form (used instead of
         ``log_prior`` / ``log_theta``).
 
     Returns
     -------
-    BlockStats; ``word_counts`` is an ndarray or a scipy sparse matrix (M, V),
-    float64 (float32 when ``X`` is float32).
+    BlockStats
+        ``word_counts`` (M, V): ``sum_i R_ij x_it``, an ndarray or a scipy
+        sparse matrix, float64 (float32 when ``X`` is float32);
+        ``path_totals`` (M,): ``sum_i R_ij``; ``loglik``: the block's part of Eq. 8.
+
+    Examples
+    --------
+    One labelled document (path scores of ``sci/space`` from Eq. 2: 2 on its
+    path, 1 on its sibling) and one unlabelled document, three paths:
+
+    >>> import numpy as np
+    >>> import scipy.sparse as sp
+    >>> from pcem_spark.core.parameters import log_parameters
+    >>> word_counts = np.array([[4.0, 0.0, 0.0, 1.0], [0.0, 3.0, 1.0, 0.0], [0.0, 0.0, 2.0, 2.0]])
+    >>> log_prior, log_theta = log_parameters(word_counts, np.array([2.0, 1.0, 1.0]))
+    >>> X = sp.csr_matrix(np.array([[0, 0, 2, 2], [3, 0, 0, 1]]))
+    >>> fixed_scores = np.array([[0.0, 1.0, 2.0], [0.0, 0.0, 0.0]])
+    >>> labeled = np.array([True, False])
+    >>> stats = e_step(X, fixed_scores, labeled, log_prior, log_theta)
+    >>> print(stats.path_totals.round(3))  # labelled scores + the unlabelled posterior
+    [0.983 1.004 2.013]
+    >>> stats.word_counts.shape
+    (3, 4)
+    >>> print(e_step(X, fixed_scores, labeled, log_prior, log_theta, EStepOptions(use_unlabeled=False)).path_totals)
+    [0. 1. 2.]
     """
+    use_unlabeled, posterior_floor, sparse_density, unlabeled_weight, top_k = options
     X = sp.csr_matrix(X)
     labeled = np.asarray(labeled, dtype=bool)
     resp = np.where(labeled[:, None], fixed_scores, 0.0)

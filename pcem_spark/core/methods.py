@@ -6,7 +6,7 @@ distributions ("components"); methods differ only in
 * ``score_matrix`` (R, K): how a document's node scores (true labels or weak
   labels) become its fixed responsibilities over the components (Eq. 2 for
   the path cost-sensitive methods);
-* a :class:`~pcem_spark.pathnb.Structure`: which components compete in one
+* a :class:`~pcem_spark.core.Structure`: which components compete in one
   softmax / share one prior, how labelled documents spread over components,
   and how a path is decoded at prediction time.
 
@@ -51,7 +51,7 @@ single generative model.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence, Type
 
 import numpy as np
 
@@ -59,11 +59,39 @@ from pcem_spark.core.structure import Structure, weighted_score_matrix
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.errors import InputError
 
+__all__ = [
+    "SPARSE_SCORE_MATRIX_CELLS",
+    "GENERATIVE",
+    "EM_METHODS",
+    "DISCRIMINATIVE",
+    "ALL_METHODS",
+    "check_methods",
+    "MethodSpec",
+    "method_spec",
+]
+
 SPARSE_SCORE_MATRIX_CELLS = 1 << 22
 
 GENERATIVE = ("pcnb", "pcem", "flat-nb", "flat-em", "nbmc", "emmc", "tdnb", "tdem", "wdnb", "wdem")
 EM_METHODS = ("pcem", "flat-em", "emmc", "tdem", "wdem")
 DISCRIMINATIVE = ("lr", "svm", "hiercost")
+ALL_METHODS = GENERATIVE + DISCRIMINATIVE
+
+
+def check_methods(names: Sequence[str], where: Optional[str] = None, error: Type[InputError] = InputError) -> None:
+    """Raise ``error`` unless every name is one of :data:`ALL_METHODS`.
+
+    Without ``where`` the message names the first unknown method (``unknown
+    method 'nbx'; known: ...``); with it, a settings key such as
+    ``experiment.methods``, it lists every unknown one after that key.
+    """
+    bad = [m for m in names if m not in ALL_METHODS]
+    if not bad:
+        return
+    known = ", ".join(ALL_METHODS)
+    if where is None:
+        raise error(f"unknown method {bad[0]!r}; known: {known}")
+    raise error(f"{where}: unknown method(s) {bad}; known: {known}")
 
 
 @dataclass(frozen=True)
@@ -115,7 +143,7 @@ def method_spec(taxonomy: Taxonomy, method: str, components: int = 2, path_weigh
     """The components, scoring matrix and structure of a generative ``method`` on ``taxonomy``.
 
     ``path_weight`` (PCNB / PCEM only): 1 = Eq. 2, 0 = flat counts, in
-    between see :func:`pcem_spark.pathnb.weighted_score_matrix`.
+    between see :func:`pcem_spark.core.weighted_score_matrix`.
     """
     M, K = taxonomy.n_paths, taxonomy.n_nodes
     em = "all" if method in EM_METHODS else "off"

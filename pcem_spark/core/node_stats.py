@@ -1,4 +1,7 @@
-"""TODO docstring (inspect)."""
+"""Per-node statistics of a fitted model for ``pcem inspect``: word counts recovered from the
+parameters, node masses and priors, and the terms that set a node apart from its siblings
+(signed log-likelihood ratio, smoothed log-odds). Pure numpy/scipy.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +13,22 @@ import scipy.sparse as sp
 
 from pcem_spark.core.parameters import PathParameters, recovered_counts
 from pcem_spark.errors import InputError
+
+__all__ = [
+    "TERM_RANKINGS",
+    "component_paths",
+    "node_counts",
+    "node_sum",
+    "NodeMass",
+    "node_prior",
+    "node_mass",
+    "labeled_documents",
+    "TermScore",
+    "signed_llr",
+    "sibling_log_odds",
+    "padded_parents",
+    "tree_order",
+]
 
 log = logging.getLogger(__name__)
 

@@ -1,14 +1,33 @@
-"""TODO docstring (pathnb)."""
+"""The M-step and the parameters it produces: smoothed log-probabilities of words per path
+(Eq. 6) and path priors (Eq. 7), dense or sparse, the evidence that chooses the smoothing,
+and parameters carried over to a new vocabulary for a warm start. Pure numpy/scipy.
+"""
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln
 
 from pcem_spark.errors import InputError
+
+__all__ = [
+    "DEFAULT_SMOOTHING_GRID",
+    "dirichlet_log_evidence",
+    "choose_smoothing",
+    "log_parameters",
+    "log_path_prior",
+    "PathParameters",
+    "sparse_log_parameters",
+    "sparse_log_prior_density",
+    "term_mapping",
+    "recovered_counts",
+    "PreviousFit",
+    "warm_start_parameters",
+    "log_prior_density",
+]
 
 # Pseudo-counts tried by ``smoothing = "auto"`` (log-spaced, 0.01 .. 1): below
 # 0.01 a word unseen in a class costs more than ~10 nats per occurrence and one
@@ -60,9 +79,30 @@ def dirichlet_log_evidence(word_counts, alphas) -> np.ndarray:
 def choose_smoothing(word_counts, grid=DEFAULT_SMOOTHING_GRID) -> Tuple[float, np.ndarray]:
     """The pseudo-count of ``grid`` with the largest Dirichlet-multinomial evidence of ``word_counts``.
 
-    Deterministic (ties go to the larger pseudo-count, the safer side). Returns
-    ``(smoothing, log_evidence per grid value)``; with no counts at all the
-    largest grid value is returned.
+    Deterministic (ties go to the larger pseudo-count, the safer side); with
+    no counts at all the largest grid value is returned.
+
+    Parameters
+    ----------
+    word_counts : ndarray or sparse matrix, shape (M, V)
+        Per-path word counts (``sum_i S_ij x_it``), fractional counts allowed.
+    grid : sequence of float > 0
+        The candidate pseudo-counts (default :data:`DEFAULT_SMOOTHING_GRID`).
+
+    Returns
+    -------
+    smoothing : float
+        The chosen pseudo-count.
+    log_evidence : ndarray, shape (len(grid),)
+        :func:`dirichlet_log_evidence` of each grid value, in ascending grid order.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> word_counts = np.array([[4.0, 0.0, 0.0, 1.0], [0.0, 3.0, 1.0, 0.0], [0.0, 0.0, 2.0, 2.0]])
+    >>> smoothing, log_evidence = choose_smoothing(word_counts, grid=(1.0, 0.1))
+    >>> smoothing, log_evidence.shape
+    (1.0, (2,))
     """
     grid = np.asarray(sorted(grid), dtype=np.float64)
     ev = dirichlet_log_evidence(word_counts, grid)
@@ -96,7 +136,24 @@ def log_parameters(
     Returns
     -------
     log_prior : ndarray, shape (M,)
+        ``log P(p_j)``; ``exp`` sums to 1 (within each group).
     log_theta : ndarray, shape (M, V)
+        ``log P(w_t | p_j)``; each row's ``exp`` sums to 1.
+
+    Examples
+    --------
+    Three paths, a vocabulary of four words, Laplace smoothing (the paper):
+
+    >>> import numpy as np
+    >>> word_counts = np.array([[4.0, 0.0, 0.0, 1.0], [0.0, 3.0, 1.0, 0.0], [0.0, 0.0, 2.0, 2.0]])
+    >>> path_totals = np.array([2.0, 1.0, 1.0])
+    >>> log_prior, log_theta = log_parameters(word_counts, path_totals, smoothing=1.0)
+    >>> print(np.exp(log_prior).round(3))
+    [0.429 0.286 0.286]
+    >>> print(np.exp(log_theta).round(3))
+    [[0.556 0.111 0.111 0.222]
+     [0.125 0.5   0.25  0.125]
+     [0.125 0.125 0.375 0.375]]
     """
     log_prior = log_path_prior(path_totals, smoothing if prior_smoothing is None else prior_smoothing, groups)
     # In place after one copy: with 1,000 paths x 2^18 words every extra
@@ -115,12 +172,25 @@ def log_path_prior(
 
     Parameters
     ----------
-    path_totals : ndarray (R,)
-    groups : int ndarray (R,) or None -- normalise within each group (None: one group)
+    path_totals : ndarray, shape (R,)
+        ``sum_i S_ij``, the (fractional) number of documents per component.
+    prior_smoothing : float
+        Pseudo-count added to every total (the paper: 1).
+    groups : int ndarray, shape (R,), or None
+        Normalise within each group (None: one group).
 
     Returns
     -------
-    ndarray (R,)
+    ndarray, shape (R,)
+        ``log P(p_j)``; ``exp`` sums to 1 within each group.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> print(np.exp(log_path_prior(np.array([2.0, 1.0, 1.0]))).round(3))
+    [0.429 0.286 0.286]
+    >>> print(np.exp(log_path_prior(np.array([2.0, 1.0, 1.0]), groups=np.array([0, 1, 1]))).round(3))
+    [1.  0.5 0.5]
     """
     prior_num = prior_smoothing + np.asarray(path_totals, dtype=np.float64)
     if groups is None:
@@ -187,8 +257,30 @@ def sparse_log_parameters(
     Parameters
     ----------
     word_counts : sparse matrix or ndarray, shape (R, V), non-negative
-    path_totals : ndarray (R,)
-    smoothing, groups, prior_smoothing : as :func:`log_parameters`
+        ``sum_i S_ij x_it``.
+    path_totals : ndarray, shape (R,)
+        ``sum_i S_ij``.
+    smoothing : float > 0
+        Pseudo-count added to every word count.
+    groups, prior_smoothing : as :func:`log_parameters`
+
+    Returns
+    -------
+    PathParameters
+        ``log_prior`` (R,), ``log_base`` (R,) and ``log_ratio`` (R, V) CSR with
+        the non-zeros of ``word_counts``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import scipy.sparse as sp
+    >>> word_counts = sp.csr_matrix(np.array([[4.0, 0.0, 0.0, 1.0], [0.0, 3.0, 1.0, 0.0], [0.0, 0.0, 2.0, 2.0]]))
+    >>> params = sparse_log_parameters(word_counts, np.array([2.0, 1.0, 1.0]), smoothing=1.0)
+    >>> params.shape, params.log_ratio.nnz
+    ((3, 4), 6)
+    >>> dense_prior, dense_theta = log_parameters(word_counts.toarray(), np.array([2.0, 1.0, 1.0]))
+    >>> bool(np.allclose(params.log_theta(), dense_theta))
+    True
     """
     if smoothing <= 0:
         raise ValueError(f"the sparse parameters need a smoothing > 0, got {smoothing}")
@@ -263,16 +355,29 @@ def recovered_counts(
     return counts, np.maximum(n_words, 0.0)
 
 
+class PreviousFit(NamedTuple):
+    """A previous model's parameters and what they were fitted with: where a warm start starts.
+
+    params : PathParameters (R, V_prev), built by :func:`sparse_log_parameters` with ``smoothing``
+    vocabulary : sequence of str, length V_prev
+    smoothing : float > 0, the word pseudo-count of that fit
+    prior_smoothing : float or None -- its prior pseudo-count (None: ``smoothing``)
+    path_mass : ndarray (R,) or None -- the path masses ``T_j`` its prior was computed from
+    """
+
+    params: PathParameters
+    vocabulary: Sequence[str]
+    smoothing: float
+    prior_smoothing: Optional[float] = None
+    path_mass: Optional[np.ndarray] = None
+
+
 def warm_start_parameters(
-    prev: PathParameters,
-    prev_vocabulary,
+    prev: PreviousFit,
     new_vocabulary,
-    prev_smoothing: float,
     smoothing: float,
     groups: Optional[np.ndarray] = None,
     prior_smoothing: Optional[float] = None,
-    prev_prior_smoothing: Optional[float] = None,
-    prev_path_mass: Optional[np.ndarray] = None,
 ) -> PathParameters:
     """A previous model's parameters re-expressed on a new vocabulary: the start of a warm EM.
 
@@ -284,7 +389,7 @@ def warm_start_parameters(
     smoothing they are the previous parameters again.
 
     The prior: ``log_prior`` fixes the prior numerators ``ps + T_j`` only up to
-    a scale per group; ``prev_path_mass`` (the path masses ``T_j`` the previous
+    a scale per group; ``prev.path_mass`` (the path masses ``T_j`` the previous
     prior was computed from, e.g. the training summary's ``path_mass``) gives
     that scale, and the prior is rebuilt from ``T_j`` with ``prior_smoothing``.
     Without it the previous ``log_prior`` is kept (exact when the prior
@@ -295,25 +400,25 @@ def warm_start_parameters(
 
     Parameters
     ----------
-    prev : PathParameters (R, V_prev), built by :func:`sparse_log_parameters` with ``prev_smoothing``
-    prev_vocabulary : sequence of str, length V_prev
+    prev : :class:`PreviousFit` -- the previous parameters (R, V_prev), vocabulary, smoothing,
+        prior smoothing and path masses
     new_vocabulary : sequence of str, length V_new
-    prev_smoothing, smoothing : float > 0, the word pseudo-counts before / now
+    smoothing : float > 0, the word pseudo-count now
     groups : int ndarray (R,) or None -- prior normalised within each group (as :func:`log_path_prior`)
-    prior_smoothing, prev_prior_smoothing : float or None -- prior pseudo-counts now / before
+    prior_smoothing : float or None -- the prior pseudo-count now
         (None: the word pseudo-count, as :func:`sparse_log_parameters`)
-    prev_path_mass : ndarray (R,) or None
 
     Returns
     -------
     PathParameters (R, V_new)
     """
-    R, V_prev = prev.shape
+    params, prev_vocabulary, prev_smoothing, prev_prior_smoothing, prev_path_mass = prev
+    R, V_prev = params.shape
     if len(prev_vocabulary) != V_prev:
         raise ValueError(f"the previous vocabulary has {len(prev_vocabulary)} terms, its parameters {V_prev}")
     if prev_smoothing <= 0 or smoothing <= 0:
         raise ValueError(f"smoothing must be > 0, got previous {prev_smoothing} and new {smoothing}")
-    counts, _ = recovered_counts(prev, prev_smoothing)
+    counts, _ = recovered_counts(params, prev_smoothing)
     target = term_mapping(prev_vocabulary, new_vocabulary)
     coo = counts.tocoo()
     keep = target[coo.col] >= 0
@@ -335,10 +440,10 @@ def warm_start_parameters(
         else:
             _, group_of = np.unique(groups, return_inverse=True)
             scale = np.bincount(group_of, weights=numer)[group_of]
-        masses = np.maximum(np.exp(prev.log_prior) * scale - ps_prev, 0.0)
+        masses = np.maximum(np.exp(params.log_prior) * scale - ps_prev, 0.0)
     out = sparse_log_parameters(moved, np.zeros(R) if masses is None else masses, smoothing, groups, ps_new)
     if masses is None:
-        out = out._replace(log_prior=np.array(prev.log_prior, dtype=np.float64, copy=True))
+        out = out._replace(log_prior=np.array(params.log_prior, dtype=np.float64, copy=True))
     return out
 
 

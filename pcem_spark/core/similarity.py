@@ -1,4 +1,6 @@
-"""TODO docstring (weak)."""
+"""Weak labels from similarities (the dataless setting), pure numpy/scipy: tf-idf cosine
+similarity of documents to label descriptions, and node scores from it (per-depth argmax,
+soft, or the best whole path)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,17 @@ import numpy as np
 import scipy.sparse as sp
 
 from pcem_spark.core.taxonomy import DUMMY_SEP, Taxonomy, TaxonomyError
+
+__all__ = [
+    "idf_weights",
+    "tfidf_rows",
+    "cosine_similarities",
+    "argmax_node_scores",
+    "soft_node_scores",
+    "to_taxonomy_columns",
+    "empty_description_nodes",
+    "best_path_node_scores",
+]
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,8 @@
-"""TODO docstring (pathnb)."""
+"""Mixture structures over the taxonomy's paths: how node scores become path scores (Eq. 2),
+and responsibilities within groups of components (one multinomial per path, or several).
+
+Pure numpy: the E-step (:mod:`pcem_spark.core.estep`) and decoding build on these.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +12,24 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import logsumexp
 
+__all__ = [
+    "Structure",
+    "group_log_softmax",
+    "responsibilities",
+    "top_down_log_marginals",
+    "labeled_responsibilities",
+    "random_component_split",
+    "path_scores",
+    "weighted_score_matrix",
+    "posterior",
+]
+
 
 class Structure(NamedTuple):
     """How a method's ``R`` components relate (pure arrays, cheap to broadcast).
 
     PCNB/PCEM and the flat methods use one softmax group and decode by Eq. 5;
-    the baselines of :mod:`pcem_spark.methods` use the other fields.
+    the baselines of :mod:`pcem_spark.core.methods` use the other fields.
 
     groups : int ndarray (R,)
         Components in one group share one softmax (posterior) and one
@@ -79,8 +95,34 @@ def group_log_softmax(scores: np.ndarray, groups: Optional[np.ndarray]) -> Tuple
 def responsibilities(jll: np.ndarray, structure: Optional[Structure] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Posterior responsibilities of unlabelled rows over the R components.
 
-    One group and no ancestors: exactly Eq. 5. Returns ``(resp (n, R),
-    log_evidence (n,))``.
+    One group and no ancestors: exactly Eq. 5.
+
+    Parameters
+    ----------
+    jll : ndarray, shape (n, R)
+        Component joint log-likelihoods (:func:`~pcem_spark.core.estep.joint_log_likelihood`).
+    structure : Structure or None
+        The baselines' component structure; None (PCNB / PCEM, flat methods)
+        is one softmax over the R = M paths.
+
+    Returns
+    -------
+    resp : ndarray, shape (n, R)
+        With one softmax group each row sums to 1; per-group softmaxes, or
+        node marginals when ``structure.parents`` is set.
+    log_evidence : ndarray, shape (n,)
+        The sum over groups of each group's ``logsumexp`` of ``jll``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> jll = np.log(np.array([[6.0, 3.0, 1.0], [2.0, 2.0, 6.0]]))
+    >>> resp, log_evidence = responsibilities(jll)
+    >>> print(resp.round(3))
+    [[0.6 0.3 0.1]
+     [0.2 0.2 0.6]]
+    >>> print(np.exp(log_evidence).round(6))
+    [10. 10.]
     """
     if structure is None:
         return posterior(jll)
@@ -153,6 +195,21 @@ def path_scores(node_scores, score_matrix: np.ndarray) -> np.ndarray:
     Returns
     -------
     ndarray, shape (n, M)
+        ``S_ij``, float64 and dense even for sparse ``node_scores``.
+
+    Examples
+    --------
+    A document labelled ``sci/space`` (nodes ``sci`` and ``space``) scores 2
+    on its own path, 1 on its sibling ``sci/med`` and 0 on ``rec/autos``:
+
+    >>> import numpy as np
+    >>> from pcem_spark.core.taxonomy import Taxonomy
+    >>> taxonomy = Taxonomy({"ROOT": ["sci", "rec"], "sci": ["space", "med"], "rec": ["autos"]})
+    >>> taxonomy.nodes, taxonomy.paths
+    (['rec', 'sci', 'autos', 'med', 'space'], [('rec', 'autos'), ('sci', 'med'), ('sci', 'space')])
+    >>> node_scores = np.array([[0.0, 1.0, 0.0, 0.0, 1.0]])
+    >>> print(path_scores(node_scores, taxonomy.path_node_matrix()))
+    [[0. 1. 2.]]
     """
     out = node_scores @ score_matrix.T
     if sp.issparse(out):

@@ -24,6 +24,17 @@ import numpy as np
 
 from pcem_spark.errors import InputError
 
+__all__ = [
+    "DUMMY_SEP",
+    "PATH_KEY_SEP",
+    "path_key",
+    "TaxonomyError",
+    "dummy_name",
+    "Taxonomy",
+    "closest_name",
+    "load_taxonomy",
+]
+
 DUMMY_SEP = "#dummy"
 # Joins a label path into one string key (Arrow / Spark lookups of label -> path
 # index): the ASCII unit separator. Node names are otherwise free-form (any

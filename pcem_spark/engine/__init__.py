@@ -3,16 +3,18 @@
 ``session`` builds the SparkSession (only ever from an entry point) and
 refuses a Spark Connect one where the classic API is needed; ``features``
 turns text into term-count vectors with Spark ML; ``arrow_io`` and ``blocks``
-pack a partition's rows into CSR blocks through Arrow; ``passes`` runs one
-E-step pass per EM iteration over the cached blocks (``mapPartitions`` with
-the parameters broadcast, ``reduceByKey`` of the sums) and the M-step on the
-driver; ``limits`` and ``progress`` guard and report those jobs. The
+pack a partition's rows into CSR blocks through Arrow; ``passes`` runs the
+EM loop (settings: ``EMSettings``), one ``sums`` pass per iteration over the
+cached blocks (``mapPartitions`` with the parameters broadcast,
+``reduceByKey`` of the sums) and the M-step on the driver; ``limits`` and ``progress`` guard and report those jobs. The
 arithmetic is :mod:`pcem_spark.core`'s: this package only moves data. It
 imports :mod:`pcem_spark.core`, :mod:`pcem_spark.util` and
 :mod:`pcem_spark.errors`, never a package above it.
 """
 
 from pcem_spark.engine.arrow_io import (  # noqa: F401
+    PredictionLayout,
+    PredictionOptions,
     arrow_blocks,
     csr_of,
     label_path_index,
@@ -37,14 +39,18 @@ from pcem_spark.engine.limits import (  # noqa: F401
     max_result_size,
 )
 from pcem_spark.engine.passes import (  # noqa: F401
-    COALESCE_TO_CORES,
-    E_STEP_MAX_CELLS,
     EM_MODES,
-    SPARSE_SUMS_MIN_CELLS,
+    EMSettings,
     FitResult,
-    PassSettings,
     em_mode,
     fit,
+)
+from pcem_spark.engine.sums import (  # noqa: F401
+    COALESCE_TO_CORES,
+    E_STEP_MAX_CELLS,
+    SPARSE_SUMS_MIN_CELLS,
+    PassOptions,
+    PassSettings,
     sufficient_stats,
 )
 
@@ -54,7 +60,9 @@ __all__ = [
     "COALESCE_TO_CORES",
     "EM_MODES",
     "em_mode",
+    "EMSettings",
     "FitResult",
+    "PassOptions",
     "PassSettings",
     "sufficient_stats",
     "fit",
@@ -67,6 +75,8 @@ __all__ = [
     "sparse_vector_arrays",
     "arrow_blocks",
     "csr_of",
+    "PredictionLayout",
+    "PredictionOptions",
     "predicted_path_batches",
     "prefix_path_arrays",
     "top_paths_array",

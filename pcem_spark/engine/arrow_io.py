@@ -8,12 +8,26 @@ batches. No Spark imports: the functions run inside ``mapInArrow`` bodies.
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import scipy.sparse as sp
 
 from pcem_spark.core.taxonomy import PATH_KEY_SEP
+
+__all__ = [
+    "sparse_vector_arrays",
+    "arrow_blocks",
+    "csr_of",
+    "PredictionLayout",
+    "PredictionOptions",
+    "predicted_path_batches",
+    "prefix_path_arrays",
+    "top_paths_array",
+    "label_path_index",
+    "node_score_rows",
+    "weak_score_rows",
+]
 
 
 def sparse_vector_arrays(vectors) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -50,37 +64,52 @@ def csr_of(vectors, vocab_size: int) -> sp.csr_matrix:
     return sp.csr_matrix((data, indices, indptr), shape=(len(vectors), vocab_size))
 
 
+class PredictionLayout(NamedTuple):
+    """What :func:`predicted_path_batches` names: the label paths, the output columns, the nodes."""
+
+    paths: Sequence[Sequence[str]]  # the M real label paths (root-side first)
+    names: Sequence[str]  # output column names
+    node_names: Optional[Sequence[str]] = None  # (K,) node names (needed with min_probability > 0)
+    path_nodes: Optional[np.ndarray] = None  # (M, D) node indices of each path, -1 at dummies (likewise)
+
+
+class PredictionOptions(NamedTuple):
+    """Extra prediction outputs: a probability-cut path prefix and the k most probable paths."""
+
+    min_probability: float = 0.0  # > 0: keep a path's prefix down to its deepest node this probable
+    top_k: int = 0  # > 0: a top_paths column of the k most probable paths
+
+
 def predicted_path_batches(
     batches,
     n_keep: int,
     vocab_size: int,
     block_size: int,
-    paths,
-    names,
+    layout: PredictionLayout,
     predict,
-    node_names=None,
-    path_nodes=None,
-    min_probability: float = 0.0,
-    top_k: int = 0,
+    options: PredictionOptions = PredictionOptions(),
 ):
     """mapInArrow body shared by every model's prediction: Arrow in, Arrow out.
 
     Each batch has ``n_keep`` passthrough columns, then the term-count
     vectors. Per block of ``block_size`` rows, ``predict(X)`` (X: CSR
-    (n, V)) returns ``(best, prob)``: an index into ``paths`` (real label
-    paths) and a score per row. Yields the passthrough columns plus path,
-    leaf and probability; rows are never dropped or reordered.
+    (n, V)) returns ``(best, prob)``: an index into ``layout.paths`` (real
+    label paths) and a score per row. Yields the passthrough columns plus
+    path, leaf and probability (named ``layout.names``); rows are never
+    dropped or reordered.
 
-    With ``min_probability`` > 0 or ``top_k`` > 0, ``predict(X)`` returns a
-    :class:`pcem_spark.pathnb.PathPredictions`. ``min_probability`` > 0:
-    ``path`` is the kept prefix of the predicted path (``node_names`` (K,)
-    and ``path_nodes`` (M, D), -1 at dummies, name its nodes), ``leaf`` its
-    last node (null for an empty path), and a ``path_probability`` column
-    follows the passthrough and prediction columns; ``top_k`` > 0: then a
-    ``top_paths`` column (:func:`top_paths_array`).
+    With ``options.min_probability`` > 0 or ``options.top_k`` > 0,
+    ``predict(X)`` returns a :class:`pcem_spark.core.PathPredictions`.
+    ``min_probability`` > 0: ``path`` is the kept prefix of the predicted path
+    (``layout.node_names`` (K,) and ``layout.path_nodes`` (M, D), -1 at
+    dummies, name its nodes), ``leaf`` its last node (null for an empty path),
+    and a ``path_probability`` column follows the passthrough and prediction
+    columns; ``top_k`` > 0: then a ``top_paths`` column (:func:`top_paths_array`).
     """
     import pyarrow as pa
 
+    paths, names, node_names, path_nodes = layout
+    min_probability, top_k = options
     path_arr = pa.array(paths, pa.list_(pa.string()))
     leaf_arr = pa.array([p[-1] for p in paths], pa.string())
     node_arr = None if node_names is None else pa.array(list(node_names), pa.string())
@@ -126,7 +155,7 @@ def top_paths_array(path_arr, top_index: np.ndarray, top_probability: np.ndarray
 
     ``path_arr`` is the Arrow list array of the M real label paths;
     ``top_index`` / ``top_probability`` (n, k) from
-    :func:`pcem_spark.pathnb.top_k_paths`.
+    :func:`pcem_spark.core.top_k_paths`.
     """
     import pyarrow as pa
 

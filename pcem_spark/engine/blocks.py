@@ -19,7 +19,9 @@ from pcem_spark.core.taxonomy import PATH_KEY_SEP
 from pcem_spark.engine.arrow_io import arrow_blocks, node_score_rows, sparse_vector_arrays, weak_score_rows
 from pcem_spark.engine.session import require_classic_session
 
-# What the EM passes use that a Spark Connect session lacks (pcem_spark.session.require_classic_session).
+__all__ = ["RDD_NEEDS", "Block", "blocks_from_labels", "blocks_from_node_scores", "cache_blocks", "packed_blocks"]
+
+# What the EM passes use that a Spark Connect session lacks (pcem_spark.engine.session.require_classic_session).
 RDD_NEEDS = "the RDD API (packed blocks cached as an RDD, log theta broadcast to mapPartitions, reduceByKey)"
 
 
@@ -110,7 +112,7 @@ def blocks_from_labels(
     """RDD of :class:`Block` from a featurised DataFrame with true label paths.
 
     ``labels`` must already be validated against the taxonomy (see
-    :func:`pcem_spark.model.check_label_paths`); null labels = unlabelled.
+    :func:`pcem_spark.model.labels.check_label_paths`); null labels = unlabelled.
     The node scores of a labelled row are the nodes of its (padded) path.
     Rows go to Python as Arrow batches and are packed with numpy only; each
     block crosses back as one row of bytes.

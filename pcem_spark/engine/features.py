@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import unicodedata
 from dataclasses import dataclass, fields
-from typing import Any, Dict, List
+from typing import Any, ClassVar, Dict, List
 
 import pandas as pd
 from pyspark.ml.feature import CountVectorizer, CountVectorizerModel, RegexTokenizer, StopWordsRemover
@@ -40,6 +40,20 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pcem_spark.errors import InputError
+from pcem_spark.util.constraints import Interval, Options, check_constraints
+
+__all__ = [
+    "DEFAULT_TOKEN_PATTERN",
+    "NORMALIZE_MODES",
+    "CJK_MODES",
+    "FeatureSettings",
+    "nfkc",
+    "nfkc_python",
+    "split_cjk",
+    "tokenize",
+    "fit_vocabulary",
+    "featurize",
+]
 
 log = logging.getLogger(__name__)
 
@@ -106,21 +120,19 @@ class FeatureSettings:
         settings.validate()
         return settings
 
+    # What each setting accepts (pcem_spark.util.constraints), checked in this order by validate().
+    CONSTRAINTS: ClassVar[Dict[str, Any]] = {
+        "min_token_length": Interval(int, 1, None),
+        "min_df": Interval(float, 0, None, closed="neither"),
+        "max_df": Interval(float, 0, None, closed="neither"),
+        "vocabulary_docs": Options(("all", "labeled")),
+        "vocab_size": Interval(int, 0, None),
+        "normalize": Options(NORMALIZE_MODES),
+        "cjk": Options(CJK_MODES),
+    }
+
     def validate(self) -> None:
-        if self.min_token_length < 1:
-            raise InputError(f"features.min_token_length must be >= 1, got {self.min_token_length}")
-        if self.min_df <= 0:
-            raise InputError(f"features.min_df must be > 0, got {self.min_df}")
-        if self.max_df <= 0:
-            raise InputError(f"features.max_df must be > 0, got {self.max_df}")
-        if self.vocabulary_docs not in ("all", "labeled"):
-            raise InputError(f"features.vocabulary_docs must be 'all' or 'labeled', got {self.vocabulary_docs!r}")
-        if self.vocab_size < 0:
-            raise InputError(f"features.vocab_size must be >= 0, got {self.vocab_size}")
-        if self.normalize not in NORMALIZE_MODES:
-            raise InputError(f"features.normalize must be one of {', '.join(NORMALIZE_MODES)}, got {self.normalize!r}")
-        if self.cjk not in CJK_MODES:
-            raise InputError(f"features.cjk must be one of {', '.join(CJK_MODES)}, got {self.cjk!r}")
+        check_constraints(self, self.CONSTRAINTS, "features")
 
 
 def nfkc(text: Column) -> Column:

@@ -6,6 +6,8 @@ import numpy as np
 
 from pcem_spark.errors import InputError
 
+__all__ = ["ResultSizeError", "max_result_size", "check_result_size"]
+
 
 class ResultSizeError(InputError):
     """A collect would exceed ``spark.driver.maxResultSize``: a setting to raise, not a retry."""

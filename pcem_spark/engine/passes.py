@@ -1,24 +1,20 @@
-"""The EM loop on Spark: broadcast sparse parameters, sum per executor, M-step on the driver.
+"""The EM loop on Spark: one distributed pass per iteration, the M-step on the driver.
 
 Execution shape (DESIGN.md):
 
 * the documents are packed once into CSR blocks and cached
-  (:mod:`pcem_spark.blocks`, via :mod:`pcem_spark.arrow_io`);
-* each pass broadcasts the parameters as :class:`pcem_spark.core.ScoringTables`
-  -- sized by the non-zero counts, not by paths x vocabulary -- plus the score
-  matrix once per fit;
-* ``mapPartitions`` runs the E-step of :mod:`pcem_spark.pathnb` per block;
-  the cached partitions are coalesced to one task per core, so each task
-  combines the sums of all the blocks it reads before anything is shuffled
-  (the shuffle grows with cores, not with partitions);
-* the per-path sums travel as row chunks (sparse when the posteriors are
-  truncated or M x V is large), are summed by ``reduceByKey`` and collected
-  after a check against ``spark.driver.maxResultSize``;
+  (:mod:`pcem_spark.engine.blocks`, via :mod:`pcem_spark.engine.arrow_io`);
+* the score matrix (and a baseline's structure) is broadcast once per fit;
+* each iteration runs one pass of :func:`pcem_spark.engine.sums.sufficient_stats`:
+  the parameters are broadcast sparse, the E-step of
+  :mod:`pcem_spark.core.estep` runs per block and the per-path sums come back
+  to the driver;
 * the driver builds the next sparse parameters (Eqs. 6-7) in
   ``O(nnz + M)``, tracks the log-likelihood (Eq. 8), tests convergence and
   unpersists the old broadcast.
 
-Spark only moves blocks, broadcasts and sums; the math is in ``pathnb``.
+What a fit does is set by one :class:`EMSettings`. Spark only moves blocks,
+broadcasts and sums; the math is in :mod:`pcem_spark.core`.
 """
 
 from __future__ import annotations
@@ -26,13 +22,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, NamedTuple, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
-import scipy.sparse as sp
 from pyspark import RDD
 
-from pcem_spark.core.estep import e_step, length_normalize, scoring_tables
 from pcem_spark.core.parameters import (
     DEFAULT_SMOOTHING_GRID,
     PathParameters,
@@ -40,32 +34,13 @@ from pcem_spark.core.parameters import (
     sparse_log_parameters,
     sparse_log_prior_density,
 )
-from pcem_spark.core.structure import Structure, path_scores
-from pcem_spark.engine.blocks import Block
-from pcem_spark.engine.limits import check_result_size
+from pcem_spark.core.structure import Structure
+from pcem_spark.engine.sums import PassOptions, sufficient_stats
 from pcem_spark.errors import InputError
 
+__all__ = ["EM_MODES", "em_mode", "EMSettings", "FitResult", "fit"]
+
 log = logging.getLogger(__name__)
-
-# Per-path sums travel sparse when M x V has at least this many cells (or the
-# posteriors are truncated). Measured: with 20 paths x 20k words dense sums are
-# ~30% faster per iteration; with 1,000 x 2^18 only sparse sums fit in memory.
-SPARSE_SUMS_MIN_CELLS = 1 << 22
-
-# The E-step of a block runs on row slices of at most this many (document, path)
-# cells: the (n, M) scores are dense, so 4,096 documents x 10,000 paths would be
-# 330 MB per slice; 2^22 cells are 32 MB.
-E_STEP_MAX_CELLS = 1 << 22
-
-# Coalesce the cached partitions to one task per core before each pass, so every
-# task combines the sums of all the blocks it reads (see sufficient_stats).
-COALESCE_TO_CORES = True
-
-# Key of the scalar record next to the row-chunk keys 0..n_chunks-1.
-_SCALARS = -1
-# loglik, n labelled, n unlabelled, labelled tokens as counted, labelled tokens
-# before doc_length, non-zeros of the term counts
-_N_SCALARS = 6
 
 # What the EM options mean for a method: "off" = naive Bayes (one pass),
 # "labeled" = iterate over the labelled documents only (NBMC: latent
@@ -82,6 +57,39 @@ def em_mode(em: Union[bool, str]) -> str:
     if em not in EM_MODES:
         raise ValueError(f"em must be True, False or one of {EM_MODES}, got {em!r}")
     return em
+
+
+@dataclass(frozen=True)
+class EMSettings:
+    """What one :func:`fit` does: the method's EM mode, the smoothing, the stopping rule, the truncation."""
+
+    em: Union[bool, str] = True
+    """False / "off": naive Bayes; True / "all": EM over all documents; "labeled": over the labelled ones
+    only (NBMC). See :data:`EM_MODES`."""
+    smoothing: Union[float, str] = 1.0
+    """The word pseudo-count, or "auto": chosen from ``smoothing_grid`` by the labelled counts' evidence."""
+    max_iter: int = 50
+    """At most this many EM iterations (0 with ``init_params``: return them)."""
+    tol: float = 1e-5
+    """Converged when the relative change of the log-likelihood (Eq. 8) falls below this."""
+    label: str = "PCEM"
+    """The method's name in log messages and errors."""
+    posterior_floor: float = 0.0
+    """Unlabelled posteriors below this are dropped (0 = exact E-step)."""
+    dtype: str = "float64"
+    """dtype of the broadcast parameters and the per-path sums of the EM passes ("float64" or "float32")."""
+    seed: int = 0
+    """Seed of the random initial component split (structures with ``restrict_labeled``, e.g. NBMC)."""
+    unlabeled_weight: float = 1.0
+    """EM-lambda in [0, 1]: the unlabelled documents' share of the M-step (0 = naive Bayes)."""
+    prior_smoothing: Optional[float] = None
+    """The path prior's pseudo-count (None: = ``smoothing``, or Laplace's 1 when ``smoothing`` is "auto")."""
+    smoothing_grid: Sequence[float] = DEFAULT_SMOOTHING_GRID
+    """The candidates of ``smoothing="auto"``."""
+    doc_length: float = 0.0
+    """> 0: documents longer than this many tokens are scaled down to it (0 = raw counts)."""
+    top_k: int = 0
+    """Keep at most this many paths per unlabelled posterior (0 = all)."""
 
 
 @dataclass
@@ -116,339 +124,60 @@ class FitResult:
         return self.params.log_theta()
 
 
-class PassSettings(NamedTuple):
-    """What every partition of one pass needs besides the broadcast (small, pickled with the closure)."""
+@dataclass
+class _FitRun:
+    """What stays fixed during one :func:`fit`: the data, the per-fit broadcast and the settings."""
 
-    n_paths: int
+    blocks: RDD
+    static_bc: Any  # broadcast of (score_matrix, structure)
+    score_matrix: np.ndarray
     vocab_size: int
-    use_unlabeled: bool
-    posterior_floor: float = 0.0
-    top_k: int = 0
-    init_seed: Optional[int] = None
-    unlabeled_weight: float = 1.0
-    doc_length: float = 0.0
-    sparse_sums: bool = False
-    n_chunks: int = 1
-    dtype: str = "float64"
+    settings: EMSettings
+    structure: Optional[Structure]
+    stats: Optional[List[dict]]
+    t0: float
 
+    @property
+    def groups(self) -> Optional[np.ndarray]:
+        return None if self.structure is None else self.structure.groups
 
-def _add(a, b):
-    """Sum of two records: per-path row chunks (dense ndarray or sparse) or scalar vectors."""
-    if sp.issparse(a) and sp.issparse(b):
-        return (a + b).tocsr()
-    if sp.issparse(a):
-        a, b = b, a
-    if sp.issparse(b):
-        out = np.array(a, copy=True)
-        coo = b.tocoo()
-        out[coo.row, coo.col] += coo.data
-        return out
-    return a + b
-
-
-class _SumAccumulator:
-    """Per-path word sums of many blocks, dense or sparse.
-
-    Sparse block sums are kept in a list and merged once they hold as many
-    entries as the running total (amortised ``O(nnz log)``, never one
-    re-sort of the total per block).
-    """
-
-    def __init__(self, n_paths: int, vocab_size: int, sparse_sums: bool, dtype):
-        self.shape = (n_paths, vocab_size)
-        self.sparse_sums = sparse_sums
-        self.dtype = np.dtype(dtype)
-        self.dense = None if sparse_sums else np.zeros(self.shape, dtype=self.dtype)
-        self.total: Optional[sp.csr_matrix] = None
-        self.pending: List[sp.csr_matrix] = []
-        self.pending_nnz = 0
-
-    def add(self, word_counts) -> None:
-        if not self.sparse_sums:
-            if sp.issparse(word_counts):
-                coo = word_counts.tocoo()
-                self.dense[coo.row, coo.col] += coo.data
-            else:
-                self.dense += word_counts
-            return
-        wc = sp.csr_matrix(word_counts)
-        self.pending.append(wc)
-        self.pending_nnz += wc.nnz
-        if self.pending_nnz >= max(1 << 16, 0 if self.total is None else self.total.nnz):
-            self._merge()
-
-    def _merge(self) -> None:
-        parts = ([] if self.total is None else [self.total]) + self.pending
-        if parts:
-            coo = sp.vstack([p.tocoo() for p in parts]).tocoo() if len(parts) > 1 else parts[0].tocoo()
-            # Stack then fold rows back: row r of part p is row r of the sum.
-            rows = coo.row % self.shape[0]
-            self.total = sp.csr_matrix((coo.data, (rows, coo.col)), shape=self.shape)
-            self.total.sum_duplicates()
-        self.pending, self.pending_nnz = [], 0
-
-    def result(self):
-        if not self.sparse_sums:
-            return self.dense
-        self._merge()
-        return self.total if self.total is not None else sp.csr_matrix(self.shape, dtype=self.dtype)
-
-
-def _row_chunks(n_paths: int, n_chunks: int) -> np.ndarray:
-    """Boundaries of ``n_chunks`` contiguous row ranges of the M paths."""
-    return (np.arange(n_chunks + 1, dtype=np.int64) * n_paths) // n_chunks
-
-
-def _pass_partition(index: int, blocks: Iterable[Block], bc, static_bc, cfg: PassSettings):
-    from pcem_spark.util.faults import maybe_fail
-
-    maybe_fail("em_pass")  # no-op unless a test sets PCEM_INJECT_FAULT
-    tables = bc.value
-    score_matrix, structure = static_bc.value
-    dtype = np.dtype(cfg.dtype)
-    sums = _SumAccumulator(cfg.n_paths, cfg.vocab_size, cfg.sparse_sums, dtype)
-    totals = np.zeros(cfg.n_paths)
-    scalars = np.zeros(_N_SCALARS)
-    seen = False
-    # Random initial split of multi-component classes: seeded per partition, so
-    # a rerun on the same cached blocks gives the same model.
-    rng = None if cfg.init_seed is None else np.random.default_rng([cfg.init_seed, index])
-    rows_per_slice = max(1, E_STEP_MAX_CELLS // max(cfg.n_paths, 1))
-    for blk in blocks:
-        for lo in range(0, blk.X.shape[0], rows_per_slice):
-            seen = True
-            hi = lo + rows_per_slice
-            X, labeled = blk.X[lo:hi], blk.labeled[lo:hi]
-            fixed = path_scores(blk.node_scores[lo:hi], score_matrix)
-            raw_tokens = float(X[labeled].sum()) if tables is None else 0.0
-            n_terms = X.nnz
-            if cfg.doc_length > 0:
-                X = length_normalize(X, cfg.doc_length)
-            if dtype != np.float64:
-                X = X.astype(dtype)
-            st = e_step(
-                X,
-                fixed,
-                labeled,
-                None,
-                None,
-                cfg.use_unlabeled,
-                cfg.posterior_floor,
-                1.0 if cfg.sparse_sums else 0.0,
-                structure,
-                rng,
-                cfg.unlabeled_weight,
-                cfg.top_k,
-                tables,
-            )
-            sums.add(st.word_counts)
-            totals += st.path_totals
-            n_lab = int(labeled.sum())
-            counted = float(X[labeled].sum()) if tables is None else 0.0
-            scalars += (st.loglik, n_lab, len(labeled) - n_lab, counted, raw_tokens, n_terms)
-    if not seen:
-        return
-    word_counts = sums.result()
-    del sums
-    bounds = _row_chunks(cfg.n_paths, cfg.n_chunks)
-    for c in range(cfg.n_chunks):
-        lo, hi = bounds[c], bounds[c + 1]  # never empty: n_chunks <= n_paths
-        # Each chunk carries its paths' word sums with the path totals as column V.
-        if sp.issparse(word_counts):
-            chunk = sp.hstack([word_counts[lo:hi], sp.csr_matrix(totals[lo:hi, None].astype(dtype))]).tocsr()
-        else:
-            chunk = np.hstack([word_counts[lo:hi], totals[lo:hi, None].astype(dtype)])
-        yield c, chunk
-    yield _SCALARS, scalars
-
-
-def _record_bytes(record) -> int:
-    _, value = record
-    if sp.issparse(value):
-        return int(value.data.nbytes + value.indices.nbytes + value.indptr.nbytes)
-    return int(np.asarray(value).nbytes)
-
-
-def sufficient_stats(
-    blocks: RDD,
-    params: Optional[PathParameters],
-    score_matrix: np.ndarray,
-    vocab_size: int,
-    use_unlabeled: bool,
-    posterior_floor: float = 0.0,
-    dtype: str = "float64",
-    structure: Optional[Structure] = None,
-    init_seed: Optional[int] = None,
-    unlabeled_weight: float = 1.0,
-    doc_length: float = 0.0,
-    top_k: int = 0,
-    stats: Optional[dict] = None,
-    n_terms: Optional[int] = None,
-    static_bc=None,
-):
-    """One distributed pass: returns ``(word_counts (M, V), path_totals (M,), loglik, n_lab, n_unlab)``.
-
-    ``word_counts`` is a CSR matrix when the sums travelled sparse (truncated
-    posteriors or M x V >= :data:`SPARSE_SUMS_MIN_CELLS`), an ndarray otherwise.
-    With ``params=None`` only labelled rows count (the NB initialisation) and
-    no log-likelihood is computed. ``structure`` / ``init_seed``: the
-    baselines' components (see :mod:`pcem_spark.methods`); ``M`` is then the
-    number of components. ``stats`` (a dict) receives the pass's token and
-    non-zero counts and its broadcast / collected sizes in bytes;
-    ``n_terms`` (non-zeros of all term counts, from an earlier pass) bounds
-    the collected size before the pass runs. ``static_bc``: a broadcast of
-    ``(score_matrix, structure)`` made once per fit (one is made for this pass
-    if None) -- only the parameters change between passes.
-    """
-    import pickle
-
-    sc = blocks.context
-    n_paths = score_matrix.shape[0]
-    itemsize = np.dtype(dtype).itemsize
-    # Small models keep dense sums even when truncated (zeroed paths cost nothing in a dense
-    # product; scipy's sparse x sparse one is ~10x dearer per multiply-add).
-    sparse_sums = n_paths * vocab_size >= SPARSE_SUMS_MIN_CELLS
-    # What comes back in one collect: dense (M x (V+1)) cells, or at most every
-    # (term occurrence, path) pair a document can give weight to.
-    dense_bytes = n_paths * (vocab_size + 1) * itemsize
-    what = f"the per-path sums of {n_paths:,} paths x {vocab_size:,} terms ({dtype})"
-    if not sparse_sums:
-        check_result_size(sc, dense_bytes, what)  # dense sums: the bound is exact, refuse before any work
-    n_tasks = max(1, sc.defaultParallelism)
-    n_reducers = max(1, min(n_paths, n_tasks))
-    cfg = PassSettings(
-        n_paths,
-        vocab_size,
-        use_unlabeled,
-        posterior_floor,
-        top_k,
-        init_seed,
-        unlabeled_weight,
-        doc_length,
-        sparse_sums,
-        max(1, min(n_paths, 4 * n_reducers)),
-        dtype,
-    )
-    bound = dense_bytes
-    if sparse_sums and n_terms is not None:
-        k_unlab = top_k if 0 < top_k < n_paths else n_paths
-        nonzero = sp.csr_matrix(score_matrix) != 0
-        k_lab = min(
-            n_paths,
-            int(np.asarray(nonzero.sum(axis=0)).max(initial=1)) * int(np.asarray(nonzero.sum(axis=1)).max(initial=1)),
+    def run_pass(self, params, options: PassOptions, pass_stats: dict, n_terms: Optional[int] = None):
+        """One distributed pass over the cached blocks (:func:`sufficient_stats`)."""
+        return sufficient_stats(
+            self.blocks,
+            params,
+            self.score_matrix,
+            self.vocab_size,
+            options,
+            structure=self.structure,
+            stats=pass_stats,
+            n_terms=n_terms,
+            static_bc=self.static_bc,
         )
-        bound = min(dense_bytes * (itemsize + 4) / itemsize, (n_terms * max(k_unlab, k_lab) + n_paths) * (itemsize + 4))
-    tables = None if params is None else scoring_tables(params, dtype)
-    own_static = static_bc is None
-    if own_static:
-        static_bc = sc.broadcast((score_matrix, structure))
-    bc = sc.broadcast(tables)
-    if stats is not None:
-        stats["broadcast_bytes"] = len(pickle.dumps(tables, protocol=pickle.HIGHEST_PROTOCOL))
-    del tables
-    try:
-        # One task per core: each combines the sums of every cached partition it
-        # reads (coalesce keeps the cached blocks' locations), so what is
-        # shuffled grows with executors x cores, not with partitions.
-        src = blocks.coalesce(n_tasks) if COALESCE_TO_CORES and blocks.getNumPartitions() > n_tasks else blocks
-        reduced = src.mapPartitionsWithIndex(lambda i, it: _pass_partition(i, it, bc, static_bc, cfg)).reduceByKey(
-            _add, numPartitions=n_reducers
-        )
-        if bound * 1.1 + (1 << 20) > _limit_or_inf(sc):
-            # The bound says it might not fit: size the summed records exactly first
-            # (the shuffle output is reused; only the small reduce side runs twice).
-            reduced = reduced.persist()
-            exact = reduced.map(_record_bytes).sum()
-            check_result_size(sc, exact, what)
-            bound = exact
-        records = reduced.collect()  # a few summed row chunks: O(nnz(sums) + M) on the driver, never documents
-        if stats is not None:
-            stats["collected_bytes"] = int(sum(_record_bytes(r) for r in records))
-        reduced.unpersist()
-    finally:
-        bc.unpersist()
-        if own_static:
-            static_bc.unpersist()
-    return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
-
-
-def _limit_or_inf(sc) -> float:
-    from pcem_spark.engine.limits import max_result_size
-
-    limit = max_result_size(sc)
-    return float("inf") if limit <= 0 else float(limit)
-
-
-def _assemble(records, n_paths: int, vocab_size: int, sparse_sums: bool, stats: Optional[dict]):
-    """Per-path word sums (CSR or dense float64), totals and scalars from the collected chunk records."""
-    scalars = np.zeros(_N_SCALARS)
-    chunks = {}
-    while records:
-        key, value = records.pop()  # each record is freed once placed
-        if key == _SCALARS:
-            scalars = value
-        else:
-            chunks[key] = value
-    if sparse_sums:
-        mats = []
-        for c in sorted(chunks):
-            mats.append((c, sp.csr_matrix(chunks.pop(c), dtype=np.float64)))
-        full = _stack_chunks(mats, n_paths, vocab_size + 1, sparse=True)
-        totals = full[:, vocab_size].toarray().ravel()
-        word_counts = full[:, :vocab_size].tocsr()
-    else:
-        mats = [(c, np.asarray(chunks.pop(c), dtype=np.float64)) for c in sorted(chunks)]
-        full = _stack_chunks(mats, n_paths, vocab_size + 1, sparse=False)
-        totals = full[:, vocab_size].copy()
-        word_counts = full[:, :vocab_size]
-    if stats is not None:
-        stats.update(labeled_tokens=float(scalars[3]), labeled_raw_tokens=float(scalars[4]), n_terms=int(scalars[5]))
-    return word_counts, totals, float(scalars[0]), int(scalars[1]), int(scalars[2])
-
-
-def _stack_chunks(mats, n_paths: int, width: int, sparse: bool):
-    """Stack the row chunks (key order = row order, every chunk present) into (M, width)."""
-    if not mats:  # no document at all
-        return sp.csr_matrix((n_paths, width)) if sparse else np.zeros((n_paths, width))
-    full = sp.vstack([m for _, m in mats]).tocsr() if sparse else np.vstack([m for _, m in mats])
-    if full.shape != (n_paths, width):
-        raise RuntimeError(f"per-path sums came back as {full.shape}, expected {(n_paths, width)}")
-    return full
 
 
 def fit(
     blocks: RDD,
     score_matrix: np.ndarray,
     vocab_size: int,
-    em: Union[bool, str] = True,
-    smoothing=1.0,
-    max_iter: int = 50,
-    tol: float = 1e-5,
-    label: str = "PCEM",
-    posterior_floor: float = 0.0,
-    dtype: str = "float64",
+    settings: EMSettings = EMSettings(),
+    *,
     structure: Optional[Structure] = None,
-    seed: int = 0,
-    unlabeled_weight: float = 1.0,
-    prior_smoothing: Optional[float] = None,
-    smoothing_grid=DEFAULT_SMOOTHING_GRID,
-    doc_length: float = 0.0,
-    top_k: int = 0,
-    stats: Optional[List[dict]] = None,
     init_params: Optional[PathParameters] = None,
+    stats: Optional[List[dict]] = None,
 ) -> FitResult:
     """PCNB (``em=False``) or PCEM (Algorithm 1) on cached blocks -- or a baseline.
 
     ``score_matrix`` (M, K) turns node scores into path scores (Eq. 2): the
     path-node matrix for PCNB/PCEM, the leaf indicator for flat NB/EM.
-    Convergence: relative change of the log-likelihood (Eq. 8) below ``tol``,
-    or ``max_iter`` EM iterations.
+    Convergence: relative change of the log-likelihood (Eq. 8) below
+    ``settings.tol``, or ``settings.max_iter`` EM iterations.
 
-    ``em`` (see :data:`EM_MODES`): False / "off" naive Bayes, True / "all" EM
-    over all documents, "labeled" iterations over the labelled documents only
-    (NBMC, whose labelled documents' components are latent, started from a
-    split drawn with ``seed``). Baselines (:mod:`pcem_spark.methods`) pass
-    their ``structure``.
+    ``settings.em`` (see :data:`EM_MODES`): False / "off" naive Bayes, True /
+    "all" EM over all documents, "labeled" iterations over the labelled
+    documents only (NBMC, whose labelled documents' components are latent,
+    started from a split drawn with ``settings.seed``). Baselines
+    (:mod:`pcem_spark.core.methods`) pass their ``structure``.
 
     ``smoothing="auto"``: the word pseudo-count of ``smoothing_grid`` with the
     largest Dirichlet-multinomial evidence of the labelled counts
@@ -477,87 +206,25 @@ def fit(
     returns ``init_params`` themselves.
     """
     t0 = time.perf_counter()
-    mode = em_mode(em)
-    init_seed = seed if structure is not None and structure.restrict_labeled else None
-    init_stats: Dict[str, float] = {}
+    mode = em_mode(settings.em)
     # The score matrix and the method's structure do not change between passes: broadcast once.
     static_bc = blocks.context.broadcast((score_matrix, structure))
     try:
-        return _fit(
-            blocks,
-            static_bc,
-            score_matrix,
-            vocab_size,
-            mode,
-            smoothing,
-            max_iter,
-            tol,
-            label,
-            posterior_floor,
-            dtype,
-            structure,
-            init_seed,
-            unlabeled_weight,
-            prior_smoothing,
-            smoothing_grid,
-            doc_length,
-            top_k,
-            stats,
-            t0,
-            init_stats,
-            init_params,
-        )
+        run = _FitRun(blocks, static_bc, score_matrix, vocab_size, settings, structure, stats, t0)
+        return _fit(run, mode, init_params)
     finally:
         static_bc.unpersist()
 
 
-def _fit(
-    blocks,
-    static_bc,
-    score_matrix,
-    vocab_size,
-    mode,
-    smoothing,
-    max_iter,
-    tol,
-    label,
-    posterior_floor,
-    dtype,
-    structure,
-    init_seed,
-    unlabeled_weight,
-    prior_smoothing,
-    smoothing_grid,
-    doc_length,
-    top_k,
-    stats,
-    t0,
-    init_stats,
-    init_params=None,
-) -> FitResult:
-    """The body of :func:`fit` once the per-fit broadcast exists."""
-    use_unlabeled = mode == "all"
-    groups = None if structure is None else structure.groups
-    wc, totals, _, n_lab, n_unlab = sufficient_stats(
-        blocks,
-        None,
-        score_matrix,
-        vocab_size,
-        False,
-        structure=structure,
-        init_seed=init_seed,
-        doc_length=doc_length,
-        stats=init_stats,
-        static_bc=static_bc,
-    )
-    if stats is not None:
-        stats.append(dict(init_stats))
-    if init_params is not None and init_params.shape != (score_matrix.shape[0], vocab_size):
+def _check_batch(run: _FitRun, init_params: Optional[PathParameters], n_lab: int) -> None:
+    """Refuse a warm start of the wrong shape, and a batch without labelled documents that needs some."""
+    label, n_paths = run.settings.label, run.score_matrix.shape[0]
+    if init_params is not None and init_params.shape != (n_paths, run.vocab_size):
         raise ValueError(
             f"{label}: init_params are {init_params.shape[0]} x {init_params.shape[1]}, the fit needs "
-            f"{score_matrix.shape[0]} components x {vocab_size} terms"
+            f"{n_paths} components x {run.vocab_size} terms"
         )
-    if n_lab == 0 and init_params is not None and smoothing == "auto":
+    if n_lab == 0 and init_params is not None and run.settings.smoothing == "auto":
         raise InputError(
             f'{label}: smoothing "auto" is chosen from the labelled counts and this batch has no '
             "labelled document; give a number (e.g. the previous model's)"
@@ -566,28 +233,49 @@ def _fit(
         raise InputError(
             f"{label}: no labelled document in the training data; naive Bayes needs at least one labelled document"
         )
-    evidence = None
+
+
+def _auto_smoothing(run: _FitRun, wc, init_stats: dict):
+    """``smoothing="auto"``: ``(smoothing, evidence per grid value)`` from the labelled counts ``wc``."""
+    s = run.settings
+    counted, raw = init_stats.get("labeled_tokens", 0.0), init_stats.get("labeled_raw_tokens", 0.0)
+    scale = raw / counted if s.doc_length > 0 and counted > 0 else 1.0
+    smoothing, ev = choose_smoothing(wc * scale if scale != 1.0 else wc, s.smoothing_grid)
+    evidence = {f"{a:g}": float(e) for a, e in zip(sorted(s.smoothing_grid), ev)}
+    log.info(
+        "%s: smoothing %g chosen by Dirichlet-multinomial evidence of the labelled counts (grid %s)",
+        s.label,
+        smoothing,
+        ", ".join(f"{a}: {e:.4g}" for a, e in evidence.items()),
+    )
+    return smoothing, evidence
+
+
+def _fit(run: _FitRun, mode: str, init_params: Optional[PathParameters] = None) -> FitResult:
+    """The body of :func:`fit` once the per-fit broadcast exists: the naive Bayes pass, then EM."""
+    s = run.settings
+    label = s.label
+    use_unlabeled = mode == "all"
+    init_seed = s.seed if run.structure is not None and run.structure.restrict_labeled else None
+    init_stats: Dict[str, float] = {}
+    wc, totals, _, n_lab, n_unlab = run.run_pass(
+        None, PassOptions(use_unlabeled=False, init_seed=init_seed, doc_length=s.doc_length), init_stats
+    )
+    if run.stats is not None:
+        run.stats.append(dict(init_stats))
+    _check_batch(run, init_params, n_lab)
+    smoothing, prior_smoothing, evidence = s.smoothing, s.prior_smoothing, None
     if smoothing == "auto":
-        counted, raw = init_stats.get("labeled_tokens", 0.0), init_stats.get("labeled_raw_tokens", 0.0)
-        scale = raw / counted if doc_length > 0 and counted > 0 else 1.0
-        smoothing, ev = choose_smoothing(wc * scale if scale != 1.0 else wc, smoothing_grid)
-        evidence = {f"{a:g}": float(e) for a, e in zip(sorted(smoothing_grid), ev)}
+        smoothing, evidence = _auto_smoothing(run, wc, init_stats)
         if prior_smoothing is None:
             prior_smoothing = 1.0
-        log.info(
-            "%s: smoothing %g chosen by Dirichlet-multinomial evidence of the labelled counts (grid %s)",
-            label,
-            smoothing,
-            ", ".join(f"{a}: {e:.4g}" for a, e in evidence.items()),
-        )
     smoothing = float(smoothing)
-    if not 0.0 <= unlabeled_weight <= 1.0:
-        raise InputError(f"unlabeled_weight must be in [0, 1], got {unlabeled_weight}")
+    if not 0.0 <= s.unlabeled_weight <= 1.0:
+        raise InputError(f"unlabeled_weight must be in [0, 1], got {s.unlabeled_weight}")
     n_terms = int(init_stats.get("n_terms", 0)) or None
-    params = sparse_log_parameters(wc, totals, smoothing, groups, prior_smoothing)
-    del wc
+    # The parameters live in result.params only: the first EM iteration lets them go (see _iterate).
     result = FitResult(
-        params,
+        sparse_log_parameters(wc, totals, smoothing, run.groups, prior_smoothing),
         n_labeled=n_lab,
         n_unlabeled=n_unlab,
         smoothing=smoothing,
@@ -595,18 +283,19 @@ def _fit(
         path_mass_labeled=np.asarray(totals, dtype=np.float64),
         path_mass=np.asarray(totals, dtype=np.float64),
     )
+    del wc
     log.info(
         "%s: naive Bayes initialisation on %d labelled documents (%d unlabelled) in %.2fs; "
         "%d non-zero word parameters of %d paths x %d terms",
         label,
         n_lab,
         n_unlab,
-        time.perf_counter() - t0,
-        params.log_ratio.nnz,
-        params.shape[0],
-        vocab_size,
+        time.perf_counter() - run.t0,
+        result.params.log_ratio.nnz,
+        result.params.shape[0],
+        run.vocab_size,
     )
-    if use_unlabeled and unlabeled_weight == 0.0 and structure is None:
+    if use_unlabeled and s.unlabeled_weight == 0.0 and run.structure is None:
         mode = "off"  # EM-lambda with lambda = 0: the unlabelled documents never count, naive Bayes it is
     result.prior_smoothing = smoothing if prior_smoothing is None else float(prior_smoothing)
     if init_params is not None and mode == "off":
@@ -627,38 +316,43 @@ def _fit(
             label,
             init_params.log_ratio.nnz,
         )
-        params = init_params
-        if max_iter == 0:
-            result.params = init_params
+        result.params = init_params  # the first E-step's parameters (the result itself if max_iter is 0)
     if mode == "off":
         result.converged = True
         return result
     if n_unlab == 0 and use_unlabeled:
         log.warning("%s: no unlabelled documents, EM reduces to naive Bayes", label)
+    return _iterate(run, result, prior_smoothing, use_unlabeled, n_terms)
+
+
+def _iterate(
+    run: _FitRun, result: FitResult, prior_smoothing: Optional[float], use_unlabeled: bool, n_terms: Optional[int]
+) -> FitResult:
+    """The EM iterations (Algorithm 1) from ``result.params``, recorded in ``result``.
+
+    Only ``result`` holds the starting parameters, so they are freed as soon
+    as the first pass has summed (before the next parameters are built).
+    """
+    s = run.settings
+    params = result.params
+    label, smoothing = s.label, result.smoothing
+    options = PassOptions(
+        use_unlabeled=use_unlabeled,
+        posterior_floor=s.posterior_floor,
+        dtype=s.dtype,
+        unlabeled_weight=s.unlabeled_weight,
+        doc_length=s.doc_length,
+        top_k=s.top_k,
+    )
     prev = None
-    for it in range(1, max_iter + 1):
+    for it in range(1, s.max_iter + 1):
         t_it = time.perf_counter()
         pass_stats: Dict[str, float] = {}
-        wc, totals, data_ll, _, _ = sufficient_stats(
-            blocks,
-            params,
-            score_matrix,
-            vocab_size,
-            use_unlabeled,
-            posterior_floor,
-            dtype,
-            structure,
-            unlabeled_weight=unlabeled_weight,
-            doc_length=doc_length,
-            top_k=top_k,
-            stats=pass_stats,
-            n_terms=n_terms,
-            static_bc=static_bc,
-        )
+        wc, totals, data_ll, _, _ = run.run_pass(params, options, pass_stats, n_terms)
         loglik = data_ll + sparse_log_prior_density(params, smoothing, prior_smoothing)
         # Let the old parameters (the naive-Bayes ones on the first pass) go before the new ones exist.
         params = result.params = None
-        params = sparse_log_parameters(wc, totals, smoothing, groups, prior_smoothing)
+        params = sparse_log_parameters(wc, totals, smoothing, run.groups, prior_smoothing)
         del wc
         result.path_mass = np.asarray(totals, dtype=np.float64)
         if not (np.isfinite(loglik) and np.isfinite(params.log_prior).all()):
@@ -671,9 +365,9 @@ def _fit(
         result.loglik_history.append(loglik)
         result.iter_seconds.append(secs)
         result.n_iter = it
-        if stats is not None:
+        if run.stats is not None:
             pass_stats["nnz_parameters"] = int(params.log_ratio.nnz)
-            stats.append(pass_stats)
+            run.stats.append(pass_stats)
         log.info(
             "%s EM iteration %d: log-likelihood %.6e, relative change %.3e, %.2fs, %d non-zero word parameters",
             label,
@@ -692,14 +386,16 @@ def _fit(
                 prev,
                 loglik,
                 "; expected now and then with truncated posteriors (posterior_top_k / posterior_floor)"
-                if posterior_floor > 0 or 0 < top_k < score_matrix.shape[0]
+                if s.posterior_floor > 0 or 0 < s.top_k < run.score_matrix.shape[0]
                 else "; exact EM never does this: check the input for NaN or negative counts",
             )
-        if prev is not None and rel < tol:
+        if prev is not None and rel < s.tol:
             result.converged = True
             break
         prev = loglik
     if not result.converged:
-        log.warning("%s: EM stopped at max_iter=%d before the relative change fell below tol=%g", label, max_iter, tol)
+        log.warning(
+            "%s: EM stopped at max_iter=%d before the relative change fell below tol=%g", label, s.max_iter, s.tol
+        )
     result.params = params
     return result

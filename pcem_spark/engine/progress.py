@@ -8,6 +8,8 @@ import time
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
+__all__ = ["log_progress"]
+
 log = logging.getLogger(__name__)
 
 

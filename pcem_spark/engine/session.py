@@ -14,6 +14,16 @@ from pyspark.sql import SparkSession
 
 from pcem_spark.errors import InputError
 
+__all__ = [
+    "SparkSettings",
+    "build_session",
+    "is_local_master",
+    "SparkConnectError",
+    "is_spark_connect",
+    "require_classic_session",
+    "setup_logging",
+]
+
 
 @dataclass
 class SparkSettings:
@@ -199,8 +209,8 @@ def _connect_error(what: str, needs: str, why: str) -> SparkConnectError:
         "SparkSession: run the job with spark-submit, or build the session with "
         "SparkSession.builder.master(...).getOrCreate() -- without .remote(...), SPARK_REMOTE or "
         "spark.api.mode=connect. Over Spark Connect, pcem-spark can only read and check documents "
-        "(pcem_spark.documents.read_documents with fmt='json' or 'parquet', split_rejects) and featurise them "
-        '(pcem_spark.features); see docs/CLUSTER.md, "Spark Connect".'
+        "(pcem_spark.io.documents.read_documents with fmt='json' or 'parquet', split_rejects) and featurise them "
+        '(pcem_spark.engine.features); see docs/CLUSTER.md, "Spark Connect".'
     )
 
 

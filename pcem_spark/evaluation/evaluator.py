@@ -1,15 +1,15 @@
 """A pyspark.ml ``Evaluator`` for the hierarchical micro/macro F1 of ``pcem evaluate``.
 
-So ``CrossValidator`` / ``TrainValidationSplit`` can tune by the paper's metric:
+So ``CrossValidator`` / ``TrainValidationSplit`` can tune by the paper's metric::
 
->>> from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
->>> ev = HierarchicalF1Evaluator(metricName="macroF1", taxonomy=taxonomy.to_json())
->>> cv = CrossValidator(estimator=PathEM(...), estimatorParamMaps=grid, evaluator=ev)
+    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+    ev = HierarchicalF1Evaluator(metricName="macroF1", taxonomy=taxonomy.to_json())
+    cv = CrossValidator(estimator=PathEM(...), estimatorParamMaps=grid, evaluator=ev)
 
-The number is the one :func:`pcem_spark.evaluate.evaluate_predictions` reports
+The number is the one :func:`pcem_spark.evaluation.metrics.evaluate_predictions` reports
 (``micro_f1`` for ``microF1``, ``macro_f1`` for ``macroF1``, their mean for
 ``meanF1``); both count TP/FP/FN per node with
-:func:`pcem_spark.evaluate.node_confusion`, so only per-node counts reach the
+:func:`pcem_spark.evaluation.metrics.node_confusion`, so only per-node counts reach the
 driver.
 """
 
@@ -85,6 +85,36 @@ class HierarchicalF1Evaluator(
     other rows is a warning, a majority an :class:`InputError`, "made with
     another taxonomy / model?"); with it empty, every node seen in either
     column counts. Larger is better.
+
+    Parameters
+    ----------
+    predictionCol : str
+        The predicted paths, ``array<string>`` (default ``"path"``).
+    labelCol : str
+        The true paths, ``array<string>``, null = not scored (default ``"labels"``).
+    metricName : {"microF1", "macroF1", "meanF1"}
+        ``meanF1`` is the mean of the other two (default ``"microF1"``).
+    taxonomy : str or Taxonomy
+        ``Taxonomy.to_json()`` (a :class:`Taxonomy` is stored as its JSON);
+        ``""`` counts every node seen (default).
+
+    Notes
+    -----
+    ``evaluate(dataset)`` returns a float in [0, 1]; only the per-node
+    TP / FP / FN counts, (K, 3) for K nodes, reach the driver.
+
+    Examples
+    --------
+    >>> predictions = spark.createDataFrame(
+    ...     [(["sci", "space"], ["sci", "space"]), (["sci", "med"], ["sci", "space"]), (["rec", "autos"], None)],
+    ...     "path array<string>, labels array<string>",
+    ... )
+    >>> HierarchicalF1Evaluator(metricName="microF1").evaluate(predictions)
+    0.75
+    >>> round(HierarchicalF1Evaluator(metricName="macroF1").evaluate(predictions), 3)
+    0.556
+    >>> HierarchicalF1Evaluator().isLargerBetter()
+    True
     """
 
     metricName: "Param[str]" = Param(

@@ -31,6 +31,16 @@ from pyspark.sql import functions as F
 from pcem_spark.core.taxonomy import PATH_KEY_SEP, Taxonomy
 from pcem_spark.errors import InputError
 
+__all__ = [
+    "f1_scores",
+    "node_confusion",
+    "confusion_arrays",
+    "metric_nodes",
+    "known_path",
+    "evaluate_predictions",
+    "format_metrics",
+]
+
 log = logging.getLogger(__name__)
 
 # More labelled rows than this share naming nodes or paths the taxonomy does not know: refused.

@@ -12,8 +12,14 @@ from pcem_spark.experiment.protocol import (  # noqa: F401
 from pcem_spark.experiment.report import (  # noqa: F401
     write_report,
 )
+from pcem_spark.experiment.settings import (  # noqa: F401
+    ExperimentSettings,
+    SupervisionSettings,
+)
 
 __all__ = [
+    "ExperimentSettings",
+    "SupervisionSettings",
     "run_experiment",
     "assign_roles",
     "write_report",

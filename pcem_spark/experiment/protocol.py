@@ -14,28 +14,41 @@ import csv
 import logging
 import os
 import time
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from pcem_spark.core.methods import DISCRIMINATIVE, GENERATIVE
+from pcem_spark.core.methods import ALL_METHODS, DISCRIMINATIVE, GENERATIVE, check_methods
 from pcem_spark.core.taxonomy import PATH_KEY_SEP, Taxonomy
-from pcem_spark.engine.blocks import blocks_from_labels, blocks_from_node_scores, cache_blocks
+from pcem_spark.engine.blocks import blocks_from_labels, blocks_from_node_scores, packed_blocks
 from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
 from pcem_spark.errors import InputError
 from pcem_spark.evaluation.metrics import evaluate_predictions
+from pcem_spark.experiment.settings import ExperimentSettings, SupervisionSettings
 from pcem_spark.ml.estimator import PathEM
-from pcem_spark.ml.tuning import resolve_auto
+from pcem_spark.ml.tuning import TuneSettings, resolve_auto
 from pcem_spark.model.fitting import fit_blocks
 from pcem_spark.model.labels import check_label_paths
 from pcem_spark.model.settings import ModelSettings
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "ALL_METHODS",
+    "CSV_FIELDS",
+    "assign_roles",
+    "ExperimentPlan",
+    "settings_fingerprint",
+    "read_csv",
+    "run_experiment",
+    "write_csv",
+    "summarize",
+    "markdown_table",
+]
 
-ALL_METHODS = GENERATIVE + DISCRIMINATIVE
+log = logging.getLogger(__name__)
 
 CSV_FIELDS = [
     "method",
@@ -88,17 +101,18 @@ def _run_key(method: str, setting: str, rate, seed) -> Tuple[str, str, float, in
     return (str(method), str(setting), round(float(rate), 6), int(seed))
 
 
-def settings_fingerprint(
-    feature_settings,
-    model_settings,
-    test_fraction,
-    weak_mode,
-    min_similarity,
-    discriminative_c,
-    descriptions,
-    setting: str = "labeled",
-    tune=None,
-) -> str:
+class ExperimentPlan(NamedTuple):
+    """Everything that decides an experiment's results besides the documents, the taxonomy and the grid."""
+
+    experiment: ExperimentSettings
+    features: FeatureSettings
+    model: ModelSettings
+    supervision: SupervisionSettings = SupervisionSettings()
+    tune: Optional[TuneSettings] = None
+    descriptions: Optional[Dict[str, str]] = None  # node -> description (the dataless setting)
+
+
+def settings_fingerprint(plan: ExperimentPlan, setting: str = "labeled") -> str:
     """Short hash of every setting that changes a run's result, except the grid (method, setting,
     rate, seed): runs are only resumed into a CSV made with the same fingerprint. The weak-label
     settings count only for the dataless setting."""
@@ -106,9 +120,11 @@ def settings_fingerprint(
     import json
     from dataclasses import asdict
 
+    model_settings, tune = plan.model, plan.tune
     ms = {k: v for k, v in asdict(model_settings).items() if k not in ("method", "seed", "block_size")}
+    sup = plan.supervision
     weak = (
-        {"weak_mode": weak_mode, "min_similarity": min_similarity, "descriptions": descriptions or {}}
+        {"weak_mode": sup.weak_mode, "min_similarity": sup.min_similarity, "descriptions": plan.descriptions or {}}
         if setting == "dataless"
         else {}
     )
@@ -116,10 +132,10 @@ def settings_fingerprint(
         ms["tune"] = asdict(tune)
     blob = json.dumps(
         {
-            "features": asdict(feature_settings),
+            "features": asdict(plan.features),
             "model": ms,
-            "test_fraction": test_fraction,
-            "discriminative_c": discriminative_c,
+            "test_fraction": plan.experiment.test_fraction,
+            "discriminative_c": plan.experiment.discriminative_c,
             "setting": setting,
             **weak,
         },
@@ -166,58 +182,44 @@ def _label_path_index(taxonomy: Taxonomy, labels_col: str = "labels"):
 def run_experiment(
     docs: DataFrame,
     taxonomy: Taxonomy,
+    experiment: ExperimentSettings,
     feature_settings: FeatureSettings,
     model_settings: ModelSettings,
-    methods: List[str],
-    rates: List[float],
-    seeds: List[int],
-    test_fraction: float,
     out_dir: str,
-    setting="labeled",
+    supervision: Optional[SupervisionSettings] = None,
     descriptions: Optional[Dict[str, str]] = None,
-    weak_mode: str = "argmax",
-    min_similarity: float = 0.0,
+    tune: Optional[TuneSettings] = None,
     resume: bool = True,
-    discriminative_c: float = 1.0,
-    report_rate: float = 0.01,
-    paper: str = "",
-    tune=None,
 ) -> List[Dict[str, object]]:
     """Run settings x rates x seeds x methods; write ``results.csv`` and ``results.md`` in ``out_dir``.
 
-    ``setting`` is ``"labeled"``, ``"dataless"`` or a list of both.
+    The grid is ``experiment``'s: ``settings`` (``"labeled"``, ``"dataless"``
+    or a list of both), ``rates``, ``seeds`` and ``methods``; it also holds
+    the test fraction, the discriminative baselines' C and the report's rate
+    and paper reference.
     ``dataless``: the rate-r sample gets weak labels from ``descriptions``
-    (cosine similarity, :mod:`pcem_spark.weak`) instead of its true labels;
+    (cosine similarity, :mod:`pcem_spark.model.weak_labels`; ``supervision``'s weak_mode and
+    min_similarity) instead of its true labels;
     the weak labels' own coverage and per-level accuracy are reported next to
     the classifiers' F1. With ``resume`` the runs already in
     ``out_dir/results.csv`` are kept and not recomputed. Progress (run i of
     n, elapsed, ETA) is logged after every run.
     """
+    plan = ExperimentPlan(
+        experiment, feature_settings, model_settings, supervision or SupervisionSettings(), tune, descriptions
+    )
+    methods, rates, seeds = list(experiment.methods), list(experiment.rates), list(experiment.seeds)
+    setting = experiment.settings
     settings_list = [setting] if isinstance(setting, str) else list(setting)
     for st in settings_list:
         if st not in ("labeled", "dataless"):
             raise InputError(f"setting must be 'labeled' or 'dataless', got {st!r}")
     if "dataless" in settings_list and not descriptions:
         raise InputError("the dataless setting needs label descriptions (--descriptions FILE)")
-    for m in methods:
-        if m not in ALL_METHODS:
-            raise InputError(f"unknown method {m!r}; known: {', '.join(ALL_METHODS)}")
+    check_methods(methods)
     os.makedirs(out_dir, exist_ok=True)
     csv_path = os.path.join(out_dir, "results.csv")
-    configs = {
-        st: settings_fingerprint(
-            feature_settings,
-            model_settings,
-            test_fraction,
-            weak_mode,
-            min_similarity,
-            discriminative_c,
-            descriptions,
-            st,
-            tune,
-        )
-        for st in ("labeled", "dataless")
-    }
+    configs = {st: settings_fingerprint(plan, st) for st in ("labeled", "dataless")}
     planned = [(st, rate, seed, m) for st in settings_list for rate in rates for seed in seeds for m in methods]
     planned_keys = {_run_key(p[3], p[0], p[1], p[2]) for p in planned}
     rows: List[Dict[str, object]] = read_csv(csv_path)
@@ -251,7 +253,7 @@ def run_experiment(
         len(todo),
     )
     if not todo:
-        _write_reports(rows, out_dir, report_rate, paper)
+        _write_reports(rows, out_dir, experiment.report_rate, experiment.paper_reference)
         return rows
     n_unlabelled_docs = docs.where(F.col("labels").isNull()).count()
     if n_unlabelled_docs:
@@ -269,23 +271,7 @@ def run_experiment(
                 pending = [m for m in methods if _run_key(m, st, rate, seed) not in done]
                 if not pending:
                     continue
-                for row in _run_split(
-                    docs,
-                    taxonomy,
-                    feature_settings,
-                    model_settings,
-                    pending,
-                    st,
-                    rate,
-                    seed,
-                    test_fraction,
-                    descriptions,
-                    weak_mode,
-                    min_similarity,
-                    discriminative_c,
-                    configs[st],
-                    tune,
-                ):
+                for row in _run_split(docs, taxonomy, plan, configs[st], pending, st, rate, seed):
                     rows.append(row)
                     n_done += 1
                     elapsed = time.perf_counter() - t_start
@@ -307,7 +293,7 @@ def run_experiment(
                         elapsed / n_done * (len(todo) - n_done),
                     )
                     write_csv(rows, csv_path, taxonomy.depth)
-    _write_reports(rows, out_dir, report_rate, paper)
+    _write_reports(rows, out_dir, experiment.report_rate, experiment.paper_reference)
     return rows
 
 
@@ -319,69 +305,49 @@ def _write_reports(rows: List[Dict[str, object]], out_dir: str, rate: float = 0.
     write_report(rows, out_dir, rate, PAPERS.get(paper))
 
 
-def _run_split(
-    docs,
-    taxonomy,
-    feature_settings,
-    model_settings,
-    methods,
-    setting,
-    rate,
-    seed,
-    test_fraction,
-    descriptions,
-    weak_mode,
-    min_similarity,
-    discriminative_c,
-    config="",
-    tune=None,
-):
-    """All ``methods`` on one (setting, rate, seed) split; yields one result row per method."""
-    from pcem_spark.baselines.discriminative import fit_linear
+def _run_split(docs, taxonomy, plan: ExperimentPlan, config, methods, setting, rate, seed):
+    """All ``methods`` on one (setting, rate, seed) split; yields one result row per method.
 
-    roled = assign_roles(docs.where(F.col("labels").isNotNull()), seed, test_fraction, rate).cache()
-    train = roled.where(F.col("role") != "test")
-    test = roled.where(F.col("role") == "test").select("id", "text", "labels").cache()
-    masked = train.select("id", "text", F.when(F.col("role") == "labeled", F.col("labels")).alias("labels"))
-    vocabulary = fit_vocabulary(masked, feature_settings)
-    weak_stats: Dict[str, object] = {}
-    generative = [m for m in methods if m in GENERATIVE]
-    linear = [m for m in methods if m in DISCRIMINATIVE]
-    if setting == "labeled":
-        feats = featurize(masked, vocabulary, feature_settings).cache()
-        blocks = (
-            cache_blocks(
-                blocks_from_labels(
-                    feats,
-                    taxonomy.path_lookup(),
-                    taxonomy.path_node_matrix(sparse=True),
-                    len(vocabulary),
-                    model_settings.block_size,
+    ``config`` is the settings fingerprint written into every row.
+    """
+    from pcem_spark.baselines.discriminative import LinearSettings, fit_linear
+
+    feature_settings, model_settings = plan.features, plan.model
+    with ExitStack() as cleanup:  # unpersists in reverse: blocks, features, test, roled
+        roled = assign_roles(docs.where(F.col("labels").isNotNull()), seed, plan.experiment.test_fraction, rate)
+        roled = roled.cache()
+        cleanup.callback(roled.unpersist)
+        train = roled.where(F.col("role") != "test")
+        test = roled.where(F.col("role") == "test").select("id", "text", "labels").cache()
+        cleanup.callback(test.unpersist)
+        masked = train.select("id", "text", F.when(F.col("role") == "labeled", F.col("labels")).alias("labels"))
+        vocabulary = fit_vocabulary(masked, feature_settings)
+        weak_stats: Dict[str, object] = {}
+        generative = [m for m in methods if m in GENERATIVE]
+        linear = [m for m in methods if m in DISCRIMINATIVE]
+        if setting == "labeled":
+            feats = featurize(masked, vocabulary, feature_settings).cache()
+            cleanup.callback(feats.unpersist)
+            blocks = None
+            if generative:
+                path_node = taxonomy.path_node_matrix(sparse=True)
+                blocks = cleanup.enter_context(
+                    packed_blocks(
+                        blocks_from_labels(
+                            feats, taxonomy.path_lookup(), path_node, len(vocabulary), model_settings.block_size
+                        )
+                    )
                 )
+                blocks.count()  # pack before the clock starts: no method's train time pays for it
+            linear_train = feats.select("features", _label_path_index(taxonomy).alias("path_index"))
+        else:
+            blocks, weak_stats, feats = cleanup.enter_context(
+                _dataless_blocks(train, vocabulary, taxonomy, plan, keep_weak=bool(linear))
             )
-            if generative
-            else None
-        )
-        if blocks is not None:
-            blocks.count()  # pack before the clock starts: no method's train time pays for it
-        linear_train = feats.select("features", _label_path_index(taxonomy).alias("path_index"))
-    else:
-        blocks, weak_stats, feats = _dataless_blocks(
-            train,
-            vocabulary,
-            feature_settings,
-            model_settings,
-            taxonomy,
-            descriptions,
-            weak_mode,
-            min_similarity,
-            keep_weak=bool(linear),
-        )
-        linear_train = (
-            None if feats is None else feats.select("features", _leaf_path_index(taxonomy).alias("path_index"))
-        )
-    n_test = test.count()
-    try:
+            linear_train = (
+                None if feats is None else feats.select("features", _leaf_path_index(taxonomy).alias("path_index"))
+            )
+        n_test = test.count()
         for method in methods:
             t0 = time.perf_counter()
             if method in GENERATIVE:
@@ -390,7 +356,7 @@ def _run_split(
                 if ms.auto_params() and setting == "labeled":
                     # "auto" weights: cross-validated on this split's labelled documents only.
                     ms, _, tuned = resolve_auto(
-                        feats, taxonomy, vocabulary, feature_settings, ms, tune, seed=seed, estimator_class=PathEM
+                        feats, taxonomy, vocabulary, feature_settings, ms, plan.tune, seed=seed, estimator_class=PathEM
                     )
                 if tuned is not None:
                     model, summary = tuned, tuned.training_summary
@@ -406,7 +372,7 @@ def _run_split(
                     taxonomy,
                     vocabulary,
                     feature_settings,
-                    C=discriminative_c,
+                    LinearSettings(C=plan.experiment.discriminative_c),
                     block_size=model_settings.block_size,
                 )
                 n_unlab, n_iter = 0, 0
@@ -433,77 +399,65 @@ def _run_split(
                 **weak_stats,
                 "config": config,
             }
-    finally:
-        if blocks is not None:
-            blocks.unpersist()
-        if feats is not None:
-            feats.unpersist()
-        test.unpersist()
-        roled.unpersist()
 
 
-def _dataless_blocks(
-    train: DataFrame,
-    vocabulary,
-    feature_settings,
-    model_settings,
-    taxonomy,
-    descriptions,
-    weak_mode: str,
-    min_similarity: float,
-    keep_weak: bool = False,
-):
+@contextmanager
+def _dataless_blocks(train: DataFrame, vocabulary, taxonomy, plan: ExperimentPlan, keep_weak: bool = False):
     """Blocks whose sampled rows carry weak node scores; plus the weak labels' own quality.
 
-    Returns ``(blocks, stats, weak)``; ``weak`` (the cached featurised table
-    with ``node_scores``) only with ``keep_weak``, else None.
+    A context manager yielding ``(blocks, stats, weak)``; ``weak`` (the cached
+    featurised table with ``node_scores``) only with ``keep_weak``, else None.
+    Blocks and table stay cached until the ``with`` ends.
     """
-    from pcem_spark.model.weak_labels import weak_label
+    from pcem_spark.model.weak_labels import WeakLabelSettings, weak_label
 
+    feature_settings, block_size, sup = plan.features, plan.model.block_size, plan.supervision
     feats = featurize(train.select("id", "text", "labels", "role"), vocabulary, feature_settings)
     weak = weak_label(
         feats,
         vocabulary,
         feature_settings,
         taxonomy,
-        descriptions,
-        weak_mode,
-        min_similarity,
-        model_settings.block_size,
+        plan.descriptions,
+        WeakLabelSettings(sup.weak_mode, sup.min_similarity, block_size),
     )
     weak = (
         weak.withColumn("node_scores", F.when(F.col("role") == "labeled", F.col("node_scores")))
         .withColumn("weak_path", F.when(F.col("role") == "labeled", F.col("weak_path")))
         .cache()
     )
-    sampled = weak.where(F.col("role") == "labeled")
-    aggs = [F.count(F.lit(1)).alias("n"), F.count("weak_path").alias("covered")]
-    for k in range(1, taxonomy.depth + 1):
-        aggs.append(
-            F.avg(
-                F.when(
-                    F.col("weak_path").isNotNull(),
-                    (F.element_at("weak_path", k) == F.element_at("labels", k)).cast("double"),
-                )
-            ).alias(f"acc{k}")
+    try:
+        sampled = weak.where(F.col("role") == "labeled")
+        aggs = [F.count(F.lit(1)).alias("n"), F.count("weak_path").alias("covered")]
+        for k in range(1, taxonomy.depth + 1):
+            aggs.append(
+                F.avg(
+                    F.when(
+                        F.col("weak_path").isNotNull(),
+                        (F.element_at("weak_path", k) == F.element_at("labels", k)).cast("double"),
+                    )
+                ).alias(f"acc{k}")
+            )
+        q = sampled.agg(*aggs).first()
+        stats = {
+            "weak_coverage": q["covered"] / q["n"] if q["n"] else None,
+            **{f"weak_level{k}_acc": q[f"acc{k}"] for k in range(1, taxonomy.depth + 1)},
+        }
+        log.info(
+            "weak labels: %d sampled documents, %.1f%% got a weak label; accuracy per level: %s",
+            q["n"],
+            100 * (stats["weak_coverage"] or 0),
+            ", ".join(
+                f"{k}: {100 * q[f'acc{k}']:.1f}%" for k in range(1, taxonomy.depth + 1) if q[f"acc{k}"] is not None
+            ),
         )
-    q = sampled.agg(*aggs).first()
-    stats = {
-        "weak_coverage": q["covered"] / q["n"] if q["n"] else None,
-        **{f"weak_level{k}_acc": q[f"acc{k}"] for k in range(1, taxonomy.depth + 1)},
-    }
-    log.info(
-        "weak labels: %d sampled documents, %.1f%% got a weak label; accuracy per level: %s",
-        q["n"],
-        100 * (stats["weak_coverage"] or 0),
-        ", ".join(f"{k}: {100 * q[f'acc{k}']:.1f}%" for k in range(1, taxonomy.depth + 1) if q[f"acc{k}"] is not None),
-    )
-    blocks = cache_blocks(blocks_from_node_scores(weak, taxonomy.n_nodes, len(vocabulary), model_settings.block_size))
-    blocks.count()  # materialise before the weak table is released
-    if keep_weak:
-        return blocks, stats, weak
-    weak.unpersist()
-    return blocks, stats, None
+        with packed_blocks(blocks_from_node_scores(weak, taxonomy.n_nodes, len(vocabulary), block_size)) as blocks:
+            blocks.count()  # materialise before the weak table is released
+            if not keep_weak:
+                weak.unpersist()
+            yield blocks, stats, (weak if keep_weak else None)
+    finally:
+        weak.unpersist()
 
 
 def write_csv(rows: List[Dict[str, object]], path: str, depth: int) -> None:

@@ -28,6 +28,8 @@ import numpy as np
 
 from pcem_spark.core.methods import EM_METHODS as _EM_METHODS
 
+__all__ = ["PAPERS", "significance_mark", "paired_p_value", "table2", "curves", "efficiency_table", "write_report"]
+
 log = logging.getLogger(__name__)
 
 # Table 2's row order (discriminative, NB, EM) and display names.
@@ -61,7 +63,7 @@ DISPLAY = {
     "wdem": "WDEM",
     "pcem": "PCEM",
 }
-# The EM methods (pcem_spark.methods.EM_METHODS) in Table 2's order: the figures' curves.
+# The EM methods (pcem_spark.core.methods.EM_METHODS) in Table 2's order: the figures' curves.
 EM_METHODS = sorted(_EM_METHODS, key=lambda m: (TABLE2_ORDER.index(m) if m in TABLE2_ORDER else len(TABLE2_ORDER), m))
 
 # The paper's Table 2, 20NG, 1% (micro, macro) per setting.

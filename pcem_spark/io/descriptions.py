@@ -1,4 +1,5 @@
-"""TODO docstring (weak)."""
+"""Label descriptions of the dataless setting: read from JSON and checked against the taxonomy
+(every key a node, every value text), with errors that name the node."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import Dict
 
 from pcem_spark.core.similarity import _MAX_NAMES, _more
 from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError, closest_name
+
+__all__ = ["load_descriptions", "check_descriptions"]
 
 log = logging.getLogger(__name__)
 

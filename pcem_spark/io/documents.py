@@ -90,7 +90,21 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pcem_spark.errors import InputError
+from pcem_spark.io.hadoop_fs import FILESYSTEM_NEEDS, HadoopFS
 from pcem_spark.io.json_lines import RECORD_CHARS, _parse_line, _StrictDecoder
+
+__all__ = [
+    "DOCUMENT_SCHEMA",
+    "REJECT_SCHEMA",
+    "RAW_SCHEMA",
+    "DocumentsError",
+    "detect_format",
+    "read_documents",
+    "split_rejects",
+    "log_counts",
+    "count_input_rows",
+    "input_fs",
+]
 
 log = logging.getLogger(__name__)
 
@@ -179,32 +193,27 @@ def _is_ignored(relative: str) -> bool:
     return any(p.startswith(("_", ".")) for p in parts) or relative.lower().endswith(".crc")
 
 
-def _hadoop_fs(spark: SparkSession, path: str):
-    """(FileSystem, Path) for ``path`` -- local or remote alike, as Spark will read it."""
-    from pcem_spark.engine.session import require_classic_session
+# What needs the file system, named when a Spark Connect session (no driver JVM) asks for it.
+_INPUT_FS_USE = "Detecting the documents format (read_documents / count_input_rows without fmt)"
 
-    require_classic_session(
-        spark,
-        "Detecting the documents format (read_documents / count_input_rows without fmt)",
-        "the driver JVM's Hadoop FileSystem",
-    )
-    jvm = spark.sparkContext._jvm
-    hpath = jvm.org.apache.hadoop.fs.Path(path)
-    return hpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hpath
+
+def input_fs(spark: SparkSession, path: str) -> HadoopFS:
+    """The Hadoop file system of an input ``path`` -- local or remote alike, as Spark will read it."""
+    return HadoopFS(spark, path, _INPUT_FS_USE, FILESYSTEM_NEEDS)
 
 
 def _data_files(spark: SparkSession, path: str) -> List[str]:
     """The data files under ``path`` (itself if it is a file), ignoring hidden files and checksums."""
-    fs, hpath = _hadoop_fs(spark, path)
-    if not fs.exists(hpath):
+    fs = input_fs(spark, path)
+    if not fs.exists():
         raise DocumentsError(f"documents input {path!r} does not exist")
-    if not fs.getFileStatus(hpath).isDirectory():
-        return [hpath.toString()]
+    if not fs.is_directory():
+        return [fs.path.toString()]
     # Compared as URI paths: the listing's scheme/authority spelling may differ from the argument's.
-    root = fs.makeQualified(hpath).toUri().getPath().rstrip("/")
-    found, it = [], fs.listFiles(hpath, True)
-    while it.hasNext():
-        file = it.next().getPath()
+    root = fs.qualified().toUri().getPath().rstrip("/")
+    found = []
+    for status in fs.files_under():
+        file = status.getPath()
         if not _is_ignored(file.toUri().getPath()[len(root) :]):
             found.append(file.toString())
     return found
@@ -212,13 +221,7 @@ def _data_files(spark: SparkSession, path: str) -> List[str]:
 
 def _has_parquet_magic(spark: SparkSession, path: str) -> bool:
     """True if the file starts with the Parquet magic bytes ``PAR1``."""
-    fs, hpath = _hadoop_fs(spark, path)
-    stream = fs.open(hpath)
-    try:
-        head = bytes(max(stream.read(), 0) for _ in range(len(_PARQUET_MAGIC)))
-    finally:
-        stream.close()
-    return head == _PARQUET_MAGIC
+    return input_fs(spark, path).read_head(n=len(_PARQUET_MAGIC)) == _PARQUET_MAGIC
 
 
 def detect_format(spark: SparkSession, path: str) -> str:

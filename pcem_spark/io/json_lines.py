@@ -1,4 +1,9 @@
-"""TODO docstring (documents)."""
+"""The strict JSON-lines parser of the documents reader: one line to one document row or one reject.
+
+Stricter than Spark's JSON source on purpose: a repeated key, a wrong type, trailing
+data or a lone surrogate is a reject with its line and a reason, never a silently
+coerced row. Pure Python, run on the executors by :mod:`pcem_spark.io.documents`.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import logging
 import math
 import re
 from typing import List, Optional, Tuple
+
+__all__ = ["RECORD_CHARS"]
 
 log = logging.getLogger(__name__)
 

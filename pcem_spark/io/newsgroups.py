@@ -23,6 +23,8 @@ from typing import Dict, Iterator, Tuple
 
 from pcem_spark.errors import InputError
 
+__all__ = ["HEADER_MODES", "clean_message", "iter_20ng", "write_jsonl"]
+
 log = logging.getLogger(__name__)
 
 HEADER_MODES = ("keep", "strip", "subject")

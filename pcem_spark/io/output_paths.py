@@ -37,6 +37,8 @@ from typing import Optional, Sequence, Tuple
 
 from pcem_spark.errors import OutputPathError
 
+__all__ = ["Output", "qualify", "check_output_paths"]
+
 _GLOB_CHARS = "*?[{"
 
 
@@ -66,11 +68,10 @@ def qualify(spark, path: str) -> str:
     """``path`` as one comparable string: scheme + authority + absolute path, symlinks resolved locally."""
     path = path.rstrip("/") or "/"
     if spark is not None and not _is_glob(path):
-        from pcem_spark.io.outputs import _FS
+        from pcem_spark.io.hadoop_fs import HadoopFS
 
         try:
-            fs = _FS(spark, path)
-            path = str(fs.fs.makeQualified(fs.path).toString())
+            path = HadoopFS(spark, path).qualify()
         except Exception:  # a Connect session or a scheme without a file system: compare as given
             pass
     if path.startswith("file:"):
@@ -91,14 +92,13 @@ def _glob_matches(spark, pattern: str):
 
         local = pattern[len("file:") :] if pattern.startswith("file:") else pattern
         return [match for expanded in _expand_braces(local) for match in glob.glob(expanded)]
-    from pcem_spark.io.outputs import _FS
+    from pcem_spark.io.hadoop_fs import HadoopFS
 
     try:
-        fs = _FS(spark, pattern)
-        statuses = fs.fs.globStatus(fs.path)
+        statuses = HadoopFS(spark, pattern).glob()
     except Exception:  # no file system for the scheme: the pattern rules still apply
         return []
-    return [str(s.getPath().toString()) for s in (statuses or [])]
+    return [str(s.getPath().toString()) for s in statuses]
 
 
 def _expand_braces(pattern: str):
@@ -248,6 +248,8 @@ def _state(spark, out: Output):
     """(exists, is a directory, marker dict or None) of an output path, on any file system Spark can reach."""
     path = out.path.rstrip("/") or "/"
     if spark is None:  # local files only (checked before Spark starts)
+        from pcem_spark.io.outputs import read_local_marker
+
         if "://" in path and not path.startswith("file:"):
             raise OutputPathError(
                 f"{out.flag} {out.path!r}: this output is written with plain file I/O on the "
@@ -256,25 +258,13 @@ def _state(spark, out: Output):
         p = path[len("file:") :] if path.startswith("file:") else path
         if not os.path.lexists(p):
             return False, False, None
-        return True, os.path.isdir(p), _local_marker(p) if os.path.isdir(p) else None
-    from pcem_spark.io.outputs import _FS, read_marker, recover
+        return True, os.path.isdir(p), read_local_marker(p) if os.path.isdir(p) else None
+    from pcem_spark.io.hadoop_fs import HadoopFS
+    from pcem_spark.io.outputs import read_marker, recover
 
     recover(spark, path)
-    fs = _FS(spark, path)
+    fs = HadoopFS(spark, path)
     if not fs.exists(path):
         return False, False, None
-    is_dir = bool(fs.fs.getFileStatus(fs.p(path)).isDirectory())
+    is_dir = fs.is_directory(path)
     return True, is_dir, read_marker(spark, path) if is_dir else None
-
-
-def _local_marker(directory: str) -> Optional[dict]:
-    import json
-
-    from pcem_spark.io.outputs import MARKER
-
-    try:
-        with open(os.path.join(directory, MARKER), encoding="utf-8") as fh:
-            marker = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return marker if isinstance(marker, dict) and marker.get("complete") is True else None

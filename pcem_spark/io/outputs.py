@@ -31,7 +31,9 @@ bucket or write to HDFS and copy.
 
 Files the package writes on the driver's local disk (experiment CSV,
 markdown, figures) go through :func:`atomic_write_bytes` (temp file +
-``os.replace``).
+``os.replace``); a local folder of files with a marker (``pcem inspect``)
+through :func:`write_local_output`, the same protocol with plain file I/O.
+The Hadoop calls are :class:`pcem_spark.io.hadoop_fs.HadoopFS`'s.
 """
 
 from __future__ import annotations
@@ -40,13 +42,33 @@ import datetime as _dt
 import json
 import logging
 import os
+import shutil
 import tempfile
 import uuid
 from contextlib import contextmanager
 from typing import Dict, Iterator, List, Optional
 
 from pcem_spark.errors import InputError, OutputPathError
+from pcem_spark.io.hadoop_fs import HadoopFS
 from pcem_spark.util.faults import maybe_kill
+
+__all__ = [
+    "MARKER",
+    "OUTPUT_FORMAT_VERSION",
+    "IncompleteOutputError",
+    "new_run_id",
+    "read_marker",
+    "recover",
+    "require_complete",
+    "check_writable",
+    "StagedOutput",
+    "atomic_output",
+    "commit",
+    "read_local_marker",
+    "write_local_output",
+    "atomic_write_bytes",
+    "atomic_write_text",
+]
 
 log = logging.getLogger(__name__)
 
@@ -64,65 +86,6 @@ def new_run_id() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
-class _FS:
-    """The few Hadoop FileSystem calls needed, for any URI Spark can write (file, hdfs, s3a, ...)."""
-
-    def __init__(self, spark, path: str):
-        from pcem_spark.engine.session import require_classic_session
-
-        require_classic_session(
-            spark,
-            "Saving / loading models and writing outputs atomically (pcem_spark.outputs)",
-            "the driver JVM's Hadoop FileSystem (rename, completion markers)",
-        )
-        sc = spark.sparkContext
-        self._jvm = sc._jvm
-        self.path = self._jvm.org.apache.hadoop.fs.Path(path)
-        self.fs = self.path.getFileSystem(sc._jsc.hadoopConfiguration())
-
-    def p(self, path: str):
-        return self._jvm.org.apache.hadoop.fs.Path(path)
-
-    def exists(self, path: str) -> bool:
-        return bool(self.fs.exists(self.p(path)))
-
-    def delete(self, path: str) -> None:
-        self.fs.delete(self.p(path), True)
-
-    def rename(self, src: str, dst: str) -> None:
-        if not self.fs.rename(self.p(src), self.p(dst)):
-            raise OSError(f"could not rename {src} to {dst}")
-
-    def list_names(self, directory: str) -> List[str]:
-        d = self.p(directory)
-        if not self.fs.exists(d):
-            return []
-        return [str(s.getPath().getName()) for s in self.fs.listStatus(d)]
-
-    def write_text(self, path: str, text: str) -> None:
-        out = self.fs.create(self.p(path), True)
-        try:
-            out.write(bytearray(text.encode("utf-8")))
-        finally:
-            out.close()
-
-    def read_text(self, path: str) -> Optional[str]:
-        p = self.p(path)
-        if not self.fs.exists(p):
-            return None
-        stream = self.fs.open(p)
-        try:
-            reader = self._jvm.java.io.BufferedReader(self._jvm.java.io.InputStreamReader(stream, "UTF-8"))
-            lines = []
-            line = reader.readLine()
-            while line is not None:
-                lines.append(line)
-                line = reader.readLine()
-            return "\n".join(lines)
-        finally:
-            stream.close()
-
-
 def _split(path: str):
     path = path.rstrip("/")
     parent, name = path.rsplit("/", 1) if "/" in path else (".", path)
@@ -136,7 +99,7 @@ def _sibling(path: str, tag: str, run_id: str) -> str:
     return f"{parent}/.{name}{tag}{run_id}"
 
 
-def _siblings(fs: _FS, path: str, tag: str) -> List[str]:
+def _siblings(fs: HadoopFS, path: str, tag: str) -> List[str]:
     parent, name = _split(path)
     prefix = f".{name}{tag}"
     return sorted(f"{parent}/{n}" for n in fs.list_names(parent) if n.startswith(prefix))
@@ -144,14 +107,40 @@ def _siblings(fs: _FS, path: str, tag: str) -> List[str]:
 
 def read_marker(spark, path: str) -> Optional[Dict[str, object]]:
     """The completion marker of ``path`` as a dict, or None when there is none (or it is unreadable)."""
-    text = _FS(spark, path).read_text(f"{path.rstrip('/')}/{MARKER}")
+    return _parse_marker(HadoopFS(spark, path).read_text(f"{path.rstrip('/')}/{MARKER}"))
+
+
+def _parse_marker(text: Optional[str]) -> Optional[Dict[str, object]]:
+    """A marker file's text as a dict; None for no text, bad JSON or anything but a complete marker."""
     if text is None:
         return None
     try:
         marker = json.loads(text)
-    except json.JSONDecodeError:
+    except ValueError:
         return None
     return marker if isinstance(marker, dict) and marker.get("complete") is True else None
+
+
+def _new_marker(kind: str, run_id: str, info: Dict[str, object]) -> Dict[str, object]:
+    """The completion marker of an output of ``kind`` written by run ``run_id``, with the extra fields ``info``."""
+    return {
+        "complete": True,
+        "kind": kind,
+        "format_version": OUTPUT_FORMAT_VERSION,
+        "run_id": run_id,
+        "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        **info,
+    }
+
+
+def _refuse_other_kind(path: str, existing: Optional[Dict[str, object]], kind: str) -> None:
+    # The last line of defence (commands check earlier, pcem_spark.io.output_paths): a complete output
+    # of another kind -- a model, the input documents -- is never replaced.
+    if existing is not None and existing.get("kind") != kind:
+        raise OutputPathError(
+            f"{path!r} holds a complete pcem-spark {existing.get('kind')} output; refusing "
+            f"to replace it with {kind}, even with overwrite"
+        )
 
 
 def recover(spark, path: str, cleanup: bool = False) -> None:
@@ -164,7 +153,7 @@ def recover(spark, path: str, cleanup: bool = False) -> None:
     writer may be working on the same output), stale temporary and old
     siblings are deleted.
     """
-    fs = _FS(spark, path)
+    fs = HadoopFS(spark, path)
     path = path.rstrip("/")
     if not fs.exists(path):
         complete = [t for t in _siblings(fs, path, _TMP) if read_marker(spark, t) is not None]
@@ -186,7 +175,7 @@ def recover(spark, path: str, cleanup: bool = False) -> None:
 def require_complete(spark, path: str, kind: Optional[str] = None) -> Dict[str, object]:
     """Return the marker of ``path`` or raise :class:`IncompleteOutputError` saying what is wrong."""
     recover(spark, path)
-    fs = _FS(spark, path)
+    fs = HadoopFS(spark, path)
     if not fs.exists(path):
         raise FileNotFoundError(f"{path} does not exist")
     marker = read_marker(spark, path)
@@ -214,7 +203,7 @@ def check_writable(spark, path: str, overwrite: bool) -> None:
     it may be someone else's data.
     """
     recover(spark, path)
-    if not overwrite and _FS(spark, path).exists(path):
+    if not overwrite and HadoopFS(spark, path).exists(path):
         raise FileExistsError(f"output {path!r} already exists; pass --overwrite to replace it")
 
 
@@ -245,19 +234,12 @@ def atomic_output(
     an exception the temporary directory is deleted and ``path`` is untouched.
     """
     path = path.rstrip("/")
-    fs = _FS(spark, path)
+    fs = HadoopFS(spark, path)
     recover(spark, path, cleanup=True)
     if fs.exists(path):
         if not overwrite:
             raise FileExistsError(f"output {path!r} already exists; pass --overwrite to replace it")
-        existing = read_marker(spark, path)
-        if existing is not None and existing.get("kind") != kind:
-            # The last line of defence (commands check earlier, pcem_spark.output_paths): a complete output
-            # of another kind -- a model, the input documents -- is never replaced.
-            raise OutputPathError(
-                f"{path!r} holds a complete pcem-spark {existing.get('kind')} output; refusing "
-                f"to replace it with {kind}, even with overwrite"
-            )
+        _refuse_other_kind(path, read_marker(spark, path), kind)
     run_id = run_id or new_run_id()
     tmp = _sibling(path, _TMP, run_id)
     staged = StagedOutput(path, tmp, run_id)
@@ -266,15 +248,7 @@ def atomic_output(
         maybe_kill(kind, "staged")
         if not fs.exists(tmp):
             raise RuntimeError(f"nothing was written to {tmp} for {path}")
-        marker = {
-            "complete": True,
-            "kind": kind,
-            "format_version": OUTPUT_FORMAT_VERSION,
-            "run_id": run_id,
-            "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            **staged.info,
-        }
-        fs.write_text(f"{tmp}/{MARKER}", json.dumps(marker, sort_keys=True))
+        fs.write_text(f"{tmp}/{MARKER}", json.dumps(_new_marker(kind, run_id, staged.info), sort_keys=True))
         maybe_kill(kind, "marked")
     except BaseException:
         try:
@@ -287,7 +261,7 @@ def atomic_output(
 
 def commit(spark, path: str, tmp: str, run_id: str, kind: str = "") -> None:
     """Move the complete ``tmp`` to ``path``, replacing what is there (see the module docstring)."""
-    fs = _FS(spark, path)
+    fs = HadoopFS(spark, path)
     old = None
     if fs.exists(path):
         old = _sibling(path, _OLD, run_id)
@@ -300,13 +274,80 @@ def commit(spark, path: str, tmp: str, run_id: str, kind: str = "") -> None:
     log.info("%s written (run %s)", path, run_id)
 
 
+# ------------------------------------------------------------ the driver's local disk
+def read_local_marker(directory: str) -> Optional[Dict[str, object]]:
+    """:func:`read_marker` of a directory on the driver's local disk, without Spark."""
+    try:
+        with open(os.path.join(directory, MARKER), encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, ValueError):  # unreadable, or not UTF-8
+        return None
+    return _parse_marker(text)
+
+
+def write_local_output(
+    path: str, files: Dict[str, bytes], kind: str, overwrite: bool = False, info: Optional[Dict[str, object]] = None
+) -> str:
+    """Write ``files`` (name -> bytes) as the local directory ``path``, atomically, with a marker of ``kind``.
+
+    The protocol of :func:`atomic_output` with plain file I/O on the driver,
+    for folders of plain files readable without Spark (``pcem inspect``): the
+    files and the marker (kind, format version, run id, ``files``: the names,
+    then ``info``) are written to the hidden sibling ``.NAME.pcem-tmp-RUNID``,
+    which then replaces ``path`` (an existing directory is first renamed to
+    ``.NAME.pcem-old-RUNID`` and deleted after): a killed run leaves the old
+    folder or the new one. Stale siblings of a killed run are deleted first.
+    An existing ``path`` needs ``overwrite`` and is never replaced when it
+    holds a complete output of another kind. Files get the modes ``open`` /
+    ``mkdir`` give (the umask decides). Returns the absolute path.
+    """
+    path = os.path.abspath(path.rstrip("/") or "/")
+    parent, name = os.path.split(path)
+    if not name:
+        raise InputError(f"output path {path!r} has no name")
+    os.makedirs(parent, exist_ok=True)
+    for stale in os.listdir(parent):  # left by a killed run
+        if stale.startswith((f".{name}{_TMP}", f".{name}{_OLD}")):
+            shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
+    if os.path.exists(path):
+        if not overwrite:
+            raise FileExistsError(f"output {path!r} already exists; pass --overwrite to replace it")
+        if not os.path.isdir(path):
+            raise NotADirectoryError(f"output {path!r} exists and is not a directory")
+        _refuse_other_kind(path, read_local_marker(path), kind)
+    run_id = new_run_id()
+    tmp = os.path.join(parent, f".{name}{_TMP}{run_id}")
+    os.makedirs(tmp)
+    old = None
+    try:
+        for fname, data in files.items():
+            with open(os.path.join(tmp, fname), "wb") as fh:
+                fh.write(data)
+        maybe_kill(kind, "staged")
+        with open(os.path.join(tmp, MARKER), "w", encoding="utf-8") as fh:
+            json.dump(_new_marker(kind, run_id, {"files": sorted(files), **(info or {})}), fh, sort_keys=True)
+        maybe_kill(kind, "marked")
+        if os.path.exists(path):
+            old = os.path.join(parent, f".{name}{_OLD}{run_id}")
+            os.rename(path, old)
+            maybe_kill(kind, "old_moved")
+        os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        maybe_kill(kind, "committed")
+        shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
 def atomic_write_bytes(path: str, data: bytes) -> None:
     """Replace a local file in one step: a temp file in the same directory, then ``os.replace``.
 
     The file gets the mode a plain ``open(path, "w")`` would give it, ``0o666 &
     ~umask`` (``mkstemp`` alone makes it 0o600: unreadable for a task running
     as another user). A file that replaces an existing one gets that mode too,
-    not the old file's (:mod:`pcem_spark.filemodes`).
+    not the old file's (:mod:`pcem_spark.util.filemodes`).
     """
     from pcem_spark.util.filemodes import file_mode
 

@@ -84,6 +84,16 @@ from pcem_spark.io.warc_records import (
     require_libraries,
 )
 
+__all__ = [
+    "BROADCAST_REPEATED_IDS",
+    "split_inputs",
+    "expand_inputs",
+    "output_schema",
+    "parsed_schema",
+    "read_warc_files",
+    "ingest_warc",
+]
+
 log = logging.getLogger(__name__)
 
 
@@ -131,23 +141,21 @@ def expand_inputs(spark, patterns: Sequence[str]) -> List[Tuple[str, int]]:
         A pattern matches nothing, a directory holds no file, a named file is
         hidden (Hadoop would skip it silently) or a file name holds a comma.
     """
-    from pcem_spark.io.documents import _hadoop_fs, _is_ignored
+    from pcem_spark.io.documents import _is_ignored, input_fs
 
     found: Dict[str, int] = {}
     for pattern in patterns:
-        fs, hpath = _hadoop_fs(spark, pattern)
-        statuses = fs.globStatus(hpath)
-        if (statuses is None or len(statuses) == 0) and fs.exists(hpath):
-            statuses = [fs.getFileStatus(hpath)]  # a name holding glob characters, e.g. "page[1].warc"
-        if statuses is None or len(statuses) == 0:
+        fs = input_fs(spark, pattern)
+        statuses = fs.glob()
+        if not statuses and fs.exists():
+            statuses = [fs.status()]  # a name holding glob characters, e.g. "page[1].warc"
+        if not statuses:
             raise WarcInputError(f"--input {pattern!r} matches no file")
         before = len(found)
         for status in statuses:
             if status.isDirectory():
                 root = status.getPath().toUri().getPath().rstrip("/")
-                it = fs.listFiles(status.getPath(), True)
-                while it.hasNext():
-                    file = it.next()
+                for file in fs.files_under(status.getPath()):
                     if not _is_ignored(file.getPath().toUri().getPath()[len(root) :]):
                         found[file.getPath().toString()] = int(file.getLen())
             else:
@@ -237,11 +245,11 @@ def ingest_warc(
 ) -> Dict[str, object]:
     """Read WARC/WET files into the documents table (Parquet) and its rejects table; return the counts.
 
-    Both outputs are written with :func:`pcem_spark.outputs.atomic_output`;
+    Both outputs are written with :func:`pcem_spark.io.outputs.atomic_output`;
     their markers hold the counts (by reason, by record type). Every id must be
     unique: copies of one id (``--id url`` and a URL crawled twice, or a file
     given twice under two names) are all rejected, the rule
-    :func:`pcem_spark.documents.split_rejects` applies when the table is read.
+    :func:`pcem_spark.io.documents.split_rejects` applies when the table is read.
 
     Raises
     ------
@@ -374,7 +382,7 @@ def ingest_warc(
                 raise RuntimeError(f"ingest-warc: {n_rejects} rejects but {written.count()} written")
             summary["rejected_by_reason"] = _top_reasons(written) if n_rejects else {}
             # "source": a retry of the same ingest may replace these rejects without --overwrite
-            # (pcem_spark.output_paths, rule 3).
+            # (pcem_spark.io.output_paths, rule 3).
             staged_rejects.info.update({**summary, "documents_output": output, "source": ",".join(inputs)})
         if n_documents == 0:
             raise WarcInputError(

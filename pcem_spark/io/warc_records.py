@@ -1,4 +1,9 @@
-"""TODO docstring (warc)."""
+"""WARC / WET records to documents or rejects, one record at a time (no Spark).
+
+FastWARC reads the records and Resiliparse extracts the main text of HTML pages;
+:func:`parse_warc_stream` yields one row per document, reject, unreadable file and file summary,
+which :mod:`pcem_spark.io.warc` turns into DataFrames.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,27 @@ from typing import Dict, Iterator, NamedTuple, Optional, Tuple
 
 from pcem_spark.errors import InputError
 from pcem_spark.io.json_lines import RECORD_CHARS
+
+__all__ = [
+    "DOCUMENT",
+    "REJECT",
+    "FILE_ERROR",
+    "FILE_SUMMARY",
+    "INSTALL_HINT",
+    "ID_FIELDS",
+    "WarcDependencyError",
+    "WarcInputError",
+    "ParsedRow",
+    "require_libraries",
+    "split_content_type",
+    "payload_kind",
+    "decode_text",
+    "html_main_text",
+    "text_reason",
+    "record_outcome",
+    "parse_warc_stream",
+    "record_bytes",
+]
 
 log = logging.getLogger(__name__)
 

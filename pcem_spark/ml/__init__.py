@@ -1,8 +1,10 @@
 """The pyspark.ml API and training orchestration: what ``PathEM.fit`` and ``pcem train`` share.
 
 ``estimator`` holds :class:`PathEM` / :class:`PathEMModel` (an Estimator /
-Model pair with typed Params, persisted with MLWritable / MLReadable, so it
-drops into a ``Pipeline``) and :func:`train`, which ``pcem train`` calls;
+Model pair, persisted with MLWritable / MLReadable, so it drops into a
+``Pipeline``) and :func:`train`, which ``pcem train`` calls; ``params`` their
+typed Params and the one mapping of the settings onto them;
+``tune_settings`` the ``[tune]`` section;
 ``training`` is the one home of training from documents (vocabulary, label
 checks, warm start, cross-validation of the settings left at "auto", the
 fit); ``tuning`` cross-validates with Spark ML's own ``CrossValidator`` over
@@ -20,6 +22,7 @@ from pcem_spark.ml.estimator import (  # noqa: F401
     train,
 )
 from pcem_spark.ml.training import (  # noqa: F401
+    TrainOptions,
     train_weak,
 )
 from pcem_spark.ml.tuning import (  # noqa: F401
@@ -32,6 +35,7 @@ __all__ = [
     "PathEMModel",
     "train",
     "train_weak",
+    "TrainOptions",
     "TuneSettings",
     "resolve_auto",
     "HierarchicalF1Evaluator",

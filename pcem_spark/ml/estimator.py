@@ -1,334 +1,48 @@
-"""pyspark.ml Estimator / Model pair, so PCEM drops into a ``Pipeline``.
+"""pyspark.ml Estimator / Model pair, so PCEM drops into a ``Pipeline``::
 
->>> est = PathEM(method="pcem", maxIter=30, taxonomy=Taxonomy(...).to_json())
->>> model = est.fit(docs)              # docs: id, text, labels (null = unlabelled)
->>> model.transform(new_docs)          # + path, leaf, probability columns
->>> model.write().overwrite().save(p); PathEMModel.load(p)
+    est = PathEM(method="pcem", maxIter=30, taxonomy=taxonomy.to_json())
+    model = est.fit(docs)              # docs: id, text, labels (null = unlabelled)
+    model.transform(new_docs)          # + path, leaf, probability columns
+    model.write().overwrite().save(p); PathEMModel.load(p)
 
-or after Spark ML's own featurisation, tuned by Spark ML's own tuner::
+(:class:`PathEM` and :class:`PathEMModel` have examples that run), or after
+Spark ML's own featurisation, tuned by Spark ML's own tuner::
 
     Pipeline(stages=[RegexTokenizer(...), StopWordsRemover(...), CountVectorizer(outputCol="tf"),
                      PathEM(featuresCol="tf", taxonomy=..., unlabeledWeight=1.0, pathWeight=1.0)])
     CrossValidator(estimator=pipeline, estimatorParamMaps=ParamGridBuilder()...,
                    evaluator=HierarchicalF1Evaluator(metricName="macroF1"))
 
-The estimator's Params map one to one onto ``[features]`` / ``[model]`` of
-``conf/pcem.toml``; the heavy lifting is :func:`pcem_spark.model.train`.
+The estimator's Params (:mod:`pcem_spark.ml.params`, one table per settings
+class) map one to one onto ``[features]`` / ``[model]`` / ``[tune]`` of
+``conf/pcem.toml``; the heavy lifting is :func:`pcem_spark.ml.training.train`.
 """
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 from pyspark import keyword_only
 from pyspark.ml import Estimator, Model
-from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable, MLReadable, MLReader, MLWritable, MLWriter
 
 from pcem_spark.core.taxonomy import Taxonomy
-from pcem_spark.engine.blocks import RDD_NEEDS, blocks_from_labels, cache_blocks
-from pcem_spark.engine.features import DEFAULT_TOKEN_PATTERN, FeatureSettings
+from pcem_spark.engine.blocks import RDD_NEEDS, blocks_from_labels, packed_blocks
+from pcem_spark.engine.features import DEFAULT_TOKEN_PATTERN
 from pcem_spark.engine.session import require_classic_session
 from pcem_spark.errors import InputError
 from pcem_spark.ml import training
-from pcem_spark.ml.tuning import TuneSettings
+from pcem_spark.ml.params import MODEL_PARAMS, _PathEMParams
 from pcem_spark.model.labels import infer_taxonomy
 from pcem_spark.model.path_model import PathModel
-from pcem_spark.model.settings import AUTO, ModelSettings
+from pcem_spark.model.settings import AUTO
 
-
-def _number_or_auto(value):
-    """Param converter: a float, or the string "auto" (chosen from the data when fitting)."""
-    if isinstance(value, str):
-        if value.strip().lower() == AUTO:
-            return AUTO
-        try:
-            return float(value)
-        except ValueError:
-            raise TypeError(f"expected a number or 'auto', got {value!r}") from None
-    return TypeConverters.toFloat(value)
-
-
-class _PathEMParams(Params):
-    idCol = Param(Params._dummy(), "idCol", "document id column", TypeConverters.toString)
-    textCol = Param(Params._dummy(), "textCol", "document text column", TypeConverters.toString)
-    featuresCol = Param(
-        Params._dummy(),
-        "featuresCol",
-        "term-count vectors (e.g. a CountVectorizer stage's output); empty = tokenise textCol "
-        "with this estimator's own feature Params",
-        TypeConverters.toString,
-    )
-    labelsCol = Param(
-        Params._dummy(), "labelsCol", "label path column (array<string>, null = unlabelled)", TypeConverters.toString
-    )
-    taxonomy = Param(
-        Params._dummy(),
-        "taxonomy",
-        "taxonomy as JSON {root, children}; empty = inferred from the label paths",
-        TypeConverters.toString,
-    )
-    method = Param(
-        Params._dummy(),
-        "method",
-        "pcnb | pcem | flat-nb | flat-em | nbmc | emmc | tdnb | tdem | wdnb | wdem",
-        TypeConverters.toString,
-    )
-    smoothing = Param(
-        Params._dummy(),
-        "smoothing",
-        "word pseudo-count (> 0), or 'auto': the largest Dirichlet-multinomial evidence of the labelled counts",
-        _number_or_auto,
-    )
-    unlabeledWeight = Param(
-        Params._dummy(),
-        "unlabeledWeight",
-        "EM-lambda: weight of unlabelled documents in "
-        "the M-step, in [0, 1] (1 = the paper, 0 = naive Bayes), or 'auto' (cross-validated)",
-        _number_or_auto,
-    )
-    pathWeight = Param(
-        Params._dummy(),
-        "pathWeight",
-        "share of a labelled document for the other paths through "
-        "its ancestors, in [0, 1] (1 = Eq. 2, 0 = flat), or 'auto' (cross-validated)",
-        _number_or_auto,
-    )
-    docLength = Param(
-        Params._dummy(),
-        "docLength",
-        "documents longer than this many tokens count as this long (0 = raw counts, the paper)",
-        TypeConverters.toFloat,
-    )
-    maxIter = Param(Params._dummy(), "maxIter", "maximum EM iterations (>= 0)", TypeConverters.toInt)
-    tol = Param(Params._dummy(), "tol", "relative log-likelihood change that stops EM", TypeConverters.toFloat)
-    blockSize = Param(Params._dummy(), "blockSize", "documents per CSR block", TypeConverters.toInt)
-    posteriorFloor = Param(
-        Params._dummy(), "posteriorFloor", "posteriors below this count as 0 (0 = exact)", TypeConverters.toFloat
-    )
-    posteriorTopK = Param(
-        Params._dummy(),
-        "posteriorTopK",
-        "keep each unlabelled document's k most probable "
-        "paths in the E-step (0 = all, exact); keeps the per-path sums sparse",
-        TypeConverters.toInt,
-    )
-    parameterDtype = Param(
-        Params._dummy(), "parameterDtype", "float64 | float32 (broadcast and per-path sums)", TypeConverters.toString
-    )
-    seed = Param(
-        Params._dummy(), "seed", "random seed (multi-component start, cross-validation folds)", TypeConverters.toInt
-    )
-    unlabeledTable = Param(
-        Params._dummy(),
-        "unlabeledTable",
-        "name of a table / temporary view whose rows are added to every fit as unlabelled "
-        "documents (same feature / text column; cross-validation keeps them in every "
-        "fold's training set); empty = none",
-        TypeConverters.toString,
-    )
-    tokenPattern = Param(Params._dummy(), "tokenPattern", "Java regex of a token", TypeConverters.toString)
-    minTokenLength = Param(Params._dummy(), "minTokenLength", "shortest token kept", TypeConverters.toInt)
-    stopWords = Param(Params._dummy(), "stopWords", "stop-word language or 'none'", TypeConverters.toString)
-    minDF = Param(Params._dummy(), "minDF", "min document frequency (count >= 1 or fraction)", TypeConverters.toFloat)
-    maxDF = Param(Params._dummy(), "maxDF", "max document frequency (fraction <= 1 or count)", TypeConverters.toFloat)
-    vocabSize = Param(Params._dummy(), "vocabSize", "most frequent terms kept (0 = all)", TypeConverters.toInt)
-    vocabularyDocs = Param(Params._dummy(), "vocabularyDocs", "'all' or 'labeled'", TypeConverters.toString)
-    normalize = Param(
-        Params._dummy(),
-        "normalize",
-        "Unicode normalisation before tokenising: 'nfkc' or 'none'",
-        TypeConverters.toString,
-    )
-    cjk = Param(
-        Params._dummy(),
-        "cjk",
-        "Chinese / Japanese / Korean text: 'chars' (one token per character), "
-        "'bigrams' (overlapping character bigrams) or 'none' (a run of such characters is one token)",
-        TypeConverters.toString,
-    )
-    components = Param(Params._dummy(), "components", "mixture components per leaf (nbmc / emmc)", TypeConverters.toInt)
-    supervision = Param(
-        Params._dummy(),
-        "supervision",
-        "labels (labelsCol) | descriptions (weak labels from the descriptions Param) | "
-        "similarities (weak labels from a map<string,double> column 'similarities')",
-        TypeConverters.toString,
-    )
-    descriptions = Param(
-        Params._dummy(),
-        "descriptions",
-        "JSON object node -> description (supervision = descriptions)",
-        TypeConverters.toString,
-    )
-    weakMode = Param(Params._dummy(), "weakMode", "argmax | soft | path (weak supervision)", TypeConverters.toString)
-    minSimilarity = Param(
-        Params._dummy(),
-        "minSimilarity",
-        "no weak label unless each depth's best similarity is above this",
-        TypeConverters.toFloat,
-    )
-    tuneFolds = Param(
-        Params._dummy(),
-        "tuneFolds",
-        "folds of the cross-validation that resolves 'auto' unlabeledWeight / pathWeight",
-        TypeConverters.toInt,
-    )
-    tuneMetric = Param(
-        Params._dummy(),
-        "tuneMetric",
-        "microF1 | macroF1 | meanF1 (that cross-validation's metric)",
-        TypeConverters.toString,
-    )
-    initModel = Param(
-        Params._dummy(),
-        "initModel",
-        "warm start: a saved PathModel / PathEMModel directory whose "
-        "parameters EM starts from (same taxonomy and method; terms mapped by name; Params left at "
-        "'auto' take its values); empty = start from naive Bayes",
-        TypeConverters.toString,
-    )
-    minProbability = Param(
-        Params._dummy(),
-        "minProbability",
-        "transform: stop each predicted path at its deepest "
-        "node whose marginal probability is >= this, in [0, 1] (0 = the full path); adds "
-        "path_probability",
-        TypeConverters.toFloat,
-    )
-    topK = Param(
-        Params._dummy(),
-        "topK",
-        "transform: add top_paths, the k most probable paths with their probabilities (0 = no such column)",
-        TypeConverters.toInt,
-    )
-
-    def __init__(self, *args):
-        super().__init__(*args)
-        fs, ms, ts = FeatureSettings(), ModelSettings(), TuneSettings()
-        self._setDefault(
-            idCol="id",
-            textCol="text",
-            featuresCol="",
-            labelsCol="labels",
-            taxonomy="",
-            method=ms.method,
-            smoothing=ms.smoothing,
-            unlabeledWeight=ms.unlabeled_weight,
-            pathWeight=ms.path_weight,
-            docLength=ms.doc_length,
-            maxIter=ms.max_iter,
-            tol=ms.tol,
-            blockSize=ms.block_size,
-            posteriorFloor=ms.posterior_floor,
-            posteriorTopK=ms.posterior_top_k,
-            parameterDtype=ms.parameter_dtype,
-            seed=ms.seed,
-            unlabeledTable="",
-            tokenPattern=DEFAULT_TOKEN_PATTERN,
-            minTokenLength=fs.min_token_length,
-            stopWords=fs.stop_words,
-            minDF=fs.min_df,
-            maxDF=fs.max_df,
-            vocabSize=fs.vocab_size,
-            vocabularyDocs=fs.vocabulary_docs,
-            normalize=fs.normalize,
-            cjk=fs.cjk,
-            components=ms.components,
-            supervision="labels",
-            descriptions="",
-            weakMode="argmax",
-            minSimilarity=0.0,
-            tuneFolds=ts.folds,
-            tuneMetric=ts.metric,
-            minProbability=0.0,
-            topK=0,
-            initModel="",
-        )
-
-    def feature_settings(self) -> FeatureSettings:
-        g = self.getOrDefault
-        return FeatureSettings(
-            token_pattern=g(self.tokenPattern),
-            min_token_length=g(self.minTokenLength),
-            stop_words=g(self.stopWords),
-            min_df=g(self.minDF),
-            max_df=g(self.maxDF),
-            vocab_size=g(self.vocabSize),
-            vocabulary_docs=g(self.vocabularyDocs),
-            normalize=g(self.normalize),
-            cjk=g(self.cjk),
-        )
-
-    def model_settings(self) -> ModelSettings:
-        g = self.getOrDefault
-        return ModelSettings(
-            method=g(self.method),
-            smoothing=g(self.smoothing),
-            unlabeled_weight=g(self.unlabeledWeight),
-            path_weight=g(self.pathWeight),
-            doc_length=g(self.docLength),
-            max_iter=g(self.maxIter),
-            tol=g(self.tol),
-            block_size=g(self.blockSize),
-            posterior_floor=g(self.posteriorFloor),
-            posterior_top_k=g(self.posteriorTopK),
-            parameter_dtype=g(self.parameterDtype),
-            components=g(self.components),
-            seed=g(self.seed),
-        )
-
-    def tune_settings(self) -> TuneSettings:
-        g = self.getOrDefault
-        return TuneSettings(folds=g(self.tuneFolds), metric=g(self.tuneMetric))
-
-    def _set_from_model(self, pm: PathModel) -> None:
-        fs, ms = pm.feature_settings, pm.model_settings
-        self._set(
-            taxonomy=pm.taxonomy.to_json(),
-            method=ms.method,
-            smoothing=ms.smoothing,
-            unlabeledWeight=ms.unlabeled_weight,
-            pathWeight=ms.path_weight,
-            docLength=ms.doc_length,
-            maxIter=ms.max_iter,
-            tol=ms.tol,
-            blockSize=ms.block_size,
-            posteriorFloor=ms.posterior_floor,
-            posteriorTopK=ms.posterior_top_k,
-            parameterDtype=ms.parameter_dtype,
-            seed=ms.seed,
-            tokenPattern=fs.token_pattern,
-            minTokenLength=fs.min_token_length,
-            stopWords=fs.stop_words,
-            minDF=fs.min_df,
-            maxDF=fs.max_df,
-            vocabSize=fs.vocab_size,
-            vocabularyDocs=fs.vocabulary_docs,
-            normalize=fs.normalize,
-            cjk=fs.cjk,
-            components=ms.components,
-        )
-        if pm.features_col:
-            self._set(featuresCol=pm.features_col)
+__all__ = ["PathEM", "PathEMModel", "train"]
 
 
 # Params that change neither the documents nor their packing: fitMultiple packs a
 # fold's blocks once and fits every grid point that differs only in these.
-_SHARED_BLOCK_PARAMS = (
-    "method",
-    "smoothing",
-    "unlabeledWeight",
-    "pathWeight",
-    "docLength",
-    "maxIter",
-    "tol",
-    "posteriorFloor",
-    "posteriorTopK",
-    "parameterDtype",
-    "seed",
-    "components",
-    "minProbability",
-    "topK",
-)
+_SHARED_BLOCK_PARAMS = tuple(p for p in MODEL_PARAMS.values() if p != "blockSize") + ("minProbability", "topK")
 
 
 class _FitMultipleOnBlocks:
@@ -364,7 +78,7 @@ class _FitMultipleOnBlocks:
 
 
 class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWritable):
-    """Estimator for PCNB / PCEM and the generative baselines (see :mod:`pcem_spark.model`).
+    """Estimator for PCNB / PCEM and the generative baselines (see :mod:`pcem_spark.core.methods`).
 
     Input: ``textCol`` (tokenised with the feature Params) or ``featuresCol``
     (term-count vectors from Spark ML's own ``RegexTokenizer`` ->
@@ -372,8 +86,77 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
     ``smoothing`` / ``unlabeledWeight`` / ``pathWeight`` default to
     ``"auto"``: the first is chosen by evidence inside the fit, the other two
     by a stratified cross-validation on the labelled rows
-    (:func:`pcem_spark.tuning.resolve_auto`). Give numbers to skip that, e.g.
+    (:func:`pcem_spark.ml.tuning.resolve_auto`). Give numbers to skip that, e.g.
     inside your own ``CrossValidator``.
+
+    All arguments are keyword-only Params (``explainParams()`` lists every
+    one); they map one to one onto ``[features]`` / ``[model]`` / ``[tune]``
+    of ``conf/pcem.toml``. The main ones:
+
+    Parameters
+    ----------
+    idCol, textCol, labelsCol : str
+        The document id (default ``"id"``), its text (``"text"``) and its
+        label path, ``array<string>`` from level 1 to a leaf, null for an
+        unlabelled document (``"labels"``).
+    featuresCol : str
+        A term-count vector column to use instead of tokenising ``textCol``
+        (default ``""``: tokenise).
+    taxonomy : str
+        ``Taxonomy.to_json()``; ``""`` infers the tree from the label paths.
+    method : str
+        ``pcnb | pcem | flat-nb | flat-em | nbmc | emmc | tdnb | tdem | wdnb | wdem`` (default ``"pcem"``).
+    smoothing : float > 0 or "auto"
+        Word pseudo-count (the paper: 1).
+    unlabeledWeight, pathWeight : float in [0, 1] or "auto"
+        Weight of the unlabelled documents in the M-step, and share of a
+        labelled document for the other paths through its ancestors (both 1
+        in the paper).
+    maxIter, tol : int, float
+        EM iterations at most, and the relative log-likelihood change that stops EM.
+    minDF, maxDF, vocabSize, stopWords, tokenPattern : the vocabulary (text input only)
+        Defaults suit corpora of thousands of documents; a tiny corpus needs
+        ``minDF=1.0, maxDF=1.0``.
+    minProbability, topK : float, int
+        Prediction settings handed to the fitted :class:`PathEMModel`.
+
+    Notes
+    -----
+    ``fit(dataset)`` returns a :class:`PathEMModel`. The fitted word
+    distributions have shape (R, V): R components (the M paths for PCNB /
+    PCEM and the flat methods) over the V vocabulary terms
+    (``model.path_model.params``).
+
+    Examples
+    --------
+    Three labelled and three unlabelled documents, numbers instead of
+    ``"auto"`` (no cross-validation) and a vocabulary of every term:
+
+    >>> from pcem_spark.core.taxonomy import Taxonomy
+    >>> taxonomy = Taxonomy({"ROOT": ["sci", "rec"], "sci": ["space", "med"], "rec": ["autos"]})
+    >>> docs = spark.createDataFrame(
+    ...     [
+    ...         ("d1", "rocket orbit launch", ["sci", "space"]),
+    ...         ("d2", "doctor patient clinic", ["sci", "med"]),
+    ...         ("d3", "engine wheels car", ["rec", "autos"]),
+    ...         ("d4", "orbit rocket moon", None),
+    ...         ("d5", "clinic doctor medicine", None),
+    ...         ("d6", "car engine road", None),
+    ...     ],
+    ...     "id string, text string, labels array<string>",
+    ... )
+    >>> est = PathEM(
+    ...     taxonomy=taxonomy.to_json(), method="pcem", maxIter=3,
+    ...     smoothing=1.0, unlabeledWeight=1.0, pathWeight=1.0, minDF=1.0, maxDF=1.0,
+    ... )
+    >>> model = est.fit(docs)
+    >>> model.path_model.params.shape  # (R paths, V terms)
+    (3, 12)
+    >>> out = model.transform(docs)
+    >>> out.columns
+    ['id', 'text', 'labels', 'path', 'leaf', 'probability']
+    >>> [(row.id, row.leaf) for row in out.orderBy("id").collect()]
+    [('d1', 'space'), ('d2', 'med'), ('d3', 'autos'), ('d4', 'space'), ('d5', 'med'), ('d6', 'autos')]
     """
 
     @keyword_only
@@ -457,7 +240,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         return docs, vocabulary
 
     def _warm_start(self):
-        """The ``initModel`` read (:class:`pcem_spark.warm.WarmStart`), or None when it is empty."""
+        """The ``initModel`` read (:class:`pcem_spark.model.warm.WarmStart`), or None when it is empty."""
         from pcem_spark.model.warm import as_warm_start
 
         path = self.getOrDefault(self.initModel) or None
@@ -482,11 +265,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         docs, vocabulary = self._feature_docs(dataset)
         taxonomy = self._taxonomy_of(docs)
         check_label_paths(docs, taxonomy)
-        pm, _ = training.train(
-            docs,
-            taxonomy,
-            self.feature_settings(),
-            self.model_settings(),
+        options = training.TrainOptions(
             vocabulary=vocabulary,
             featurized=docs,
             tune=self.tune_settings(),
@@ -494,6 +273,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
             init_model=self._warm_start(),
             estimator_class=type(self),
         )
+        pm, _ = training.train(docs, taxonomy, self.feature_settings(), self.model_settings(), options)
         pm.features_col = g(self.featuresCol) or None
         return pm
 
@@ -508,8 +288,10 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         from pcem_spark.model.labels import check_label_paths
 
         require_classic_session(dataset, "PathEM.fitMultiple", RDD_NEEDS)
-        shareable = bool(self.getOrDefault(self.featuresCol)) and all(
-            p.name in _SHARED_BLOCK_PARAMS for pm in paramMaps for p in pm
+        shareable = (
+            bool(paramMaps)
+            and bool(self.getOrDefault(self.featuresCol))
+            and all(p.name in _SHARED_BLOCK_PARAMS for pm in paramMaps for p in pm)
         )
         if not shareable or self.getOrDefault(self.supervision) != "labels":
             return super().fitMultiple(dataset, paramMaps)
@@ -519,13 +301,17 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         warm = self._warm_start()  # read once for every grid point of the fold
         from pcem_spark.model.warm import as_warm_start
 
-        blocks = cache_blocks(
-            blocks_from_labels(
-                docs,
-                taxonomy.path_lookup(),
-                taxonomy.path_node_matrix(sparse=True),
-                len(vocabulary),
-                self.getOrDefault(self.blockSize),
+        # The blocks outlive this call: the iterator releases them once every grid point is fitted.
+        release = ExitStack()
+        blocks = release.enter_context(
+            packed_blocks(
+                blocks_from_labels(
+                    docs,
+                    taxonomy.path_lookup(),
+                    taxonomy.path_node_matrix(sparse=True),
+                    len(vocabulary),
+                    self.getOrDefault(self.blockSize),
+                )
             )
         )
 
@@ -548,7 +334,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
             pm.features_col = est.getOrDefault(est.featuresCol)
             return est._copyValues(PathEMModel(pm))
 
-        return _FitMultipleOnBlocks(fit_one, len(paramMaps), blocks.unpersist)
+        return _FitMultipleOnBlocks(fit_one, len(paramMaps), release.close)
 
     def _fit(self, dataset):
         import json
@@ -583,15 +369,10 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
                     )
                 )
             taxonomy = self._taxonomy_of(docs)
-            path_model, _ = training.train(
-                docs,
-                taxonomy,
-                self.feature_settings(),
-                self.model_settings(),
-                tune=self.tune_settings(),
-                init_model=self._warm_start(),
-                estimator_class=type(self),
+            options = training.TrainOptions(
+                tune=self.tune_settings(), init_model=self._warm_start(), estimator_class=type(self)
             )
+            path_model, _ = training.train(docs, taxonomy, self.feature_settings(), self.model_settings(), options)
         else:
             from pcem_spark.io.descriptions import check_descriptions
 
@@ -639,6 +420,49 @@ class PathEMModel(Model, _PathEMParams, MLWritable, MLReadable):
     ``topK`` > 0 ``top_paths`` (:meth:`pcem_spark.model.PathModel.transform`).
     They are prediction settings: not saved with the model (a loaded model
     starts at 0 / 0; ``setMinProbability`` / ``setTopK``).
+
+    Parameters
+    ----------
+    path_model : PathModel
+        The fitted model (``PathEM.fit`` builds it; ``PathEMModel.load`` reads it).
+
+    Attributes
+    ----------
+    path_model : PathModel
+        Taxonomy, vocabulary (V terms) and parameters: ``log_prior`` (R,) and
+        the word distributions (R, V) in sparse form.
+
+    Notes
+    -----
+    ``transform(dataset)`` keeps every column of ``dataset`` and appends
+    ``path`` (``array<string>``, level 1 to the leaf), ``leaf`` (string) and
+    ``probability`` (double, the path's posterior), one row per input row.
+    ``write().save(path)`` / ``PathEMModel.load(path)`` persist it, also as a
+    stage of a saved ``PipelineModel``.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from pcem_spark.core.taxonomy import Taxonomy
+    >>> taxonomy = Taxonomy({"ROOT": ["sci", "rec"], "sci": ["space", "med"], "rec": ["autos"]})
+    >>> docs = spark.createDataFrame(
+    ...     [("d1", "rocket orbit launch", ["sci", "space"]), ("d2", "doctor patient clinic", ["sci", "med"]),
+    ...      ("d3", "engine wheels car", ["rec", "autos"]), ("d4", "orbit rocket moon", None)],
+    ...     "id string, text string, labels array<string>",
+    ... )
+    >>> model = PathEM(
+    ...     taxonomy=taxonomy.to_json(), method="pcnb", smoothing=1.0, unlabeledWeight=1.0, pathWeight=1.0,
+    ...     minDF=1.0, maxDF=1.0,
+    ... ).fit(docs)
+    >>> out = model.setTopK(2).transform(docs.where("id = 'd4'"))
+    >>> row = out.select("leaf", "top_paths").first()
+    >>> row.leaf, len(row.top_paths)
+    ('space', 2)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     model.write().overwrite().save(os.path.join(tmp, "model"))
+    ...     loaded = PathEMModel.load(os.path.join(tmp, "model"))
+    >>> loaded.getOrDefault("method"), loaded.getOrDefault("topK")
+    ('pcnb', 0)
     """
 
     def __init__(self, path_model: PathModel = None):
@@ -679,7 +503,7 @@ class _PathEMModelWriter(MLWriter):
 
     def save(self, path: str) -> None:
         # MLWriter.save deletes an existing path before saveImpl; PathModel.save replaces it atomically
-        # instead (pcem_spark.outputs), so the old model survives a killed save.
+        # instead (pcem_spark.io.outputs), so the old model survives a killed save.
         self.saveImpl(path)
 
     def saveImpl(self, path: str) -> None:
@@ -704,7 +528,9 @@ def train(docs, taxonomy, feature_settings, model_settings, **options):
 
     :func:`pcem_spark.ml.training.train` with :class:`PathEM` as the
     estimator that cross-validation fits for the settings left at "auto";
-    ``options`` are that function's keyword arguments. Returns
-    ``(PathModel, FitResult)``.
+    ``options`` are the fields of :class:`pcem_spark.ml.training.TrainOptions`
+    (``vocabulary``, ``featurized``, ``tune``, ``seed``, ``extra_grid``,
+    ``init_model``, ``retune_auto``). Returns ``(PathModel, FitResult)``.
     """
-    return training.train(docs, taxonomy, feature_settings, model_settings, estimator_class=PathEM, **options)
+    run = training.TrainOptions(estimator_class=PathEM, **options)
+    return training.train(docs, taxonomy, feature_settings, model_settings, run)

@@ -1,26 +1,82 @@
-"""TODO docstring (model)."""
+"""Training from documents, the one path shared by ``PathEM.fit`` and ``pcem train``.
+
+:func:`train` fits on labelled and unlabelled documents: vocabulary, label
+checks, warm start, cross-validation of the settings left at "auto"
+(:mod:`pcem_spark.ml.tuning`), then the fit on packed blocks
+(:func:`pcem_spark.model.fitting.fit_blocks`); :class:`TrainOptions` bundles
+what it does beyond the settings. :func:`train_weak` fits on weak labels from
+label descriptions or precomputed similarities (the dataless setting).
+"""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
-from typing import Dict, List, Optional, Tuple
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from typing import Any, Dict, List, Optional, Tuple
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pcem_spark.core.taxonomy import Taxonomy
-from pcem_spark.engine.blocks import RDD_NEEDS, blocks_from_labels, blocks_from_node_scores, cache_blocks
+from pcem_spark.engine.blocks import RDD_NEEDS, blocks_from_labels, blocks_from_node_scores, packed_blocks
 from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
 from pcem_spark.engine.passes import FitResult
 from pcem_spark.engine.session import require_classic_session
+from pcem_spark.ml.tune_settings import TuneSettings
 from pcem_spark.ml.tuning import resolve_auto
 from pcem_spark.model.fitting import fit_blocks
 from pcem_spark.model.labels import check_label_paths
 from pcem_spark.model.path_model import PathModel
 from pcem_spark.model.settings import ModelSettings
 
+__all__ = ["TrainOptions", "train", "train_weak"]
+
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainOptions:
+    """What :func:`train` does beyond the settings; every field is optional.
+
+    ``vocabulary`` / ``featurized``: let several fits share one featurisation
+    (``featurized``: ``id, features, labels`` term counts over
+    ``vocabulary``); by default the vocabulary is fitted on the documents.
+    ``tune``: the cross-validation of the settings left at "auto" (default
+    :class:`TuneSettings`); ``seed``: of its folds (default
+    ``model_settings.seed``); ``extra_grid``: more settings to cross-validate
+    (``pcem train --tune``). ``init_model``: a model directory or a
+    :class:`pcem_spark.model.warm.WarmStart` that EM starts from; settings
+    left at "auto" take its values, unless ``retune_auto`` (``pcem train
+    --tune``) cross-validates the weights again, each fit warm-started.
+    ``estimator_class``: what cross-validation fits
+    (:class:`pcem_spark.ml.PathEM`; :func:`pcem_spark.ml.train` passes it),
+    needed only when something is tuned.
+    """
+
+    vocabulary: Optional[List[str]] = None
+    featurized: Optional[DataFrame] = None
+    tune: Optional[TuneSettings] = None
+    seed: Optional[int] = None
+    extra_grid: Optional[Dict[str, list]] = None
+    init_model: Any = None
+    retune_auto: bool = False
+    estimator_class: Any = None
+
+
+def _fit_result(model: PathModel) -> FitResult:
+    """The :class:`FitResult` of a model that cross-validation refitted, from its training summary."""
+    summary = model.training_summary
+    return FitResult(
+        model.params,
+        n_iter=summary.get("n_iter", 0),
+        converged=summary.get("converged", False),
+        loglik_history=summary.get("loglik_history", []),
+        iter_seconds=summary.get("iter_seconds", []),
+        n_labeled=summary.get("n_labeled", 0),
+        n_unlabeled=summary.get("n_unlabeled", 0),
+        smoothing=summary.get("smoothing", 1.0),
+    )
 
 
 def train(
@@ -28,35 +84,22 @@ def train(
     taxonomy: Taxonomy,
     feature_settings: FeatureSettings,
     model_settings: ModelSettings,
-    vocabulary: Optional[List[str]] = None,
-    featurized: Optional[DataFrame] = None,
-    tune=None,
-    seed: Optional[int] = None,
-    extra_grid: Optional[Dict[str, list]] = None,
-    init_model=None,
-    retune_auto: bool = False,
-    estimator_class=None,
+    options: Optional[TrainOptions] = None,
 ) -> Tuple[PathModel, FitResult]:
     """Fit a model on a validated documents DataFrame (``id, text, labels``).
 
-    ``vocabulary``/``featurized`` let several methods share one featurisation
-    (the experiment runner); by default the vocabulary is fitted on ``docs``.
     Settings left at ``"auto"`` (unlabelled weight, path weight) and any
-    ``extra_grid`` (``pcem train --tune``) are chosen by cross-validation on
-    the labelled documents (:func:`pcem_spark.tuning.resolve_auto`, settings
-    ``tune``); the chosen values and CV scores go into the training summary.
-
-    ``init_model`` (a model directory or a :class:`pcem_spark.warm.WarmStart`):
-    EM starts from that model's parameters (:mod:`pcem_spark.warm`); settings
-    left at "auto" take its values, unless ``retune_auto`` (``pcem train
-    --tune``) cross-validates the weights again, each fit warm-started.
-
-    ``estimator_class``: what cross-validation fits (:class:`pcem_spark.ml.PathEM`;
-    :func:`pcem_spark.ml.train` passes it). Needed only when something is tuned.
+    ``options.extra_grid`` are chosen by cross-validation on the labelled
+    documents (:func:`pcem_spark.ml.tuning.resolve_auto`, settings
+    ``options.tune``); the chosen values and CV scores go into the training
+    summary. ``options``: shared features, tuning, warm start
+    (:class:`TrainOptions`).
     """
+    opts = options or TrainOptions()
     require_classic_session(docs, "model.train", RDD_NEEDS)
     model_settings.validate()
     feature_settings.validate()
+    vocabulary, featurized = opts.vocabulary, opts.featurized
     if featurized is None:
         check_label_paths(docs, taxonomy)
         from pcem_spark.model.label_checks import label_coverage, warn_label_coverage
@@ -67,62 +110,38 @@ def train(
         featurized = featurize(docs.select("id", "text", "labels"), vocabulary, feature_settings)
     from pcem_spark.model.warm import CROSS_VALIDATED_SETTINGS, as_warm_start
 
-    warm = as_warm_start(init_model)
+    warm = as_warm_start(opts.init_model)
     if warm is not None:
         warm.check(taxonomy, model_settings)
-        if not retune_auto:  # the weights left at "auto" are the previous model's, not cross-validated again
+        if not opts.retune_auto:  # the weights left at "auto" are the previous model's, not cross-validated again
             model_settings, _ = warm.inherit(model_settings, CROSS_VALIDATED_SETTINGS)
-    info = None
-    if model_settings.auto_params() or extra_grid:
-        featurized = featurized.cache()
-        try:
+    with ExitStack() as cleanup:
+        info = None
+        if model_settings.auto_params() or opts.extra_grid:
+            featurized = featurized.cache()
+            cleanup.callback(featurized.unpersist)
             model_settings, info, tuned = resolve_auto(
                 featurized,
                 taxonomy,
                 vocabulary,
                 feature_settings,
                 model_settings,
-                tune,
-                seed=model_settings.seed if seed is None else seed,
-                extra_grid=extra_grid,
+                opts.tune,
+                seed=model_settings.seed if opts.seed is None else opts.seed,
+                extra_grid=opts.extra_grid,
                 init_model=None if warm is None else warm.path,
-                estimator_class=estimator_class,
+                estimator_class=opts.estimator_class,
             )
-        except BaseException:
-            featurized.unpersist()
-            raise
-        if tuned is not None:
-            featurized.unpersist()
-            summary = tuned.training_summary
-            result = FitResult(
-                tuned.params,
-                n_iter=summary.get("n_iter", 0),
-                converged=summary.get("converged", False),
-                loglik_history=summary.get("loglik_history", []),
-                iter_seconds=summary.get("iter_seconds", []),
-                n_labeled=summary.get("n_labeled", 0),
-                n_unlabeled=summary.get("n_unlabeled", 0),
-                smoothing=summary.get("smoothing", 1.0),
-            )
-            return tuned, result
-    blocks = cache_blocks(
-        blocks_from_labels(
-            featurized,
-            taxonomy.path_lookup(),
-            taxonomy.path_node_matrix(sparse=True),
-            len(vocabulary),
-            model_settings.block_size,
-        )
-    )
-    try:
-        model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings, warm_start=warm)
+            if tuned is not None:
+                return tuned, _fit_result(tuned)
+        lookup, path_node = taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True)
+        with packed_blocks(
+            blocks_from_labels(featurized, lookup, path_node, len(vocabulary), model_settings.block_size)
+        ) as blocks:
+            model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings, warm_start=warm)
         if info is not None:
             model.training_summary["tuning"] = info
         return model, result
-    finally:
-        blocks.unpersist()
-        if info is not None:
-            featurized.unpersist()
 
 
 def train_weak(
@@ -144,7 +163,7 @@ def train_weak(
     documents without a confident weak label stay unlabelled. True labels in
     ``docs`` are ignored.
     """
-    from pcem_spark.model.weak_labels import weak_label, weak_label_from_similarities
+    from pcem_spark.model.weak_labels import WeakLabelSettings, weak_label, weak_label_from_similarities
 
     require_classic_session(docs, "model.train_weak", RDD_NEEDS)
     model_settings.validate()
@@ -162,16 +181,13 @@ def train_weak(
             feature_settings,
             taxonomy,
             descriptions,
-            weak_mode,
-            min_similarity,
-            model_settings.block_size,
+            WeakLabelSettings(weak_mode, min_similarity, model_settings.block_size),
         )
     else:
         weak = weak_label_from_similarities(feats, taxonomy, weak_mode, min_similarity, model_settings.block_size)
     if weak_col:
         weak = weak.withColumn("node_scores", F.when(F.col(weak_col), F.col("node_scores")))
-    blocks = cache_blocks(blocks_from_node_scores(weak, taxonomy.n_nodes, len(vocabulary), model_settings.block_size))
-    try:
+    with packed_blocks(
+        blocks_from_node_scores(weak, taxonomy.n_nodes, len(vocabulary), model_settings.block_size)
+    ) as blocks:
         return fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings, warm_start=warm_start)
-    finally:
-        blocks.unpersist()

@@ -17,7 +17,7 @@ search. What this module adds is what CrossValidator cannot know:
 
 ``model.smoothing = "auto"`` needs no folds: it is chosen inside every fit by
 the Dirichlet-multinomial evidence of the labelled counts
-(:func:`pcem_spark.pathnb.choose_smoothing`).
+(:func:`pcem_spark.core.choose_smoothing`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import logging
 import math
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Dict, List, Optional, Tuple
 
 from pyspark.sql import DataFrame, Window
@@ -35,68 +35,17 @@ from pyspark.sql import functions as F
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.features import FeatureSettings
 from pcem_spark.errors import InputError
+from pcem_spark.ml.params import MODEL_PARAMS, param_values
+from pcem_spark.ml.tune_settings import METRICS, SELECTIONS, TuneSettings, check_grid
 from pcem_spark.model.path_model import PathModel
 from pcem_spark.model.settings import ModelSettings
 
+__all__ = ["METRICS", "SELECTIONS", "TuneSettings", "stratified_folds", "select_grid_point", "resolve_auto"]
+
 log = logging.getLogger(__name__)
 
-METRICS = ("microF1", "macroF1", "meanF1")
-SELECTIONS = ("one_se", "best")
-
-# ModelSettings field -> PathEM Param name, for the [tune] grid.
-PARAM_OF_SETTING = {
-    "smoothing": "smoothing",
-    "unlabeled_weight": "unlabeledWeight",
-    "path_weight": "pathWeight",
-    "doc_length": "docLength",
-    "max_iter": "maxIter",
-    "tol": "tol",
-    "components": "components",
-    "method": "method",
-    "posterior_floor": "posteriorFloor",
-    "posterior_top_k": "posteriorTopK",
-}
-
-
-@dataclass
-class TuneSettings:
-    folds: int = 3
-    metric: str = "meanF1"  # microF1 | macroF1 | meanF1 (their mean)
-    # Values tried for the settings left at "auto": each grid point costs one EM fit per fold.
-    # Measured on 20NG (docs/RESULTS.md): lambda 0.1 ~ 0.3, and gamma 0.5 never beat both ends.
-    # lambda 0 (PCNB, no EM: a cheap fit) is last, so "one_se" takes it only when it is clearly better --
-    # when the unlabelled documents cluster by something other than the classes (RESULTS.md, stop words).
-    unlabeled_weights: List[float] = field(default_factory=lambda: [0.3, 1.0, 0.0])
-    path_weights: List[float] = field(default_factory=lambda: [0.0, 1.0])
-    # Extra grid of `pcem train --tune`: model setting -> values, e.g. {smoothing = [0.03, 0.1, 0.3]}.
-    grid: Dict[str, list] = field(default_factory=dict)
-    parallelism: int = 1  # models fitted at once by CrossValidator
-    # "one_se": the most preferred grid point (earliest in the lists above) whose CV score is within one
-    # standard error of the best (Hastie et al., ESL 7.10); "best": the highest CV score. With few labelled
-    # documents the folds are small and CV scores differ by noise: "best" then flips between grid points
-    # from seed to seed (docs/RESULTS.md, 20NG at 1%).
-    selection: str = "one_se"
-    min_labeled_per_fold: int = 2  # fewer labelled documents per fold: no CV, the paper's values
-
-    def validate(self) -> None:
-        if self.folds < 2:
-            raise InputError(f"tune.folds must be >= 2, got {self.folds}")
-        if self.metric not in METRICS:
-            raise InputError(f"tune.metric must be one of {METRICS}, got {self.metric!r}")
-        for name, values in (("unlabeled_weights", self.unlabeled_weights), ("path_weights", self.path_weights)):
-            if not values or any(
-                isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1 for v in values
-            ):
-                raise InputError(f"tune.{name} must be a non-empty list of numbers in [0, 1], got {values}")
-        for key, values in self.grid.items():
-            if key not in PARAM_OF_SETTING:
-                raise InputError(f"tune.grid: {key!r} cannot be tuned; tunable: {sorted(PARAM_OF_SETTING)}")
-            if not isinstance(values, list) or not values:
-                raise InputError(f"tune.grid.{key} must be a non-empty list, got {values!r}")
-        if self.selection not in SELECTIONS:
-            raise InputError(f"tune.selection must be one of {SELECTIONS}, got {self.selection!r}")
-        if self.parallelism < 1:
-            raise InputError(f"tune.parallelism must be >= 1, got {self.parallelism}")
+# The columns of the documents resolve_auto cross-validates on.
+FEATURES_COL, LABELS_COL, ID_COL = "features", "labels", "id"
 
 
 def stratified_folds(
@@ -149,32 +98,15 @@ def _preference(grid_rows: List[dict], grid_spec: Dict[str, list]) -> List[int]:
 
 
 def _estimator(
-    estimator_class,
-    taxonomy: Taxonomy,
-    model_settings: ModelSettings,
-    features_col: str,
-    unlabeled_view: Optional[str],
-    init_model: Optional[str] = None,
+    estimator_class, taxonomy: Taxonomy, model_settings: ModelSettings, unlabeled_view: str, init_model: Optional[str]
 ):
-    ms = model_settings
+    """The estimator CrossValidator fits: ``model_settings`` as its Params (``MODEL_PARAMS``), on ``features``."""
     return estimator_class(
-        featuresCol=features_col,
+        featuresCol=FEATURES_COL,
         taxonomy=taxonomy.to_json(),
-        method=ms.method,
-        smoothing=ms.smoothing,
-        unlabeledWeight=ms.unlabeled_weight,
-        pathWeight=ms.path_weight,
-        docLength=ms.doc_length,
-        maxIter=ms.max_iter,
-        tol=ms.tol,
-        blockSize=ms.block_size,
-        posteriorFloor=ms.posterior_floor,
-        posteriorTopK=ms.posterior_top_k,
-        components=ms.components,
-        parameterDtype=ms.parameter_dtype,
-        seed=ms.seed,
-        unlabeledTable=unlabeled_view or "",
+        unlabeledTable=unlabeled_view,
         initModel=init_model or "",
+        **param_values(model_settings, MODEL_PARAMS),
     )
 
 
@@ -187,9 +119,6 @@ def resolve_auto(
     tune: Optional[TuneSettings] = None,
     seed: int = 0,
     extra_grid: Optional[Dict[str, list]] = None,
-    features_col: str = "features",
-    labels_col: str = "labels",
-    id_col: str = "id",
     init_model: Optional[str] = None,
     estimator_class=None,
 ) -> Tuple[ModelSettings, Dict[str, object], Optional[PathModel]]:
@@ -221,9 +150,8 @@ def resolve_auto(
         grid_spec["unlabeled_weight"] = [float(v) for v in tune.unlabeled_weights]
     if "path_weight" in auto:
         grid_spec["path_weight"] = [float(v) for v in tune.path_weights]
+    check_grid(extra_grid or {})
     for key, values in (extra_grid or {}).items():
-        if key not in PARAM_OF_SETTING:
-            raise InputError(f"tune.grid: {key!r} cannot be tuned; tunable: {sorted(PARAM_OF_SETTING)}")
         grid_spec[key] = list(values)
     if not grid_spec or all(len(v) == 1 for v in grid_spec.values()):
         chosen = {k: v[0] for k, v in grid_spec.items()}
@@ -250,9 +178,9 @@ def resolve_auto(
     if init_model:
         # The warm start maps terms by name: the fits read the names from the column's ML attributes.
         feats = feats.withColumn(
-            features_col,
-            F.col(features_col).alias(
-                features_col,
+            FEATURES_COL,
+            F.col(FEATURES_COL).alias(
+                FEATURES_COL,
                 metadata={
                     "ml_attr": {
                         "num_attrs": len(vocabulary),
@@ -261,7 +189,7 @@ def resolve_auto(
                 },
             ),
         )
-    labeled = feats.where(F.col(labels_col).isNotNull())
+    labeled = feats.where(F.col(LABELS_COL).isNotNull())
     n_labeled = labeled.count()
     if n_labeled < tune.folds * tune.min_labeled_per_fold:
         log.warning(
@@ -275,22 +203,22 @@ def resolve_auto(
     spark = feats.sparkSession
     view = f"_pcem_unlabeled_{uuid.uuid4().hex[:12]}"
     unlabeled = (
-        feats.where(F.col(labels_col).isNull()).select(F.col(id_col), F.col(features_col), F.col(labels_col)).cache()
+        feats.where(F.col(LABELS_COL).isNull()).select(F.col(ID_COL), F.col(FEATURES_COL), F.col(LABELS_COL)).cache()
     )
     unlabeled.createOrReplaceTempView(view)
     folded = stratified_folds(
-        labeled.select(id_col, features_col, labels_col), tune.folds, seed, labels_col, id_col
+        labeled.select(ID_COL, FEATURES_COL, LABELS_COL), tune.folds, seed, LABELS_COL, ID_COL
     ).cache()
     base = replace(model_settings.resolved(), smoothing=model_settings.smoothing)
     if estimator_class is None:
         raise TypeError("resolve_auto: estimator_class is required to cross-validate (pcem_spark.ml.PathEM)")
-    est = _estimator(estimator_class, taxonomy, base, features_col, view, init_model)
+    est = _estimator(estimator_class, taxonomy, base, view, init_model)
     builder = ParamGridBuilder()
     for key, values in grid_spec.items():
-        builder.addGrid(est.getParam(PARAM_OF_SETTING[key]), values)
+        builder.addGrid(est.getParam(MODEL_PARAMS[key]), values)
     param_maps = builder.build()
     evaluator = HierarchicalF1Evaluator(
-        predictionCol="path", labelCol=labels_col, metricName=tune.metric, taxonomy=taxonomy.to_json()
+        predictionCol="path", labelCol=LABELS_COL, metricName=tune.metric, taxonomy=taxonomy.to_json()
     )
     cv = CrossValidator(
         estimator=est,
@@ -316,7 +244,7 @@ def resolve_auto(
         stds = [float(v) for v in (cv_model.stdMetrics or [0.0] * len(scores))]
         for pm, score, std in zip(param_maps, scores, stds):
             grid_rows.append(
-                {**{k: pm[est.getParam(PARAM_OF_SETTING[k])] for k in grid_spec}, "cv_score": score, "cv_std": std}
+                {**{k: pm[est.getParam(MODEL_PARAMS[k])] for k in grid_spec}, "cv_score": score, "cv_std": std}
             )
         best = max(range(len(scores)), key=lambda i: (scores[i], -i))
         pick = select_grid_point(scores, stds, _preference(grid_rows, grid_spec), tune.folds, tune.selection)

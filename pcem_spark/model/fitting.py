@@ -1,4 +1,8 @@
-"""TODO docstring (model)."""
+"""Fitting one method on packed blocks: the method's mixture structure, the EM engine's settings, a PathModel.
+
+:func:`fit_blocks` is where every fit ends -- ``pcem train``, ``PathEM``, cross-validation
+folds, the experiment runner -- once the documents are packed into cached CSR blocks.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +12,16 @@ from typing import List, Tuple
 
 import numpy as np
 
-from pcem_spark.core.methods import method_spec
+from pcem_spark.core.methods import MethodSpec, method_spec
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine import passes
 from pcem_spark.engine.features import FeatureSettings
-from pcem_spark.engine.passes import FitResult
+from pcem_spark.engine.passes import EMSettings, FitResult
 from pcem_spark.errors import InputError
 from pcem_spark.model.path_model import PathModel
 from pcem_spark.model.settings import ModelSettings
+
+__all__ = ["score_matrix", "em_settings", "fit_blocks"]
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +29,27 @@ log = logging.getLogger(__name__)
 def score_matrix(taxonomy: Taxonomy, method: str, components: int = 2, path_weight: float = 1.0) -> np.ndarray:
     """(R, K) node -> component score matrix: Eq. 2 for PC methods, leaf indicator for flat ones."""
     return method_spec(taxonomy, method, components, path_weight).score_matrix
+
+
+def em_settings(model_settings: ModelSettings, spec: MethodSpec, prior_smoothing=None) -> EMSettings:
+    """The engine's :class:`EMSettings` of a (resolved) ``model_settings`` and its method's ``spec``.
+
+    ``prior_smoothing``: the path prior's pseudo-count (a warm start's; None = the smoothing).
+    """
+    return EMSettings(
+        em=spec.em,
+        smoothing=model_settings.smoothing,
+        max_iter=model_settings.max_iter,
+        tol=model_settings.tol,
+        label=model_settings.method.upper(),
+        posterior_floor=model_settings.posterior_floor,
+        dtype=model_settings.parameter_dtype,
+        seed=model_settings.seed,
+        top_k=model_settings.effective_top_k,
+        unlabeled_weight=float(model_settings.unlabeled_weight),
+        doc_length=float(model_settings.doc_length),
+        prior_smoothing=prior_smoothing,
+    )
 
 
 def fit_blocks(
@@ -35,7 +62,7 @@ def fit_blocks(
 ) -> Tuple[PathModel, FitResult]:
     """Fit one method on already packed (and cached) blocks of the training documents.
 
-    ``warm_start`` (:class:`pcem_spark.warm.WarmStart`): EM starts from that
+    ``warm_start`` (:class:`pcem_spark.model.warm.WarmStart`): EM starts from that
     model's parameters; its values fill the settings left at "auto".
     """
     model_settings.validate()
@@ -47,7 +74,7 @@ def fit_blocks(
     if model_settings.auto_params():
         raise InputError(
             f'{model_settings.method}: {", ".join(model_settings.auto_params())} = "auto" is chosen '
-            "by cross-validation on the documents (pcem_spark.tuning.resolve_auto / "
+            "by cross-validation on the documents (pcem_spark.ml.tuning.resolve_auto / "
             "model.train), not on packed blocks; pass numbers here"
         )
     model_settings = model_settings.resolved()
@@ -71,19 +98,8 @@ def fit_blocks(
         blocks,
         spec.score_matrix,
         len(vocabulary),
-        em=spec.em,
-        smoothing=model_settings.smoothing,
-        max_iter=model_settings.max_iter,
-        tol=model_settings.tol,
-        label=model_settings.method.upper(),
-        posterior_floor=model_settings.posterior_floor,
-        dtype=model_settings.parameter_dtype,
+        em_settings(model_settings, spec, prior_smoothing),
         structure=spec.structure,
-        seed=model_settings.seed,
-        top_k=model_settings.effective_top_k,
-        unlabeled_weight=float(model_settings.unlabeled_weight),
-        doc_length=float(model_settings.doc_length),
-        prior_smoothing=prior_smoothing,
         init_params=init_params,
     )
     summary = {
@@ -96,7 +112,7 @@ def fit_blocks(
         "smoothing": result.smoothing,
         "prior_smoothing": result.prior_smoothing,
     }
-    if warm_info is not None:  # pcem_spark.warm: where EM started
+    if warm_info is not None:  # pcem_spark.model.warm: where EM started
         summary["init_model"] = warm_info["path"]
         summary["warm_start"] = warm_info
     if result.smoothing_evidence is not None:

@@ -23,6 +23,8 @@ from pyspark.sql import functions as F
 
 from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError, closest_name
 
+__all__ = ["require_known_label_paths", "label_coverage", "warn_label_coverage", "warn_singleton_leaves"]
+
 log = logging.getLogger(__name__)
 
 # Fewer labelled documents than this is "very few": below the default number
@@ -156,7 +158,7 @@ def label_coverage(docs: DataFrame, taxonomy: Taxonomy, labels_col: str = "label
     """Labelled documents per leaf: dict leaf -> count over every real leaf of ``taxonomy`` (0 included).
 
     ``docs[labels_col]`` is array<string> (null = unlabelled): the true label
-    paths, or the ``weak_path`` of :func:`pcem_spark.weak.weak_label` (count
+    paths, or the ``weak_path`` of :func:`pcem_spark.model.weak_labels.weak_label` (count
     only rows whose ``node_scores`` is not null there). One groupBy over the
     leaf on Spark; at most M rows are collected.
     """

@@ -1,4 +1,5 @@
-"""TODO docstring (model)."""
+"""Label paths against a taxonomy on DataFrames: every labelled path must be one of the tree's,
+a taxonomy can be inferred from the paths, and feature vectors must have the model's size."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pyspark.sql import functions as F
 
 from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError
 from pcem_spark.errors import InputError
+
+__all__ = ["vector_size", "check_vector_size", "check_label_paths", "infer_taxonomy"]
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +37,7 @@ def check_vector_size(df: DataFrame, features_col: str, expected: int) -> None:
 
 
 def check_label_paths(df: DataFrame, taxonomy: Taxonomy, labels_col: str = "labels", max_errors: int = 10) -> None:
-    """Raise a :class:`TaxonomyError` naming label paths that are not paths of the tree (pcem_spark.checks).
+    """Raise a :class:`TaxonomyError` naming label paths that are not paths of the tree (pcem_spark.model.label_checks).
 
     Only the distinct wrong label paths (with one example id and a count)
     reach the driver, never the documents.

@@ -1,4 +1,4 @@
-"""Training, the fitted model, its persistence and prediction.
+"""The fitted model (:class:`PathModel`): its persistence and prediction.
 
 Methods (all on the same engine, differing only in how labels become path
 scores):
@@ -11,7 +11,7 @@ scores):
 =========  ===================================================================
 
 and the generative baselines of the paper's Table 2 (``nbmc``/``emmc``,
-``tdnb``/``tdem``, ``wdnb``/``wdem``), described in :mod:`pcem_spark.methods`.
+``tdnb``/``tdem``, ``wdnb``/``wdem``), described in :mod:`pcem_spark.core.methods`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pcem_spark.core.estep import scoring_tables
 from pcem_spark.core.methods import MethodSpec, method_spec
 from pcem_spark.core.parameters import PathParameters
 from pcem_spark.core.taxonomy import Taxonomy
-from pcem_spark.engine.arrow_io import predicted_path_batches
+from pcem_spark.engine.arrow_io import PredictionLayout, PredictionOptions, predicted_path_batches
 from pcem_spark.engine.features import FeatureSettings, featurize
 from pcem_spark.engine.limits import check_result_size
 from pcem_spark.engine.session import require_classic_session
@@ -39,6 +39,8 @@ from pcem_spark.errors import InputError
 from pcem_spark.model.labels import check_vector_size
 from pcem_spark.model.schema import check_prediction_options, prediction_schema, prediction_source
 from pcem_spark.model.settings import ModelSettings, _weight
+
+__all__ = ["FORMAT_VERSION", "READABLE_FORMAT_VERSIONS", "PathModel"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,26 @@ READABLE_FORMAT_VERSIONS = (1, 2)
 class PathModel:
     """A fitted PCNB / PCEM / flat NB / flat EM model.
 
+    Usually built by training (:func:`pcem_spark.ml.train`, ``PathEM.fit``)
+    or read with :meth:`load`; ``transform`` predicts, ``save`` persists.
+
+    Parameters
+    ----------
+    taxonomy : Taxonomy
+        The class tree; its M paths are the classes.
+    vocabulary : list of str, length V
+        The term of each column of the word distributions.
+    log_prior : ndarray, shape (R,), or None
+        ``log P(component)``; None when ``log_theta`` is a :class:`PathParameters`.
+    log_theta : ndarray, shape (R, V), or PathParameters
+        ``log P(w_t | component)``, dense or in sparse form.
+    feature_settings : FeatureSettings
+        How text is tokenised and counted (what it was trained with).
+    model_settings : ModelSettings
+        The method and the settings it was trained with; R follows from them.
+    training_summary : dict, optional
+        What training reports (kept in the saved metadata).
+
     Attributes
     ----------
     taxonomy : Taxonomy
@@ -60,9 +82,35 @@ class PathModel:
     params : :class:`pcem_spark.core.PathParameters` -- ``log_prior`` (R,)
         and the word distributions in sparse form; R = M paths for PCNB/PCEM
         and flat methods, the baselines' components otherwise
-        (:mod:`pcem_spark.methods`). ``log_prior`` / ``log_theta`` read them
+        (:mod:`pcem_spark.core.methods`). ``log_prior`` / ``log_theta`` read them
         (``log_theta`` densifies: O(R x V)).
     feature_settings, model_settings : the settings it was trained with
+
+    Examples
+    --------
+    A PCNB model over three paths and three terms, from its parameters:
+
+    >>> import numpy as np
+    >>> from pcem_spark.core.taxonomy import Taxonomy
+    >>> from pcem_spark.engine.features import FeatureSettings
+    >>> from pcem_spark.model.settings import ModelSettings
+    >>> taxonomy = Taxonomy({"ROOT": ["sci", "rec"], "sci": ["space", "med"], "rec": ["autos"]})
+    >>> taxonomy.paths
+    [('rec', 'autos'), ('sci', 'med'), ('sci', 'space')]
+    >>> log_prior = np.log(np.full(3, 1 / 3))
+    >>> log_theta = np.log(np.array([[0.1, 0.1, 0.8], [0.1, 0.8, 0.1], [0.8, 0.1, 0.1]]))  # (M, V)
+    >>> model = PathModel(
+    ...     taxonomy, ["rocket", "doctor", "car"], log_prior, log_theta,
+    ...     FeatureSettings(), ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0),
+    ... )
+    >>> model.params.shape
+    (3, 3)
+    >>> docs = spark.createDataFrame([("a", "rocket rocket car"), ("b", "doctor")], "id string, text string")
+    >>> predictions = model.transform(docs)
+    >>> predictions.columns
+    ['id', 'path', 'leaf', 'probability', 'labels']
+    >>> [(row.id, row.path, round(row.probability, 3)) for row in predictions.orderBy("id").collect()]
+    [('a', ['sci', 'space'], 0.877), ('b', ['sci', 'med'], 0.8)]
     """
 
     def __init__(
@@ -206,15 +254,11 @@ class PathModel:
                     n_keep,
                     vocab_size,
                     block_size,
-                    paths,
-                    names,
+                    PredictionLayout(paths, names, node_names, path_nodes),
                     lambda X: predict_path_details(
                         X, structure, doc_length, tables, path_node, path_nodes, min_probability, top_k
                     ),
-                    node_names=node_names,
-                    path_nodes=path_nodes,
-                    min_probability=min_probability,
-                    top_k=top_k,
+                    PredictionOptions(min_probability, top_k),
                 )
 
             return feats.select(*passthrough, "_pcem_features").mapInArrow(predict_batches, T.StructType(out_fields))
@@ -227,8 +271,7 @@ class PathModel:
                 n_keep,
                 vocab_size,
                 block_size,
-                paths,
-                names,
+                PredictionLayout(paths, names),
                 lambda X: predict_paths(X, None, None, structure, doc_length, tables=tables),
             )
 
@@ -263,7 +306,7 @@ class PathModel:
             "training_summary": self.training_summary,
         }
         # Built in a temporary sibling and moved into place with its completion
-        # marker (pcem_spark.outputs): a killed save never leaves new metadata
+        # marker (pcem_spark.io.outputs): a killed save never leaves new metadata
         # beside old parameters, and load() refuses a directory without it.
         with atomic_output(spark, path, "model", overwrite=overwrite) as staged:
             spark.createDataFrame([(json.dumps(meta),)], "value string").coalesce(1).write.text(

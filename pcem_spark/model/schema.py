@@ -1,4 +1,5 @@
-"""TODO docstring (model)."""
+"""The predictions table: its columns (``path``, ``leaf``, ``probability`` and the optional
+``path_probability`` / ``top_paths``) and the checks of the prediction options that add them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,16 @@ from pyspark.sql import types as T
 
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.errors import InputError
+
+__all__ = [
+    "PREDICTION_SCHEMA",
+    "PATH_PROBABILITY_FIELD",
+    "TOP_PATHS_FIELD",
+    "check_prediction_options",
+    "prediction_schema",
+    "abstention_counts",
+    "prediction_source",
+]
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,20 @@
-"""TODO docstring (model)."""
+"""The model's settings: :class:`ModelSettings`, the ``"auto"`` values chosen from the data, the paper's values.
+
+A settings object is validated once, when it is built from a config file, flags or
+Params; everything below trusts it.
+"""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import List
+from typing import Any, ClassVar, Dict, List
 
 from pcem_spark.core.methods import EM_METHODS, GENERATIVE
 from pcem_spark.errors import InputError
+from pcem_spark.util.constraints import Interval, Options, check_constraints
+
+__all__ = ["METHODS", "AUTO", "PER_NODE_POSTERIOR_METHODS", "PAPER_MODEL_SETTINGS", "ModelSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -16,19 +23,6 @@ METHODS = GENERATIVE
 
 
 AUTO = "auto"
-
-
-def _number_or_auto(name: str, value, low: float, high: float, low_open: bool = False):
-    """Validate a setting that is a number in [low, high] (or (low, high]) or the string "auto"."""
-    if isinstance(value, str):
-        if value != AUTO:
-            raise InputError(f'model.{name} must be a number or "auto", got {value!r}')
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f'model.{name} must be a number or "auto", got {value!r}')
-    if (value <= low if low_open else value < low) or value > high:
-        bound = f"> {low:g}" if high == float("inf") else f"in {'(' if low_open else '['}{low:g}, {high:g}]"
-        raise InputError(f'model.{name} must be {bound} or "auto", got {value}')
 
 
 @dataclass
@@ -60,34 +54,24 @@ class ModelSettings:
     components: int = 2  # mixture components per leaf (nbmc / emmc only)
     seed: int = 0  # random initial split of those components (nbmc / emmc only)
 
+    # What each setting accepts (pcem_spark.util.constraints), checked in this order by validate().
+    CONSTRAINTS: ClassVar[Dict[str, Any]] = {
+        "method": Options(METHODS),
+        "smoothing": [Interval(float, 0, None, closed="neither"), AUTO],
+        "unlabeled_weight": [Interval(float, 0, 1), AUTO],
+        "path_weight": [Interval(float, 0, 1), AUTO],
+        "doc_length": Interval(float, 0, None, note="(0 = raw counts)"),
+        "max_iter": Interval(int, 0, None),
+        "tol": Interval(float, 0, None),
+        "parameter_dtype": Options(("float64", "float32")),
+        "posterior_floor": Interval(float, 0, 1, closed="left"),
+        "posterior_top_k": Interval(int, 0, None, note="(0 = every path)"),
+        "block_size": Interval(int, 1, None),
+        "components": Interval(int, 1, None),
+    }
+
     def validate(self) -> None:
-        if self.method not in METHODS:
-            raise InputError(f"model.method must be one of {METHODS}, got {self.method!r}")
-        _number_or_auto("smoothing", self.smoothing, 0.0, float("inf"), low_open=True)
-        _number_or_auto("unlabeled_weight", self.unlabeled_weight, 0.0, 1.0)
-        _number_or_auto("path_weight", self.path_weight, 0.0, 1.0)
-        if isinstance(self.doc_length, bool) or not isinstance(self.doc_length, (int, float)) or self.doc_length < 0:
-            raise InputError(f"model.doc_length must be a number >= 0 (0 = raw counts), got {self.doc_length!r}")
-        if self.max_iter < 0:
-            raise InputError(f"model.max_iter must be >= 0, got {self.max_iter}")
-        if self.tol < 0:
-            raise InputError(f"model.tol must be >= 0, got {self.tol}")
-        if self.parameter_dtype not in ("float64", "float32"):
-            raise InputError(f"model.parameter_dtype must be 'float64' or 'float32', got {self.parameter_dtype!r}")
-        if not 0 <= self.posterior_floor < 1:
-            raise InputError(f"model.posterior_floor must be in [0, 1), got {self.posterior_floor}")
-        if (
-            isinstance(self.posterior_top_k, bool)
-            or not isinstance(self.posterior_top_k, int)
-            or self.posterior_top_k < 0
-        ):
-            raise InputError(
-                f"model.posterior_top_k must be an integer >= 0 (0 = every path), got {self.posterior_top_k!r}"
-            )
-        if self.block_size < 1:
-            raise InputError(f"model.block_size must be >= 1, got {self.block_size}")
-        if self.components < 1:
-            raise InputError(f"model.components must be >= 1, got {self.components}")
+        check_constraints(self, self.CONSTRAINTS, "model")
         if self.posterior_floor > 0 and self.method in PER_NODE_POSTERIOR_METHODS:
             # Their responsibilities are per-node / per-depth distributions, not one per document.
             raise InputError(

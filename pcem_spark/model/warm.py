@@ -31,11 +31,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from pcem_spark.core.methods import method_spec
-from pcem_spark.core.parameters import PathParameters, term_mapping, warm_start_parameters
+from pcem_spark.core.parameters import PathParameters, PreviousFit, term_mapping, warm_start_parameters
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.errors import InputError
 from pcem_spark.model.path_model import PathModel
 from pcem_spark.model.settings import AUTO, ModelSettings
+
+__all__ = ["INHERITED_SETTINGS", "CROSS_VALIDATED_SETTINGS", "WarmStartError", "WarmStart", "as_warm_start"]
 
 log = logging.getLogger(__name__)
 
@@ -160,17 +162,10 @@ class WarmStart:
         self, vocabulary: List[str], groups: Optional[np.ndarray], smoothing: float, prior_smoothing: Optional[float]
     ) -> PathParameters:
         """The previous parameters on ``vocabulary`` (by term name) at ``smoothing`` -- (R, len(vocabulary))."""
-        return warm_start_parameters(
-            self.model.params,
-            self.model.vocabulary,
-            vocabulary,
-            self.smoothing,
-            smoothing,
-            groups,
-            prior_smoothing,
-            self.prior_smoothing,
-            self.path_mass,
+        previous = PreviousFit(
+            self.model.params, self.model.vocabulary, self.smoothing, self.prior_smoothing, self.path_mass
         )
+        return warm_start_parameters(previous, vocabulary, smoothing, groups, prior_smoothing)
 
     def vocabulary_overlap(self, vocabulary: List[str]) -> Dict[str, int]:
         """Terms of the new vocabulary that the previous one had (kept), lacks (new), and previous terms dropped."""

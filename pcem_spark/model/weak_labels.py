@@ -15,7 +15,7 @@ and each Arrow batch of documents is scored as one sparse x dense product.
 from __future__ import annotations
 
 import logging
-from typing import Collection, Dict, List, Sequence
+from typing import Collection, Dict, List, NamedTuple, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -37,7 +37,17 @@ from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError
 from pcem_spark.engine.arrow_io import arrow_blocks, csr_of
 from pcem_spark.errors import InputError
 
+__all__ = ["WeakLabelSettings", "description_matrix", "weak_columns", "weak_label_from_similarities", "weak_label"]
+
 log = logging.getLogger(__name__)
+
+
+class WeakLabelSettings(NamedTuple):
+    """How :func:`weak_label` turns similarities into node scores."""
+
+    mode: str = "argmax"  # argmax (the paper's rule) | soft | path
+    min_similarity: float = 0.0  # no weak label unless every depth's best similarity is above this
+    block_size: int = 4096  # documents scored per sparse x dense product
 
 
 def description_matrix(
@@ -216,9 +226,7 @@ def weak_label(
     feature_settings,
     taxonomy: Taxonomy,
     descriptions: Dict[str, str],
-    mode: str = "argmax",
-    min_similarity: float = 0.0,
-    block_size: int = 4096,
+    settings: WeakLabelSettings = WeakLabelSettings(),
     features_col: str = "features",
 ):
     """Add ``node_scores`` (array<double> over ``taxonomy.nodes``, null = no weak label) and
@@ -229,6 +237,7 @@ def weak_label(
     from pyspark.ml.feature import IDF
     from pyspark.sql import types as T
 
+    mode, min_similarity, block_size = settings
     if mode not in ("argmax", "soft", "path"):
         raise InputError(f"weak labels: mode must be 'argmax', 'soft' or 'path', got {mode!r}")
     spark = df.sparkSession

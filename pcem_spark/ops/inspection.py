@@ -36,11 +36,9 @@ included), ``V`` terms.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
 import os
-import shutil
 from dataclasses import asdict
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -65,6 +63,16 @@ from pcem_spark.ops.rendering import (
     render_model_markdown,
     render_png,
 )
+
+__all__ = [
+    "INSPECT_KIND",
+    "inspect_model",
+    "confusion_counts",
+    "confusion_tables",
+    "check_local_output",
+    "write_inspection",
+    "inspection_files",
+]
 
 log = logging.getLogger(__name__)
 
@@ -337,54 +345,15 @@ def write_inspection(
 ) -> str:
     """Write ``files`` (name -> bytes) as the directory ``out_dir``, atomically; returns its absolute path.
 
-    Built in a hidden temporary sibling ``.NAME.pcem-tmp-RUNID`` with a
-    ``_PCEM_COMPLETE`` marker (the convention of :mod:`pcem_spark.outputs`),
-    then renamed into place (an existing directory is first renamed aside and
-    deleted after): a killed run leaves the old folder or the new one.
-    Local filesystem only (:func:`check_local_output`).
+    The atomic-output protocol of :mod:`pcem_spark.io.outputs` on the local
+    disk (:func:`~pcem_spark.io.outputs.write_local_output`): built in a
+    hidden temporary sibling with a ``_PCEM_COMPLETE`` marker of kind
+    :data:`INSPECT_KIND`, then renamed into place; a killed run leaves the old
+    folder or the new one. Local filesystem only (:func:`check_local_output`).
     """
-    from pcem_spark.io.outputs import MARKER, OUTPUT_FORMAT_VERSION, new_run_id
+    from pcem_spark.io.outputs import write_local_output
 
-    path = check_local_output(out_dir)
-    parent, name = os.path.split(path)
-    os.makedirs(parent, exist_ok=True)
-    for stale in os.listdir(parent):  # left by a killed run
-        if stale.startswith(f".{name}.pcem-tmp-") or stale.startswith(f".{name}.pcem-old-"):
-            shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
-    if os.path.exists(path) and not overwrite:
-        raise FileExistsError(f"output {path!r} already exists; pass --overwrite to replace it")
-    from pcem_spark.io.output_paths import Output, check_output_paths
-
-    check_output_paths(None, [Output("--output", path, INSPECT_KIND)], [], overwrite)  # no other kind replaced
-    run_id = new_run_id()
-    tmp = os.path.join(parent, f".{name}.pcem-tmp-{run_id}")
-    os.makedirs(tmp)
-    try:
-        for fname, data in files.items():
-            with open(os.path.join(tmp, fname), "wb") as fh:
-                fh.write(data)
-        marker = {
-            "complete": True,
-            "kind": INSPECT_KIND,
-            "format_version": OUTPUT_FORMAT_VERSION,
-            "run_id": run_id,
-            "files": sorted(files),
-            "written_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            **(info or {}),
-        }
-        with open(os.path.join(tmp, MARKER), "w", encoding="utf-8") as fh:
-            json.dump(marker, fh, sort_keys=True)
-        old = None
-        if os.path.exists(path):
-            old = os.path.join(parent, f".{name}.pcem-old-{run_id}")
-            os.rename(path, old)
-        os.rename(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-    return path
+    return write_local_output(check_local_output(out_dir), files, INSPECT_KIND, overwrite, info)
 
 
 def inspection_files(report: Dict[str, object], confusion: Optional[Dict[str, object]] = None) -> Dict[str, bytes]:

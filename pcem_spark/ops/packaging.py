@@ -16,7 +16,7 @@ built from one image. Use conda-pack instead when they do not have it.
 
 Command line (what ``scripts/package.sh`` runs)::
 
-    python -m pcem_spark.packaging --out dist [--no-env] [--python python3.11]
+    python -m pcem_spark.ops.packaging --out dist [--no-env] [--python python3.11]
 """
 
 from __future__ import annotations
@@ -35,6 +35,21 @@ from typing import Dict, List, Optional, Sequence
 
 from pcem_spark.util.filemodes import file_mode
 
+__all__ = [
+    "EXECUTOR_REQUIREMENTS",
+    "OPTIONAL_EXECUTOR_REQUIREMENTS",
+    "PY_FILES_NAME",
+    "ENV_ARCHIVE_NAME",
+    "ENV_MANIFEST_NAME",
+    "package_dir",
+    "driver_pins",
+    "build_py_files",
+    "optional_pins",
+    "build_env_archive",
+    "sha256",
+    "main",
+]
+
 # What the executors import: the numeric stack (pathnb, engine) and what
 # PySpark's Arrow UDFs (mapInArrow, pandas UDFs) need. pyspark itself comes
 # from the cluster's Spark (SPARK_HOME/python/lib/pyspark.zip), never the env.
@@ -49,7 +64,8 @@ ENV_MANIFEST_NAME = "pcem_env.json"
 
 
 def package_dir() -> str:
-    return os.path.dirname(os.path.abspath(__file__))
+    """The ``pcem_spark`` package directory (this module lives in its ``ops`` subpackage)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def driver_pins(names: Sequence[str] = EXECUTOR_REQUIREMENTS) -> List[str]:
@@ -196,7 +212,9 @@ def sha256(path: str) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pcem_spark.packaging", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m pcem_spark.ops.packaging",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--out", default="dist", help="output folder (default: dist)")
     parser.add_argument("--python", default=None, help="base interpreter of the executors' env (default: this one)")

@@ -1,4 +1,5 @@
-"""TODO docstring (inspect)."""
+"""``pcem inspect``'s report as Markdown, HTML and a PNG chart: presentation only, from the dict
+that :mod:`pcem_spark.ops.inspection` builds."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import logging
 from typing import Dict, Optional, Tuple
 
 import numpy as np
+
+__all__ = ["NONE_LABEL", "render_model_markdown", "render_confusion_markdown", "render_html", "render_png"]
 
 log = logging.getLogger(__name__)
 

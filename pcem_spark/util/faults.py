@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 
+__all__ = ["ENV", "KILL_ENV", "InjectedFault", "maybe_fail", "maybe_kill"]
+
 ENV = "PCEM_INJECT_FAULT"
 
 
@@ -49,7 +51,7 @@ KILL_ENV = "PCEM_KILL_AT"
 def maybe_kill(kind: str, point: str) -> None:
     """SIGKILL this process at a write stage when ``PCEM_KILL_AT=KIND:POINT`` asks for it (tests only).
 
-    Points of :func:`pcem_spark.outputs.atomic_output`: ``staged`` (content
+    Points of :func:`pcem_spark.io.outputs.atomic_output`: ``staged`` (content
     written, no marker yet), ``marked`` (marker written, not moved),
     ``old_moved`` (old output moved aside, new not yet in place),
     ``committed`` (new in place, old copy not yet deleted). A real kill, not

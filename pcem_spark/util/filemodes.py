@@ -2,7 +2,7 @@
 
 ``tempfile.mkstemp`` creates its file with mode 0o600 and ``tempfile.mkdtemp``
 its folder with 0o700, whatever the umask; a file written to a temporary name
-and then renamed into place (:func:`pcem_spark.outputs.atomic_write_bytes`)
+and then renamed into place (:func:`pcem_spark.io.outputs.atomic_write_bytes`)
 would keep that mode, so a task running as another user (a scheduler's
 reader, a web server) could not read ``metrics.json``. The helpers here give
 the mode a plain ``open(path, "w")`` / ``os.mkdir`` would have:
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import threading
+
+__all__ = ["current_umask", "file_mode", "dir_mode"]
 
 _LOCK = threading.Lock()
 

@@ -1,4 +1,24 @@
-"""TODO docstring (cli)."""
+"""The ``pcem`` command: ingest-20ng, ingest-warc, train, predict, evaluate, inspect, experiment, report.
+
+Every command reads its settings from a TOML file (``--config``, default
+``conf/pcem.toml`` when present) with ``--set section.key=value`` overrides.
+:data:`COMMANDS` maps each command to its function
+(:mod:`pcem_spark.cli.commands`, :mod:`pcem_spark.cli.experiment_commands`);
+:func:`main` runs one and returns its exit code. Exit codes, for schedulers
+(Airflow, cron, spark-submit wrappers), decided by the failure's kind in
+:mod:`pcem_spark.cli.failures`:
+
+* 0  done;
+* 2  bad input or settings: the request itself is wrong (the message names the
+  file, row, field or setting); retrying will not help;
+* 75 (``EX_TEMPFAIL``) a runtime failure -- Spark tasks failing after their
+  retries, a lost executor or JVM, an I/O error: retry;
+* 1  a bug in pcem-spark (a traceback is printed); retrying will not help;
+* 130 interrupted (Ctrl-C).
+
+The message on stderr names the root cause (the Python exception raised in a
+Spark worker, or the Java cause), never only the py4j call that carried it.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +27,21 @@ import sys
 from typing import List, Optional
 
 from pcem_spark.cli.commands import (
-    _settings,
     cmd_evaluate,
-    cmd_experiment,
     cmd_ingest,
     cmd_ingest_warc,
     cmd_inspect,
     cmd_predict,
-    cmd_report,
     cmd_train,
 )
+from pcem_spark.cli.experiment_commands import cmd_experiment, cmd_report
 
 # Re-exported: schedulers' wrappers and the tests import them from here.
 from pcem_spark.cli.failures import EXIT_BAD_INPUT, EXIT_BUG, EXIT_TRANSIENT, classify_failure
+from pcem_spark.cli.inputs import settings_from_args
 from pcem_spark.cli.parser import build_parser
+
+__all__ = ["COMMANDS", "main"]
 
 log = logging.getLogger("pcem")
 
@@ -43,7 +64,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     setup_logging(args.log_level)
     try:
-        settings = _settings(args)
+        settings = settings_from_args(args)
         return COMMANDS[args.command](args, settings)
     except KeyboardInterrupt:
         print(f"pcem {args.command}: interrupted", file=sys.stderr)

@@ -1,0 +1,147 @@
+"""What the commands share: their settings, the taxonomy, and the checks and reads of their inputs and outputs.
+
+:func:`settings_from_args` reads ``--config`` / ``--set`` into settings
+objects; :func:`check_outputs` refuses, before any work, an output that would
+replace an input, another output or existing data
+(:mod:`pcem_spark.io.output_paths`); :func:`rejects_output` names a command's
+rejects table; :func:`read_valid_documents` reads a documents input strictly,
+writes its rejects (atomically, with the counts) and returns the valid rows.
+Spark is never started here: the commands pass their session in.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+from pcem_spark.cli.parser import DEFAULT_CONFIG
+from pcem_spark.errors import InputError
+
+__all__ = [
+    "settings_from_args",
+    "taxonomy_for",
+    "check_outputs",
+    "rejects_output",
+    "check_label_rate",
+    "read_valid_documents",
+]
+
+log = logging.getLogger("pcem")
+
+
+def settings_from_args(args):
+    """The settings of ``--config`` (default: ``conf/pcem.toml`` when present) with the ``--set`` overrides."""
+    from pcem_spark.cli.config import load_settings
+
+    path = args.config
+    if path is None and os.path.exists(DEFAULT_CONFIG):
+        path = DEFAULT_CONFIG
+    return load_settings(path, args.overrides)
+
+
+def taxonomy_for(args, docs=None):
+    """``--taxonomy`` when given, else the taxonomy the documents' label paths imply (warning on singleton leaves)."""
+    from pcem_spark.core.taxonomy import load_taxonomy
+
+    if getattr(args, "taxonomy", None):
+        return load_taxonomy(args.taxonomy)
+    from pcem_spark.model.label_checks import warn_singleton_leaves
+    from pcem_spark.model.labels import infer_taxonomy
+
+    taxonomy = infer_taxonomy(docs)
+    # Before --label-rate hides labels: sampling would make false singletons.
+    warn_singleton_leaves(docs, taxonomy, where=getattr(args, "docs", None))
+    return taxonomy
+
+
+def check_outputs(spark, outputs, inputs, overwrite: bool, check_existing: bool = True) -> None:
+    """Fail before any work if an output would replace an input, another output or existing data."""
+    from pcem_spark.io.output_paths import check_output_paths
+
+    check_output_paths(spark, outputs, inputs, overwrite, check_existing)
+
+
+def rejects_output(args, main_path: str, docs: str):
+    """The rejects table's Output: --rejects, or MAIN_rejects beside the main output."""
+    import re
+
+    from pcem_spark.io.output_paths import Output
+
+    if not args.rejects and re.fullmatch(r"(?:[A-Za-z][\w+.-]*:/*[^/]*)?/*", main_path.rstrip("/")):
+        # A bucket or file system root: "s3a://bucket_rejects" would be another bucket.
+        raise InputError(f"{main_path!r} is the root of a file system or bucket: give --rejects PATH")
+    if args.rejects:
+        return Output("--rejects", args.rejects, "rejects", source=docs)
+    return Output(
+        "--rejects (default: beside the main output)", main_path.rstrip("/") + "_rejects", "rejects", source=docs
+    )
+
+
+def check_label_rate(rate: Optional[float]) -> None:
+    """``--label-rate`` must be in (0, 1] when given."""
+    if rate is not None and not 0.0 < rate <= 1.0:
+        raise InputError(f"--label-rate must be in (0, 1], got {rate}")
+
+
+def read_valid_documents(
+    spark, path: str, rejects_path: str, split: Optional[str], counts: Optional[dict] = None, fmt: Optional[str] = None
+):
+    """Read documents, write the rejects table (atomically), log counts; return the valid rows.
+
+    Rejects are decided on the whole table before ``--split`` filters, so a
+    malformed row (whose split is unknown) is never lost to the filter. The
+    rejects table belongs to the run's main output, whose existence the
+    caller has checked, so a leftover of a failed run is replaced; its marker
+    holds the counts (rows read = valid + rejected). ``counts`` (a dict) is
+    filled with them for the main output's marker.
+    """
+    from pyspark.sql import functions as F
+
+    from pcem_spark.io.documents import count_input_rows, detect_format, log_counts, read_documents, split_rejects
+    from pcem_spark.io.outputs import atomic_output
+
+    fmt = fmt or detect_format(spark, path)
+    raw = read_documents(spark, path, fmt)
+    good, rejects = split_rejects(raw)  # both read one persisted, fully parsed copy
+    # Counted from the stored rows (lines), not from the parser's output: the check below then proves
+    # that every input row is either valid or rejected.
+    n_in, n_good = count_input_rows(spark, path, fmt), good.count()
+    with atomic_output(spark, rejects_path, "rejects", overwrite=True) as staged:
+        rejects.write.parquet(staged.tmp)
+        by_reason = log_counts(path, n_in, n_good, rejects)
+        n_rej = spark.read.parquet(staged.tmp).count()
+        if n_rej != n_in - n_good:  # the contract: every input row is valid or rejected, never lost
+            raise RuntimeError(f"{path}: {n_in} rows read, {n_good} valid, but {n_rej} rejects written")
+        summary = {
+            "source": path,
+            "rows_read": n_in,
+            "valid": n_good,
+            "rejected": n_rej,
+            "rejected_by_reason": by_reason,
+        }
+        staged.info.update(summary)
+    if counts is not None:
+        counts.update({**summary, "rejects": rejects_path})
+    if n_in != n_good:
+        log.warning("%d rejected rows written to %s", n_in - n_good, rejects_path)
+    if split is not None:
+        good = good.where(F.col("split") == split)
+        n_split = good.count()
+        log.info(
+            "%s: %d valid documents with split=%r, %d valid documents with another split left out",
+            path,
+            n_split,
+            split,
+            n_good - n_split,
+        )
+        n_good = n_split
+        if counts is not None:
+            counts["split"], counts["selected"] = split, n_split
+    if n_good == 0:
+        raise InputError(
+            f"{path}: no valid documents"
+            + (f" with split={split!r}" if split else "")
+            + f" (the rejects, with their reasons, are in {rejects_path})"
+        )
+    return good

@@ -1,0 +1,140 @@
+"""The one wrapper of the driver JVM's Hadoop FileSystem: local disk, HDFS, S3A ... alike, as Spark sees them.
+
+Everything in :mod:`pcem_spark.io` that looks at files by path on the driver
+-- detecting the documents format, listing WARC inputs, the atomic outputs'
+renames and completion markers, qualifying paths to compare them -- goes
+through :class:`HadoopFS`, so the py4j plumbing (``sc._jvm``,
+``org.apache.hadoop.fs.Path``, the Hadoop configuration) lives here only.
+
+A :class:`HadoopFS` is bound to the file system of the path it is made for
+(its scheme and authority); the methods take that path by default, or another
+path on the same file system (a string, or a Java ``Path`` from a listing).
+It needs a classic Spark session (a Spark Connect client has no driver JVM):
+the constructor refuses anything else with an :class:`~pcem_spark.errors.InputError`
+naming ``what`` needed it.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, List, Optional
+
+__all__ = ["HadoopFS", "OUTPUTS_USE", "OUTPUTS_NEEDS", "FILESYSTEM_NEEDS"]
+
+# What needs the file system, for the message when the session has no driver JVM (Spark Connect).
+OUTPUTS_USE = "Saving / loading models and writing outputs atomically (pcem_spark.io.outputs)"
+OUTPUTS_NEEDS = "the driver JVM's Hadoop FileSystem (rename, completion markers)"
+FILESYSTEM_NEEDS = "the driver JVM's Hadoop FileSystem"
+
+
+class HadoopFS:
+    """The Hadoop FileSystem of ``path``, for any URI Spark can read or write (file, hdfs, s3a, ...).
+
+    ``what`` / ``needs`` name the caller and what it needs, for the error a
+    Spark Connect session gets (:func:`pcem_spark.engine.session.require_classic_session`).
+
+    Attributes
+    ----------
+    path : the Java ``org.apache.hadoop.fs.Path`` of ``path``
+    fs   : the Java ``FileSystem`` it lives on
+    """
+
+    def __init__(self, spark, path: str, what: str = OUTPUTS_USE, needs: str = OUTPUTS_NEEDS):
+        from pcem_spark.engine.session import require_classic_session
+
+        require_classic_session(spark, what, needs)
+        sc = spark.sparkContext
+        self._jvm = sc._jvm
+        self.path = self._jvm.org.apache.hadoop.fs.Path(path)
+        self.fs = self.path.getFileSystem(sc._jsc.hadoopConfiguration())
+
+    def p(self, path=None):
+        """A Java ``Path``: of ``path`` (a string, or already a Java ``Path``), or this wrapper's own."""
+        if path is None:
+            return self.path
+        if isinstance(path, str):
+            return self._jvm.org.apache.hadoop.fs.Path(path)
+        return path
+
+    # ------------------------------------------------------------ looking
+    def exists(self, path=None) -> bool:
+        return bool(self.fs.exists(self.p(path)))
+
+    def status(self, path=None):
+        """The Java ``FileStatus`` (raises through py4j when the path does not exist)."""
+        return self.fs.getFileStatus(self.p(path))
+
+    def is_directory(self, path=None) -> bool:
+        return bool(self.status(path).isDirectory())
+
+    def qualified(self, path=None):
+        """The Java ``Path`` made fully qualified (scheme, authority, absolute path): ``makeQualified``."""
+        return self.fs.makeQualified(self.p(path))
+
+    def qualify(self, path=None) -> str:
+        """:meth:`qualified` as a string, e.g. ``hdfs://nn:8020/data/x`` or ``file:/tmp/x``."""
+        return str(self.qualified(path).toString())
+
+    def glob(self, path=None) -> list:
+        """The Java ``FileStatus`` of every path the Hadoop glob matches (an empty list for none)."""
+        statuses = self.fs.globStatus(self.p(path))
+        return list(statuses) if statuses is not None else []
+
+    def files_under(self, path=None) -> Iterator:
+        """Every file below a directory, recursively, as Java ``LocatedFileStatus`` (``listFiles``)."""
+        it = self.fs.listFiles(self.p(path), True)
+        while it.hasNext():
+            yield it.next()
+
+    def list_names(self, directory=None) -> List[str]:
+        """The names of a directory's entries ([] when it does not exist)."""
+        d = self.p(directory)
+        if not self.fs.exists(d):
+            return []
+        return [str(s.getPath().getName()) for s in self.fs.listStatus(d)]
+
+    # ----------------------------------------------------------- changing
+    def delete(self, path=None) -> None:
+        """Delete, recursively; nothing happens when the path does not exist."""
+        self.fs.delete(self.p(path), True)
+
+    def rename(self, src, dst) -> None:
+        if not self.fs.rename(self.p(src), self.p(dst)):
+            raise OSError(f"could not rename {src} to {dst}")
+
+    def mkdirs(self, path=None) -> None:
+        if not self.fs.mkdirs(self.p(path)):
+            raise OSError(f"could not create the directory {path if path is not None else self.path.toString()}")
+
+    # ------------------------------------------------------------ content
+    def read_head(self, path=None, n: int = 4) -> bytes:
+        """The first ``n`` bytes of a file (zero bytes past its end)."""
+        stream = self.fs.open(self.p(path))
+        try:
+            return bytes(max(stream.read(), 0) for _ in range(n))
+        finally:
+            stream.close()
+
+    def write_text(self, path, text: str) -> None:
+        """Create or replace a file holding ``text`` (UTF-8)."""
+        out = self.fs.create(self.p(path), True)
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+
+    def read_text(self, path=None) -> Optional[str]:
+        """A file's text (UTF-8; lines joined by ``\\n``), or None when it does not exist."""
+        p = self.p(path)
+        if not self.fs.exists(p):
+            return None
+        stream = self.fs.open(p)
+        try:
+            reader = self._jvm.java.io.BufferedReader(self._jvm.java.io.InputStreamReader(stream, "UTF-8"))
+            lines = []
+            line = reader.readLine()
+            while line is not None:
+                lines.append(line)
+                line = reader.readLine()
+            return "\n".join(lines)
+        finally:
+            stream.close()

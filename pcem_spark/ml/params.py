@@ -1,0 +1,271 @@
+"""The Params of :class:`pcem_spark.ml.PathEM` / ``PathEMModel`` and their one mapping onto the settings.
+
+``FEATURE_PARAMS``, ``MODEL_PARAMS`` and ``TUNE_PARAMS`` map each field of
+:class:`~pcem_spark.engine.features.FeatureSettings`,
+:class:`~pcem_spark.model.settings.ModelSettings` and
+:class:`~pcem_spark.ml.tune_settings.TuneSettings` to the PathEM Param that
+carries it (``unlabeled_weight`` -> ``unlabeledWeight``). Every conversion
+goes through them: :func:`param_values` (settings -> Param values: the Param
+defaults, a loaded model's Params, the estimator that cross-validation fits)
+and :func:`settings_from_params` (Params -> settings: what a fit trains with).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Type, TypeVar
+
+from pyspark.ml.param import Param, Params, TypeConverters
+
+from pcem_spark.engine.features import FeatureSettings
+from pcem_spark.ml.tune_settings import TuneSettings
+from pcem_spark.model.path_model import PathModel
+from pcem_spark.model.settings import AUTO, ModelSettings
+
+__all__ = ["FEATURE_PARAMS", "MODEL_PARAMS", "TUNE_PARAMS", "param_values", "settings_from_params"]
+
+# Settings field -> PathEM Param name, one table per settings class.
+FEATURE_PARAMS: Dict[str, str] = {
+    "token_pattern": "tokenPattern",
+    "min_token_length": "minTokenLength",
+    "stop_words": "stopWords",
+    "min_df": "minDF",
+    "max_df": "maxDF",
+    "vocab_size": "vocabSize",
+    "vocabulary_docs": "vocabularyDocs",
+    "normalize": "normalize",
+    "cjk": "cjk",
+}
+MODEL_PARAMS: Dict[str, str] = {
+    "method": "method",
+    "smoothing": "smoothing",
+    "unlabeled_weight": "unlabeledWeight",
+    "path_weight": "pathWeight",
+    "doc_length": "docLength",
+    "max_iter": "maxIter",
+    "tol": "tol",
+    "block_size": "blockSize",
+    "posterior_floor": "posteriorFloor",
+    "posterior_top_k": "posteriorTopK",
+    "parameter_dtype": "parameterDtype",
+    "components": "components",
+    "seed": "seed",
+}
+TUNE_PARAMS: Dict[str, str] = {"folds": "tuneFolds", "metric": "tuneMetric"}
+
+S = TypeVar("S")
+
+
+def param_values(settings: Any, table: Dict[str, str]) -> Dict[str, Any]:
+    """``{Param name: value}`` of ``settings`` through ``table`` (e.g. ``MODEL_PARAMS``)."""
+    return {param: getattr(settings, name) for name, param in table.items()}
+
+
+def settings_from_params(params: Params, cls: Type[S], table: Dict[str, str]) -> S:
+    """A ``cls`` (a settings dataclass) whose fields are the values (or defaults) of ``params``' Params in ``table``."""
+    return cls(**{name: params.getOrDefault(param) for name, param in table.items()})
+
+
+def _number_or_auto(value):
+    """Param converter: a float, or the string "auto" (chosen from the data when fitting)."""
+    if isinstance(value, str):
+        if value.strip().lower() == AUTO:
+            return AUTO
+        try:
+            return float(value)
+        except ValueError:
+            raise TypeError(f"expected a number or 'auto', got {value!r}") from None
+    return TypeConverters.toFloat(value)
+
+
+class _PathEMParams(Params):
+    idCol = Param(Params._dummy(), "idCol", "document id column", TypeConverters.toString)
+    textCol = Param(Params._dummy(), "textCol", "document text column", TypeConverters.toString)
+    featuresCol = Param(
+        Params._dummy(),
+        "featuresCol",
+        "term-count vectors (e.g. a CountVectorizer stage's output); empty = tokenise textCol "
+        "with this estimator's own feature Params",
+        TypeConverters.toString,
+    )
+    labelsCol = Param(
+        Params._dummy(), "labelsCol", "label path column (array<string>, null = unlabelled)", TypeConverters.toString
+    )
+    taxonomy = Param(
+        Params._dummy(),
+        "taxonomy",
+        "taxonomy as JSON {root, children}; empty = inferred from the label paths",
+        TypeConverters.toString,
+    )
+    method = Param(
+        Params._dummy(),
+        "method",
+        "pcnb | pcem | flat-nb | flat-em | nbmc | emmc | tdnb | tdem | wdnb | wdem",
+        TypeConverters.toString,
+    )
+    smoothing = Param(
+        Params._dummy(),
+        "smoothing",
+        "word pseudo-count (> 0), or 'auto': the largest Dirichlet-multinomial evidence of the labelled counts",
+        _number_or_auto,
+    )
+    unlabeledWeight = Param(
+        Params._dummy(),
+        "unlabeledWeight",
+        "EM-lambda: weight of unlabelled documents in "
+        "the M-step, in [0, 1] (1 = the paper, 0 = naive Bayes), or 'auto' (cross-validated)",
+        _number_or_auto,
+    )
+    pathWeight = Param(
+        Params._dummy(),
+        "pathWeight",
+        "share of a labelled document for the other paths through "
+        "its ancestors, in [0, 1] (1 = Eq. 2, 0 = flat), or 'auto' (cross-validated)",
+        _number_or_auto,
+    )
+    docLength = Param(
+        Params._dummy(),
+        "docLength",
+        "documents longer than this many tokens count as this long (0 = raw counts, the paper)",
+        TypeConverters.toFloat,
+    )
+    maxIter = Param(Params._dummy(), "maxIter", "maximum EM iterations (>= 0)", TypeConverters.toInt)
+    tol = Param(Params._dummy(), "tol", "relative log-likelihood change that stops EM", TypeConverters.toFloat)
+    blockSize = Param(Params._dummy(), "blockSize", "documents per CSR block", TypeConverters.toInt)
+    posteriorFloor = Param(
+        Params._dummy(), "posteriorFloor", "posteriors below this count as 0 (0 = exact)", TypeConverters.toFloat
+    )
+    posteriorTopK = Param(
+        Params._dummy(),
+        "posteriorTopK",
+        "keep each unlabelled document's k most probable "
+        "paths in the E-step (0 = all, exact); keeps the per-path sums sparse",
+        TypeConverters.toInt,
+    )
+    parameterDtype = Param(
+        Params._dummy(), "parameterDtype", "float64 | float32 (broadcast and per-path sums)", TypeConverters.toString
+    )
+    seed = Param(
+        Params._dummy(), "seed", "random seed (multi-component start, cross-validation folds)", TypeConverters.toInt
+    )
+    unlabeledTable = Param(
+        Params._dummy(),
+        "unlabeledTable",
+        "name of a table / temporary view whose rows are added to every fit as unlabelled "
+        "documents (same feature / text column; cross-validation keeps them in every "
+        "fold's training set); empty = none",
+        TypeConverters.toString,
+    )
+    tokenPattern = Param(Params._dummy(), "tokenPattern", "Java regex of a token", TypeConverters.toString)
+    minTokenLength = Param(Params._dummy(), "minTokenLength", "shortest token kept", TypeConverters.toInt)
+    stopWords = Param(Params._dummy(), "stopWords", "stop-word language or 'none'", TypeConverters.toString)
+    minDF = Param(Params._dummy(), "minDF", "min document frequency (count >= 1 or fraction)", TypeConverters.toFloat)
+    maxDF = Param(Params._dummy(), "maxDF", "max document frequency (fraction <= 1 or count)", TypeConverters.toFloat)
+    vocabSize = Param(Params._dummy(), "vocabSize", "most frequent terms kept (0 = all)", TypeConverters.toInt)
+    vocabularyDocs = Param(Params._dummy(), "vocabularyDocs", "'all' or 'labeled'", TypeConverters.toString)
+    normalize = Param(
+        Params._dummy(),
+        "normalize",
+        "Unicode normalisation before tokenising: 'nfkc' or 'none'",
+        TypeConverters.toString,
+    )
+    cjk = Param(
+        Params._dummy(),
+        "cjk",
+        "Chinese / Japanese / Korean text: 'chars' (one token per character), "
+        "'bigrams' (overlapping character bigrams) or 'none' (a run of such characters is one token)",
+        TypeConverters.toString,
+    )
+    components = Param(Params._dummy(), "components", "mixture components per leaf (nbmc / emmc)", TypeConverters.toInt)
+    supervision = Param(
+        Params._dummy(),
+        "supervision",
+        "labels (labelsCol) | descriptions (weak labels from the descriptions Param) | "
+        "similarities (weak labels from a map<string,double> column 'similarities')",
+        TypeConverters.toString,
+    )
+    descriptions = Param(
+        Params._dummy(),
+        "descriptions",
+        "JSON object node -> description (supervision = descriptions)",
+        TypeConverters.toString,
+    )
+    weakMode = Param(Params._dummy(), "weakMode", "argmax | soft | path (weak supervision)", TypeConverters.toString)
+    minSimilarity = Param(
+        Params._dummy(),
+        "minSimilarity",
+        "no weak label unless each depth's best similarity is above this",
+        TypeConverters.toFloat,
+    )
+    tuneFolds = Param(
+        Params._dummy(),
+        "tuneFolds",
+        "folds of the cross-validation that resolves 'auto' unlabeledWeight / pathWeight",
+        TypeConverters.toInt,
+    )
+    tuneMetric = Param(
+        Params._dummy(),
+        "tuneMetric",
+        "microF1 | macroF1 | meanF1 (that cross-validation's metric)",
+        TypeConverters.toString,
+    )
+    initModel = Param(
+        Params._dummy(),
+        "initModel",
+        "warm start: a saved PathModel / PathEMModel directory whose "
+        "parameters EM starts from (same taxonomy and method; terms mapped by name; Params left at "
+        "'auto' take its values); empty = start from naive Bayes",
+        TypeConverters.toString,
+    )
+    minProbability = Param(
+        Params._dummy(),
+        "minProbability",
+        "transform: stop each predicted path at its deepest "
+        "node whose marginal probability is >= this, in [0, 1] (0 = the full path); adds "
+        "path_probability",
+        TypeConverters.toFloat,
+    )
+    topK = Param(
+        Params._dummy(),
+        "topK",
+        "transform: add top_paths, the k most probable paths with their probabilities (0 = no such column)",
+        TypeConverters.toInt,
+    )
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self._setDefault(
+            idCol="id",
+            textCol="text",
+            featuresCol="",
+            labelsCol="labels",
+            taxonomy="",
+            unlabeledTable="",
+            supervision="labels",
+            descriptions="",
+            weakMode="argmax",
+            minSimilarity=0.0,
+            minProbability=0.0,
+            topK=0,
+            initModel="",
+            **param_values(FeatureSettings(), FEATURE_PARAMS),
+            **param_values(ModelSettings(), MODEL_PARAMS),
+            **param_values(TuneSettings(), TUNE_PARAMS),
+        )
+
+    def feature_settings(self) -> FeatureSettings:
+        return settings_from_params(self, FeatureSettings, FEATURE_PARAMS)
+
+    def model_settings(self) -> ModelSettings:
+        return settings_from_params(self, ModelSettings, MODEL_PARAMS)
+
+    def tune_settings(self) -> TuneSettings:
+        return settings_from_params(self, TuneSettings, TUNE_PARAMS)
+
+    def _set_from_model(self, pm: PathModel) -> None:
+        self._set(
+            taxonomy=pm.taxonomy.to_json(),
+            **param_values(pm.model_settings, MODEL_PARAMS),
+            **param_values(pm.feature_settings, FEATURE_PARAMS),
+        )
+        if pm.features_col:
+            self._set(featuresCol=pm.features_col)

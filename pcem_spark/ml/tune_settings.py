@@ -1,0 +1,78 @@
+"""The ``[tune]`` settings: how cross-validation chooses the model settings left at "auto".
+
+Below both :mod:`pcem_spark.ml.params` (PathEM's ``tuneFolds`` /
+``tuneMetric`` Params) and :mod:`pcem_spark.ml.tuning` (which runs the
+cross-validation); ``from pcem_spark.ml.tuning import TuneSettings`` keeps working.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, List
+
+from pcem_spark.errors import InputError
+from pcem_spark.util.constraints import Interval, ListOf, Options, check_constraints
+
+__all__ = ["METRICS", "SELECTIONS", "TUNABLE_SETTINGS", "TuneSettings", "check_grid"]
+
+METRICS = ("microF1", "macroF1", "meanF1")
+SELECTIONS = ("one_se", "best")
+
+# The ModelSettings fields that the [tune] grid (`pcem train --tune`) may vary.
+TUNABLE_SETTINGS = (
+    "smoothing",
+    "unlabeled_weight",
+    "path_weight",
+    "doc_length",
+    "max_iter",
+    "tol",
+    "components",
+    "method",
+    "posterior_floor",
+    "posterior_top_k",
+)
+
+
+def check_grid(grid: Dict[str, Any]) -> None:
+    """Raise :class:`InputError` unless ``grid`` maps tunable model settings to non-empty lists of values."""
+    for key, values in grid.items():
+        if key not in TUNABLE_SETTINGS:
+            raise InputError(f"tune.grid: {key!r} cannot be tuned; tunable: {sorted(TUNABLE_SETTINGS)}")
+        if not isinstance(values, list) or not values:
+            raise InputError(f"tune.grid.{key} must be a non-empty list, got {values!r}")
+
+
+@dataclass
+class TuneSettings:
+    folds: int = 3
+    metric: str = "meanF1"  # microF1 | macroF1 | meanF1 (their mean)
+    # Values tried for the settings left at "auto": each grid point costs one EM fit per fold.
+    # Measured on 20NG (docs/RESULTS.md): lambda 0.1 ~ 0.3, and gamma 0.5 never beat both ends.
+    # lambda 0 (PCNB, no EM: a cheap fit) is last, so "one_se" takes it only when it is clearly better --
+    # when the unlabelled documents cluster by something other than the classes (RESULTS.md, stop words).
+    unlabeled_weights: List[float] = field(default_factory=lambda: [0.3, 1.0, 0.0])
+    path_weights: List[float] = field(default_factory=lambda: [0.0, 1.0])
+    # Extra grid of `pcem train --tune`: model setting -> values, e.g. {smoothing = [0.03, 0.1, 0.3]}.
+    grid: Dict[str, list] = field(default_factory=dict)
+    parallelism: int = 1  # models fitted at once by CrossValidator
+    # "one_se": the most preferred grid point (earliest in the lists above) whose CV score is within one
+    # standard error of the best (Hastie et al., ESL 7.10); "best": the highest CV score. With few labelled
+    # documents the folds are small and CV scores differ by noise: "best" then flips between grid points
+    # from seed to seed (docs/RESULTS.md, 20NG at 1%).
+    selection: str = "one_se"
+    min_labeled_per_fold: int = 2  # fewer labelled documents per fold: no CV, the paper's values
+
+    # What each setting accepts (pcem_spark.util.constraints), checked in this order by validate();
+    # the grid by check_grid.
+    CONSTRAINTS: ClassVar[Dict[str, Any]] = {
+        "folds": Interval(int, 2, None),
+        "metric": Options(METRICS),
+        "unlabeled_weights": ListOf(Interval(float, 0, 1), non_empty=True),
+        "path_weights": ListOf(Interval(float, 0, 1), non_empty=True),
+        "selection": Options(SELECTIONS),
+        "parallelism": Interval(int, 1, None),
+    }
+
+    def validate(self) -> None:
+        check_constraints(self, self.CONSTRAINTS, "tune")
+        check_grid(self.grid)
