@@ -287,6 +287,7 @@ def truth(spark):
     return _corpus(spark, seed=1, all_labeled=True).cache()
 
 
+@pytest.mark.slow
 def test_default_predictions_are_unchanged(spark, models, truth):
     """p = 0 and k = 0 (the defaults): today's columns, schema and rows exactly."""
     model = models["pcem"]
@@ -330,6 +331,7 @@ def _marginals_from_top_paths(top_paths):
     return marg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["pcem", "emmc", "tdnb", "wdnb"])
 def test_kept_prefix_is_the_deepest_node_with_marginal_at_least_p(spark, models, truth, method):
     """Brute force over every document: node marginals from the full top-k list (k = M)."""
@@ -359,6 +361,7 @@ def test_kept_prefix_is_the_deepest_node_with_marginal_at_least_p(spark, models,
     assert n_cut > 0  # the corpus has uncertain documents
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["pcem", "emmc", "tdnb", "wdnb"])
 def test_top_paths_sorted_and_led_by_the_argmax(spark, models, truth, method):
     model = models[method]
@@ -378,6 +381,7 @@ def test_top_paths_sorted_and_led_by_the_argmax(spark, models, truth, method):
             assert all(sum(t["probability"] for t in r["top_paths"]) == pytest.approx(1.0) for r in rows)
 
 
+@pytest.mark.slow
 def test_min_probability_one_keeps_only_certain_nodes(spark, truth):
     docs = _corpus(spark)
     model, _ = train(docs, TAX, FS, ModelSettings(method="pcnb", doc_length=0.0, **SETTINGS))
@@ -398,6 +402,7 @@ def test_min_probability_one_keeps_only_certain_nodes(spark, truth):
     assert sum(counts.values()) == len(out)
 
 
+@pytest.mark.slow
 def test_evaluate_scores_abstained_predictions_by_node(spark, models, truth):
     model = models["pcem"]
     base = evaluate_predictions(model.transform(truth), TAX)
@@ -427,6 +432,7 @@ def test_evaluate_counts_an_empty_path_as_missed_true_nodes(spark):
     assert m["level_accuracy"]["1"] == pytest.approx(1 / 2) and m["level_accuracy"]["2"] == 0.0
 
 
+@pytest.mark.slow
 def test_pyspark_ml_model_params(spark, models):
     from pcem_spark.ml.estimator import PathEM, PathEMModel
 
@@ -504,6 +510,7 @@ def test_cli_predict_refuses_non_numbers(tmp_path, capsys, flags):
     assert flags[0] in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cli_predict_and_evaluate_with_abstaining(spark, models, truth, tmp_path):
     from pcem_spark.cli import main
     from pcem_spark.io.outputs import read_marker

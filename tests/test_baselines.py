@@ -206,6 +206,7 @@ def test_win_driven_picks_the_path_of_largest_summed_win(deep):
 # =====================================================================
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nb,flat", [("nbmc", "flat-nb"), ("emmc", "flat-em")])
 def test_one_component_per_class_equals_flat(deep, nb, flat):
     c = deep
@@ -433,6 +434,7 @@ def _separable_corpus(spark):
     return spark.createDataFrame(rows, "id string, text string, labels array<string>")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["lr", "svm", "hiercost"])
 def test_discriminative_baselines_learn_a_separable_corpus(spark, method):
     from pyspark.sql import functions as F
@@ -459,6 +461,7 @@ def test_discriminative_baselines_learn_a_separable_corpus(spark, method):
     assert pred.count() == 3  # a document with no known word still gets a row
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["tdem", "wdnb", "emmc"])
 def test_baseline_models_save_load_and_predict_every_document(spark, tmp_path, method):
     from pcem_spark.engine.features import FeatureSettings

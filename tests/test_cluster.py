@@ -28,6 +28,8 @@ from standalone import LOOPBACK, StandaloneCluster, loopback_env, spark_bin
 
 from pcem_spark.ops import packaging
 
+pytestmark = pytest.mark.slow  # the slow tier (scripts/test.sh --slow, .ci/run)
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 # Fixed, fast settings (the "auto" ones cross-validate: minutes on 2 cores);
 # tol 0 runs every iteration, so the kill below lands mid-EM.

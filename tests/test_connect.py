@@ -40,6 +40,8 @@ except ImportError as exc:  # PySparkImportError is an ImportError
 
 from pcem_spark.engine.session import SparkConnectError, is_spark_connect  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the slow tier (scripts/test.sh --slow, .ci/run)
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 DATA = os.path.join(os.path.dirname(__file__), "data")
 CATALOGUE = os.path.join(DATA, "malformed.jsonl")

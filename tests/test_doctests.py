@@ -59,6 +59,7 @@ def test_pure_examples(module_name):
         assert result.failed == 0, report
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module_name, object_names", SPARK_OBJECTS)
 def test_spark_examples(spark, module_name, object_names):
     tests = _examples(module_name, object_names, extraglobs={"spark": spark})

@@ -21,6 +21,7 @@ def test_clean_message_header_modes():
         clean_message(raw, "bogus")
 
 
+@pytest.mark.slow
 def test_ingest_20ng_full_archive_layout(archive_20ng, tmp_path):
     out = str(tmp_path / "20ng.jsonl.gz")
     assert main(["ingest-20ng", "--archive", archive_20ng, "--output", out]) == 0
@@ -50,6 +51,7 @@ def _slice(archive, path, per_group_train=40, per_group_test=15):
     return write_jsonl((d for d in iter_20ng(archive) if keep(d)), path)
 
 
+@pytest.mark.slow
 def test_train_predict_evaluate_on_a_20ng_slice(spark, archive_20ng, tmp_path):
     from pyspark.sql import functions as F
 
@@ -93,6 +95,7 @@ def test_cli_errors_are_clear_and_exit_2(tmp_path, capsys):
     assert "unknown setting 'smoting'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_split_filter_never_hides_rejects_and_cli_errors_exit_2(spark, tmp_path, capsys):
     docs = tmp_path / "docs.jsonl"
     docs.write_text(

@@ -69,6 +69,7 @@ def _f1(spark_df, metric, **kw):
     return HierarchicalF1Evaluator(metricName=metric, **kw).evaluate(spark_df)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tax, rows, per_node, micro, macro", CASES)
 def test_matches_hand_counts_and_evaluate_predictions(spark, tax, rows, per_node, micro, macro):
     pred = spark.createDataFrame(rows, PRED_SCHEMA)
@@ -139,6 +140,7 @@ def test_custom_column_names(spark):
         HierarchicalF1Evaluator(predictionCol="guess", labelCol="id").evaluate(pred)
 
 
+@pytest.mark.slow
 def test_taxonomy_param_only_counts_its_nodes(spark):
     pred = spark.createDataFrame(ROWS2, PRED_SCHEMA)
     # Every node seen is in the taxonomy: with and without it, the same result.

@@ -292,6 +292,7 @@ def docs_file(tmp_path_factory):
     return str(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setting", ["spark.master=bogus", "spark.conf.spark.driver.memory=abc"])
 def test_reported_settings_failures_exit_2(docs_file, tmp_path, setting):
     proc = _pcem(["train", "--docs", docs_file, "--model", str(tmp_path / "m"), "--set", setting])
@@ -299,6 +300,7 @@ def test_reported_settings_failures_exit_2(docs_file, tmp_path, setting):
     assert "could not start" in proc.stderr and "retry" not in proc.stderr.splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_reported_input_failures_exit_2(spark, docs_file, tmp_path, capsys):
     fast = [
         "--set",
@@ -339,6 +341,7 @@ def test_reported_input_failures_exit_2(spark, docs_file, tmp_path, capsys):
     assert "afile" in err and "retry" not in err
 
 
+@pytest.mark.slow
 def test_an_unreadable_documents_folder_exits_2(docs_file, tmp_path):
     folder = tmp_path / "noread"
     folder.mkdir()

@@ -353,6 +353,7 @@ def _write_predictions(spark, path, rows):
         df.write.parquet(staged.tmp)
 
 
+@pytest.mark.slow
 def test_inspect_end_to_end_masses_and_confusion(spark, trained, tmp_path):
     from chispa import assert_df_equality
     from pyspark.sql import functions as F

@@ -94,6 +94,7 @@ def test_path_weight_interpolates_eq2_and_flat(tree):
         core.weighted_score_matrix(pc, flat, 1.5)
 
 
+@pytest.mark.slow
 def test_path_weight_one_is_todays_pcem_and_zero_is_flat_em(corpora):
     c = corpora["padded"]
     today = engine.fit(
@@ -127,6 +128,7 @@ def test_path_weight_one_is_todays_pcem_and_zero_is_flat_em(corpora):
     assert np.abs(mid.log_theta - g0.log_theta).max() > 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tree", ["balanced", "deep"])
 def test_fractional_path_weight_matches_dense_reference(corpora, tree):
     c = corpora[tree]
@@ -146,6 +148,7 @@ def test_fractional_path_weight_matches_dense_reference(corpora, tree):
 # ------------------------------------------------------- unlabelled weight
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lam", [0.1, 0.5, 1.0])
 @pytest.mark.parametrize("tree", ["balanced", "padded"])
 def test_unlabeled_weight_matches_dense_reference(corpora, tree, lam):

@@ -59,6 +59,7 @@ def _refused(args, capsys, *needles):
 
 
 # ------------------------------------------------------------ the reported cases
+@pytest.mark.slow
 def test_predict_rejects_pointing_at_the_input_table_is_refused_and_the_input_kept(world, tmp_path, capsys):
     # pcem predict --model M --docs D --output P --rejects D, with and without --overwrite.
     before = _digest(world["docs"])
@@ -181,6 +182,7 @@ def test_an_existing_rejects_path_needs_overwrite(world, tmp_path, capsys):
     assert json.loads((someone / MARKER).read_text())["kind"] == "rejects"
 
 
+@pytest.mark.slow
 def test_a_retry_replaces_its_own_rejects_without_overwrite(world, tmp_path):
     out, rej = str(tmp_path / "p"), str(tmp_path / "r")
     assert (

@@ -245,6 +245,7 @@ def trained(tmp_path_factory):
     return d, docs, model
 
 
+@pytest.mark.slow
 def test_train_killed_at_each_write_stage_leaves_old_or_new_model(spark, trained):
     d, docs, model = trained
     current = "pcnb"
@@ -263,6 +264,7 @@ def test_train_killed_at_each_write_stage_leaves_old_or_new_model(spark, trained
     assert PathModel.load(model).model_settings.method == "pcnb" and _leftovers(model) == []
 
 
+@pytest.mark.slow
 def test_predict_killed_at_each_write_stage_then_rerun(spark, trained):
     d, docs, model = trained
     out = str(d / "pred")
@@ -284,6 +286,7 @@ def test_predict_killed_at_each_write_stage_then_rerun(spark, trained):
     assert _leftovers(out) == [] and _leftovers(out + "_rejects") == []
 
 
+@pytest.mark.slow
 def test_killed_first_predict_leaves_nothing_and_rerun_needs_no_overwrite(spark, trained):
     d, docs, model = trained
     out = str(d / "pred_first")
@@ -296,6 +299,7 @@ def test_killed_first_predict_leaves_nothing_and_rerun_needs_no_overwrite(spark,
     assert _leftovers(out) == []
 
 
+@pytest.mark.slow
 def test_evaluate_and_predict_refuse_outputs_without_the_marker(spark, trained, tmp_path, capsys):
     d, docs, model = trained
     # Spark-written predictions, e.g. a partial or foreign write: refused, exit 2
@@ -345,6 +349,7 @@ def test_evaluate_and_predict_refuse_outputs_without_the_marker(spark, trained, 
     assert "none of the 1 predictions has true labels" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_experiment_outputs_survive_a_kill_and_resume(spark, tmp_path):
     docs = _write_corpus(tmp_path / "docs.jsonl", n_per_leaf=12)
     out = str(tmp_path / "exp")
@@ -375,6 +380,7 @@ def test_experiment_outputs_survive_a_kill_and_resume(spark, tmp_path):
 # ------------------------------------------------------------- retries, codes
 
 
+@pytest.mark.slow
 def test_worker_failure_is_retried_to_the_identical_model_and_a_permanent_one_exits_75(spark, trained, tmp_path):
     d, docs, _ = trained
     em = ["--method", "pcem", *FAST]

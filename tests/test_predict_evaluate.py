@@ -39,6 +39,7 @@ def _corpus(spark, n_per_leaf=12, n_labeled=2, seed=0):
 FS = FeatureSettings(min_df=1, max_df=1.0, vocab_size=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["pcnb", "pcem", "flat-nb", "flat-em"])
 def test_train_and_predict_recovers_the_topics(spark, method):
     docs = _corpus(spark)
@@ -54,6 +55,7 @@ def test_train_and_predict_recovers_the_topics(spark, method):
         assert all(b >= a - 1e-6 * abs(a) for a, b in zip(hist, hist[1:])), hist
 
 
+@pytest.mark.slow
 def test_predictions_table_schema_and_one_row_per_document(spark):
     docs = _corpus(spark)
     model, _ = train(docs, TAX, FS, ModelSettings(method="pcnb"))
@@ -88,6 +90,7 @@ def test_predictions_table_schema_and_one_row_per_document(spark):
     assert_df_equality(pred.where("id = 'n1'").drop("probability"), expected, ignore_nullable=True)
 
 
+@pytest.mark.slow
 def test_predictions_hide_dummy_nodes(spark):
     tax = Taxonomy({"ROOT": ["a", "b"], "a": ["a1", "a2"]})
     docs = spark.createDataFrame(
@@ -105,6 +108,7 @@ def test_predictions_hide_dummy_nodes(spark):
     assert all("#dummy" not in n for r in rows.values() for n in r["path"])
 
 
+@pytest.mark.slow
 def test_model_save_load_roundtrip(spark, tmp_path):
     docs = _corpus(spark)
     model, _ = train(docs, TAX, FS, ModelSettings(method="pcem", max_iter=3))
@@ -171,6 +175,7 @@ def test_evaluate_on_a_predictions_table(spark):
     assert m["macro_f1"] == pytest.approx(np.mean(f))
 
 
+@pytest.mark.slow
 def test_pyspark_ml_estimator_in_a_pipeline_and_persistence(spark, tmp_path):
     from pyspark.ml import Pipeline, PipelineModel
     from pyspark.sql import functions as F
@@ -191,6 +196,7 @@ def test_pyspark_ml_estimator_in_a_pipeline_and_persistence(spark, tmp_path):
     assert_df_equality(reloaded.transform(docs), out, ignore_row_order=True)
 
 
+@pytest.mark.slow
 def test_float32_parameters_give_the_same_model_within_float32_precision(spark):
     docs = _corpus(spark)
     m64, r64 = train(
@@ -208,6 +214,7 @@ def test_float32_parameters_give_the_same_model_within_float32_precision(spark):
     np.testing.assert_allclose(r32.loglik_history, r64.loglik_history, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_pyspark_ml_estimator_with_weak_supervision(spark):
     import json
 

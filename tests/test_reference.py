@@ -308,6 +308,7 @@ def test_blocks_exercise_partition_and_block_sums(corpora):
 # =====================================================================
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "tree,smoothing,kind",
     [(t, s, "pc") for t in TREES for s in (1.0, 0.3)] + [(t, 1.0, "flat") for t in TREES] + [("padded", 0.3, "flat")],
@@ -381,6 +382,7 @@ def test_one_em_iteration(corpora, tree, kind):
 # =====================================================================
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tree,kind", [("padded", "pc"), ("deep", "pc"), ("deep", "flat")])
 def test_em_fixed_iterations(corpora, tree, kind):
     """tol=0: exactly n_iter EM iterations (the balanced tree runs to convergence below)."""

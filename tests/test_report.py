@@ -113,6 +113,7 @@ def _corpus(spark):
     return spark.createDataFrame(rows, "id string, text string, labels array<string>")
 
 
+@pytest.mark.slow
 def test_experiment_runs_every_method_and_resumes(spark, tmp_path, monkeypatch):
     from pcem_spark.core.taxonomy import Taxonomy
     from pcem_spark.engine.features import FeatureSettings

@@ -121,6 +121,7 @@ _PROBE = textwrap.dedent(r"""
 """)
 
 
+@pytest.mark.slow
 def test_local_cli_run_listens_on_loopback_only():
     """conf/pcem.toml with a local master: the UI is up, on 127.0.0.1, and no JVM socket is on *."""
     env = {k: v for k, v in os.environ.items() if k not in _CHILD_DROPS}

@@ -377,6 +377,7 @@ def _n_splits(spark, path):
     return spark.read.text(path).select(F.input_file_block_start()).distinct().count()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["LF", "CRLF"])
 def test_every_reject_of_a_split_file_has_its_exact_line(spark, tmp_path, small_splits, newline):
     path = str(tmp_path / "mixed.jsonl")

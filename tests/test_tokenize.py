@@ -444,6 +444,7 @@ def _strip_new_keys(model_dir):
         os.remove(crc)
 
 
+@pytest.mark.slow
 def test_old_model_keeps_predicting_exactly_as_before(spark, tmp_path):
     """A model saved before normalize / cjk existed tokenises with the old behaviour after loading."""
     from pcem_spark.core.taxonomy import Taxonomy
@@ -517,6 +518,7 @@ def test_chinese_corpus_vocabulary_empty_without_cjk_splitting(spark):
         fit_vocabulary(docs, FeatureSettings(cjk="none"))
 
 
+@pytest.mark.slow
 def test_chinese_corpus_trains_with_the_default_settings(spark):
     from pcem_spark.core.taxonomy import Taxonomy
     from pcem_spark.evaluation.metrics import evaluate_predictions

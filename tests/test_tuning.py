@@ -50,6 +50,7 @@ def test_stratified_folds_cover_every_leaf_and_are_deterministic(spark):
     assert [r["fold"] for r in c.orderBy("id").collect()] != [r["fold"] for r in a.orderBy("id").collect()]
 
 
+@pytest.mark.slow
 def test_cross_validator_over_a_spark_ml_pipeline_with_path_em(spark):
     """RegexTokenizer -> StopWordsRemover -> CountVectorizer -> PathEM, tuned by Spark ML's CrossValidator."""
     from pyspark.ml import Pipeline
@@ -85,6 +86,7 @@ def test_cross_validator_over_a_spark_ml_pipeline_with_path_em(spark):
     assert ev.evaluate(out) > 0.9
 
 
+@pytest.mark.slow
 def test_resolve_auto_keeps_unlabelled_docs_in_every_fold_and_is_deterministic(spark):
     docs = _corpus(spark)
     feats, vocab = _features(spark, docs)
@@ -108,6 +110,7 @@ def test_resolve_auto_keeps_unlabelled_docs_in_every_fold_and_is_deterministic(s
     assert model1.vocabulary == vocab and model1.training_summary["tuning"]["chosen"] == info1["chosen"]
 
 
+@pytest.mark.slow
 def test_every_fold_model_trains_on_all_unlabelled_documents(spark):
     """Spark's CrossValidator with the fold column and the unlabelled view that resolve_auto sets up."""
     from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
@@ -146,6 +149,7 @@ def test_every_fold_model_trains_on_all_unlabelled_documents(spark):
     spark.catalog.dropTempView("test_unlabeled_docs")
 
 
+@pytest.mark.slow
 def test_path_em_defaults_choose_weights_by_cross_validation(spark):
     from pcem_spark.ml.estimator import PathEM
 
@@ -169,6 +173,7 @@ def test_too_few_labels_fall_back_to_the_paper_weights(spark):
     assert (ms.unlabeled_weight, ms.path_weight) == (1.0, 1.0)
 
 
+@pytest.mark.slow
 def test_pcem_train_tune_records_the_choice_in_the_model(spark, tmp_path):
     from pcem_spark.cli import main
     from pcem_spark.model.path_model import PathModel
@@ -236,6 +241,7 @@ def test_preference_follows_the_order_of_the_configured_lists():
     assert _preference(rows, spec) == [3, 2, 1, 0]
 
 
+@pytest.mark.slow
 def test_one_se_choice_is_refitted_and_recorded(spark):
     docs = _corpus(spark, seed=1)
     feats, vocab = _features(spark, docs)
@@ -300,6 +306,7 @@ def _no_cross_validation(monkeypatch):
     monkeypatch.setattr("pcem_spark.ml.tuning.stratified_folds", refuse)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "extra", [[], ["--tune", "--set", "tune.grid={'smoothing': [0.1, 1.0]}"]], ids=["auto", "tune-grid"]
 )
@@ -349,6 +356,7 @@ def test_single_leaf_trains_without_cross_validation_and_warns(spark, tmp_path, 
     assert isinstance(ms.smoothing, float)
 
 
+@pytest.mark.slow
 def test_single_leaf_path_em_skips_cross_validation(spark, monkeypatch, caplog):
     import logging
 

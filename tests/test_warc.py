@@ -530,6 +530,7 @@ def test_ingest_warc_id_url_rejects_every_copy_of_a_repeated_url(spark, crawl_di
     assert {os.path.basename(r["source_file"]) for r in dup} == {"crawl-a.warc.gz", "crawl.warc.wet.gz"}
 
 
+@pytest.mark.slow
 def test_ingest_warc_exit_codes(spark, crawl_dir, ingested, tmp_path):
     from pcem_spark.cli import main
     from pcem_spark.io.outputs import read_marker
@@ -567,6 +568,7 @@ TOPIC_WORDS = {
 }
 
 
+@pytest.mark.slow
 def test_train_and_predict_read_the_ingested_table(spark, tmp_path):
     """The table with its extra columns (url, crawl_date, source_file) is a documents table for train/predict."""
     import numpy as np

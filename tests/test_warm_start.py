@@ -184,6 +184,7 @@ def corpus(spark):
     c.blocks.unpersist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_iter", [1, 3])
 def test_engine_warm_start_equals_dense_em_from_the_warm_parameters(corpus, n_iter):
     c = corpus
@@ -240,6 +241,7 @@ def unlabelled_corpus(spark):
     c.blocks.unpersist()
 
 
+@pytest.mark.slow
 def test_batch_without_labels_runs_em_from_the_warm_start_and_fails_clearly_without(unlabelled_corpus):
     c = unlabelled_corpus
     sm = score_matrix(c.tax, "pcem")
@@ -353,6 +355,7 @@ def day1_model(spark, tmp_path_factory):
     return d, model
 
 
+@pytest.mark.slow
 def test_cli_train_from_a_previous_model_records_it(spark, day1_model):
     from pcem_spark.cli import main
 
@@ -398,6 +401,7 @@ def test_cli_train_from_a_previous_model_records_it(spark, day1_model):
     assert summary["n_iter"] >= 1 and summary["n_labeled"] == 8
 
 
+@pytest.mark.slow
 def test_cli_tune_cross_validates_the_weights_of_warm_started_fits(spark, day1_model):
     """--tune: the weights are chosen again by CV (each fit warm-started, terms mapped by name); smoothing inherited."""
     from pcem_spark.cli import main
@@ -440,6 +444,7 @@ def test_cli_tune_cross_validates_the_weights_of_warm_started_fits(spark, day1_m
     assert summary["warm_start"]["terms_kept"] == len(set(prev.vocabulary) & set(new.vocabulary)) > 0
 
 
+@pytest.mark.slow
 def test_cli_batch_without_labels_needs_the_init_model(spark, day1_model, capsys):
     from pcem_spark.cli import main
 
@@ -589,6 +594,7 @@ def saved_prev(spark, corpus, tmp_path_factory):
     return path, prev_vocab, counts, mass, s_prev
 
 
+@pytest.mark.slow
 def test_pathem_init_model_starts_from_the_previous_model(spark, corpus, saved_prev, tmp_path):
     from pyspark.ml import Pipeline
 
@@ -650,6 +656,7 @@ def test_pathem_init_model_starts_from_the_previous_model(spark, corpus, saved_p
     assert isinstance(PathEMModel.load(pem_path), PathEMModel)
 
 
+@pytest.mark.slow
 def test_pathem_auto_params_take_the_init_models_values(spark, corpus, saved_prev):
     from pcem_spark.ml.estimator import PathEM
 

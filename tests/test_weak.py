@@ -172,6 +172,7 @@ def test_weak_label_table_on_spark_matches_numpy(spark):
     assert sum(b.X.shape[0] for b in blocks) == 3
 
 
+@pytest.mark.slow
 def test_dataless_experiment_reports_weak_label_quality(spark, tmp_path):
     from pcem_spark.engine.features import FeatureSettings
     from pcem_spark.experiment.protocol import run_experiment
@@ -221,6 +222,7 @@ def test_dataless_experiment_reports_weak_label_quality(spark, tmp_path):
     assert "weak-label accuracy" in (tmp_path / "results.md").read_text()
 
 
+@pytest.mark.slow
 def test_train_with_descriptions_through_the_cli(spark, tmp_path):
     from pcem_spark.cli import main
 

@@ -31,6 +31,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+# The slow tier (scripts/test_airflow.sh, in its own venv): Airflow, a standalone cluster, the DAG end to end.
+pytestmark = pytest.mark.slow
+
 if getattr(pytest.importorskip("airflow"), "__file__", None) is None:  # tests/dags itself, see conftest
     pytest.skip("apache-airflow is not installed", allow_module_level=True)
 pytest.importorskip("airflow.providers.apache.spark")
