@@ -275,7 +275,7 @@ def _workflow(spark, sample_path):
     out["read + split_rejects + count"] = time.perf_counter() - t
     docs = good.select("id", "text", "labels")
     t = time.perf_counter()
-    vocab = fit_vocabulary(docs, FeatureSettings())
+    vocab = fit_vocabulary(docs, FeatureSettings(stop_words="english"))
     out["fit_vocabulary"] = time.perf_counter() - t
     t = time.perf_counter()
     featurize(docs, vocab, FeatureSettings()).select("features").count()
@@ -326,7 +326,7 @@ def phase_prep(args):
     good, _ = split_rejects(read_documents(spark, sample, "json"))
     docs = good.select("id", "text", "labels")
     taxonomy = infer_taxonomy(docs)
-    settings = FeatureSettings(vocab_size=args.vocab_size)
+    settings = FeatureSettings(vocab_size=args.vocab_size, stop_words="english")
     vocabulary = fit_vocabulary(docs, settings)
     # Hide labels: keep those of a seeded --label-rate share (at least one per leaf is not needed
     # for a timing; the NB initialisation smooths empty paths).

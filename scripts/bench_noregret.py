@@ -196,6 +196,7 @@ def main(argv=None) -> int:
     from pcem_spark.io.documents import read_documents, split_rejects
     from pcem_spark.ml import PathEM, tuning
     from pcem_spark.model.fitting import fit_blocks
+    from pcem_spark.model.stop_words import resolve_stop_words
 
     settings = load_settings(args.config, args.overrides)
     spark = build_session(settings.spark)
@@ -253,8 +254,10 @@ def main(argv=None) -> int:
                 n_lab = masked.where(F.col("labels").isNotNull()).count()
                 n_unlab = masked.count() - n_lab
                 n_test = test.count()
-                vocabulary = fit_vocabulary(masked, settings.features)
-                feats = featurize(masked, vocabulary, settings.features).cache()
+                # features.stop_words = "auto": decided on this split's labelled documents, as pcem train does.
+                cell_features, _ = resolve_stop_words(masked, taxonomy, settings.features, seed)
+                vocabulary = fit_vocabulary(masked, cell_features)
+                feats = featurize(masked, vocabulary, cell_features).cache()
                 blocks, release_blocks = None, contextlib.ExitStack()
 
                 def record(method, metrics, secs, chosen=""):
@@ -288,13 +291,13 @@ def main(argv=None) -> int:
                 for v in [m for m in todo if m in variants]:
                     ms = variant_settings(v, settings.model)
                     t0 = time.perf_counter()
-                    model = None
+                    model, info = None, None
                     if ms.auto_params():
                         ms, info, model = tuning.resolve_auto(
                             feats,
                             taxonomy,
                             vocabulary,
-                            settings.features,
+                            cell_features,
                             ms,
                             settings.tune,
                             seed=seed,
@@ -313,7 +316,9 @@ def main(argv=None) -> int:
                                     )
                                 )
                             )
-                        model, _ = fit_blocks(blocks, taxonomy, vocabulary, settings.features, ms.resolved())
+                        model, _ = fit_blocks(blocks, taxonomy, vocabulary, cell_features, ms.resolved())
+                        if info is not None:  # the sampled cross-validation returns no model: its choice
+                            model.training_summary["tuning"] = info
                     secs = time.perf_counter() - t0
                     summary = model.training_summary
                     chosen = json.dumps(
@@ -336,7 +341,7 @@ def main(argv=None) -> int:
                         m.split("-", 1)[1],
                         taxonomy,
                         vocabulary,
-                        settings.features,
+                        cell_features,
                         LinearSettings(C=args.mllib_c),
                         block_size=settings.model.block_size,
                     )

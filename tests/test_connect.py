@@ -261,7 +261,7 @@ def test_reading_and_checking_documents_works_over_connect(remote):
 def test_featurising_works_over_connect(labelled_docs):
     from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
 
-    settings = FeatureSettings(min_df=1.0, max_df=1.0)
+    settings = FeatureSettings(min_df=1.0, max_df=1.0, stop_words="english")
     vocabulary = fit_vocabulary(labelled_docs, settings)
     assert {"rocket", "orbit", "puck", "goal", "document"} <= set(vocabulary)
     rows = featurize(labelled_docs, vocabulary, settings).select("id", "features").collect()

@@ -8,7 +8,7 @@ are also the measurement corpus of docs/TOKENIZATION.md:
 import glob
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pytest
 from chispa import assert_df_equality
@@ -197,6 +197,9 @@ def corpus_rows(sentences, labeled_per_leaf, seed=0, all_labels=False):
 
 def _tokens(spark, texts, settings):
     df = spark.createDataFrame([(i, t) for i, t in enumerate(texts)], "id int, text string")
+    # Tokenising needs a decided list ("auto" is decided in training); these expectations use English, the old default.
+    if settings.stop_words == "auto":
+        settings = replace(settings, stop_words="english")
     return tokenize(df, settings).select("id", "tokens")
 
 
@@ -343,7 +346,7 @@ def test_nfkc_falls_back_to_python_when_reflect_is_refused(spark, monkeypatch):
     # A real mistake is not hidden by the fallback.
     df = spark.createDataFrame([(1, "x")], "id int, body string")
     with pytest.raises(Exception, match="UNRESOLVED_COLUMN"):
-        tokenize(df, FeatureSettings())
+        tokenize(df, FeatureSettings(stop_words="english"))
 
 
 # --------------------------------------------------------------------------- Latin text unchanged
@@ -377,7 +380,7 @@ def _pre_change_tokens(df, text_col="text"):
 def test_latin_text_tokenised_exactly_as_before(spark, settings):
     df = spark.createDataFrame([(i, t) for i, t in enumerate(LATIN)], "id int, text string")
     assert_df_equality(
-        tokenize(df, settings).select("id", "tokens"),
+        tokenize(df, replace(settings, stop_words="english")).select("id", "tokens"),  # "auto" is decided in training
         _pre_change_tokens(df),
         ignore_nullable=True,
         ignore_row_order=True,
@@ -386,7 +389,7 @@ def test_latin_text_tokenised_exactly_as_before(spark, settings):
 
 def test_tokenize_keeps_the_other_columns(spark):
     df = spark.createDataFrame([(1, "数据 data", "x")], "id int, text string, other string")
-    out = tokenize(df, FeatureSettings())
+    out = tokenize(df, FeatureSettings(stop_words="english"))
     assert out.columns == ["id", "text", "other", "tokens"]
 
 
@@ -485,7 +488,7 @@ def test_old_model_keeps_predicting_exactly_as_before(spark, tmp_path):
         ignore_nullable=True,
     )
     # With today's defaults the same words would be tokenised differently (the point of from_dict).
-    today = tokenize(new, FeatureSettings()).orderBy("id").first().tokens
+    today = tokenize(new, FeatureSettings(stop_words="english")).orderBy("id").first().tokens
     assert "ﬁnance" not in today and "北京天安门" not in today
     # The PathEM Params of a loaded model say so too.
     ml_model = PathEMModel.read().load(path)
@@ -496,26 +499,30 @@ def test_old_model_keeps_predicting_exactly_as_before(spark, tmp_path):
 def test_tiny_corpus_error_names_the_document_count_and_settings(spark):
     docs = spark.createDataFrame([(f"d{i}", f"alpha beta gamma {i}", None) for i in range(5)], DOC_SCHEMA)
     with pytest.raises(ValueError) as err:
-        fit_vocabulary(docs, FeatureSettings())
+        fit_vocabulary(docs, FeatureSettings(stop_words="english"))
     msg = str(err.value)
     assert "5 documents are too few" in msg and "at least 6 documents" in msg
     assert "features.min_df=1" in msg and "features.max_df=1.0" in msg
     assert "maxDF must be" not in msg
     # The suggested settings work.
-    assert sorted(fit_vocabulary(docs, FeatureSettings(min_df=1, max_df=1.0))) == ["alpha", "beta", "gamma"]
+    assert sorted(fit_vocabulary(docs, FeatureSettings(min_df=1, max_df=1.0, stop_words="english"))) == [
+        "alpha",
+        "beta",
+        "gamma",
+    ]
 
 
 def test_tiny_labelled_vocabulary_error_says_labelled(spark):
     rows = [(f"d{i}", "alpha beta", ["x"] if i < 2 else None) for i in range(10)]
     docs = spark.createDataFrame(rows, DOC_SCHEMA)
     with pytest.raises(ValueError, match="2 labelled documents are too few"):
-        fit_vocabulary(docs, FeatureSettings(vocabulary_docs="labeled"))
+        fit_vocabulary(docs, FeatureSettings(vocabulary_docs="labeled", stop_words="english"))
 
 
 def test_chinese_corpus_vocabulary_empty_without_cjk_splitting(spark):
     docs = spark.createDataFrame(corpus_rows(CHINESE, 2), DOC_SCHEMA)
     with pytest.raises(ValueError, match="vocabulary is empty.*features.cjk"):
-        fit_vocabulary(docs, FeatureSettings(cjk="none"))
+        fit_vocabulary(docs, FeatureSettings(cjk="none", stop_words="english"))
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from pcem_spark.ml.tuning import TuneSettings, _preference, resolve_auto, select
 from pcem_spark.model.settings import ModelSettings
 
 SHARED = "match player score device power market"  # words every class uses: a harder problem
-FS = FeatureSettings(min_df=1, max_df=1.0, vocab_size=0)
+FS = FeatureSettings(min_df=1, max_df=1.0, vocab_size=0, stop_words="english")
 
 
 def _corpus(spark, n_per_leaf=16, n_labeled=6, seed=0):
@@ -91,7 +91,9 @@ def test_resolve_auto_keeps_unlabelled_docs_in_every_fold_and_is_deterministic(s
     docs = _corpus(spark)
     feats, vocab = _features(spark, docs)
     n_unlabeled = docs.where(F.col("labels").isNull()).count()
-    tune = TuneSettings(folds=3, unlabeled_weights=[0.0, 1.0], path_weights=[0.0, 1.0], selection="best")
+    tune = TuneSettings(
+        folds=3, unlabeled_weights=[0.0, 1.0], path_weights=[0.0, 1.0], selection="best", strategy="exhaustive"
+    )
     ms = ModelSettings(method="pcem", max_iter=5)
     s1, info1, model1 = resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=3, estimator_class=PathEM)
     s2, info2, _ = resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=3, estimator_class=PathEM)
@@ -246,7 +248,7 @@ def test_one_se_choice_is_refitted_and_recorded(spark):
     docs = _corpus(spark, seed=1)
     feats, vocab = _features(spark, docs)
     # the preferred point (lambda 0, gamma 0) is listed first
-    tune = TuneSettings(folds=3, unlabeled_weights=[0.0, 1.0], path_weights=[0.0, 1.0])
+    tune = TuneSettings(folds=3, unlabeled_weights=[0.0, 1.0], path_weights=[0.0, 1.0], strategy="exhaustive")
     settings, info, model = resolve_auto(
         feats, TAX, vocab, FS, ModelSettings(method="pcem", max_iter=5), tune, seed=5, estimator_class=PathEM
     )

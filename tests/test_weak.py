@@ -130,7 +130,7 @@ def test_weak_label_table_on_spark_matches_numpy(spark):
         "phones": "phones android screen",
         "chips": "chips silicon wafer",
     }
-    fs = FeatureSettings(min_df=1.0, max_df=1.0, vocab_size=0)
+    fs = FeatureSettings(min_df=1.0, max_df=1.0, vocab_size=0, stop_words="english")
     vocab = [
         "goal",
         "striker",
@@ -209,7 +209,7 @@ def test_dataless_experiment_reports_weak_label_quality(spark, tmp_path):
         docs,
         tax,
         ExperimentSettings(methods=["pcnb", "pcem"], rates=[0.5], seeds=[0], test_fraction=0.25, settings="dataless"),
-        FeatureSettings(min_df=1.0, max_df=1.0, vocab_size=0),
+        FeatureSettings(min_df=1.0, max_df=1.0, vocab_size=0, stop_words="english"),
         ModelSettings(max_iter=5),
         str(tmp_path),
         descriptions=desc,
@@ -370,7 +370,7 @@ def test_description_without_a_vocabulary_word_warns_and_gets_no_weak_label(spar
     from pcem_spark.engine.features import FeatureSettings, featurize
     from pcem_spark.model.weak_labels import WeakLabelSettings, weak_label
 
-    fs = FeatureSettings(min_df=3.0, max_df=1.0, vocab_size=0)
+    fs = FeatureSettings(min_df=3.0, max_df=1.0, vocab_size=0, stop_words="english")
     docs = spark.createDataFrame(
         [
             ("f", "goal striker football"),
@@ -415,7 +415,7 @@ def test_description_matrix_uses_descendants_for_an_undescribed_inner_node(spark
     from pcem_spark.engine.features import FeatureSettings
     from pcem_spark.model.weak_labels import description_matrix
 
-    fs = FeatureSettings(min_df=1.0, max_df=1.0, vocab_size=0)
+    fs = FeatureSettings(min_df=1.0, max_df=1.0, vocab_size=0, stop_words="english")
     desc = {n: d for n, d in WOOL_DESC.items() if n != "sport"}
     nodes = sorted(WOOL_TAX.real_nodes, key=lambda n: (WOOL_TAX.node_depth(n), n))
     D = description_matrix(spark, desc, WOOL_VOCAB, fs, nodes, WOOL_TAX).toarray()
@@ -428,7 +428,7 @@ def test_a_depth_without_any_usable_description_is_an_error(spark):
     from pcem_spark.engine.features import FeatureSettings
     from pcem_spark.model.weak_labels import description_matrix
 
-    fs = FeatureSettings(min_df=1.0, max_df=1.0, vocab_size=0)
+    fs = FeatureSettings(min_df=1.0, max_df=1.0, vocab_size=0, stop_words="english")
     tax = Taxonomy({"R": ["a", "b"], "a": ["a1"], "b": ["b1"]})
     desc = {"a": "goal", "b": "racket", "a1": "zzz", "b1": "qqq"}
     nodes = ["a", "b", "a1", "b1"]

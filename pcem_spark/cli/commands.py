@@ -247,6 +247,7 @@ def cmd_train(args, settings) -> int:
 
 
 def cmd_predict(args, settings) -> int:
+    from pcem_spark.core.beam import check_beam
     from pcem_spark.engine.progress import log_progress
     from pcem_spark.engine.session import build_session
     from pcem_spark.io.outputs import atomic_output
@@ -256,6 +257,9 @@ def cmd_predict(args, settings) -> int:
     # Flags override [predict]; checked before Spark starts.
     min_probability = settings.predict.min_probability if args.min_probability is None else args.min_probability
     top_k = settings.predict.top_k if args.top_k is None else args.top_k
+    beam_name = "--beam" if args.beam is not None else "predict.beam"
+    beam = settings.predict.beam if args.beam is None else args.beam
+    check_beam(beam, beam_name)
     check_prediction_options(
         min_probability,
         top_k,
@@ -276,10 +280,15 @@ def cmd_predict(args, settings) -> int:
         args.overwrite,
     )
     model = PathModel.load(args.model)
+    width = model.beam_width(beam, beam_name)  # "auto" resolved; a beam for a method that has none refused
     counts: dict = {}
     docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, args.docs_format).cache()
     n_in = docs.count()
-    pred = model.transform(docs, min_probability=min_probability, top_k=top_k)
+    if width > 0:
+        log.info(
+            "predict: beam search of width %d over %d paths (%s = %r)", width, model.taxonomy.n_paths, beam_name, beam
+        )
+    pred = model.transform(docs, min_probability=min_probability, top_k=top_k, beam=width)
     # Written to a temporary sibling and moved into place with its marker: --overwrite keeps the old
     # predictions until the new ones are complete, and a killed run never leaves part files to be read.
     with atomic_output(spark, args.output, "predictions", overwrite=args.overwrite) as staged:
@@ -295,6 +304,7 @@ def cmd_predict(args, settings) -> int:
                 "input": counts,
                 "min_probability": float(min_probability),
                 "top_k": int(top_k),
+                "beam": int(width),
             }
         )
         if min_probability > 0:

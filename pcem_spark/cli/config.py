@@ -6,13 +6,14 @@ import ast
 import copy
 import tomllib
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Optional
 
 from pcem_spark.engine.features import FeatureSettings
 from pcem_spark.engine.session import SparkSettings
 from pcem_spark.experiment.settings import ConfigError, ExperimentSettings, SupervisionSettings
 from pcem_spark.ml.tune_settings import TuneSettings
 from pcem_spark.model.settings import ModelSettings
+from pcem_spark.util.constraints import Interval, check_constraints
 
 __all__ = ["ConfigError", "ExperimentSettings", "SupervisionSettings", "PredictSettings", "Settings", "load_settings"]
 
@@ -23,10 +24,20 @@ class PredictSettings:
 
     min_probability: float = 0.0  # stop a path at its deepest node this probable (0 = the full path)
     top_k: int = 0  # add the k most probable paths with their probabilities (0 = no)
+    # 0 = the exact argmax over every path, N = a beam search of width N down the tree, "auto" = exact up to
+    # core.BEAM_AUTO_PATHS paths and a beam of core.BEAM_AUTO_WIDTH above (docs/BENCHMARKS.md)
+    beam: object = "auto"
+
+    CONSTRAINTS: ClassVar[Dict[str, Any]] = {
+        "beam": [Interval(int, 0, None, note="(0 = exact, N = beam width)"), "auto"],
+    }
 
     def validate(self) -> None:
         from pcem_spark.model.schema import check_prediction_options
 
+        if isinstance(self.beam, float) and self.beam.is_integer():
+            self.beam = int(self.beam)  # a number read for an "auto" default comes as a float
+        check_constraints(self, self.CONSTRAINTS, "predict", error=ConfigError)
         try:
             check_prediction_options(
                 self.min_probability, self.top_k, names=("predict.min_probability", "predict.top_k")

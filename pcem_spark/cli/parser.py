@@ -29,6 +29,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="INFO")
 
 
+def _int_or_auto(text: str):
+    """An integer, or the word ``auto`` (``--beam``)."""
+    return text if text == "auto" else int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pcem", description="Path cost-sensitive NB/EM on Spark")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -152,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="add top_paths: the K most probable paths with their probabilities "
         "(default [predict] top_k = 0: no such column)",
+    )
+    p.add_argument(
+        "--beam",
+        type=_int_or_auto,
+        default=None,
+        metavar="N",
+        help="decode by a beam search of width N down the tree (0 = the exact argmax over every path, "
+        'auto = exact up to 5,000 paths, a beam of 5 above; default [predict] beam = "auto")',
     )
     p.add_argument("--overwrite", action="store_true")
     _common(p)

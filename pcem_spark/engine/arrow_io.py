@@ -74,10 +74,11 @@ class PredictionLayout(NamedTuple):
 
 
 class PredictionOptions(NamedTuple):
-    """Extra prediction outputs: a probability-cut path prefix and the k most probable paths."""
+    """Extra prediction outputs (a probability-cut path prefix, the k most probable paths) and the decoder."""
 
     min_probability: float = 0.0  # > 0: keep a path's prefix down to its deepest node this probable
     top_k: int = 0  # > 0: a top_paths column of the k most probable paths
+    beam: int = 0  # the width of the beam ``predict`` decodes with (0 = exact): its top_paths may be shorter
 
 
 def predicted_path_batches(
@@ -104,12 +105,16 @@ def predicted_path_batches(
     (``layout.node_names`` (K,) and ``layout.path_nodes`` (M, D), -1 at
     dummies, name its nodes), ``leaf`` its last node (null for an empty path),
     and a ``path_probability`` column follows the passthrough and prediction
-    columns; ``top_k`` > 0: then a ``top_paths`` column (:func:`top_paths_array`).
+    columns; ``top_k`` > 0: then a ``top_paths`` column (:func:`top_paths_array`). With
+    ``options.beam`` > 0 ``predict`` is a beam decoder
+    (:func:`pcem_spark.core.beam_path_details`): a row's ``top_paths`` then
+    holds the at most k paths the beam scored (``top_index`` -1 pads the rest).
+    Everything is built per block from offsets and ``take``: no Python object per row.
     """
     import pyarrow as pa
 
     paths, names, node_names, path_nodes = layout
-    min_probability, top_k = options
+    min_probability, top_k = options.min_probability, options.top_k
     path_arr = pa.array(paths, pa.list_(pa.string()))
     leaf_arr = pa.array([p[-1] for p in paths], pa.string())
     node_arr = None if node_names is None else pa.array(list(node_names), pa.string())
@@ -155,17 +160,26 @@ def top_paths_array(path_arr, top_index: np.ndarray, top_probability: np.ndarray
 
     ``path_arr`` is the Arrow list array of the M real label paths;
     ``top_index`` / ``top_probability`` (n, k) from
-    :func:`pcem_spark.core.top_k_paths`.
+    :func:`pcem_spark.core.top_k_paths` (or a beam's, where -1 marks no path:
+    that row's list is shorter).
     """
     import pyarrow as pa
 
     n, k = top_index.shape
-    flat_paths = path_arr.take(pa.array(top_index.ravel(), pa.int64()))
+    index = np.asarray(top_index, dtype=np.int64).ravel()
+    probability = np.asarray(top_probability, dtype=np.float64).ravel()
+    if (index < 0).any():
+        valid = index >= 0
+        offsets = np.concatenate([[0], np.cumsum(valid.reshape(n, k).sum(axis=1))])
+        index, probability = index[valid], probability[valid]
+    else:
+        offsets = np.arange(n + 1) * k
+    flat_paths = path_arr.take(pa.array(index, pa.int64()))
     entries = pa.StructArray.from_arrays(
-        [flat_paths, pa.array(np.asarray(top_probability, dtype=np.float64).ravel(), pa.float64())],
+        [flat_paths, pa.array(probability, pa.float64())],
         names=["path", "probability"],
     )
-    return pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * k, pa.int32()), entries)
+    return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32), pa.int32()), entries)
 
 
 def label_path_index(labels, path_keys) -> np.ndarray:

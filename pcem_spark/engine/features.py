@@ -15,7 +15,12 @@ Tokenisation, in this order, on the executors' JVMs (no Python worker):
 3. Lower-case, word tokens of ``token_pattern`` (letters/digits holding at
    least one letter: purely numeric tokens are dropped), minimum length
    ``min_token_length`` (CJK tokens are exempt: one Han character is a word),
-   English stop words removed.
+   stop words removed: ``stop_words`` names Spark's list of a language, or
+   ``"none"``; the default ``"auto"`` is decided from the labelled documents
+   before the vocabulary is fitted
+   (:func:`pcem_spark.model.stop_words.resolve_stop_words`: ``"english"``
+   unless ``"none"`` is clearly better in a naive-Bayes cross-validation), so
+   tokenising with ``"auto"`` still in the settings is a programming error.
 
 Text without CJK characters is tokenised exactly as before these settings
 existed, up to what NFKC changes (ligatures, fullwidth forms, ``™``, ...).
@@ -40,17 +45,22 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pcem_spark.errors import InputError
-from pcem_spark.util.constraints import Interval, Options, check_constraints
+from pcem_spark.util.constraints import Constraint, Interval, Options, check_constraints
 
 __all__ = [
     "DEFAULT_TOKEN_PATTERN",
     "NORMALIZE_MODES",
     "CJK_MODES",
+    "AUTO_STOP_WORDS",
+    "STOP_WORD_LANGUAGES",
+    "StopWordsChoice",
+    "require_resolved_stop_words",
     "FeatureSettings",
     "nfkc",
     "nfkc_python",
     "split_cjk",
     "tokenize",
+    "document_bounds",
     "fit_vocabulary",
     "featurize",
 ]
@@ -62,6 +72,26 @@ DEFAULT_TOKEN_PATTERN = r"(?U)\b\w*\p{L}\w*\b"
 
 NORMALIZE_MODES = ("nfkc", "none")
 CJK_MODES = ("bigrams", "chars", "none")
+
+# features.stop_words: decided from the labelled documents (pcem_spark.model.stop_words).
+AUTO_STOP_WORDS = "auto"
+# The languages of Spark's StopWordsRemover.loadDefaultStopWords (Spark 3.0 - 4.x).
+STOP_WORD_LANGUAGES = (
+    "danish",
+    "dutch",
+    "english",
+    "finnish",
+    "french",
+    "german",
+    "hungarian",
+    "italian",
+    "norwegian",
+    "portuguese",
+    "russian",
+    "spanish",
+    "swedish",
+    "turkish",
+)
 
 # One character of a script written without spaces between words. U+30FC / U+FF70
 # (the katakana prolonged sound mark "ー" and its halfwidth form) belong to the
@@ -86,14 +116,27 @@ _ICU_NORMALIZER = "com.ibm.icu.text.Normalizer"
 
 # Keys that older models' metadata lacks, mapped to the behaviour of the version
 # that wrote them (FeatureSettings.from_dict): their vocabulary was fitted so.
-_BEFORE_SETTING_EXISTED: Dict[str, Any] = {"normalize": "none", "cjk": "none"}
+# stop_words was always saved; "english" was its default before "auto".
+_BEFORE_SETTING_EXISTED: Dict[str, Any] = {"normalize": "none", "cjk": "none", "stop_words": "english"}
+
+
+class StopWordsChoice(Constraint):
+    """``"none"`` or a language of Spark's stop-word lists, in any case (``"English"`` works as before)."""
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, str) and value.lower() in ("none",) + STOP_WORD_LANGUAGES
+
+    def describe(self, plural: bool = False) -> str:
+        return '"none" or a language of Spark\'s StopWordsRemover (' + ", ".join(STOP_WORD_LANGUAGES) + ")"
 
 
 @dataclass
 class FeatureSettings:
     token_pattern: str = DEFAULT_TOKEN_PATTERN
     min_token_length: int = 2  # CJK tokens are exempt (one Han character is a word)
-    stop_words: str = "english"  # a StopWordsRemover language, or "none"
+    # "auto" (decided from the labelled documents before the vocabulary is fitted:
+    # pcem_spark.model.stop_words), a StopWordsRemover language, or "none"
+    stop_words: str = AUTO_STOP_WORDS
     min_df: float = 3.0  # >= 1: document count; < 1: fraction
     max_df: float = 0.5  # fraction of documents (<= 1) or count (> 1)
     vocab_size: int = 20000  # keep the most frequent terms (0 = no cap)
@@ -123,6 +166,7 @@ class FeatureSettings:
     # What each setting accepts (pcem_spark.util.constraints), checked in this order by validate().
     CONSTRAINTS: ClassVar[Dict[str, Any]] = {
         "min_token_length": Interval(int, 1, None),
+        "stop_words": [AUTO_STOP_WORDS, StopWordsChoice()],
         "min_df": Interval(float, 0, None, closed="neither"),
         "max_df": Interval(float, 0, None, closed="neither"),
         "vocabulary_docs": Options(("all", "labeled")),
@@ -133,6 +177,21 @@ class FeatureSettings:
 
     def validate(self) -> None:
         check_constraints(self, self.CONSTRAINTS, "features")
+
+
+def require_resolved_stop_words(settings: FeatureSettings) -> None:
+    """Raise ValueError (a bug in the caller, not bad input) when ``settings.stop_words`` is still ``"auto"``.
+
+    ``"auto"`` is decided from the labelled documents before the vocabulary is
+    fitted; tokenising with it would have to guess a list, and the vocabulary
+    and the model would then silently depend on that guess.
+    """
+    if settings.stop_words == AUTO_STOP_WORDS:
+        raise ValueError(
+            'features.stop_words = "auto" reached tokenisation unresolved: decide it from the labelled documents '
+            "first (pcem_spark.model.stop_words.resolve_stop_words, which model training and the experiment runner "
+            'call) or give "english" / "none"'
+        )
 
 
 def nfkc(text: Column) -> Column:
@@ -217,7 +276,12 @@ def _long_enough_or_cjk(tokens: Column, min_length: int) -> Column:
 
 
 def tokenize(df: DataFrame, settings: FeatureSettings, text_col: str = "text", tokens_col: str = "tokens") -> DataFrame:
-    """Add an array<string> column of tokens (stop words removed); see the module docstring."""
+    """Add an array<string> column of tokens (stop words removed); see the module docstring.
+
+    Raises ValueError when ``settings.stop_words`` is still ``"auto"``
+    (:func:`require_resolved_stop_words`).
+    """
+    require_resolved_stop_words(settings)
     source = text_col
     if settings.normalize == "nfkc" or settings.cjk != "none":
         source = "_pcem_text"
@@ -255,7 +319,7 @@ def tokenize(df: DataFrame, settings: FeatureSettings, text_col: str = "text", t
     return out
 
 
-def _document_bounds(settings: FeatureSettings, n_docs: int):
+def document_bounds(settings: FeatureSettings, n_docs: int):
     """(least, most) documents a term may occur in, as Spark's CountVectorizer reads min_df / max_df."""
     least = settings.min_df if settings.min_df >= 1 else settings.min_df * n_docs
     most = settings.max_df * n_docs if settings.max_df <= 1 else settings.max_df
@@ -264,7 +328,7 @@ def _document_bounds(settings: FeatureSettings, n_docs: int):
 
 def _too_few_documents(settings: FeatureSettings, n_docs: int, which: str) -> ValueError:
     """The error for min_df / max_df that no term can satisfy on ``n_docs`` documents."""
-    least, most = _document_bounds(settings, n_docs)
+    least, most = document_bounds(settings, n_docs)
     need = ""
     if settings.min_df >= 1 and settings.max_df < 1:
         need = f" (they need at least {int(-(-settings.min_df // settings.max_df))} documents)"

@@ -35,7 +35,7 @@ from pcem_spark.core.parameters import (
     sparse_log_prior_density,
 )
 from pcem_spark.core.structure import Structure
-from pcem_spark.engine.sums import PassOptions, sufficient_stats
+from pcem_spark.engine.sums import PassOptions, local_sufficient_stats, sufficient_stats
 from pcem_spark.errors import InputError
 
 __all__ = ["EM_MODES", "em_mode", "EMSettings", "FitResult", "fit"]
@@ -128,8 +128,8 @@ class FitResult:
 class _FitRun:
     """What stays fixed during one :func:`fit`: the data, the per-fit broadcast and the settings."""
 
-    blocks: RDD
-    static_bc: Any  # broadcast of (score_matrix, structure)
+    blocks: Union[RDD, Sequence[Any]]  # cached blocks, or a list of Blocks in this process (local fit)
+    static_bc: Any  # broadcast of (score_matrix, structure); None for a local fit
     score_matrix: np.ndarray
     vocab_size: int
     settings: EMSettings
@@ -142,7 +142,17 @@ class _FitRun:
         return None if self.structure is None else self.structure.groups
 
     def run_pass(self, params, options: PassOptions, pass_stats: dict, n_terms: Optional[int] = None):
-        """One distributed pass over the cached blocks (:func:`sufficient_stats`)."""
+        """One distributed pass over the cached blocks (:func:`sufficient_stats`), or a local one."""
+        if self.static_bc is None:
+            return local_sufficient_stats(
+                self.blocks,
+                params,
+                self.score_matrix,
+                self.vocab_size,
+                options,
+                structure=self.structure,
+                stats=pass_stats,
+            )
         return sufficient_stats(
             self.blocks,
             params,
@@ -157,7 +167,7 @@ class _FitRun:
 
 
 def fit(
-    blocks: RDD,
+    blocks: Union[RDD, Sequence[Any]],
     score_matrix: np.ndarray,
     vocab_size: int,
     settings: EMSettings = EMSettings(),
@@ -207,6 +217,10 @@ def fit(
     """
     t0 = time.perf_counter()
     mode = em_mode(settings.em)
+    if not isinstance(blocks, RDD):  # a list of Blocks: every pass runs in this process
+        return _fit(
+            _FitRun(list(blocks), None, score_matrix, vocab_size, settings, structure, stats, t0), mode, init_params
+        )
     # The score matrix and the method's structure do not change between passes: broadcast once.
     static_bc = blocks.context.broadcast((score_matrix, structure))
     try:
@@ -270,8 +284,10 @@ def _fit(run: _FitRun, mode: str, init_params: Optional[PathParameters] = None) 
         if prior_smoothing is None:
             prior_smoothing = 1.0
     smoothing = float(smoothing)
-    if not 0.0 <= s.unlabeled_weight <= 1.0:
-        raise InputError(f"unlabeled_weight must be in [0, 1], got {s.unlabeled_weight}")
+    # Users set lambda in [0, 1] (ModelSettings); a sampled cross-validation fit scales it up so that
+    # its unlabelled sample weighs what all the unlabelled documents weigh (pcem_spark.model.sampled_cv).
+    if not (np.isfinite(s.unlabeled_weight) and s.unlabeled_weight >= 0.0):
+        raise InputError(f"unlabeled_weight must be >= 0, got {s.unlabeled_weight}")
     n_terms = int(init_stats.get("n_terms", 0)) or None
     # The parameters live in result.params only: the first EM iteration lets them go (see _iterate).
     result = FitResult(

@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, List, NamedTuple, Optional
+from typing import Iterable, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -36,6 +36,7 @@ __all__ = [
     "PassOptions",
     "PassSettings",
     "sufficient_stats",
+    "local_sufficient_stats",
 ]
 
 # Per-path sums travel sparse when M x V has at least this many cells (or the
@@ -210,6 +211,36 @@ def _pass_partition(index: int, blocks: Iterable[Block], bc, static_bc, cfg: Pas
             chunk = np.hstack([word_counts[lo:hi], totals[lo:hi, None].astype(dtype)])
         yield c, chunk
     yield _SCALARS, scalars
+
+
+class _Local(NamedTuple):
+    """What a broadcast gives a partition (``.value``), for a pass that runs in this process."""
+
+    value: object
+
+
+def local_sufficient_stats(
+    blocks: Sequence[Block],
+    params: Optional[PathParameters],
+    score_matrix: np.ndarray,
+    vocab_size: int,
+    options: PassOptions = PassOptions(),
+    *,
+    structure: Optional[Structure] = None,
+    stats: Optional[dict] = None,
+):
+    """:func:`sufficient_stats` over blocks held in this process: the same partition code, no Spark.
+
+    What a cross-validation task runs on its bounded sample (:mod:`pcem_spark.model.sampled_cv`):
+    all of ``blocks`` are one partition, so the sums are those of the distributed
+    pass up to the order of floating-point additions.
+    """
+    n_paths = score_matrix.shape[0]
+    sparse_sums = n_paths * vocab_size >= SPARSE_SUMS_MIN_CELLS
+    cfg = PassSettings(n_paths, vocab_size, options, sparse_sums, 1)
+    tables = None if params is None else scoring_tables(params, options.dtype)
+    records = list(_pass_partition(0, blocks, _Local(tables), _Local((score_matrix, structure)), cfg))
+    return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
 
 
 def _record_bytes(record) -> int:

@@ -3,8 +3,9 @@
 Per seed: pool all documents, stratified 80/20 train/test split per leaf;
 a fraction ``r`` of each leaf's training documents keeps its labels (at least
 one per leaf), the rest of train is unlabelled; every method trains on the
-same featurisation (vocabulary fitted on the training texts only) and is
-scored on the test documents. Results: one CSV row per (method, rate, seed)
+same featurisation (vocabulary fitted on the training texts only; stop words
+"auto" decided per split from its labelled documents, the English list in the
+dataless setting) and is scored on the test documents. Results: one CSV row per (method, rate, seed)
 and a Markdown table of mean +- std per method and rate.
 """
 
@@ -34,6 +35,7 @@ from pcem_spark.ml.tuning import TuneSettings, resolve_auto
 from pcem_spark.model.fitting import fit_blocks
 from pcem_spark.model.labels import check_label_paths
 from pcem_spark.model.settings import ModelSettings
+from pcem_spark.model.stop_words import fallback_stop_words, resolve_stop_words
 
 __all__ = [
     "ALL_METHODS",
@@ -312,7 +314,7 @@ def _run_split(docs, taxonomy, plan: ExperimentPlan, config, methods, setting, r
     """
     from pcem_spark.baselines.discriminative import LinearSettings, fit_linear
 
-    feature_settings, model_settings = plan.features, plan.model
+    model_settings = plan.model
     with ExitStack() as cleanup:  # unpersists in reverse: blocks, features, test, roled
         roled = assign_roles(docs.where(F.col("labels").isNotNull()), seed, plan.experiment.test_fraction, rate)
         roled = roled.cache()
@@ -321,8 +323,17 @@ def _run_split(docs, taxonomy, plan: ExperimentPlan, config, methods, setting, r
         test = roled.where(F.col("role") == "test").select("id", "text", "labels").cache()
         cleanup.callback(test.unpersist)
         masked = train.select("id", "text", F.when(F.col("role") == "labeled", F.col("labels")).alias("labels"))
+        if setting == "labeled":  # stop_words "auto": decided on this split's labelled documents only
+            feature_settings, stop_words_info = resolve_stop_words(masked, taxonomy, plan.features, seed)
+        else:
+            feature_settings, stop_words_info = fallback_stop_words(
+                plan.features, "the dataless setting trains on weak labels: no true labels to decide on"
+            )
+        plan = plan._replace(features=feature_settings)
         vocabulary = fit_vocabulary(masked, feature_settings)
         weak_stats: Dict[str, object] = {}
+        # The list "auto" chose, a column of the results (absent when the settings named one).
+        chosen = {} if stop_words_info is None else {"stop_words": feature_settings.stop_words}
         generative = [m for m in methods if m in GENERATIVE]
         linear = [m for m in methods if m in DISCRIMINATIVE]
         if setting == "labeled":
@@ -397,6 +408,7 @@ def _run_split(docs, taxonomy, plan: ExperimentPlan, config, methods, setting, r
                 "train_seconds": round(t1 - t0, 3),
                 "predict_seconds": round(t2 - t1, 3),
                 **weak_stats,
+                **chosen,
                 "config": config,
             }
 

@@ -24,6 +24,7 @@ from contextlib import ExitStack
 
 from pyspark import keyword_only
 from pyspark.ml import Estimator, Model
+from pyspark.ml.param import Param, Params
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable, MLReadable, MLReader, MLWritable, MLWriter
 
 from pcem_spark.core.taxonomy import Taxonomy
@@ -183,7 +184,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         unlabeledTable="",
         tokenPattern=DEFAULT_TOKEN_PATTERN,
         minTokenLength=2,
-        stopWords="english",
+        stopWords="auto",
         minDF=3.0,
         maxDF=0.5,
         vocabSize=20000,
@@ -197,6 +198,9 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         minSimilarity=0.0,
         tuneFolds=3,
         tuneMetric="meanF1",
+        tuneStrategy="sampled",
+        tuneMaxLabeled=5000,
+        tuneMaxUnlabeled=5000,
         minProbability=0.0,
         topK=0,
         initModel="",
@@ -417,9 +421,12 @@ class PathEMModel(Model, _PathEMParams, MLWritable, MLReadable):
     """Fitted :class:`PathEM`; ``transform`` appends ``path``, ``leaf``, ``probability``.
 
     ``minProbability`` > 0 (abstaining) also appends ``path_probability``,
-    ``topK`` > 0 ``top_paths`` (:meth:`pcem_spark.model.PathModel.transform`).
-    They are prediction settings: not saved with the model (a loaded model
-    starts at 0 / 0; ``setMinProbability`` / ``setTopK``).
+    ``topK`` > 0 ``top_paths`` (:meth:`pcem_spark.model.PathModel.transform`);
+    ``beam`` chooses the decoder (0 = the exact argmax, N = a beam search of
+    width N down the tree, ``"auto"``: exact up to
+    :data:`pcem_spark.core.BEAM_AUTO_PATHS` paths). They are prediction
+    settings: not saved with the model (a loaded model starts at 0 / 0 /
+    ``"auto"``; ``setMinProbability`` / ``setTopK`` / ``setBeam``).
 
     Parameters
     ----------
@@ -465,9 +472,22 @@ class PathEMModel(Model, _PathEMParams, MLWritable, MLReadable):
     ('pcnb', 0)
     """
 
+    beam = Param(
+        Params._dummy(),
+        "beam",
+        'transform: 0 = the exact argmax over every path, N = a beam search of width N down the tree, "auto" = '
+        "exact up to pcem_spark.core.BEAM_AUTO_PATHS paths and a beam of BEAM_AUTO_WIDTH above",
+        lambda v: v if isinstance(v, (str, bool)) or not float(v).is_integer() else int(v),  # checked by transform
+    )
+
     def __init__(self, path_model: PathModel = None):
         super().__init__()
+        self._setDefault(beam="auto")
         self.path_model = path_model
+
+    def setBeam(self, value) -> "PathEMModel":
+        """Decode :meth:`transform` by a beam of this width (0 = exact, ``"auto"``; see ``beam``)."""
+        return self._set(beam=value)
 
     def setMinProbability(self, value: float) -> "PathEMModel":
         """Abstain below this marginal probability in :meth:`transform` (see ``minProbability``)."""
@@ -486,6 +506,7 @@ class PathEMModel(Model, _PathEMParams, MLWritable, MLReadable):
             features_col=fcol,
             min_probability=self.getOrDefault(self.minProbability),
             top_k=self.getOrDefault(self.topK),
+            beam=self.getOrDefault(self.beam),
         )
 
     def write(self) -> MLWriter:

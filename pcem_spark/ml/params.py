@@ -50,7 +50,13 @@ MODEL_PARAMS: Dict[str, str] = {
     "components": "components",
     "seed": "seed",
 }
-TUNE_PARAMS: Dict[str, str] = {"folds": "tuneFolds", "metric": "tuneMetric"}
+TUNE_PARAMS: Dict[str, str] = {
+    "folds": "tuneFolds",
+    "metric": "tuneMetric",
+    "strategy": "tuneStrategy",
+    "max_labeled": "tuneMaxLabeled",
+    "max_unlabeled": "tuneMaxUnlabeled",
+}
 
 S = TypeVar("S")
 
@@ -157,7 +163,13 @@ class _PathEMParams(Params):
     )
     tokenPattern = Param(Params._dummy(), "tokenPattern", "Java regex of a token", TypeConverters.toString)
     minTokenLength = Param(Params._dummy(), "minTokenLength", "shortest token kept", TypeConverters.toInt)
-    stopWords = Param(Params._dummy(), "stopWords", "stop-word language or 'none'", TypeConverters.toString)
+    stopWords = Param(
+        Params._dummy(),
+        "stopWords",
+        "'auto' (the English list or none, chosen by a naive-Bayes CV on the labelled documents), "
+        "a stop-word language or 'none'",
+        TypeConverters.toString,
+    )
     minDF = Param(Params._dummy(), "minDF", "min document frequency (count >= 1 or fraction)", TypeConverters.toFloat)
     maxDF = Param(Params._dummy(), "maxDF", "max document frequency (fraction <= 1 or count)", TypeConverters.toFloat)
     vocabSize = Param(Params._dummy(), "vocabSize", "most frequent terms kept (0 = all)", TypeConverters.toInt)
@@ -207,6 +219,25 @@ class _PathEMParams(Params):
         "tuneMetric",
         "microF1 | macroF1 | meanF1 (that cross-validation's metric)",
         TypeConverters.toString,
+    )
+    tuneStrategy = Param(
+        Params._dummy(),
+        "tuneStrategy",
+        "sampled | exhaustive: that cross-validation on a bounded seeded sample (each fit one task, "
+        "EM-lambda rescaled) or Spark ML's CrossValidator over every document",
+        TypeConverters.toString,
+    )
+    tuneMaxLabeled = Param(
+        Params._dummy(),
+        "tuneMaxLabeled",
+        "sampled cross-validation: at most about this many labelled documents",
+        TypeConverters.toInt,
+    )
+    tuneMaxUnlabeled = Param(
+        Params._dummy(),
+        "tuneMaxUnlabeled",
+        "sampled cross-validation: at most about this many unlabelled documents",
+        TypeConverters.toInt,
     )
     initModel = Param(
         Params._dummy(),

@@ -29,6 +29,7 @@ from pcem_spark.model.fitting import fit_blocks
 from pcem_spark.model.labels import check_label_paths
 from pcem_spark.model.path_model import PathModel
 from pcem_spark.model.settings import ModelSettings
+from pcem_spark.model.stop_words import fallback_stop_words, resolve_stop_words
 
 __all__ = ["TrainOptions", "train", "train_weak"]
 
@@ -100,14 +101,28 @@ def train(
     model_settings.validate()
     feature_settings.validate()
     vocabulary, featurized = opts.vocabulary, opts.featurized
+    stop_words_info = None
     if featurized is None:
         check_label_paths(docs, taxonomy)
         from pcem_spark.model.label_checks import label_coverage, warn_label_coverage
 
         warn_label_coverage(label_coverage(docs, taxonomy), taxonomy)
         if vocabulary is None:
+            # stop_words = "auto": decided from the labelled documents before the vocabulary is fitted.
+            feature_settings, stop_words_info = resolve_stop_words(
+                docs, taxonomy, feature_settings, model_settings.seed if opts.seed is None else opts.seed
+            )
             vocabulary = fit_vocabulary(docs, feature_settings)
+        else:
+            feature_settings, stop_words_info = fallback_stop_words(
+                feature_settings, "the vocabulary was given: the list it was built with is not known"
+            )
         featurized = featurize(docs.select("id", "text", "labels"), vocabulary, feature_settings)
+    else:
+        # Features given (PathEM on featuresCol): no text is tokenised here; a model never stores "auto".
+        feature_settings, stop_words_info = fallback_stop_words(
+            feature_settings, "features were given: the caller's featurisation decides the stop words"
+        )
     from pcem_spark.model.warm import CROSS_VALIDATED_SETTINGS, as_warm_start
 
     warm = as_warm_start(opts.init_model)
@@ -115,6 +130,22 @@ def train(
         warm.check(taxonomy, model_settings)
         if not opts.retune_auto:  # the weights left at "auto" are the previous model's, not cross-validated again
             model_settings, _ = warm.inherit(model_settings, CROSS_VALIDATED_SETTINGS)
+    model, result = _tune_and_fit(featurized, taxonomy, vocabulary, feature_settings, model_settings, opts, warm)
+    if stop_words_info is not None:
+        model.training_summary["stop_words"] = stop_words_info
+    return model, result
+
+
+def _tune_and_fit(
+    featurized: DataFrame,
+    taxonomy: Taxonomy,
+    vocabulary: List[str],
+    feature_settings: FeatureSettings,
+    model_settings: ModelSettings,
+    opts: TrainOptions,
+    warm,
+) -> Tuple[PathModel, FitResult]:
+    """Cross-validate the settings left at "auto" (if any), then fit on every document."""
     with ExitStack() as cleanup:
         info = None
         if model_settings.auto_params() or opts.extra_grid:
@@ -168,6 +199,9 @@ def train_weak(
     require_classic_session(docs, "model.train_weak", RDD_NEEDS)
     model_settings.validate()
     feature_settings.validate()
+    feature_settings, stop_words_info = fallback_stop_words(
+        feature_settings, "weak supervision: no true labels to decide on, the list is kept"
+    )
     cols = ["id", "text"] + ([] if descriptions else ["similarities"]) + ([weak_col] if weak_col else [])
     vocabulary = fit_vocabulary(
         docs.select("id", "text", F.lit(None).cast("array<string>").alias("labels")),
@@ -190,4 +224,9 @@ def train_weak(
     with packed_blocks(
         blocks_from_node_scores(weak, taxonomy.n_nodes, len(vocabulary), model_settings.block_size)
     ) as blocks:
-        return fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings, warm_start=warm_start)
+        model, result = fit_blocks(
+            blocks, taxonomy, vocabulary, feature_settings, model_settings, warm_start=warm_start
+        )
+    if stop_words_info is not None:
+        model.training_summary["stop_words"] = stop_words_info
+    return model, result

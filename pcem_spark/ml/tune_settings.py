@@ -13,10 +13,11 @@ from typing import Any, ClassVar, Dict, List
 from pcem_spark.errors import InputError
 from pcem_spark.util.constraints import Interval, ListOf, Options, check_constraints
 
-__all__ = ["METRICS", "SELECTIONS", "TUNABLE_SETTINGS", "TuneSettings", "check_grid"]
+__all__ = ["METRICS", "SELECTIONS", "STRATEGIES", "TUNABLE_SETTINGS", "TuneSettings", "check_grid"]
 
 METRICS = ("microF1", "macroF1", "meanF1")
 SELECTIONS = ("one_se", "best")
+STRATEGIES = ("sampled", "exhaustive")
 
 # The ModelSettings fields that the [tune] grid (`pcem train --tune`) may vary.
 TUNABLE_SETTINGS = (
@@ -61,6 +62,14 @@ class TuneSettings:
     # from seed to seed (docs/RESULTS.md, 20NG at 1%).
     selection: str = "one_se"
     min_labeled_per_fold: int = 2  # fewer labelled documents per fold: no CV, the paper's values
+    # "sampled": every grid point x fold fit runs as one task on a seeded sample of at most max_labeled
+    # labelled and max_unlabeled unlabelled documents, EM-lambda rescaled so the sample's unlabelled mass
+    # per labelled document is the full fit's (pcem_spark.model.sampled_cv): the cost is bounded however
+    # large the corpus is, and the refit is the only EM over all documents. "exhaustive": Spark ML's
+    # CrossValidator over every document, each fit a distributed EM (the cost grows with the corpus).
+    strategy: str = "sampled"
+    max_labeled: int = 5000
+    max_unlabeled: int = 5000
 
     # What each setting accepts (pcem_spark.util.constraints), checked in this order by validate();
     # the grid by check_grid.
@@ -71,6 +80,9 @@ class TuneSettings:
         "path_weights": ListOf(Interval(float, 0, 1), non_empty=True),
         "selection": Options(SELECTIONS),
         "parallelism": Interval(int, 1, None),
+        "strategy": Options(STRATEGIES),
+        "max_labeled": Interval(int, 1, None),
+        "max_unlabeled": Interval(int, 1, None),
     }
 
     def validate(self) -> None:

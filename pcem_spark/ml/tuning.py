@@ -22,6 +22,7 @@ the Dirichlet-multinomial evidence of the labelled counts
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
@@ -29,6 +30,7 @@ import uuid
 from dataclasses import replace
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -38,6 +40,14 @@ from pcem_spark.errors import InputError
 from pcem_spark.ml.params import MODEL_PARAMS, param_values
 from pcem_spark.ml.tune_settings import METRICS, SELECTIONS, TuneSettings, check_grid
 from pcem_spark.model.path_model import PathModel
+from pcem_spark.model.sampled_cv import (
+    UNLABELED_PART,
+    CVSample,
+    fold_metric,
+    run_sampled_cv,
+    sample_rows,
+    with_weight,
+)
 from pcem_spark.model.settings import ModelSettings
 
 __all__ = ["METRICS", "SELECTIONS", "TuneSettings", "stratified_folds", "select_grid_point", "resolve_auto"]
@@ -190,7 +200,9 @@ def resolve_auto(
             ),
         )
     labeled = feats.where(F.col(LABELS_COL).isNotNull())
-    n_labeled = labeled.count()
+    # One pass over the (cached) features counts both kinds.
+    counts = {bool(r[0]): int(r[1]) for r in feats.groupBy(F.col(LABELS_COL).isNull()).count().collect()}
+    n_labeled, n_unlabeled = counts.get(False, 0), counts.get(True, 0)
     if n_labeled < tune.folds * tune.min_labeled_per_fold:
         log.warning(
             "tuning: only %d labelled documents for %d folds; %s keep the paper's value 1",
@@ -199,6 +211,12 @@ def resolve_auto(
             ", ".join(grid_spec),
         )
         return model_settings.resolved(), {"chosen": {}, "tuned": False, "reason": "too few labelled documents"}, None
+    if tune.strategy == "sampled" and not init_model:
+        return _sampled_cv(
+            feats, taxonomy, model_settings, tune, grid_spec, (n_labeled, n_unlabeled), len(vocabulary), seed
+        )
+    if tune.strategy == "sampled":
+        log.info("tuning: warm-started fits (init_model) are cross-validated exhaustively")
     t0 = time.perf_counter()
     spark = feats.sparkSession
     view = f"_pcem_unlabeled_{uuid.uuid4().hex[:12]}"
@@ -260,6 +278,7 @@ def resolve_auto(
     secs = time.perf_counter() - t0
     info = {
         "tuned": True,
+        "strategy": "exhaustive",
         "chosen": chosen,
         "metric": tune.metric,
         "folds": tune.folds,
@@ -292,3 +311,129 @@ def resolve_auto(
         {**fitted.training_summary, "tuning": info},
     )
     return resolved, info, model
+
+
+def _grid_points(grid_spec: Dict[str, list]) -> List[dict]:
+    """Every grid point, in ParamGridBuilder's order (itertools.product over the keys as added)."""
+    keys = list(grid_spec)
+    return [dict(zip(keys, values)) for values in itertools.product(*grid_spec.values())]
+
+
+def _sampled_cv(
+    feats: DataFrame,
+    taxonomy: Taxonomy,
+    model_settings: ModelSettings,
+    tune: TuneSettings,
+    grid_spec: Dict[str, list],
+    n_docs: Tuple[int, int],
+    vocab_size: int,
+    seed: int,
+) -> Tuple[ModelSettings, Dict[str, object], None]:
+    """``tune.strategy = "sampled"``: every (grid point, fold) fit is a task on a bounded seeded sample.
+
+    Returns the chosen settings and what was tried; no model -- the caller's
+    refit is the only EM over every document (:mod:`pcem_spark.model.sampled_cv`).
+    """
+    t0 = time.perf_counter()
+    n_labeled, n_unlabeled = n_docs
+    lab = sample_rows(
+        feats.where(F.col(LABELS_COL).isNotNull()).select(ID_COL, FEATURES_COL, LABELS_COL),
+        n_labeled,
+        tune.max_labeled,
+        seed,
+    )
+    unl = sample_rows(
+        feats.where(F.col(LABELS_COL).isNull()).select(ID_COL, FEATURES_COL, LABELS_COL),
+        max(n_unlabeled, 1),
+        tune.max_unlabeled,
+        seed + 1,
+    )
+    sample = (
+        stratified_folds(lab, tune.folds, seed, LABELS_COL, ID_COL)
+        .unionByName(unl.withColumn("fold", F.lit(UNLABELED_PART)))
+        .cache()
+    )
+    try:
+        counts = {int(r[0]): int(r[1]) for r in sample.groupBy(F.col("fold") == UNLABELED_PART).count().collect()}
+        drawn = CVSample(n_labeled, n_unlabeled, counts.get(0, 0), counts.get(1, 0), seed)
+        if drawn.n_labeled_sampled < tune.folds * tune.min_labeled_per_fold:
+            raise InputError(
+                f"tuning: the sample drew {drawn.n_labeled_sampled} labelled documents for {tune.folds} folds; "
+                f"raise tune.max_labeled (now {tune.max_labeled})"
+            )
+        log.info(
+            "tuning: sampled %d of %d labelled and %d of %d unlabelled documents (seed %d) in %.1fs",
+            drawn.n_labeled_sampled,
+            n_labeled,
+            drawn.n_unlabeled_sampled,
+            n_unlabeled,
+            seed,
+            time.perf_counter() - t0,
+        )
+        scale = drawn.unlabeled_scale
+        base = replace(model_settings.resolved(), smoothing=model_settings.smoothing)
+        points = _grid_points(grid_spec)
+        grid = [with_weight(replace(base, **point), scale) for point in points]
+        log.info(
+            "tuning %s by %d-fold cross-validation on a sample of %d of %d labelled and %d of %d unlabelled "
+            "documents (EM-lambda x %.4g; metric %s, %d grid points, %d fits as tasks)",
+            ", ".join(f"{k} in {v}" for k, v in grid_spec.items()),
+            tune.folds,
+            drawn.n_labeled_sampled,
+            n_labeled,
+            drawn.n_unlabeled_sampled,
+            n_unlabeled,
+            scale,
+            tune.metric,
+            len(points),
+            len(points) * tune.folds,
+        )
+        results = run_sampled_cv(sample, taxonomy, vocab_size, grid, tune.folds, base.block_size)
+    finally:
+        sample.unpersist()
+    grid_rows = []
+    for point, per_fold in zip(points, results):
+        fold_scores = [
+            fold_metric(np.array(r["tp"]), np.array(r["fp"]), np.array(r["fn"]), tune.metric) for r in per_fold
+        ]
+        grid_rows.append(
+            {
+                **point,
+                "cv_score": float(np.mean(fold_scores)),
+                "cv_std": float(np.std(fold_scores)),
+                "fold_scores": [round(x, 6) for x in fold_scores],
+                "n_iter": [int(r["n_iter"]) for r in per_fold],
+                "fit_seconds": round(float(sum(r["seconds"] for r in per_fold)), 3),
+            }
+        )
+    scores = [r["cv_score"] for r in grid_rows]
+    stds = [r["cv_std"] for r in grid_rows]
+    best = max(range(len(scores)), key=lambda i: (scores[i], -i))
+    pick = select_grid_point(scores, stds, _preference(grid_rows, grid_spec), tune.folds, tune.selection)
+    chosen = {k: grid_rows[pick][k] for k in grid_spec}
+    secs = time.perf_counter() - t0
+    info = {
+        "tuned": True,
+        "strategy": "sampled",
+        "chosen": chosen,
+        "metric": tune.metric,
+        "folds": tune.folds,
+        "n_labeled": n_labeled,
+        "selection": tune.selection,
+        "sample": drawn.as_dict(),
+        "best_cv": {k: grid_rows[best][k] for k in grid_spec},
+        "grid": grid_rows,
+        "seconds": round(secs, 2),
+    }
+    log.info(
+        "tuning chose %s (CV %s %.4f, %s; highest %.4f at %s) in %.1fs on the sample; grid: %s",
+        chosen,
+        tune.metric,
+        scores[pick],
+        tune.selection,
+        scores[best],
+        info["best_cv"],
+        secs,
+        "; ".join(f"{ {k: r[k] for k in grid_spec} }: {r['cv_score']:.4f} +- {r['cv_std']:.4f}" for r in grid_rows),
+    )
+    return model_settings.resolved(**chosen), info, None

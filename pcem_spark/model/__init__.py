@@ -28,6 +28,10 @@ from pcem_spark.model.settings import (  # noqa: F401
     PAPER_MODEL_SETTINGS,
     ModelSettings,
 )
+from pcem_spark.model.stop_words import (  # noqa: F401
+    fallback_stop_words,
+    resolve_stop_words,
+)
 
 __all__ = [
     "AUTO",
@@ -38,4 +42,6 @@ __all__ = [
     "score_matrix",
     "PREDICTION_SCHEMA",
     "prediction_schema",
+    "resolve_stop_words",
+    "fallback_stop_words",
 ]

@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from pcem_spark.core.beam import beam_path_details, beam_scorer, beam_tables, beam_width, check_beam
 from pcem_spark.core.decoding import path_node_table, predict_path_details, predict_paths
 from pcem_spark.core.estep import scoring_tables
 from pcem_spark.core.methods import MethodSpec, method_spec
@@ -101,7 +102,8 @@ class PathModel:
     >>> log_theta = np.log(np.array([[0.1, 0.1, 0.8], [0.1, 0.8, 0.1], [0.8, 0.1, 0.1]]))  # (M, V)
     >>> model = PathModel(
     ...     taxonomy, ["rocket", "doctor", "car"], log_prior, log_theta,
-    ...     FeatureSettings(), ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0),
+    ...     FeatureSettings(stop_words="english"),
+    ...     ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0),
     ... )
     >>> model.params.shape
     (3, 3)
@@ -165,6 +167,7 @@ class PathModel:
         labels_col: str = "labels",
         min_probability: float = 0.0,
         top_k: int = 0,
+        beam="auto",
     ) -> DataFrame:
         """The predictions table: one row per input row with id, path, leaf, probability, labels.
 
@@ -176,12 +179,39 @@ class PathModel:
         path) is added; ``top_k`` > 0 adds ``top_paths``, the k most probable
         paths with their probabilities. Defaults: today's table exactly
         (:data:`PREDICTION_SCHEMA`); see :func:`prediction_schema`.
+
+        ``beam``: 0 decodes the exact argmax of Eq. 5 over every path; N > 0
+        a beam search of width N down the tree (:meth:`beam_width`,
+        :mod:`pcem_spark.core.beam`: probabilities, top paths and marginals
+        are then renormalised over the paths the beam scored); ``"auto"``
+        (the default) is exact up to :data:`~pcem_spark.core.BEAM_AUTO_PATHS`
+        paths and a beam of :data:`~pcem_spark.core.BEAM_AUTO_WIDTH` above.
         """
         check_prediction_options(min_probability, top_k)
+        check_beam(beam)
         src = prediction_source(df, id_col, text_col, labels_col)
         return self.predict_columns(
-            src, passthrough=["id", "labels"], min_probability=min_probability, top_k=top_k
+            src, passthrough=["id", "labels"], min_probability=min_probability, top_k=top_k, beam=beam
         ).select(prediction_schema(min_probability, top_k).names)
+
+    def beam_width(self, beam="auto", name: str = "beam") -> int:
+        """The beam width prediction with ``beam`` uses for this model (0 = the exact argmax).
+
+        ``"auto"`` resolves by the number of paths
+        (:func:`pcem_spark.core.beam_width`), and to 0 for the methods whose
+        components are not one per path (nbmc/emmc, tdnb/tdem, wdnb/wdem: they
+        decode by their own rule); an explicit width > 0 for those is refused
+        (InputError naming ``name``).
+        """
+        check_beam(beam, name)
+        if self.spec.structure is not None:
+            if beam != "auto" and beam > 0:
+                raise InputError(
+                    f"{name} = {beam}: a beam search decodes models with one component per path (pcnb, pcem, "
+                    f"flat-nb, flat-em); {self.model_settings.method} decodes by its own rule (use {name} = 0)"
+                )
+            return 0
+        return beam_width(beam, self.taxonomy.n_paths)
 
     def predict_columns(
         self,
@@ -192,6 +222,7 @@ class PathModel:
         features_col: Optional[str] = None,
         min_probability: float = 0.0,
         top_k: int = 0,
+        beam="auto",
     ) -> DataFrame:
         """``passthrough`` columns of ``df`` plus ``path``, ``leaf``, ``probability``.
 
@@ -200,6 +231,7 @@ class PathModel:
         Top-down and win-driven models score the top-k paths and node
         marginals by :func:`pcem_spark.core.path_posteriors` (products of
         their node probabilities), while ``path`` stays their decoded path.
+        ``beam``: the decoder, as :meth:`transform` (:meth:`beam_width`).
 
         The posterior is computed per CSR block of ``block_size`` rows; rows
         are never dropped or reordered within a partition. With
@@ -214,6 +246,7 @@ class PathModel:
         )
         spark = df.sparkSession
         check_prediction_options(min_probability, top_k)
+        width = self.beam_width(beam)
         out_fields = [df.schema[c] for c in passthrough] + [
             T.StructField(prefix + f.name, f.dataType, f.nullable)
             for f in prediction_schema(min_probability, top_k).fields
@@ -229,15 +262,20 @@ class PathModel:
                 df, self.vocabulary, self.feature_settings, text_col=text_col, features_col="_pcem_features"
             )
         real_paths = [self.taxonomy.real_path(j) for j in range(self.taxonomy.n_paths)]
-        # The sparse parameters at the model's parameter dtype (float32 halves the broadcast).
-        tables = scoring_tables(self.params, self.model_settings.parameter_dtype)
-        bc = spark.sparkContext.broadcast((tables, real_paths, self.spec.structure))
-        del tables
         doc_length = float(self.model_settings.doc_length)
         block_size = self.model_settings.block_size
         vocab_size = len(self.vocabulary)
         n_keep = len(passthrough)
         names = [f.name for f in out_fields]
+        feats = feats.select(*passthrough, "_pcem_features")
+        if width > 0:
+            options = PredictionOptions(min_probability, top_k, width)
+            body = self._beam_batches(spark, real_paths, options, n_keep, vocab_size, block_size, names, doc_length)
+            return feats.mapInArrow(body, T.StructType(out_fields))
+        # The sparse parameters at the model's parameter dtype (float32 halves the broadcast).
+        tables = scoring_tables(self.params, self.model_settings.parameter_dtype)
+        bc = spark.sparkContext.broadcast((tables, real_paths, self.spec.structure))
+        del tables
 
         if min_probability > 0 or top_k > 0:
             path_node = self.taxonomy.path_node_matrix(sparse=True)
@@ -261,7 +299,7 @@ class PathModel:
                     PredictionOptions(min_probability, top_k),
                 )
 
-            return feats.select(*passthrough, "_pcem_features").mapInArrow(predict_batches, T.StructType(out_fields))
+            return feats.mapInArrow(predict_batches, T.StructType(out_fields))
 
         def predict_batches(batches):
             # Arrow in, Arrow out: one sparse x dense product per block, no per-row Python.
@@ -275,7 +313,45 @@ class PathModel:
                 lambda X: predict_paths(X, None, None, structure, doc_length, tables=tables),
             )
 
-        return feats.select(*passthrough, "_pcem_features").mapInArrow(predict_batches, T.StructType(out_fields))
+        return feats.mapInArrow(predict_batches, T.StructType(out_fields))
+
+    def _beam_batches(
+        self, spark, real_paths, options: PredictionOptions, n_keep, vocab_size, block_size, names, doc_length
+    ):
+        """The mapInArrow body of a beam decoder of width ``options.beam``: the beam tables, built here, are broadcast.
+
+        The other arguments are those of :func:`predicted_path_batches` and the model's ``doc_length``.
+        """
+        width = options.beam
+        path_node = self.taxonomy.path_node_matrix(sparse=True)
+        dtype = self.model_settings.parameter_dtype
+        cached = getattr(self, "_beam_scorer", None)  # (params, dtype, scorer): seconds to build at 10,000 paths
+        if cached is None or cached[0] is not self.params or cached[1] != dtype:
+            self._beam_scorer = cached = (self.params, dtype, beam_scorer(beam_tables(self.params, path_node), dtype))
+        scorer = cached[2]
+        nodes = None
+        if options.min_probability > 0:
+            nodes = (path_node_table(path_node, self.taxonomy.is_dummy), list(self.taxonomy.nodes))
+        bc = spark.sparkContext.broadcast((scorer, real_paths, nodes))
+        del scorer
+
+        def predict_batches(batches):
+            # Arrow in, Arrow out: each block walks down the tree at once (core.beam), no per-row Python.
+            scorer, paths, nodes = bc.value
+            path_nodes, node_names = nodes if nodes is not None else (None, None)
+            return predicted_path_batches(
+                batches,
+                n_keep,
+                vocab_size,
+                block_size,
+                PredictionLayout(paths, names, node_names, path_nodes),
+                lambda X: beam_path_details(
+                    X, scorer, width, doc_length, path_nodes, options.min_probability, options.top_k
+                ),
+                options,
+            )
+
+        return predict_batches
 
     # ----------------------------------------------------------- persistence
     def save(self, path: str, overwrite: bool = False, class_name: str = "pcem_spark.model.PathModel") -> None:
@@ -361,8 +437,11 @@ class PathModel:
             )
         try:
             taxonomy = Taxonomy(meta["taxonomy"]["children"], root=meta["taxonomy"]["root"])
-            vocab_rows = spark.read.parquet(f"{path}/vocabulary").orderBy("index").collect()
-            vocabulary = [r["term"] for r in vocab_rows]
+            vocab = spark.read.parquet(f"{path}/vocabulary")
+            if "term" not in vocab.columns or "index" not in vocab.columns:
+                raise KeyError("the vocabulary table has no index / term column")
+            # As one Arrow table, not a Row per term: a 2**18-term vocabulary collects in a second, not ~20.
+            vocabulary = vocab.orderBy("index").select("term").toArrow().column("term").to_pylist()
             params = _read_parameters(spark, path, version, len(vocabulary))
             # Models written before unlabeled_weight / path_weight existed were trained with the paper's 1.
             model_settings = ModelSettings(**meta["model_settings"]).resolved()

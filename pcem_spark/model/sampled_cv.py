@@ -1,0 +1,229 @@
+"""Cross-validation on a bounded sample: every (grid point, fold) fit is one task on the executors.
+
+The cross-validation behind the "auto" settings (:mod:`pcem_spark.ml.tuning`)
+costs a bounded multiple of one fit however large the corpus is:
+
+* a seeded sample of at most ``max_labeled`` labelled and ``max_unlabeled``
+  unlabelled documents (a hash of each id against the seed, so the same seed
+  draws the same documents on any cluster);
+* EM-lambda of every cross-validation fit is scaled by
+  :func:`rescaled_unlabeled_weight`, so the unlabelled sample weighs, per
+  labelled document, what all the unlabelled documents weigh in the full fit;
+* the sample is packed once into CSR blocks (one list per fold and one for
+  the unlabelled documents), gathered into one partition and paired with the
+  task list, so each task fits one grid point on the other folds with the same
+  EM code as the full fit, in one process (:func:`pcem_spark.engine.passes.fit`
+  over a list of blocks), and predicts its held-out fold. Only per-node
+  TP / FP / FN counts come back to the driver -- never a document.
+
+The math of a task is :func:`cv_task` on lists of blocks, tested without Spark.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Dict, List, NamedTuple, Sequence, Tuple
+
+import numpy as np
+import scipy.sparse as sp
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pcem_spark.core.decoding import predict_paths
+from pcem_spark.core.estep import scoring_tables
+from pcem_spark.core.methods import method_spec
+from pcem_spark.core.taxonomy import Taxonomy
+from pcem_spark.engine import passes
+from pcem_spark.engine.blocks import Block, blocks_from_labels
+from pcem_spark.evaluation.metrics import f1_scores, metric_nodes
+from pcem_spark.model.fitting import em_settings
+from pcem_spark.model.settings import ModelSettings
+
+__all__ = [
+    "CVSample",
+    "rescaled_unlabeled_weight",
+    "metric_indicator",
+    "true_paths",
+    "fold_confusion",
+    "cv_task",
+    "fold_metric",
+    "sample_rows",
+    "run_sampled_cv",
+    "with_weight",
+]
+
+# The part number of the unlabelled sample's blocks; labelled blocks carry their fold (0..k-1).
+UNLABELED_PART = -1
+_HASH_RANGE = 1 << 31
+
+
+class CVSample(NamedTuple):
+    """What was sampled: full and sampled counts, and lambda's scale (recorded in the training summary)."""
+
+    n_labeled: int
+    n_unlabeled: int
+    n_labeled_sampled: int
+    n_unlabeled_sampled: int
+    seed: int
+
+    @property
+    def unlabeled_scale(self) -> float:
+        return rescaled_unlabeled_weight(
+            1.0, self.n_labeled, self.n_unlabeled, self.n_labeled_sampled, self.n_unlabeled_sampled
+        )
+
+    def as_dict(self) -> Dict[str, object]:
+        return {**self._asdict(), "unlabeled_weight_scale": round(self.unlabeled_scale, 6)}
+
+
+def rescaled_unlabeled_weight(
+    weight: float, n_labeled: int, n_unlabeled: int, n_labeled_sampled: int, n_unlabeled_sampled: int
+) -> float:
+    """EM-lambda for a fit on the sample: the same unlabelled mass per labelled document as the full fit.
+
+    The full fit gives ``weight * n_unlabeled / n_labeled`` unlabelled mass per
+    labelled document; the sample gives ``w * n_unlabeled_sampled /
+    n_labeled_sampled``. Without sampling (or without unlabelled documents) it
+    is ``weight`` itself.
+
+    >>> rescaled_unlabeled_weight(0.3, 100, 10_000, 100, 2_000)
+    1.5
+    """
+    if n_unlabeled_sampled <= 0 or n_labeled <= 0:
+        return float(weight)
+    return float(weight) * (n_unlabeled / n_unlabeled_sampled) * (n_labeled_sampled / n_labeled)
+
+
+def metric_indicator(taxonomy: Taxonomy) -> sp.csr_matrix:
+    """(R, K') 0/1 matrix: the metric nodes (:func:`metric_nodes`, real non-root nodes) of each path."""
+    nodes = metric_nodes(taxonomy)
+    index = {n: k for k, n in enumerate(nodes)}
+    rows, cols = [], []
+    for j in range(taxonomy.n_paths):
+        for node in taxonomy.real_path(j):
+            rows.append(j)
+            cols.append(index[node])
+    data = np.ones(len(rows), dtype=np.int64)
+    return sp.csr_matrix((data, (rows, cols)), shape=(taxonomy.n_paths, len(nodes)))
+
+
+def true_paths(node_scores: sp.csr_matrix, path_node) -> np.ndarray:
+    """(n,) path index of labelled rows whose node scores are the nodes of one (padded) path."""
+    matches = sp.csr_matrix(node_scores != 0).astype(np.int64) @ sp.csr_matrix(path_node, dtype=np.int64).T
+    return np.asarray(matches.argmax(axis=1)).ravel()
+
+
+def fold_confusion(
+    true: np.ndarray, predicted: np.ndarray, indicator: sp.csr_matrix
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per metric node ``(tp, fp, fn)`` of predicted vs true path indices, as ``node_confusion`` counts them."""
+    t = indicator[true]
+    p = indicator[predicted]
+    tp = np.asarray(t.multiply(p).sum(axis=0)).ravel()
+    return tp, np.asarray(p.sum(axis=0)).ravel() - tp, np.asarray(t.sum(axis=0)).ravel() - tp
+
+
+def fold_metric(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray, metric: str) -> float:
+    """The HierarchicalF1Evaluator's ``metricName`` value of one fold's counts."""
+    f = f1_scores(tp, fp, fn)
+    if metric == "microF1":
+        return f["micro_f1"]
+    if metric == "macroF1":
+        return f["macro_f1"]
+    return (f["micro_f1"] + f["macro_f1"]) / 2.0
+
+
+def cv_task(
+    parts: Sequence[Tuple[int, Block]],
+    fold: int,
+    taxonomy: Taxonomy,
+    vocab_size: int,
+    settings: ModelSettings,
+) -> Dict[str, object]:
+    """Fit ``settings`` on every part but ``fold`` and count its held-out fold's node confusion.
+
+    ``parts``: ``(part, block)`` pairs, part = fold of labelled blocks or
+    :data:`UNLABELED_PART`. ``settings``: resolved numbers (EM-lambda already
+    rescaled); ``smoothing`` may be "auto". Returns ``tp``/``fp``/``fn``
+    (lists over :func:`metric_nodes`), the fit's ``n_iter`` and ``seconds``.
+    """
+    t0 = time.perf_counter()
+    train = [b for p, b in parts if p != fold]
+    held = [b for p, b in parts if p == fold]
+    spec = method_spec(taxonomy, settings.method, settings.components, settings.path_weight)
+    result = passes.fit(train, spec.score_matrix, vocab_size, em_settings(settings, spec), structure=spec.structure)
+    tables = scoring_tables(result.params, settings.parameter_dtype)
+    path_node = taxonomy.path_node_matrix(sparse=True)
+    indicator = metric_indicator(taxonomy)
+    n_nodes = indicator.shape[1]
+    tp, fp, fn = (np.zeros(n_nodes, dtype=np.int64) for _ in range(3))
+    for b in held:
+        predicted, _ = predict_paths(b.X, None, None, spec.structure, settings.doc_length, tables=tables)
+        counts = fold_confusion(true_paths(b.node_scores, path_node), predicted, indicator)
+        tp, fp, fn = tp + counts[0], fp + counts[1], fn + counts[2]
+    return {
+        "tp": tp.tolist(),
+        "fp": fp.tolist(),
+        "fn": fn.tolist(),
+        "n_iter": result.n_iter,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def _hash_share(id_col: str, seed: int, share: float):
+    """A seeded Bernoulli(share) of rows by a hash of their id: the same rows for a seed on any cluster."""
+    if share >= 1.0:
+        return F.lit(True)
+    return F.pmod(F.xxhash64(F.col(id_col), F.lit(seed)), F.lit(_HASH_RANGE)) < F.lit(int(share * _HASH_RANGE))
+
+
+def sample_rows(rows: DataFrame, n_rows: int, cap: int, seed: int, id_col: str = "id") -> DataFrame:
+    """About ``min(n_rows, cap)`` of ``rows`` (``n_rows`` of them), chosen by a seeded hash of the id."""
+    return rows.where(_hash_share(id_col, seed, cap / n_rows if n_rows > cap else 1.0))
+
+
+def run_sampled_cv(
+    sample: DataFrame,
+    taxonomy: Taxonomy,
+    vocab_size: int,
+    grid: List[ModelSettings],
+    n_folds: int,
+    block_size: int = 4096,
+) -> List[List[Dict[str, object]]]:
+    """Run every (grid point, fold) fit as one task; returns ``results[point][fold]`` (:func:`cv_task`).
+
+    ``sample``: ``features, labels, fold`` rows over ``vocab_size`` terms --
+    the labelled sample with its fold, the unlabelled sample with fold
+    :data:`UNLABELED_PART`. ``grid``: the settings of each grid point, lambda
+    already rescaled. One Spark job packs the sample into one partition and
+    runs the ``len(grid) x n_folds`` tasks next to it.
+    """
+    lookup, path_node = taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True)
+    sc = sample.sparkSession.sparkContext
+    packed = []
+    for part in [*range(n_folds), UNLABELED_PART]:
+        rdd = blocks_from_labels(sample.where(F.col("fold") == part), lookup, path_node, vocab_size, block_size)
+        packed.append(rdd.map(lambda b, part=part: (part, b)))
+    # One partition holding the whole (bounded) sample, computed once and read by every task.
+    gathered = sc.union(packed).coalesce(1).glom().cache()
+    try:
+        tasks = [(i, f) for i in range(len(grid)) for f in range(n_folds)]
+        task_rdd = sc.parallelize(tasks, len(tasks))
+
+        def run(pair):
+            parts, (i, f) = pair
+            return i, f, cv_task(parts, f, taxonomy, vocab_size, grid[i])
+
+        out = gathered.cartesian(task_rdd).map(run).collect()  # one small dict of node counts per task
+    finally:
+        gathered.unpersist()
+    results: List[List[Dict[str, object]]] = [[{} for _ in range(n_folds)] for _ in grid]
+    for i, f, r in out:
+        results[i][f] = r
+    return results
+
+
+def with_weight(settings: ModelSettings, scale: float) -> ModelSettings:
+    """``settings`` with EM-lambda multiplied by ``scale`` (the sample's :func:`rescaled_unlabeled_weight`)."""
+    return replace(settings, unlabeled_weight=float(settings.unlabeled_weight) * scale)

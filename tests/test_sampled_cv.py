@@ -1,0 +1,159 @@
+"""Cross-validation on a bounded sample: each (grid point, fold) fit is one task, the same EM code as a full fit."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from pyspark.sql import functions as F
+from test_predict_evaluate import TAX  # noqa: E402 (the four-topic taxonomy)
+from test_tuning import FS, _corpus, _features  # noqa: E402
+
+from pcem_spark.core.methods import method_spec
+from pcem_spark.engine import passes
+from pcem_spark.engine.blocks import Block, blocks_from_labels
+from pcem_spark.evaluation.metrics import f1_scores, metric_nodes
+from pcem_spark.ml import PathEM
+from pcem_spark.ml.tuning import TuneSettings, resolve_auto
+from pcem_spark.model.fitting import em_settings
+from pcem_spark.model.sampled_cv import (
+    CVSample,
+    fold_confusion,
+    fold_metric,
+    metric_indicator,
+    rescaled_unlabeled_weight,
+    sample_rows,
+    true_paths,
+)
+from pcem_spark.model.settings import ModelSettings
+
+
+def test_rescaled_weight_keeps_the_unlabelled_mass_per_labelled_document():
+    # full fit: 0.3 x 10,000 / 100 = 30 per labelled document; sample: w x 2,000 / 100 = 30 -> w = 1.5
+    assert rescaled_unlabeled_weight(0.3, 100, 10_000, 100, 2_000) == pytest.approx(1.5)
+    # labelled documents sampled too: w x 2,000 / 50 = 30 -> w = 0.75
+    assert rescaled_unlabeled_weight(0.3, 100, 10_000, 50, 2_000) == pytest.approx(0.75)
+    assert rescaled_unlabeled_weight(0.3, 100, 10_000, 100, 10_000) == pytest.approx(0.3)  # nothing sampled
+    assert rescaled_unlabeled_weight(0.3, 100, 0, 100, 0) == 0.3  # no unlabelled documents
+    s = CVSample(100, 10_000, 100, 2_000, seed=0)
+    assert s.unlabeled_scale == pytest.approx(5.0) and s.as_dict()["unlabeled_weight_scale"] == 5.0
+
+
+def test_fold_confusion_counts_nodes_like_the_evaluator():
+    """Against a hand count on the 2-level taxonomy: real nodes of true and predicted paths."""
+    ind = metric_indicator(TAX)
+    nodes = metric_nodes(TAX)
+    assert ind.shape == (TAX.n_paths, len(nodes))
+    true = np.array([0, 0, 1, 2])
+    pred = np.array([0, 1, 1, 3])
+    tp, fp, fn = fold_confusion(true, pred, ind)
+    # by hand: node sets of the real paths
+    exp_tp = np.zeros(len(nodes), int)
+    exp_fp = np.zeros(len(nodes), int)
+    exp_fn = np.zeros(len(nodes), int)
+    for t, p in zip(true, pred):
+        ts, ps = set(TAX.real_path(t)), set(TAX.real_path(p))
+        for k, n in enumerate(nodes):
+            exp_tp[k] += n in ts and n in ps
+            exp_fp[k] += n in ps and n not in ts
+            exp_fn[k] += n in ts and n not in ps
+    assert tp.tolist() == exp_tp.tolist() and fp.tolist() == exp_fp.tolist() and fn.tolist() == exp_fn.tolist()
+    f = f1_scores(tp, fp, fn)
+    assert fold_metric(tp, fp, fn, "microF1") == f["micro_f1"]
+    assert fold_metric(tp, fp, fn, "meanF1") == pytest.approx((f["micro_f1"] + f["macro_f1"]) / 2)
+
+
+def test_true_paths_recovers_the_label_path_from_node_scores():
+    pn = TAX.path_node_matrix(sparse=True)
+    ns = sp.csr_matrix(pn.toarray()[[2, 0, 3]])
+    assert true_paths(ns, pn).tolist() == [2, 0, 3]
+
+
+def test_local_fit_equals_the_distributed_fit(spark):
+    """The EM of a cross-validation task (a list of blocks, one process) is the distributed EM."""
+    docs = _corpus(spark)
+    feats, vocab = _features(spark, docs)
+    rdd = blocks_from_labels(feats, TAX.path_lookup(), TAX.path_node_matrix(sparse=True), len(vocab), 7).cache()
+    local_blocks = rdd.collect()  # a tiny test corpus
+    ms = ModelSettings(method="pcem", smoothing=0.5, unlabeled_weight=0.7, path_weight=1.0, max_iter=6).resolved()
+    spec = method_spec(TAX, ms.method, ms.components, ms.path_weight)
+    dist = passes.fit(rdd, spec.score_matrix, len(vocab), em_settings(ms, spec), structure=spec.structure)
+    local = passes.fit(local_blocks, spec.score_matrix, len(vocab), em_settings(ms, spec), structure=spec.structure)
+    rdd.unpersist()
+    assert isinstance(local_blocks[0], Block)
+    assert local.n_iter == dist.n_iter and (local.n_labeled, local.n_unlabeled) == (dist.n_labeled, dist.n_unlabeled)
+    np.testing.assert_allclose(local.loglik_history, dist.loglik_history, rtol=1e-12)
+    np.testing.assert_allclose(local.log_theta, dist.log_theta, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(local.log_prior, dist.log_prior, rtol=1e-9, atol=1e-12)
+
+
+def test_sample_rows_is_seeded_and_bounded(spark):
+    df = spark.range(20_000).select(F.col("id").cast("string").alias("id"))
+    a = sample_rows(df, 20_000, 2_000, seed=3)
+    b = sample_rows(df, 20_000, 2_000, seed=3)
+    c = sample_rows(df, 20_000, 2_000, seed=4)
+    ids_a = sorted(r.id for r in a.collect())
+    assert ids_a == sorted(r.id for r in b.collect())
+    assert ids_a != sorted(r.id for r in c.collect())
+    assert 1_800 <= len(ids_a) <= 2_200
+    assert sample_rows(df, 20_000, 50_000, seed=3).count() == 20_000  # under the cap: everything
+
+
+@pytest.mark.slow
+def test_sampled_cv_without_sampling_scores_every_grid_point_as_the_exhaustive_cv(spark):
+    """With caps above the corpus nothing is sampled: the task fits score exactly as CrossValidator's fits."""
+    docs = _corpus(spark, seed=1)
+    feats, vocab = _features(spark, docs)
+    ms = ModelSettings(method="pcem", max_iter=5)
+    common = dict(folds=3, unlabeled_weights=[0.3, 1.0, 0.0], path_weights=[0.0, 1.0])
+    s1, sampled, model = resolve_auto(
+        feats, TAX, vocab, FS, ms, TuneSettings(strategy="sampled", **common), seed=5, estimator_class=PathEM
+    )
+    s2, exhaustive, _ = resolve_auto(
+        feats, TAX, vocab, FS, ms, TuneSettings(strategy="exhaustive", **common), seed=5, estimator_class=PathEM
+    )
+    assert model is None  # the caller's refit is the only fit on every document
+    assert sampled["strategy"] == "sampled" and exhaustive["strategy"] == "exhaustive"
+    n_unl = docs.where(F.col("labels").isNull()).count()
+    assert sampled["sample"] == {
+        "n_labeled": 24,
+        "n_unlabeled": n_unl,
+        "n_labeled_sampled": 24,
+        "n_unlabeled_sampled": n_unl,
+        "seed": 5,
+        "unlabeled_weight_scale": 1.0,
+    }
+    keys = ("unlabeled_weight", "path_weight")
+    assert [tuple(g[k] for k in keys) for g in sampled["grid"]] == [
+        tuple(g[k] for k in keys) for g in exhaustive["grid"]
+    ]
+    np.testing.assert_allclose(
+        [g["cv_score"] for g in sampled["grid"]], [g["cv_score"] for g in exhaustive["grid"]], atol=1e-9
+    )
+    np.testing.assert_allclose(
+        [g["cv_std"] for g in sampled["grid"]], [g["cv_std"] for g in exhaustive["grid"]], atol=1e-9
+    )
+    assert sampled["chosen"] == exhaustive["chosen"] and s1 == s2
+
+
+@pytest.mark.slow
+def test_sampled_cv_is_deterministic_for_a_seed_and_records_the_sample(spark):
+    docs = _corpus(spark, n_per_leaf=40, n_labeled=10)
+    feats, vocab = _features(spark, docs)
+    ms = ModelSettings(method="pcem", max_iter=4)
+    tune = TuneSettings(folds=2, max_labeled=30, max_unlabeled=60, unlabeled_weights=[0.3, 1.0], path_weights=[0.0])
+    runs = [resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=11, estimator_class=PathEM)[1] for _ in range(2)]
+    a, b = runs
+
+    def scores(info):  # every recorded number but the fits' wall time
+        return [{k: v for k, v in g.items() if k != "fit_seconds"} for g in info["grid"]]
+
+    assert scores(a) == scores(b) and a["sample"] == b["sample"] and a["chosen"] == b["chosen"]
+    s = a["sample"]
+    assert (s["n_labeled"], s["n_unlabeled"]) == (40, 120)
+    assert 15 <= s["n_labeled_sampled"] < 40 and 30 <= s["n_unlabeled_sampled"] < 120
+    expected = (120 / s["n_unlabeled_sampled"]) * (s["n_labeled_sampled"] / 40)
+    assert s["unlabeled_weight_scale"] == pytest.approx(expected, rel=1e-5)
+    for g in a["grid"]:  # every grid point's score, per fold, and its fits' iterations
+        assert len(g["fold_scores"]) == 2 and len(g["n_iter"]) == 2
+        assert g["cv_score"] == pytest.approx(np.mean(g["fold_scores"]), abs=1e-6)
+    other = resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=12, estimator_class=PathEM)[1]
+    assert other["sample"] != a["sample"] or scores(other) != scores(a)
