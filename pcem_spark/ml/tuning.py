@@ -274,31 +274,10 @@ def resolve_auto(
         spark.catalog.dropTempView(view)
         unlabeled.unpersist()
         folded.unpersist()
-    chosen = {k: grid_rows[pick][k] for k in grid_spec}
-    secs = time.perf_counter() - t0
-    info = {
-        "tuned": True,
-        "strategy": "exhaustive",
-        "chosen": chosen,
-        "metric": tune.metric,
-        "folds": tune.folds,
-        "n_labeled": n_labeled,
-        "selection": tune.selection,
-        "best_cv": {k: grid_rows[best][k] for k in grid_spec},
-        "grid": grid_rows,
-        "seconds": round(secs, 2),
-    }
-    log.info(
-        "tuning chose %s (CV %s %.4f, %s; highest %.4f at %s) in %.1fs; grid: %s",
-        chosen,
-        tune.metric,
-        scores[pick],
-        tune.selection,
-        scores[best],
-        info["best_cv"],
-        secs,
-        "; ".join(f"{ {k: r[k] for k in grid_spec} }: {r['cv_score']:.4f} +- {r['cv_std']:.4f}" for r in grid_rows),
-    )
+    info = _record_choice(grid_rows, grid_spec, tune, (best, pick), {"strategy": "exhaustive", "n_labeled": n_labeled})
+    info["seconds"] = round(time.perf_counter() - t0, 2)
+    _log_choice(info, grid_spec, "")
+    chosen = info["chosen"]
     resolved = model_settings.resolved(**chosen)
     fitted = best_model.path_model
     model = PathModel(
@@ -410,30 +389,48 @@ def _sampled_cv(
     stds = [r["cv_std"] for r in grid_rows]
     best = max(range(len(scores)), key=lambda i: (scores[i], -i))
     pick = select_grid_point(scores, stds, _preference(grid_rows, grid_spec), tune.folds, tune.selection)
-    chosen = {k: grid_rows[pick][k] for k in grid_spec}
-    secs = time.perf_counter() - t0
-    info = {
+    info = _record_choice(
+        grid_rows,
+        grid_spec,
+        tune,
+        (best, pick),
+        {"strategy": "sampled", "n_labeled": n_labeled, "sample": drawn.as_dict()},
+    )
+    info["seconds"] = round(time.perf_counter() - t0, 2)
+    _log_choice(info, grid_spec, " on the sample")
+    chosen = info["chosen"]
+    return model_settings.resolved(**chosen), info, None
+
+
+def _record_choice(
+    grid_rows: List[dict], grid_spec: Dict[str, list], tune: TuneSettings, best_pick: Tuple[int, int], extra: dict
+) -> Dict[str, object]:
+    """The training summary's ``tuning`` record: what was chosen, the argmax, every grid point's scores."""
+    best, pick = best_pick
+    return {
         "tuned": True,
-        "strategy": "sampled",
-        "chosen": chosen,
+        **extra,
+        "chosen": {k: grid_rows[pick][k] for k in grid_spec},
         "metric": tune.metric,
         "folds": tune.folds,
-        "n_labeled": n_labeled,
         "selection": tune.selection,
-        "sample": drawn.as_dict(),
         "best_cv": {k: grid_rows[best][k] for k in grid_spec},
+        "pick_score": grid_rows[pick]["cv_score"],
         "grid": grid_rows,
-        "seconds": round(secs, 2),
     }
+
+
+def _log_choice(info: Dict[str, object], grid_spec: Dict[str, list], where: str) -> None:
+    grid_rows = info["grid"]
     log.info(
-        "tuning chose %s (CV %s %.4f, %s; highest %.4f at %s) in %.1fs on the sample; grid: %s",
-        chosen,
-        tune.metric,
-        scores[pick],
-        tune.selection,
-        scores[best],
+        "tuning chose %s (CV %s %.4f, %s; highest %.4f at %s) in %.1fs%s; grid: %s",
+        info["chosen"],
+        info["metric"],
+        info["pick_score"],
+        info["selection"],
+        max(r["cv_score"] for r in grid_rows),
         info["best_cv"],
-        secs,
+        info["seconds"],
+        where,
         "; ".join(f"{ {k: r[k] for k in grid_spec} }: {r['cv_score']:.4f} +- {r['cv_std']:.4f}" for r in grid_rows),
     )
-    return model_settings.resolved(**chosen), info, None
