@@ -309,10 +309,11 @@ def _pair_scores(X, parents: np.ndarray, has_parent: np.ndarray, step: BeamLevel
 
     The (row, kept parent) pairs, grouped by parent, are the rows of one
     sparse product with ``step.pair_table``: a pair's term w becomes the
-    (parent, w) row of the table (looked up among that parent's sorted terms;
-    a term none of its children has drops out), so each row is multiplied
-    only by its kept parents' children. The dense-table terms go by one
-    dense product per kept parent over the rows that kept it.
+    (parent, w) row of the table (through a term -> row lookup filled for one
+    parent at a time; a term none of its children has drops out), so each row
+    is multiplied only by its kept parents' children. The dense-table terms
+    go by one dense product per kept parent over the rows that kept it (BLAS
+    when they fill an eighth of their columns, as :func:`block_scores`).
     """
     n, B = parents.shape
     t = step.tables
