@@ -191,7 +191,7 @@ def test_resolve_on_documents_is_deterministic_and_chooses_none(spark):
     b_settings, b = resolve_stop_words(docs, TAX, fs, seed=1)
     assert a_settings == b_settings == replace(fs, stop_words="none")
     assert {k: v for k, v in a.items() if k != "seconds"} == {k: v for k, v in b.items() if k != "seconds"}
-    assert a["n_sampled"] == 120 and a["seconds"] >= 0 and a["sample_limit"] >= 120
+    assert a["n_sampled"] == 120 and "seconds" in a and a["sample_limit"] >= 120
 
 
 def test_resolve_falls_back_to_the_list_without_enough_labels(spark):

@@ -143,26 +143,11 @@ class _FitRun:
 
     def run_pass(self, params, options: PassOptions, pass_stats: dict, n_terms: Optional[int] = None):
         """One distributed pass over the cached blocks (:func:`sufficient_stats`), or a local one."""
+        args = (self.blocks, params, self.score_matrix, self.vocab_size, options)
         if self.static_bc is None:
-            return local_sufficient_stats(
-                self.blocks,
-                params,
-                self.score_matrix,
-                self.vocab_size,
-                options,
-                structure=self.structure,
-                stats=pass_stats,
-            )
+            return local_sufficient_stats(*args, structure=self.structure, stats=pass_stats)
         return sufficient_stats(
-            self.blocks,
-            params,
-            self.score_matrix,
-            self.vocab_size,
-            options,
-            structure=self.structure,
-            stats=pass_stats,
-            n_terms=n_terms,
-            static_bc=self.static_bc,
+            *args, structure=self.structure, stats=pass_stats, n_terms=n_terms, static_bc=self.static_bc
         )
 
 
