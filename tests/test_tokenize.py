@@ -466,7 +466,8 @@ def test_old_model_keeps_predicting_exactly_as_before(spark, tmp_path):
         ("u2", "sport goal team", None),
     ]
     docs = spark.createDataFrame(rows, DOC_SCHEMA)
-    old_fs = FeatureSettings(min_df=1, max_df=1.0, vocab_size=0, normalize="none", cjk="none")
+    # Models of that age always hold a resolved stop list ("auto" is decided before the vocabulary).
+    old_fs = FeatureSettings(min_df=1, max_df=1.0, vocab_size=0, normalize="none", cjk="none", stop_words="english")
     model, _ = train(
         docs, tax, old_fs, ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0)
     )
