@@ -17,6 +17,7 @@ from pyspark.ml.feature import RegexTokenizer, StopWordsRemover
 from pcem_spark.engine.features import (
     DEFAULT_TOKEN_PATTERN,
     FeatureSettings,
+    count_vectorizer_model,
     featurize,
     fit_vocabulary,
     nfkc,
@@ -621,3 +622,20 @@ if __name__ == "__main__":
         labeled=tuple(int(k) for k in args[3].split(",")) if args[3] else (1, 3),
         min_df=float(args[0]) if args[0] else 3.0,
     )
+
+
+def test_count_vectorizer_model_equals_spark_from_vocabulary(spark):
+    """The one-batch vocabulary transfer gives the JVM the same terms, in the same order, as from_vocabulary."""
+    from pyspark.ml.feature import CountVectorizerModel
+
+    vocabulary = ["finance", "北", "京", "café", "bank", "x" * 300, "ﬁ", "goal"]
+    tokens = spark.createDataFrame(
+        [("d1", ["finance", "café", "北", "北", "ﬁ", "zzz"]), ("d2", ["goal", "x" * 300, "bank", "京"]), ("d3", [])],
+        "id string, tokens array<string>",
+    )
+    ours = count_vectorizer_model(spark, vocabulary, "f")
+    assert list(ours.vocabulary) == vocabulary
+    reference = CountVectorizerModel.from_vocabulary(vocabulary, inputCol="tokens", outputCol="f")
+    assert_df_equality(ours.transform(tokens), reference.transform(tokens), ignore_row_order=True)
+    with pytest.raises(ValueError, match="empty"):
+        count_vectorizer_model(spark, [], "f")
