@@ -157,3 +157,21 @@ def test_sampled_cv_is_deterministic_for_a_seed_and_records_the_sample(spark):
         assert g["cv_score"] == pytest.approx(np.mean(g["fold_scores"]), abs=1e-6)
     other = resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=12, estimator_class=PathEM)[1]
     assert other["sample"] != a["sample"] or scores(other) != scores(a)
+
+
+@pytest.mark.slow
+def test_cv_fits_stop_at_tune_max_iter_and_the_choice_leaves_the_models_max_iter(spark):
+    docs = _corpus(spark, n_per_leaf=30, n_labeled=10)
+    feats, vocab = _features(spark, docs)
+    ms = ModelSettings(method="pcem", max_iter=6, tol=0.0)  # tol 0: every fit runs to its iteration cap
+    common = dict(folds=2, unlabeled_weights=[0.3, 1.0], path_weights=[0.0])
+    capped_settings, capped, _ = resolve_auto(
+        feats, TAX, vocab, FS, ms, TuneSettings(max_iter=2, **common), seed=3, estimator_class=PathEM
+    )
+    full_settings, full, _ = resolve_auto(
+        feats, TAX, vocab, FS, ms, TuneSettings(max_iter=0, **common), seed=3, estimator_class=PathEM
+    )
+    assert capped["fit_max_iter"] == 2 and full["fit_max_iter"] == 6
+    assert {n for g in capped["grid"] for n in g["n_iter"]} == {2}
+    assert {n for g in full["grid"] for n in g["n_iter"]} == {6}
+    assert capped_settings.max_iter == full_settings.max_iter == 6  # the refit converges as configured

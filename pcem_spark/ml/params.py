@@ -56,6 +56,7 @@ TUNE_PARAMS: Dict[str, str] = {
     "strategy": "tuneStrategy",
     "max_labeled": "tuneMaxLabeled",
     "max_unlabeled": "tuneMaxUnlabeled",
+    "max_iter": "tuneMaxIter",
 }
 
 S = TypeVar("S")
@@ -237,6 +238,12 @@ class _PathEMParams(Params):
         Params._dummy(),
         "tuneMaxUnlabeled",
         "sampled cross-validation: at most about this many unlabelled documents",
+        TypeConverters.toInt,
+    )
+    tuneMaxIter = Param(
+        Params._dummy(),
+        "tuneMaxIter",
+        "sampled cross-validation: EM iterations of each fit (0 = maxIter); the refit runs to convergence",
         TypeConverters.toInt,
     )
     initModel = Param(

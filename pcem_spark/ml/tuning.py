@@ -351,6 +351,8 @@ def _sampled_cv(
         )
         scale = drawn.unlabeled_scale
         base = replace(model_settings.resolved(), smoothing=model_settings.smoothing)
+        if tune.max_iter:  # the CV fits only; the caller's refit keeps model_settings.max_iter
+            base = replace(base, max_iter=min(base.max_iter, tune.max_iter))
         points = _grid_points(grid_spec)
         grid = [with_weight(replace(base, **point), scale) for point in points]
         log.info(
@@ -394,7 +396,7 @@ def _sampled_cv(
         grid_spec,
         tune,
         (best, pick),
-        {"strategy": "sampled", "n_labeled": n_labeled, "sample": drawn.as_dict()},
+        {"strategy": "sampled", "n_labeled": n_labeled, "sample": drawn.as_dict(), "fit_max_iter": base.max_iter},
     )
     info["seconds"] = round(time.perf_counter() - t0, 2)
     _log_choice(info, grid_spec, " on the sample")
