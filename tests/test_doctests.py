@@ -18,6 +18,7 @@ PURE_MODULES = [
     "pcem_spark.core.estep",
     "pcem_spark.core.parameters",
     "pcem_spark.core.structure",
+    "pcem_spark.ml.tune_settings",
 ]
 
 # (module, the objects in it whose examples need Spark). The objects are named

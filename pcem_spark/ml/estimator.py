@@ -202,6 +202,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         tuneMaxLabeled=5000,
         tuneMaxUnlabeled=20000,
         tuneMaxIter=8,
+        tuneMaxDocPaths=2_000_000,
         minProbability=0.0,
         topK=0,
         initModel="",

@@ -57,6 +57,7 @@ TUNE_PARAMS: Dict[str, str] = {
     "max_labeled": "tuneMaxLabeled",
     "max_unlabeled": "tuneMaxUnlabeled",
     "max_iter": "tuneMaxIter",
+    "max_doc_paths": "tuneMaxDocPaths",
 }
 
 S = TypeVar("S")
@@ -238,6 +239,13 @@ class _PathEMParams(Params):
         Params._dummy(),
         "tuneMaxUnlabeled",
         "sampled cross-validation: at most about this many unlabelled documents",
+        TypeConverters.toInt,
+    )
+    tuneMaxDocPaths = Param(
+        Params._dummy(),
+        "tuneMaxDocPaths",
+        "sampled cross-validation: at most this many (unlabelled document, path) pairs (wide taxonomies "
+        "sample fewer documents, at least 1,000)",
         TypeConverters.toInt,
     )
     tuneMaxIter = Param(

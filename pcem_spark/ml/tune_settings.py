@@ -13,11 +13,22 @@ from typing import Any, ClassVar, Dict, List
 from pcem_spark.errors import InputError
 from pcem_spark.util.constraints import Interval, ListOf, Options, check_constraints
 
-__all__ = ["METRICS", "SELECTIONS", "STRATEGIES", "TUNABLE_SETTINGS", "TuneSettings", "check_grid"]
+__all__ = [
+    "METRICS",
+    "MIN_UNLABELED_SAMPLE",
+    "SELECTIONS",
+    "STRATEGIES",
+    "TUNABLE_SETTINGS",
+    "TuneSettings",
+    "check_grid",
+]
 
 METRICS = ("microF1", "macroF1", "meanF1")
 SELECTIONS = ("one_se", "best")
 STRATEGIES = ("sampled", "exhaustive")
+# The fewest unlabelled documents a wide taxonomy's sampled cross-validation draws (TuneSettings.unlabeled_cap):
+# below it EM's unlabelled statistics are noise, whatever the cost.
+MIN_UNLABELED_SAMPLE = 1000
 
 # The ModelSettings fields that the [tune] grid (`pcem train --tune`) may vary.
 TUNABLE_SETTINGS = (
@@ -73,6 +84,10 @@ class TuneSettings:
     # path_weight 1 on 3 of 3 seeds where every document chooses 0; 20,000 covers corpora of that size whole.
     max_labeled: int = 5000
     max_unlabeled: int = 20000
+    # ... and at most this many (unlabelled document, path) pairs: an E-step's cost grows with the paths,
+    # so a wide taxonomy samples fewer unlabelled documents (20,000 up to 100 paths, 2,000 at 1,000 paths,
+    # never fewer than MIN_UNLABELED_SAMPLE); see unlabeled_cap.
+    max_doc_paths: int = 2_000_000
     # EM iterations of each cross-validation fit ("sampled" only; 0 = the model's max_iter). What pays for
     # the larger sample: after 8 iterations the grid ranks as after convergence on 20NG at 1% (3 of 3 seeds,
     # docs/BENCHMARKS.md), after 5 it does not. The refit always runs to the model's convergence.
@@ -90,9 +105,23 @@ class TuneSettings:
         "strategy": Options(STRATEGIES),
         "max_labeled": Interval(int, 1, None),
         "max_unlabeled": Interval(int, 1, None),
+        "max_doc_paths": Interval(int, 1, None),
         "max_iter": Interval(int, 0, None),
     }
 
     def validate(self) -> None:
         check_constraints(self, self.CONSTRAINTS, "tune")
         check_grid(self.grid)
+
+    def unlabeled_cap(self, n_paths: int) -> int:
+        """Unlabelled documents the sampled cross-validation draws at most, for a taxonomy of ``n_paths`` paths.
+
+        ``max_unlabeled``, lowered to ``max_doc_paths // n_paths`` on wide
+        taxonomies (each fit's E-step scores every path of every document),
+        but not below ``MIN_UNLABELED_SAMPLE`` (nor above ``max_unlabeled``).
+
+        >>> TuneSettings().unlabeled_cap(20), TuneSettings().unlabeled_cap(1000), TuneSettings().unlabeled_cap(10000)
+        (20000, 2000, 1000)
+        """
+        by_work = self.max_doc_paths // max(int(n_paths), 1)
+        return min(self.max_unlabeled, max(by_work, MIN_UNLABELED_SAMPLE))

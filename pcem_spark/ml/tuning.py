@@ -324,7 +324,7 @@ def _sampled_cv(
     unl = sample_rows(
         feats.where(F.col(LABELS_COL).isNull()).select(ID_COL, FEATURES_COL, LABELS_COL),
         max(n_unlabeled, 1),
-        tune.max_unlabeled,
+        tune.unlabeled_cap(taxonomy.n_paths),
         seed + 1,
     )
     sample = (
@@ -396,7 +396,13 @@ def _sampled_cv(
         grid_spec,
         tune,
         (best, pick),
-        {"strategy": "sampled", "n_labeled": n_labeled, "sample": drawn.as_dict(), "fit_max_iter": base.max_iter},
+        {
+            "strategy": "sampled",
+            "n_labeled": n_labeled,
+            "sample": drawn.as_dict(),
+            "fit_max_iter": base.max_iter,
+            "unlabeled_cap": tune.unlabeled_cap(taxonomy.n_paths),
+        },
     )
     info["seconds"] = round(time.perf_counter() - t0, 2)
     _log_choice(info, grid_spec, " on the sample")
