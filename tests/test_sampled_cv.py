@@ -177,17 +177,18 @@ def test_cv_fits_stop_at_tune_max_iter_and_the_choice_leaves_the_models_max_iter
     assert capped_settings.max_iter == full_settings.max_iter == 6  # the refit converges as configured
 
 
-def test_unlabeled_cap_shrinks_with_the_paths_within_its_bounds():
-    tune = TuneSettings(max_unlabeled=20000, max_doc_paths=2_000_000)
-    assert [tune.unlabeled_cap(p) for p in (1, 20, 100, 101, 1000, 2000, 10000)] == [
-        20000,
-        20000,
-        20000,
-        19801,
-        2000,
-        1000,
-        1000,
+def test_sample_caps_shrink_with_the_paths_within_their_bounds():
+    tune = TuneSettings(max_labeled=5000, max_unlabeled=20000, max_doc_paths=2_000_000)
+    assert [tune.sample_caps(p) for p in (1, 20, 100, 101, 400, 1000, 2000, 10000)] == [
+        (5000, 20000),
+        (5000, 20000),
+        (5000, 20000),
+        (5000, 19801),
+        (5000, 5000),
+        (2000, 2000),
+        (1000, 1000),
+        (1000, 1000),
     ]
-    assert TuneSettings(max_unlabeled=500).unlabeled_cap(10000) == 500  # a smaller bound of the user's stands
+    assert TuneSettings(max_labeled=300, max_unlabeled=500).sample_caps(10000) == (300, 500)  # the user's bounds stand
     with pytest.raises(ValueError, match="max_doc_paths"):
         TuneSettings(max_doc_paths=0).validate()

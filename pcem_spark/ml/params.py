@@ -244,7 +244,7 @@ class _PathEMParams(Params):
     tuneMaxDocPaths = Param(
         Params._dummy(),
         "tuneMaxDocPaths",
-        "sampled cross-validation: at most this many (unlabelled document, path) pairs (wide taxonomies "
+        "sampled cross-validation: each kind of document at most this many (document, path) pairs (wide taxonomies "
         "sample fewer documents, at least 1,000)",
         TypeConverters.toInt,
     )

@@ -8,14 +8,14 @@ cross-validation); ``from pcem_spark.ml.tuning import TuneSettings`` keeps worki
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List
+from typing import Any, ClassVar, Dict, List, Tuple
 
 from pcem_spark.errors import InputError
 from pcem_spark.util.constraints import Interval, ListOf, Options, check_constraints
 
 __all__ = [
     "METRICS",
-    "MIN_UNLABELED_SAMPLE",
+    "MIN_SAMPLE",
     "SELECTIONS",
     "STRATEGIES",
     "TUNABLE_SETTINGS",
@@ -26,9 +26,9 @@ __all__ = [
 METRICS = ("microF1", "macroF1", "meanF1")
 SELECTIONS = ("one_se", "best")
 STRATEGIES = ("sampled", "exhaustive")
-# The fewest unlabelled documents a wide taxonomy's sampled cross-validation draws (TuneSettings.unlabeled_cap):
-# below it EM's unlabelled statistics are noise, whatever the cost.
-MIN_UNLABELED_SAMPLE = 1000
+# The fewest documents of each kind a wide taxonomy's sampled cross-validation draws (TuneSettings.sample_caps):
+# below it the fold scores and EM's unlabelled statistics are noise, whatever the cost.
+MIN_SAMPLE = 1000
 
 # The ModelSettings fields that the [tune] grid (`pcem train --tune`) may vary.
 TUNABLE_SETTINGS = (
@@ -84,9 +84,10 @@ class TuneSettings:
     # path_weight 1 on 3 of 3 seeds where every document chooses 0; 20,000 covers corpora of that size whole.
     max_labeled: int = 5000
     max_unlabeled: int = 20000
-    # ... and at most this many (unlabelled document, path) pairs: an E-step's cost grows with the paths,
-    # so a wide taxonomy samples fewer unlabelled documents (20,000 up to 100 paths, 2,000 at 1,000 paths,
-    # never fewer than MIN_UNLABELED_SAMPLE); see unlabeled_cap.
+    # ... and, of each kind, at most this many (document, path) pairs: an E-step's time and a labelled
+    # document's share of Eq. 2 grow with the paths, so a wide taxonomy samples fewer documents (20,000
+    # unlabelled up to 100 paths, 2,000 of each kind at 1,000 paths, never fewer than MIN_SAMPLE):
+    # each task's memory stays bounded (sample_caps).
     max_doc_paths: int = 2_000_000
     # EM iterations of each cross-validation fit ("sampled" only; 0 = the model's max_iter). What pays for
     # the larger sample: after 8 iterations the grid ranks as after convergence on 20NG at 1% (3 of 3 seeds,
@@ -113,15 +114,17 @@ class TuneSettings:
         check_constraints(self, self.CONSTRAINTS, "tune")
         check_grid(self.grid)
 
-    def unlabeled_cap(self, n_paths: int) -> int:
-        """Unlabelled documents the sampled cross-validation draws at most, for a taxonomy of ``n_paths`` paths.
+    def sample_caps(self, n_paths: int) -> Tuple[int, int]:
+        """``(labelled, unlabelled)`` documents the sampled cross-validation draws at most, at ``n_paths`` paths.
 
-        ``max_unlabeled``, lowered to ``max_doc_paths // n_paths`` on wide
-        taxonomies (each fit's E-step scores every path of every document),
-        but not below ``MIN_UNLABELED_SAMPLE`` (nor above ``max_unlabeled``).
+        ``max_labeled`` and ``max_unlabeled``, each lowered to
+        ``max_doc_paths // n_paths`` on wide taxonomies (an E-step scores every
+        path of every document; with path_weight 1 a labelled document's words
+        reach every path under its top-level node), but not below
+        ``MIN_SAMPLE`` (nor above the ``max_*`` bound).
 
-        >>> TuneSettings().unlabeled_cap(20), TuneSettings().unlabeled_cap(1000), TuneSettings().unlabeled_cap(10000)
-        (20000, 2000, 1000)
+        >>> [TuneSettings().sample_caps(p) for p in (20, 1000, 10000)]
+        [(5000, 20000), (2000, 2000), (1000, 1000)]
         """
-        by_work = self.max_doc_paths // max(int(n_paths), 1)
-        return min(self.max_unlabeled, max(by_work, MIN_UNLABELED_SAMPLE))
+        by_work = max(self.max_doc_paths // max(int(n_paths), 1), MIN_SAMPLE)
+        return min(self.max_labeled, by_work), min(self.max_unlabeled, by_work)

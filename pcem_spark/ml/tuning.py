@@ -315,16 +315,17 @@ def _sampled_cv(
     """
     t0 = time.perf_counter()
     n_labeled, n_unlabeled = n_docs
+    labeled_cap, unlabeled_cap = tune.sample_caps(taxonomy.n_paths)
     lab = sample_rows(
         feats.where(F.col(LABELS_COL).isNotNull()).select(ID_COL, FEATURES_COL, LABELS_COL),
         n_labeled,
-        tune.max_labeled,
+        labeled_cap,
         seed,
     )
     unl = sample_rows(
         feats.where(F.col(LABELS_COL).isNull()).select(ID_COL, FEATURES_COL, LABELS_COL),
         max(n_unlabeled, 1),
-        tune.unlabeled_cap(taxonomy.n_paths),
+        unlabeled_cap,
         seed + 1,
     )
     sample = (
@@ -401,7 +402,7 @@ def _sampled_cv(
             "n_labeled": n_labeled,
             "sample": drawn.as_dict(),
             "fit_max_iter": base.max_iter,
-            "unlabeled_cap": tune.unlabeled_cap(taxonomy.n_paths),
+            "sample_caps": [labeled_cap, unlabeled_cap],
         },
     )
     info["seconds"] = round(time.perf_counter() - t0, 2)
