@@ -85,8 +85,17 @@ def build_corpus(spark, docs_path: str, copies: int, out_dir: str, dotted: bool)
     return {"path": path, "train": counts.get("train", 0), "test": counts.get("test", 0)}
 
 
-def build_synthetic(spark, shape: List[int], vocab_bits: int, n_docs: int, n_test: int, out_dir: str) -> Dict:
-    """Write ``OUT/docs``: documents of scripts/bench_large_taxonomy.py's generator as text (term t -> "wT")."""
+def build_synthetic(
+    spark, shape: List[int], vocab_bits: int, n_docs: int, n_test: int, out_dir: str, label_rate: float
+) -> Dict:
+    """Write ``OUT/docs``: documents of scripts/bench_large_taxonomy.py's generator as text (term t -> "wT").
+
+    A ``label_rate`` share of the training documents keep their labels (every
+    ``1 / label_rate``-th one, as bench_large_taxonomy.py labels them): at
+    10,000 leaves ``--label-rate``'s stratified split would keep one per leaf,
+    10% of a 100,000-document corpus.
+    """
+    every = max(1, round(1 / label_rate))
     from bench_large_taxonomy import build_taxonomy, generator
 
     taxonomy = build_taxonomy(shape)
@@ -101,7 +110,9 @@ def build_synthetic(spark, shape: List[int], vocab_bits: int, n_docs: int, n_tes
         for i in it:
             leaf, idx, cnt = doc(rng)
             text = " ".join(f"w{t}" for t, c in zip(idx, cnt) for _ in range(int(c)))
-            yield (f"d{i}", text, leaf_paths[leaf], "test" if i < n_test else "train")
+            test = i < n_test
+            labels = leaf_paths[leaf] if test or (i - n_test) % every == 0 else None
+            yield (f"d{i}", text, labels, "test" if test else "train")
 
     n = n_docs + n_test
     df = spark.createDataFrame(
@@ -195,7 +206,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     if args.synthetic:
         shape = [int(x) for x in args.synthetic.split(",")]
-        corpus = build_synthetic(spark, shape, args.vocab_bits, args.synthetic_docs, 5000, work)
+        corpus = build_synthetic(spark, shape, args.vocab_bits, args.synthetic_docs, 5000, work, args.label_rate)
     else:
         corpus = build_corpus(spark, args.docs, args.copies, work, args.taxonomy == DOTTED_TAXONOMY)
     corpus["build_seconds"] = round(time.perf_counter() - t0, 1)
@@ -203,7 +214,9 @@ def main(argv=None) -> int:
 
     def train(name: str, extra: List[str]) -> Dict[str, object]:
         model = os.path.join(work, f"model-{name}")
-        common = ["--docs", corpus["path"], "--split", "train", "--label-rate", str(args.label_rate)]
+        common = ["--docs", corpus["path"], "--split", "train"]
+        if not args.synthetic:  # the synthetic corpus carries its own labels (build_synthetic)
+            common += ["--label-rate", str(args.label_rate)]
         sets = [a for kv in args.overrides for a in ("--set", kv)]
         argv = ["train", *common, "--seed", str(args.seed), "--model", model, "--overwrite", *sets, *extra]
         row = run_counted(spark, f"train-{name}", argv)
