@@ -121,7 +121,11 @@ def build_synthetic(
     )
     path = os.path.join(out_dir, "docs")
     df.write.mode("overwrite").parquet(path)
-    return {"path": path, "train": n_docs, "test": n_test, "leaves": M, "vocab": V}
+    # The whole tree: inferred from 1% labels it would hold only the leaves that drew a labelled document.
+    taxonomy_path = os.path.join(out_dir, "taxonomy.json")
+    with open(taxonomy_path, "w", encoding="utf-8") as fh:
+        fh.write(taxonomy.to_json())
+    return {"path": path, "train": n_docs, "test": n_test, "leaves": M, "vocab": V, "taxonomy": taxonomy_path}
 
 
 def run_counted(spark, name: str, argv: List[str]) -> Dict[str, object]:
@@ -217,6 +221,8 @@ def main(argv=None) -> int:
         common = ["--docs", corpus["path"], "--split", "train"]
         if not args.synthetic:  # the synthetic corpus carries its own labels (build_synthetic)
             common += ["--label-rate", str(args.label_rate)]
+        else:
+            common += ["--taxonomy", corpus["taxonomy"]]
         sets = [a for kv in args.overrides for a in ("--set", kv)]
         argv = ["train", *common, "--seed", str(args.seed), "--model", model, "--overwrite", *sets, *extra]
         row = run_counted(spark, f"train-{name}", argv)
