@@ -412,14 +412,16 @@ def count_vectorizer_model(spark, vocabulary: List[str], features_col: str = "fe
 
     ``CountVectorizerModel.from_vocabulary`` fills the JVM's ``String[]`` one
     element per py4j round trip: 28-48 s at 2^18 terms, paid by every
-    ``pcem predict``. A classic session ships the list as one row of a
-    DataFrame instead (one pickled batch, one small job) and hands the JVM
+    ``pcem predict``. A classic session ships the list as one Arrow row of a
+    DataFrame instead (read by the JVM, one small job) and hands the JVM
     array to the model's constructor. Spark Connect sends the list in one
     message already, so it keeps ``from_vocabulary``.
     """
     if not vocabulary:
         raise ValueError("the vocabulary is empty")
-    if type(spark).__module__.startswith("pyspark.sql.connect."):
+    from pcem_spark.engine.session import is_spark_connect
+
+    if is_spark_connect(spark):
         return CountVectorizerModel.from_vocabulary(list(vocabulary), inputCol="tokens", outputCol=features_col)
     gateway = spark.sparkContext._gateway
     # An Arrow table is read by the JVM itself: no Python worker, one batch.
