@@ -41,6 +41,7 @@ product per Arrow block, like the generative models.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import List, NamedTuple, Tuple
 
 import numpy as np
@@ -54,7 +55,7 @@ from pcem_spark.core.decoding import decode
 from pcem_spark.core.methods import DISCRIMINATIVE
 from pcem_spark.core.similarity import tfidf_rows
 from pcem_spark.core.taxonomy import Taxonomy
-from pcem_spark.engine.arrow_io import PredictionLayout, predicted_path_batches
+from pcem_spark.engine.arrow_io import PredictionLayout, csr_of, predicted_path_batches
 from pcem_spark.engine.features import FeatureSettings, featurize
 from pcem_spark.errors import InputError
 from pcem_spark.model.schema import PREDICTION_SCHEMA, prediction_source
@@ -156,7 +157,8 @@ class LinearLeafModel:
         def predict_batches(batches):
             idf, W, b, paths = bc.value
             layout = PredictionLayout(paths, out_schema.names)
-            return predicted_path_batches(batches, 2, vocab_size, block_size, layout, lambda X: score(X, idf, W, b))
+            to_matrix = partial(csr_of, vocab_size=vocab_size)
+            return predicted_path_batches(batches, 2, to_matrix, block_size, layout, lambda X: score(X, idf, W, b))
 
         return (
             feats.select("id", "labels", "_features")

@@ -280,6 +280,7 @@ def cmd_predict(args, settings) -> int:
         args.overwrite,
     )
     model = PathModel.load(args.model)
+    model.tokenizer = settings.predict.tokenizer
     width = model.beam_width(beam, beam_name)  # "auto" resolved; a beam for a method that has none refused
     counts: dict = {}
     docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, args.docs_format).cache()
@@ -305,6 +306,7 @@ def cmd_predict(args, settings) -> int:
                 "min_probability": float(min_probability),
                 "top_k": int(top_k),
                 "beam": int(width),
+                "tokenizer": "python" if model.text_featurizer() is not None else "spark",
             }
         )
         if min_probability > 0:

@@ -9,11 +9,12 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Dict, List, Optional
 
 from pcem_spark.engine.features import FeatureSettings
+from pcem_spark.engine.python_tokens import TOKENIZERS
 from pcem_spark.engine.session import SparkSettings
 from pcem_spark.experiment.settings import ConfigError, ExperimentSettings, SupervisionSettings
 from pcem_spark.ml.tune_settings import TuneSettings
 from pcem_spark.model.settings import ModelSettings
-from pcem_spark.util.constraints import Interval, check_constraints
+from pcem_spark.util.constraints import Interval, Options, check_constraints
 
 __all__ = ["ConfigError", "ExperimentSettings", "SupervisionSettings", "PredictSettings", "Settings", "load_settings"]
 
@@ -27,9 +28,12 @@ class PredictSettings:
     # 0 = the exact argmax over every path, N = a beam search of width N down the tree, "auto" = exact up to
     # core.BEAM_AUTO_PATHS paths and a beam of core.BEAM_AUTO_WIDTH above (docs/BENCHMARKS.md)
     beam: object = "auto"
+    # where text is tokenised: "python" in the scoring task (engine.python_tokens), "spark" by Spark ML
+    tokenizer: str = "python"
 
     CONSTRAINTS: ClassVar[Dict[str, Any]] = {
         "beam": [Interval(int, 0, None, note="(0 = exact, N = beam width)"), "auto"],
+        "tokenizer": Options(TOKENIZERS),
     }
 
     def validate(self) -> None:

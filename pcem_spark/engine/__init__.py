@@ -2,7 +2,9 @@
 
 ``session`` builds the SparkSession (only ever from an entry point) and
 refuses a Spark Connect one where the classic API is needed; ``features``
-turns text into term-count vectors with Spark ML; ``arrow_io`` and ``blocks``
+turns text into term-count vectors with Spark ML, and ``python_tokens`` the
+same counts in a Python worker (prediction; its character classes,
+``unicode_classes``, are generated from the JVM); ``arrow_io`` and ``blocks``
 pack a partition's rows into CSR blocks through Arrow; ``passes`` runs the
 EM loop (settings: ``EMSettings``), one ``sums`` pass per iteration over the
 cached blocks (``mapPartitions`` with the parameters broadcast,

@@ -84,7 +84,7 @@ class PredictionOptions(NamedTuple):
 def predicted_path_batches(
     batches,
     n_keep: int,
-    vocab_size: int,
+    to_matrix,
     block_size: int,
     layout: PredictionLayout,
     predict,
@@ -92,9 +92,11 @@ def predicted_path_batches(
 ):
     """mapInArrow body shared by every model's prediction: Arrow in, Arrow out.
 
-    Each batch has ``n_keep`` passthrough columns, then the term-count
-    vectors. Per block of ``block_size`` rows, ``predict(X)`` (X: CSR
-    (n, V)) returns ``(best, prob)``: an index into ``layout.paths`` (real
+    Each batch has ``n_keep`` passthrough columns, then the documents:
+    ``to_matrix(column)`` makes a block of them a CSR (n, V) term-count matrix
+    (``functools.partial(csr_of, vocab_size=V)`` for ml SparseVectors,
+    :meth:`pcem_spark.engine.python_tokens.TextFeaturizer.matrix` for text).
+    Per block of ``block_size`` rows, ``predict(X)`` returns ``(best, prob)``: an index into ``layout.paths`` (real
     label paths) and a score per row. Yields the passthrough columns plus
     path, leaf and probability (named ``layout.names``); rows are never
     dropped or reordered.
@@ -119,7 +121,7 @@ def predicted_path_batches(
     leaf_arr = pa.array([p[-1] for p in paths], pa.string())
     node_arr = None if node_names is None else pa.array(list(node_names), pa.string())
     for b in arrow_blocks(batches, block_size):
-        out = predict(csr_of(b.column(n_keep), vocab_size))
+        out = predict(to_matrix(b.column(n_keep)))
         best, prob = out[0], out[1]
         take = pa.array(best, pa.int64())
         if min_probability > 0:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict
+from functools import partial
 from typing import List, Optional
 
 import numpy as np
@@ -32,9 +33,10 @@ from pcem_spark.core.estep import scoring_tables
 from pcem_spark.core.methods import MethodSpec, method_spec
 from pcem_spark.core.parameters import PathParameters
 from pcem_spark.core.taxonomy import Taxonomy
-from pcem_spark.engine.arrow_io import PredictionLayout, PredictionOptions, predicted_path_batches
+from pcem_spark.engine.arrow_io import PredictionLayout, PredictionOptions, csr_of, predicted_path_batches
 from pcem_spark.engine.features import FeatureSettings, featurize
 from pcem_spark.engine.limits import check_result_size
+from pcem_spark.engine.python_tokens import TOKENIZERS, TextFeaturizer, supports
 from pcem_spark.engine.session import require_classic_session
 from pcem_spark.errors import InputError
 from pcem_spark.model.labels import check_vector_size
@@ -141,6 +143,8 @@ class PathModel:
             )
         self.taxonomy = taxonomy
         self.vocabulary = list(vocabulary)
+        # How prediction tokenises text: "python" (in the scoring task) or "spark" (Spark ML); text_featurizer()
+        self.tokenizer = "python"
         self.params = params
         self.feature_settings = feature_settings
         self.model_settings = model_settings
@@ -193,6 +197,31 @@ class PathModel:
         return self.predict_columns(
             src, passthrough=["id", "labels"], min_probability=min_probability, top_k=top_k, beam=beam
         ).select(prediction_schema(min_probability, top_k).names)
+
+    def text_featurizer(self) -> Optional[TextFeaturizer]:
+        """The Python tokenizer prediction uses for text, or None for Spark ML's (:attr:`tokenizer`).
+
+        ``tokenizer = "python"`` (the default) tokenises in the scoring task
+        (:mod:`pcem_spark.engine.python_tokens`: the same counts as Spark ML's
+        ``RegexTokenizer`` + ``CountVectorizerModel``, at several times the
+        speed) when the model's token pattern is the default one;
+        ``"spark"``, or any other pattern, featurises with Spark ML.
+        """
+        if self.tokenizer not in TOKENIZERS:
+            raise InputError(f"tokenizer = {self.tokenizer!r}: expected one of {list(TOKENIZERS)}")
+        if self.tokenizer != "python" or not supports(self.feature_settings):
+            return None
+        cached = getattr(self, "_text_featurizer", None)
+        if cached is None or cached[0] is not self.vocabulary:
+            from pyspark.ml.feature import StopWordsRemover
+
+            language = self.feature_settings.stop_words.lower()
+            stop_words = [] if language == "none" else StopWordsRemover.loadDefaultStopWords(language)
+            self._text_featurizer = cached = (
+                self.vocabulary,
+                TextFeaturizer(self.vocabulary, self.feature_settings, stop_words),
+            )
+        return cached[1]
 
     def beam_width(self, beam="auto", name: str = "beam") -> int:
         """The beam width prediction with ``beam`` uses for this model (0 = the exact argmax).
@@ -257,20 +286,30 @@ class PathModel:
                 raise InputError(f"features column {features_col!r} not found; columns are {df.columns}")
             check_vector_size(df, features_col, len(self.vocabulary))
             feats = df.withColumn("_pcem_features", F.col(features_col))
+            to_matrix = partial(csr_of, vocab_size=len(self.vocabulary))
+        elif self.text_featurizer() is not None:
+            # The text itself goes to the scoring task, which tokenises it (engine.python_tokens): no JVM
+            # tokenizer, no SparseVector serialised to Arrow. The vocabulary travels once per executor.
+            feats = df.withColumn("_pcem_features", F.col(text_col))
+            featurizer = spark.sparkContext.broadcast(self.text_featurizer())
+
+            def to_matrix(texts):
+                return featurizer.value.matrix(texts)
+
         else:
             feats = featurize(
                 df, self.vocabulary, self.feature_settings, text_col=text_col, features_col="_pcem_features"
             )
+            to_matrix = partial(csr_of, vocab_size=len(self.vocabulary))
         real_paths = [self.taxonomy.real_path(j) for j in range(self.taxonomy.n_paths)]
         doc_length = float(self.model_settings.doc_length)
         block_size = self.model_settings.block_size
-        vocab_size = len(self.vocabulary)
         n_keep = len(passthrough)
         names = [f.name for f in out_fields]
         feats = feats.select(*passthrough, "_pcem_features")
         if width > 0:
             options = PredictionOptions(min_probability, top_k, width)
-            body = self._beam_batches(spark, real_paths, options, n_keep, vocab_size, block_size, names, doc_length)
+            body = self._beam_batches(spark, real_paths, options, n_keep, to_matrix, block_size, names, doc_length)
             return feats.mapInArrow(body, T.StructType(out_fields))
         # The sparse parameters at the model's parameter dtype (float32 halves the broadcast).
         tables = scoring_tables(self.params, self.model_settings.parameter_dtype)
@@ -290,7 +329,7 @@ class PathModel:
                 return predicted_path_batches(
                     batches,
                     n_keep,
-                    vocab_size,
+                    to_matrix,
                     block_size,
                     PredictionLayout(paths, names, node_names, path_nodes),
                     lambda X: predict_path_details(
@@ -307,7 +346,7 @@ class PathModel:
             return predicted_path_batches(
                 batches,
                 n_keep,
-                vocab_size,
+                to_matrix,
                 block_size,
                 PredictionLayout(paths, names),
                 lambda X: predict_paths(X, None, None, structure, doc_length, tables=tables),
@@ -316,7 +355,7 @@ class PathModel:
         return feats.mapInArrow(predict_batches, T.StructType(out_fields))
 
     def _beam_batches(
-        self, spark, real_paths, options: PredictionOptions, n_keep, vocab_size, block_size, names, doc_length
+        self, spark, real_paths, options: PredictionOptions, n_keep, to_matrix, block_size, names, doc_length
     ):
         """The mapInArrow body of a beam decoder of width ``options.beam``: the beam tables, built here, are broadcast.
 
@@ -342,7 +381,7 @@ class PathModel:
             return predicted_path_batches(
                 batches,
                 n_keep,
-                vocab_size,
+                to_matrix,
                 block_size,
                 PredictionLayout(paths, names, node_names, path_nodes),
                 lambda X: beam_path_details(

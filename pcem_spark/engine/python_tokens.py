@@ -1,0 +1,247 @@
+"""Text -> term-count CSR blocks in the Python worker, token for token as the JVM tokenizer.
+
+``pcem predict`` spent most of its time in Spark ML's featurisation, not in
+scoring: ``RegexTokenizer``, ``StopWordsRemover`` and ``CountVectorizerModel``
+on the JVM, then every SparseVector serialised into Arrow for the Python
+worker that scores it (docs/BENCHMARKS.md, prediction throughput). A model's
+vocabulary is fixed, so prediction only needs, per document, the multiset of
+its tokens that are vocabulary terms. :class:`TextFeaturizer` computes it in
+the scoring task itself, from the Arrow text column:
+
+1. NFKC (``unicodedata``; ICU on the JVM), only when the text is not
+   already normalised;
+2. CJK runs split into characters or bigrams by the same regular expression
+   as :func:`pcem_spark.engine.features.split_cjk`;
+3. lower case (``str.lower``; ``String.toLowerCase`` on the JVM: both apply
+   Unicode's default case mapping, final sigma included);
+4. the tokens of the default pattern ``(?U)\\b\\w*\\p{L}\\w*\\b`` (maximal runs of
+   word characters holding a letter), with the JVM's own ``\\w`` and ``\\p{L}``
+   (:mod:`pcem_spark.engine.unicode_classes`, generated from the JVM);
+5. one hash lookup of every token of a block in the vocabulary (Arrow),
+   counts summed per document.
+
+The length and stop-word filters need not run per token: a token they drop is
+a vocabulary term only if the vocabulary holds such terms, so those terms are
+taken out of the lookup table once instead (:func:`reachable_vocabulary`).
+Only the default token pattern is supported (:func:`supports`); any other
+pattern keeps the JVM path. tests/test_python_tokens.py compares the counts
+with the JVM featurisation on 20 Newsgroups and on every code point.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import List, Optional, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from pcem_spark.engine.features import _BIGRAM_REGEX, CJK_CHAR, DEFAULT_TOKEN_PATTERN, FeatureSettings
+from pcem_spark.engine.unicode_classes import CJK, LETTER, WORD
+
+__all__ = [
+    "TOKENIZERS",
+    "code_points",
+    "code_point_table",
+    "char_class",
+    "supports",
+    "reachable_vocabulary",
+    "TextFeaturizer",
+]
+
+
+# Where prediction tokenises text (PathModel.tokenizer, predict.tokenizer): here, or by Spark ML.
+TOKENIZERS = ("python", "spark")
+
+
+def code_points(ranges: str) -> List[int]:
+    """The sorted code points of a :mod:`unicode_classes` string (``"0030-0039 00AA ..."``)."""
+    out: List[int] = []
+    for run in ranges.split():
+        first, _, last = run.partition("-")
+        out.extend(range(int(first, 16), int(last or first, 16) + 1))
+    return out
+
+
+def code_point_table(ranges: str) -> np.ndarray:
+    """(0x110000,) bool: True at the code points of a :mod:`unicode_classes` string."""
+    table = np.zeros(0x110000, dtype=bool)
+    for run in ranges.split():
+        first, _, last = run.partition("-")
+        table[int(first, 16) : int(last or first, 16) + 1] = True
+    return table
+
+
+def char_class(ranges: str) -> str:
+    """A Python regex matching one character of ``ranges``, fast on the Basic Multilingual Plane.
+
+    ``re`` compiles a class of BMP characters into a bitmap, but one holding
+    any astral code point into a list of ranges tested one by one. So the
+    astral part is a second class, tried only after one cheap range test says
+    the character is astral.
+    """
+    bmp, astral = [], []
+    for run in ranges.split():
+        first, _, last = run.partition("-")
+        a, b = int(first, 16), int(last or first, 16)
+        if a <= 0xFFFF:
+            bmp.append((a, min(b, 0xFFFF)))
+        if b > 0xFFFF:
+            astral.append((max(a, 0x10000), b))
+
+    def klass(runs):
+        return "[" + "".join(re.escape(chr(a)) + ("-" + re.escape(chr(b)) if b > a else "") for a, b in runs) + "]"
+
+    if not astral:
+        return klass(bmp)
+    return f"(?:{klass(bmp)}|(?=[\U00010000-\U0010ffff]){klass(astral)})"
+
+
+_CJK_CLASS = char_class(CJK)
+_CJK_ONLY = re.compile(f"(?:{_CJK_CLASS})+")
+_CJK_CHARS = re.compile(f"({_CJK_CLASS})")
+# features._BIGRAM_REGEX with the Java class replaced by ours; an unmatched group is "" in both engines.
+_CJK_BIGRAMS = re.compile(_BIGRAM_REGEX.replace(CJK_CHAR, _CJK_CLASS))
+# Joins a block's documents into one string: a control character, never a word character, so no token spans
+# two documents; NFKC composes nothing with it and lower case keeps it.
+_SEP = "\x00"
+
+
+def supports(settings: FeatureSettings) -> bool:
+    """True when these settings tokenise here exactly as on the JVM (the default token pattern)."""
+    return settings.token_pattern == DEFAULT_TOKEN_PATTERN
+
+
+def _utf16_length(token: str) -> int:
+    """Java's String.length(): astral characters count twice."""
+    return len(token) + sum(1 for ch in token if ord(ch) > 0xFFFF)
+
+
+def _utf32(text: str) -> np.ndarray:
+    """The code points of ``text`` as a (len(text),) uint32 array."""
+    return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+
+
+def reachable_vocabulary(vocabulary: Sequence[str], settings: FeatureSettings, stop_words: Sequence[str] = ()):
+    """``vocabulary`` with None for each term the JVM tokenizer can never emit under ``settings``.
+
+    A token of the default pattern is a run of word characters holding a
+    letter; StopWordsRemover drops the stop words (compared in lower case) and
+    RegexTokenizer the tokens shorter than ``min_token_length`` UTF-16 units
+    (CJK tokens exempt unless ``cjk = "none"``). A fitted vocabulary holds no
+    such term; a vocabulary from elsewhere might. Keeping the positions keeps
+    the column indices of the model.
+    """
+    stops = {w.lower() for w in stop_words}
+    exempt = settings.cjk != "none"
+    word, letter = code_point_table(WORD), code_point_table(LETTER)
+    out: List[Optional[str]] = []
+    for term in vocabulary:
+        codes = _utf32(term)
+        is_token = codes.size > 0 and bool(word[codes].all()) and bool(letter[codes].any())
+        short = _utf16_length(term) < settings.min_token_length
+        if not is_token or term.lower() in stops or (short and not (exempt and _CJK_ONLY.fullmatch(term))):
+            out.append(None)
+        else:
+            out.append(term)
+    return out
+
+
+class TextFeaturizer:
+    """Term counts over a fixed vocabulary, computed as :func:`pcem_spark.engine.features.featurize` would.
+
+    Built on the driver and shipped to the executors with the scoring
+    closure; :meth:`matrix` runs on an Arrow text column there.
+
+    Parameters
+    ----------
+    vocabulary : sequence of str, length V
+        The model's vocabulary; column j of the result counts term j.
+    settings : FeatureSettings
+        The model's feature settings (resolved stop words, default token pattern).
+    stop_words : sequence of str
+        The stop-word list ``settings.stop_words`` names ([] for "none").
+    """
+
+    def __init__(self, vocabulary: Sequence[str], settings: FeatureSettings, stop_words: Sequence[str] = ()):
+        if not supports(settings):
+            raise ValueError(f"the Python tokenizer supports only the default token pattern, not {settings!r}")
+        self.vocab_size = len(vocabulary)
+        self.normalize = settings.normalize == "nfkc"
+        self.cjk = settings.cjk
+        self.terms = reachable_vocabulary(vocabulary, settings, stop_words)
+        self._tables = None  # the code-point tables and the Arrow vocabulary, built once per Python worker
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_tables"] = None
+        return state
+
+    def _lookup(self):
+        """(word table, CJK table, Arrow vocabulary): built once per Python worker, not shipped."""
+        import pyarrow as pa
+
+        if self._tables is None:
+            self._tables = (code_point_table(WORD), code_point_table(CJK), pa.array(self.terms, pa.string()))
+        return self._tables
+
+    def _split_cjk(self, text: str, cjk_table: np.ndarray) -> str:
+        """``text`` (a block's documents joined) with its CJK tokens set apart by spaces, as the JVM does."""
+        if self.cjk == "none" or text.isascii() or not cjk_table[_utf32(text)].any():
+            return text
+        pattern, template = (_CJK_CHARS, r" \1 ") if self.cjk == "chars" else (_CJK_BIGRAMS, r" \1\2\3 ")
+        # Per document: a bigram must not pair the last character of one with the first of the next.
+        return _SEP.join(pattern.sub(template, doc) for doc in text.split(_SEP))
+
+    def token_lists(self, texts) -> "pa.ListArray":  # noqa: F821
+        """Arrow list<string> of each text's candidate tokens (nulls: empty lists).
+
+        The tokens are the word runs of the JVM tokenizer; those holding no
+        letter, short ones and stop words are still there (the vocabulary
+        lookup drops them, :func:`reachable_vocabulary`). The whole block is
+        one string for NFKC, lower case and the word test (a numpy table of
+        code points), so the Python work per document is a few C calls.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        word_table, cjk_table, _ = self._lookup()
+        docs = ["" if t is None else (t.replace(_SEP, " ") if _SEP in t else t) for t in texts.to_pylist()]
+        if self.normalize:
+            # Per document: one text that needs NFKC would otherwise make the whole block pay for it.
+            docs = [t if unicodedata.is_normalized("NFKC", t) else unicodedata.normalize("NFKC", t) for t in docs]
+        # Lower case per document, so ASCII ones stay in CPython's fast one-byte form. The JVM lowers after
+        # the CJK split, but that only adds spaces around characters that have no case and are not case-ignorable.
+        text = self._split_cjk(_SEP.join([t.lower() for t in docs]), cjk_table)
+        codes = _utf32(text).copy()
+        codes[~word_table[codes] & (codes != 0)] = 0x20  # every non-word character becomes a space
+        spaced = codes.tobytes().decode("utf-32-le").split(_SEP)
+        # Only ASCII spaces separate tokens now, and UTF-8 puts no ASCII byte inside a multi-byte character.
+        return pc.ascii_split_whitespace(pa.array(spaced, pa.string()))
+
+    def tokens(self, text: Optional[str]) -> List[str]:
+        """The candidate tokens of one text (:meth:`token_lists`)."""
+        import pyarrow as pa
+
+        return self.token_lists(pa.array([text], pa.string()))[0].as_py()
+
+    def matrix(self, texts) -> sp.csr_matrix:
+        """(n, V) CSR term counts of an Arrow string column (nulls are empty rows); indices sorted."""
+        import pyarrow.compute as pc
+
+        _, _, value_set = self._lookup()
+        lists = self.token_lists(texts)
+        n = len(lists)
+        lengths = np.diff(np.asarray(lists.offsets, dtype=np.int64))
+        found = pc.index_in(lists.flatten(), value_set=value_set, skip_nulls=True)
+        cols = np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        hit = cols >= 0
+        # One key per (row, term); unique sorts them, so each row's indices come out sorted.
+        keys, counts = np.unique(rows[hit] * self.vocab_size + cols[hit], return_counts=True)
+        indptr = np.searchsorted(keys, np.arange(n + 1, dtype=np.int64) * self.vocab_size)
+        return sp.csr_matrix(
+            (counts.astype(np.float64), (keys % self.vocab_size).astype(np.int32), indptr),
+            shape=(n, self.vocab_size),
+        )
