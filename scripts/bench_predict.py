@@ -15,7 +15,9 @@ the defaults) are written as Parquet (or JSON Lines, ``--format json``) with
 their generating path as ``labels``.
 
 Then ``pcem predict`` (``pcem_spark.cli.main``, in this process) runs on them
-with ``--set predict.beam=B`` for B = 0 (exact) and every ``--beams`` width.
+with ``--set predict.beam=B`` for B = 0 (exact) and every ``--beams`` width,
+and ``--set predict.tokenizer=T`` for every ``--tokenizers`` value (``python``:
+tokenised in the scoring task; ``spark``: Spark ML's featurisation).
 The SparkSession is started before the clock; everything else the command
 does is timed: reading and checking the documents, the rejects table, loading
 the model, building (beam) and broadcasting the scoring tables, tokenising,
@@ -171,15 +173,16 @@ def _core_run(X, model, beam: int):
     return X.shape[0] / (time.perf_counter() - t0), best, prep
 
 
-def _pcem_predict(spark, model_dir: str, docs: str, out: str, beam: int, args) -> list:
-    """Wall times of ``pcem predict --set predict.beam=BEAM`` (``args.repeats`` runs)."""
+def _pcem_predict(spark, model_dir: str, docs: str, out: str, beam: int, args, tokenizer: str = "python") -> list:
+    """Wall times of ``pcem predict --set predict.beam=BEAM --set predict.tokenizer=T`` (``args.repeats`` runs)."""
     from pcem_spark.cli import main as pcem
 
     argv = ["predict", "--config", args.config, "--model", model_dir, "--docs", docs, "--output", out, "--overwrite"]
     times = []
     for _ in range(args.repeats):
         t0 = time.perf_counter()
-        rc = pcem(argv + ["--set", f"predict.beam={beam}", "--log-level", "WARN"])
+        settings = ["--set", f"predict.beam={beam}", "--set", f"predict.tokenizer={tokenizer}"]
+        rc = pcem(argv + settings + ["--log-level", "WARN"])
         times.append(time.perf_counter() - t0)
         if rc != 0:
             raise SystemExit(f"pcem predict exited {rc}")
@@ -235,7 +238,7 @@ def run_shape(spark, shape, args) -> list:
         before = scipy_reference(3)["rows_per_s"]
         core_rate, best, prep = _core_run(X, model, beam)
         exact_best = best if exact_best is None else exact_best
-        row = {
+        core = {
             "leaves": M,
             "shape": list(shape),
             "decoder": "exact" if beam == 0 else f"beam {beam}",
@@ -249,35 +252,44 @@ def run_shape(spark, shape, args) -> list:
             "core_agreement_with_exact": float(np.mean(best == exact_best)),
             "core_path_accuracy": float(np.mean(best == truth)),
         }
-        if spark is not None:
-            out = os.path.join(base, f"pred_beam{beam}")
-            small_seconds = statistics.median(_pcem_predict(spark, model_dir, small, out + "_small", beam, args))
-            times = _pcem_predict(spark, model_dir, docs, out, beam, args)
-            agree, accuracy = _agreement(spark, out, os.path.join(base, "pred_beam0"))
-            seconds = statistics.median(times)
-            row.update(
-                {
-                    "seconds": seconds,
-                    "all_seconds": times,
-                    "docs_per_s": args.docs / seconds,
-                    # what a command costs whatever its size (model, vocabulary, tables, jobs), and the rate beyond
-                    "base_docs": args.base_docs,
-                    "base_seconds": small_seconds,
-                    # None when the machine's noise exceeds the difference (use more --docs)
-                    "marginal_docs_per_s": (args.docs - args.base_docs) / (seconds - small_seconds)
-                    if seconds > small_seconds
-                    else None,
-                    "agreement_with_exact": agree,
-                    "path_accuracy": accuracy,
-                }
-            )
+        for tokenizer in args.tokenizers if spark is not None else ["-"]:
+            row = dict(core, tokenizer=tokenizer)
+            if spark is not None:
+                out = os.path.join(base, f"pred_beam{beam}_{tokenizer}")
+                small_seconds = statistics.median(
+                    _pcem_predict(spark, model_dir, small, out + "_small", beam, args, tokenizer)
+                )
+                times = _pcem_predict(spark, model_dir, docs, out, beam, args, tokenizer)
+                exact_out = os.path.join(base, f"pred_beam0_{args.tokenizers[0]}")
+                agree, accuracy = _agreement(spark, out, exact_out)
+                seconds = statistics.median(times)
+                row.update(
+                    {
+                        "seconds": seconds,
+                        "all_seconds": times,
+                        "docs_per_s": args.docs / seconds,
+                        # what a command costs whatever its size (model, vocabulary, tables, jobs), and the rate
+                        "base_docs": args.base_docs,
+                        "base_seconds": small_seconds,
+                        # None when the machine's noise exceeds the difference (use more --docs)
+                        "marginal_docs_per_s": (args.docs - args.base_docs) / (seconds - small_seconds)
+                        if seconds > small_seconds
+                        else None,
+                        "agreement_with_exact": agree,
+                        "path_accuracy": accuracy,
+                    }
+                )
+            rows.append(row)
         # The reference just before and after this decoder's runs: the machine's speed while they ran.
-        row["reference_rows_per_s"] = reference = (before + scipy_reference(3)["rows_per_s"]) / 2
-        row["core_ratio_to_reference"] = core_rate / reference
-        if spark is not None:
-            row["ratio_to_reference"] = (row["marginal_docs_per_s"] or 0.0) / reference
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        reference = (before + scipy_reference(3)["rows_per_s"]) / 2
+        for row in rows:
+            if row["beam"] == beam:
+                row["reference_rows_per_s"] = reference
+                row["core_ratio_to_reference"] = core_rate / reference
+                if spark is not None:
+                    row["docs_per_s_to_reference"] = row["docs_per_s"] / reference
+                    row["ratio_to_reference"] = (row["marginal_docs_per_s"] or 0.0) / reference
+                print(json.dumps(row), flush=True)
     return rows
 
 
@@ -294,17 +306,18 @@ def markdown(rows: list, reference: dict) -> str:
         "",
     ]
     spark = all("docs_per_s" in r for r in rows)
-    head = "| leaves | decoder | reference rows/s |"
+    head = "| leaves | decoder | tokenizer | reference rows/s |"
     if spark:
-        head += " pcem predict s (fixed s) | docs/s | marginal docs/s | ÷ reference |"
+        head += " pcem predict s (fixed s) | docs/s | ÷ reference | marginal docs/s | ÷ reference |"
     head += " core docs/s (1 core) | ÷ reference | agreement with exact | path accuracy |"
     lines += [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
-        line = f"| {r['leaves']:,} | {r['decoder']} | {r['reference_rows_per_s']:,.0f} |"
+        line = f"| {r['leaves']:,} | {r['decoder']} | {r['tokenizer']} | {r['reference_rows_per_s']:,.0f} |"
         if spark:
             marginal = r["marginal_docs_per_s"]
             line += (
                 f" {r['seconds']:.1f} ({r['base_seconds']:.1f}) | {r['docs_per_s']:,.0f} |"
+                f" {r['docs_per_s_to_reference']:.2f} |"
                 f" {_maybe(marginal, ',.0f')} | {_maybe(marginal and r['ratio_to_reference'], '.2f')} |"
             )
         agree, accuracy = (
@@ -332,6 +345,9 @@ def main(argv=None) -> int:
     ap.add_argument("--topic-tokens", type=int, default=60)
     ap.add_argument("--background-tokens", type=int, default=110)
     ap.add_argument("--beams", default="2,3,5", help="beam widths besides the exact decoder")
+    ap.add_argument(
+        "--tokenizers", default="python", help="predict.tokenizer values, ','-separated (the first is the reference)"
+    )
     ap.add_argument("--format", choices=["parquet", "json"], default="parquet")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--master", default="local[2]")
@@ -341,6 +357,7 @@ def main(argv=None) -> int:
     ap.add_argument("--core-only", action="store_true", help="only the in-process decoders: no Spark, no pcem predict")
     args = ap.parse_args(argv)
     args.beams = [int(b) for b in args.beams.split(",") if b.strip()]
+    args.tokenizers = [t.strip() for t in args.tokenizers.split(",") if t.strip()]
     os.makedirs(args.out, exist_ok=True)
 
     spark = None

@@ -478,6 +478,7 @@ def _write_docs(path, df):
         (["--top-k", "-1"], "--top-k must be an integer >= 0"),
         (["--set", "predict.min_probability=2"], "predict.min_probability must be a number in [0, 1]"),
         (["--set", "predict.top_k=1.5"], "top_k: expected int"),
+        (["--set", "predict.tokenizer=fast"], "predict.tokenizer must be one of"),
     ],
 )
 def test_cli_predict_refuses_bad_options(tmp_path, capsys, flags, needle):

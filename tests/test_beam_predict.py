@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from chispa import assert_df_equality
 
 from pcem_spark import core
 from pcem_spark.core import beam as beam_mod
@@ -328,6 +329,21 @@ def test_cli_predict_with_a_beam_end_to_end(spark, saved):
     # --beam wins over [predict]
     assert main(argv + ["--set", "predict.beam=2", "--beam", "0", "--overwrite"]) == 0
     assert read_marker(spark, beam2)["beam"] == 0
+
+
+@pytest.mark.slow
+def test_cli_predict_tokenizers_write_the_same_predictions(spark, saved):
+    from pcem_spark.cli import main
+    from pcem_spark.io.outputs import read_marker
+
+    base, model_dir, docs = saved
+    outs = {}
+    for tokenizer in ("python", "spark"):
+        outs[tokenizer] = str(base / f"tok_{tokenizer}")
+        argv = ["predict", "--model", model_dir, "--docs", docs, "--output", outs[tokenizer], "--top-k", "3"]
+        assert main(argv + ["--set", f"predict.tokenizer={tokenizer}"]) == 0
+        assert read_marker(spark, outs[tokenizer])["tokenizer"] == tokenizer
+    assert_df_equality(spark.read.parquet(outs["python"]), spark.read.parquet(outs["spark"]), ignore_row_order=True)
 
 
 @pytest.mark.parametrize(
