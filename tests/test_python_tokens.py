@@ -204,3 +204,11 @@ def test_reachable_vocabulary_keeps_positions():
     settings = replace(FeatureSettings(stop_words="english"), min_token_length=2)
     kept = reachable_vocabulary(["apple", "the", "a", "東", "42", "x_y"], settings, ["the"])
     assert kept == ["apple", None, None, "東", None, "x_y"]
+
+
+def test_a_term_listed_twice_counts_at_its_last_column_as_in_spark_ml(spark):
+    vocabulary = ["cat", "dog", "cat", "the", "the"]
+    settings = FeatureSettings(stop_words="english")
+    df = spark.createDataFrame([("a", "cat dog cat the")], "id string, text string")
+    jvm, py = _jvm_and_python(df, vocabulary, settings)
+    assert py.toarray().tolist() == jvm.toarray().tolist() == [[0, 1, 2, 0, 0]]

@@ -17,8 +17,8 @@ the scoring task itself, from the Arrow text column:
 4. the tokens of the default pattern ``(?U)\\b\\w*\\p{L}\\w*\\b`` (maximal runs of
    word characters holding a letter), with the JVM's own ``\\w`` and ``\\p{L}``
    (:mod:`pcem_spark.engine.unicode_classes`, generated from the JVM);
-5. one hash lookup of every token of a block in the vocabulary (Arrow),
-   counts summed per document.
+5. one lookup of every distinct token of a block in the vocabulary, counts
+   summed per document.
 
 The length and stop-word filters need not run per token: a token they drop is
 a vocabulary term only if the vocabulary holds such terms, so those terms are
@@ -179,11 +179,18 @@ class TextFeaturizer:
         return state
 
     def _lookup(self):
-        """(word table, CJK table, Arrow vocabulary): built once per Python worker, not shipped."""
-        import pyarrow as pa
-
+        """(word table, CJK table, {term: column}): built once per Python worker, not shipped."""
         if self._tables is None:
-            self._tables = (code_point_table(WORD), code_point_table(CJK), pa.array(self.terms, pa.string()))
+            import pandas as pd
+
+            # pandas keeps the hash table of an Index: built once, probed by every block. An unreachable term
+            # becomes " j" (a space is never inside a token), which keeps every other term at its column; of a
+            # term listed twice the last occurrence counts, as in Spark's CountVectorizerModel.
+            last = {term: j for j, term in enumerate(self.terms)}
+            keys = [term if term is not None and last[term] == j else f" {j}" for j, term in enumerate(self.terms)]
+            index = pd.Index(keys, dtype=object)
+            index.get_indexer([" "])  # build the hash table now, once
+            self._tables = (code_point_table(WORD), code_point_table(CJK), index)
         return self._tables
 
     def _split_cjk(self, text: str, cjk_table: np.ndarray) -> str:
@@ -230,12 +237,15 @@ class TextFeaturizer:
         """(n, V) CSR term counts of an Arrow string column (nulls are empty rows); indices sorted."""
         import pyarrow.compute as pc
 
-        _, _, value_set = self._lookup()
+        _, _, index = self._lookup()
         lists = self.token_lists(texts)
         n = len(lists)
         lengths = np.diff(np.asarray(lists.offsets, dtype=np.int64))
-        found = pc.index_in(lists.flatten(), value_set=value_set, skip_nulls=True)
-        cols = np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        # A block repeats its words: look up each distinct token once, in an index built once per worker
+        # (Arrow's index_in would rebuild a hash table of the whole vocabulary for every block: 2x slower).
+        encoded = pc.dictionary_encode(lists.flatten())
+        column_of = index.get_indexer(encoded.dictionary.to_numpy(zero_copy_only=False)).astype(np.int64)
+        cols = column_of[np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)]
         rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
         hit = cols >= 0
         # One key per (row, term); unique sorts them, so each row's indices come out sorted.
