@@ -212,3 +212,18 @@ def test_a_term_listed_twice_counts_at_its_last_column_as_in_spark_ml(spark):
     df = spark.createDataFrame([("a", "cat dog cat the")], "id string, text string")
     jvm, py = _jvm_and_python(df, vocabulary, settings)
     assert py.toarray().tolist() == jvm.toarray().tolist() == [[0, 1, 2, 0, 0]]
+
+
+@pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])
+def test_ascii_and_unicode_rows_keep_their_order_in_sliced_and_large_columns(kind):
+    featurizer = TextFeaturizer(["ab", "cd", "été", "x_1"], FeatureSettings(stop_words="none"))
+    texts = pa.array(["zz", "AB cd", "Été ab", None, "x_1 X_1 ab", "cd ÉTÉ été"], kind).slice(1)
+    assert featurizer.token_lists(texts).to_pylist() == [
+        ["ab", "cd"],
+        ["été", "ab"],
+        [],
+        ["x_1", "x_1", "ab"],
+        ["cd", "été", "été"],
+    ]
+    want = [[1, 1, 0, 0], [1, 0, 1, 0], [0] * 4, [1, 0, 0, 2], [0, 1, 2, 0]]
+    assert featurizer.matrix(texts).toarray().tolist() == want

@@ -148,6 +148,32 @@ def reachable_vocabulary(vocabulary: Sequence[str], settings: FeatureSettings, s
     return out
 
 
+# ASCII bytes as the JVM tokenizer sees them: NFKC changes none, (?U)\w is [A-Za-z0-9_] among them, and lower
+# case maps A-Z to a-z; every other byte becomes a space.
+_ASCII_MAP = np.full(256, 0x20, dtype=np.uint8)
+for _b in b"abcdefghijklmnopqrstuvwxyz0123456789_":
+    _ASCII_MAP[_b] = _b
+for _b in b"ABCDEFGHIJKLMNOPQRSTUVWXYZ":
+    _ASCII_MAP[_b] = _b + 32
+
+
+def _ascii_token_lists(texts) -> "pa.ListArray":  # noqa: F821
+    """The word runs of an Arrow string array of ASCII texts (no nulls), lower-cased, per row.
+
+    One table lookup over the array's UTF-8 buffer (no Python string per
+    document), then Arrow's split on the spaces.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    _, offsets, data = texts.buffers()[:3]
+    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    mapped = pa.py_buffer(_ASCII_MAP[raw])
+    kind = pa.LargeStringArray if pa.types.is_large_string(texts.type) else pa.StringArray
+    spaced = kind.from_buffers(len(texts), offsets, mapped, None, 0, texts.offset)
+    return pc.ascii_split_whitespace(spaced)
+
+
 class TextFeaturizer:
     """Term counts over a fixed vocabulary, computed as :func:`pcem_spark.engine.features.featurize` would.
 
@@ -206,15 +232,68 @@ class TextFeaturizer:
 
         The tokens are the word runs of the JVM tokenizer; those holding no
         letter, short ones and stop words are still there (the vocabulary
-        lookup drops them, :func:`reachable_vocabulary`). The whole block is
-        one string for NFKC, lower case and the word test (a numpy table of
-        code points), so the Python work per document is a few C calls.
+        lookup drops them, :func:`reachable_vocabulary`).
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        lists = self._candidate_lists(texts)
+        flat = lists.flatten()
+        keep = np.asarray(pc.not_equal(flat, "").to_numpy(zero_copy_only=False), dtype=bool)
+        rows = np.repeat(np.arange(len(lists)), np.diff(np.asarray(lists.offsets, dtype=np.int64)))
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(rows[keep], minlength=len(lists)))])
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), flat.filter(pa.array(keep)))
+
+    def _candidate_lists(self, texts) -> "pa.ListArray":  # noqa: F821
+        """:meth:`token_lists` plus empty strings where a text starts or ends with a non-word character.
+
+        ASCII texts are mapped byte by byte in their Arrow buffer
+        (:func:`_ascii_token_lists`), the others go through
+        :meth:`_unicode_token_lists`. Rows keep their order.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        texts = texts.fill_null("")
+        ascii_rows = np.asarray(pc.string_is_ascii(texts).to_numpy(zero_copy_only=False), dtype=bool)
+        if ascii_rows.all():
+            return _ascii_token_lists(texts)
+        if not ascii_rows.any():
+            return self._unicode_token_lists(texts)
+        parts = [
+            (rows, lists)
+            for rows, lists in (
+                (np.flatnonzero(ascii_rows), _ascii_token_lists(texts.filter(pa.array(ascii_rows)))),
+                (np.flatnonzero(~ascii_rows), self._unicode_token_lists(texts.filter(pa.array(~ascii_rows)))),
+            )
+        ]
+        # Back in row order: each row's tokens are a run of the two parts' values, one take over both.
+        n = len(texts)
+        lengths, starts, flats, base = np.zeros(n, np.int64), np.zeros(n, np.int64), [], 0
+        for rows, lists in parts:
+            offsets = np.asarray(lists.offsets, dtype=np.int64)
+            lengths[rows] = np.diff(offsets)
+            starts[rows] = offsets[:-1] - offsets[0] + base
+            flat = lists.flatten()
+            flats.append(flat)
+            base += len(flat)
+        row_offsets = np.concatenate([[0], np.cumsum(lengths)])
+        take = np.repeat(starts - row_offsets[:-1], lengths) + np.arange(row_offsets[-1], dtype=np.int64)
+        values = pa.concat_arrays(flats).take(pa.array(take, pa.int64()))
+        return pa.ListArray.from_arrays(pa.array(row_offsets.astype(np.int32), pa.int32()), values)
+
+    def _unicode_token_lists(self, texts) -> "pa.ListArray":  # noqa: F821
+        """:meth:`token_lists` of any text (no nulls).
+
+        The whole block is one string for lower case, the CJK split and the
+        word test (a numpy table of code points), so the Python work per
+        document is a few C calls.
         """
         import pyarrow as pa
         import pyarrow.compute as pc
 
         word_table, cjk_table, _ = self._lookup()
-        docs = ["" if t is None else (t.replace(_SEP, " ") if _SEP in t else t) for t in texts.to_pylist()]
+        docs = [t.replace(_SEP, " ") if _SEP in t else t for t in texts.to_pylist()]
         if self.normalize:
             # Per document: one text that needs NFKC would otherwise make the whole block pay for it.
             docs = [t if unicodedata.is_normalized("NFKC", t) else unicodedata.normalize("NFKC", t) for t in docs]
@@ -225,7 +304,7 @@ class TextFeaturizer:
         codes[~word_table[codes] & (codes != 0)] = 0x20  # every non-word character becomes a space
         spaced = codes.tobytes().decode("utf-32-le").split(_SEP)
         # Only ASCII spaces separate tokens now, and UTF-8 puts no ASCII byte inside a multi-byte character.
-        return pc.ascii_split_whitespace(pa.array(spaced, pa.string()))
+        return pc.ascii_split_whitespace(pa.array(spaced, texts.type))
 
     def tokens(self, text: Optional[str]) -> List[str]:
         """The candidate tokens of one text (:meth:`token_lists`)."""
@@ -238,7 +317,7 @@ class TextFeaturizer:
         import pyarrow.compute as pc
 
         _, _, index = self._lookup()
-        lists = self.token_lists(texts)
+        lists = self._candidate_lists(texts)  # "" is never a key of the index
         n = len(lists)
         lengths = np.diff(np.asarray(lists.offsets, dtype=np.int64))
         # A block repeats its words: look up each distinct token once, in an index built once per worker
