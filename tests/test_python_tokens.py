@@ -202,8 +202,9 @@ def test_every_code_point_tokenises_as_on_the_jvm(spark, cjk):
 
 def test_reachable_vocabulary_keeps_positions():
     settings = replace(FeatureSettings(stop_words="english"), min_token_length=2)
-    kept = reachable_vocabulary(["apple", "the", "a", "東", "42", "x_y"], settings, ["the"])
-    assert kept == ["apple", None, None, "東", None, "x_y"]
+    kept = reachable_vocabulary(["apple", "the", "a", "東", "42", "x_y", "", "\U0001d401", "The"], settings, ["the"])
+    # an astral letter is 2 UTF-16 units long, as Java counts; stop words compare in lower case
+    assert kept == ["apple", None, None, "東", None, "x_y", None, "\U0001d401", None]
 
 
 def test_a_term_listed_twice_counts_at_its_last_column_as_in_spark_ml(spark):

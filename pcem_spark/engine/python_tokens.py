@@ -99,7 +99,6 @@ def char_class(ranges: str) -> str:
 
 
 _CJK_CLASS = char_class(CJK)
-_CJK_ONLY = re.compile(f"(?:{_CJK_CLASS})+")
 _CJK_CHARS = re.compile(f"({_CJK_CLASS})")
 # features._BIGRAM_REGEX with the Java class replaced by ours; an unmatched group is "" in both engines.
 _CJK_BIGRAMS = re.compile(_BIGRAM_REGEX.replace(CJK_CHAR, _CJK_CLASS))
@@ -111,11 +110,6 @@ _SEP = "\x00"
 def supports(settings: FeatureSettings) -> bool:
     """True when these settings tokenise here exactly as on the JVM (the default token pattern)."""
     return settings.token_pattern == DEFAULT_TOKEN_PATTERN
-
-
-def _utf16_length(token: str) -> int:
-    """Java's String.length(): astral characters count twice."""
-    return len(token) + sum(1 for ch in token if ord(ch) > 0xFFFF)
 
 
 def _utf32(text: str) -> np.ndarray:
@@ -133,18 +127,27 @@ def reachable_vocabulary(vocabulary: Sequence[str], settings: FeatureSettings, s
     such term; a vocabulary from elsewhere might. Keeping the positions keeps
     the column indices of the model.
     """
+    terms = list(vocabulary)
+    lengths = np.fromiter((len(t) for t in terms), dtype=np.int64, count=len(terms))
+    codes = _utf32("".join(terms))
+    # Per term, over its run of code points (empty terms are left out of the reductions, never kept).
+    nonempty = lengths > 0
+    starts = (np.cumsum(lengths) - lengths)[nonempty]
+
+    def per_term(values: np.ndarray, reduce) -> np.ndarray:
+        out = np.zeros(len(terms), dtype=values.dtype)
+        if starts.size:
+            out[nonempty] = reduce.reduceat(values, starts)
+        return out
+
+    all_word = per_term(code_point_table(WORD)[codes], np.logical_and)
+    any_letter = per_term(code_point_table(LETTER)[codes], np.logical_or)
+    all_cjk = per_term(code_point_table(CJK)[codes], np.logical_and)
+    utf16 = lengths + per_term((codes > 0xFFFF).astype(np.int64), np.add)  # Java's String.length()
     stops = {w.lower() for w in stop_words}
-    exempt = settings.cjk != "none"
-    word, letter = code_point_table(WORD), code_point_table(LETTER)
-    out: List[Optional[str]] = []
-    for term in vocabulary:
-        codes = _utf32(term)
-        is_token = codes.size > 0 and bool(word[codes].all()) and bool(letter[codes].any())
-        short = _utf16_length(term) < settings.min_token_length
-        if not is_token or term.lower() in stops or (short and not (exempt and _CJK_ONLY.fullmatch(term))):
-            out.append(None)
-        else:
-            out.append(term)
+    short_ok = all_cjk & (settings.cjk != "none")
+    keep = nonempty & all_word & any_letter & ((utf16 >= settings.min_token_length) | short_ok)
+    out: List[Optional[str]] = [t if k and t.lower() not in stops else None for t, k in zip(terms, keep.tolist())]
     return out
 
 
