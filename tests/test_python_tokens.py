@@ -228,3 +228,15 @@ def test_ascii_and_unicode_rows_keep_their_order_in_sliced_and_large_columns(kin
     ]
     want = [[1, 1, 0, 0], [1, 0, 1, 0], [0] * 4, [1, 0, 0, 2], [0, 1, 2, 0]]
     assert featurizer.matrix(texts).toarray().tolist() == want
+
+
+def test_pathem_model_tokenizer_param(spark):
+    from pcem_spark.ml import PathEMModel
+
+    model = PathEMModel(_tiny_model(spark, FeatureSettings(stop_words="english", min_df=1, max_df=1.0)))
+    docs = spark.createDataFrame([(f"d{i}", t) for i, t in enumerate(TEXTS) if t], "id string, text string")
+    assert model.getOrDefault("tokenizer") == "python"
+    python = model.transform(docs)
+    assert_df_equality(python, model.setTokenizer("spark").transform(docs), ignore_row_order=True)
+    with pytest.raises(InputError, match="tokenizer = 'fast'"):
+        model.setTokenizer("fast").transform(docs)

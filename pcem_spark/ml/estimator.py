@@ -24,7 +24,7 @@ from contextlib import ExitStack
 
 from pyspark import keyword_only
 from pyspark.ml import Estimator, Model
-from pyspark.ml.param import Param, Params
+from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable, MLReadable, MLReader, MLWritable, MLWriter
 
 from pcem_spark.core.taxonomy import Taxonomy
@@ -426,9 +426,12 @@ class PathEMModel(Model, _PathEMParams, MLWritable, MLReadable):
     ``topK`` > 0 ``top_paths`` (:meth:`pcem_spark.model.PathModel.transform`);
     ``beam`` chooses the decoder (0 = the exact argmax, N = a beam search of
     width N down the tree, ``"auto"``: exact up to
-    :data:`pcem_spark.core.BEAM_AUTO_PATHS` paths). They are prediction
+    :data:`pcem_spark.core.BEAM_AUTO_PATHS` paths), ``tokenizer`` where text
+    is tokenised (``"python"``, the default, or ``"spark"``:
+    :meth:`pcem_spark.model.PathModel.text_featurizer`). They are prediction
     settings: not saved with the model (a loaded model starts at 0 / 0 /
-    ``"auto"``; ``setMinProbability`` / ``setTopK`` / ``setBeam``).
+    ``"auto"`` / ``"python"``; ``setMinProbability`` / ``setTopK`` /
+    ``setBeam`` / ``setTokenizer``).
 
     Parameters
     ----------
@@ -482,10 +485,22 @@ class PathEMModel(Model, _PathEMParams, MLWritable, MLReadable):
         lambda v: v if isinstance(v, (str, bool)) or not float(v).is_integer() else int(v),  # checked by transform
     )
 
+    tokenizer = Param(
+        Params._dummy(),
+        "tokenizer",
+        'transform: where text is tokenised, "python" (in the scoring task, the same term counts as Spark ML) or '
+        '"spark" (Spark ML\'s RegexTokenizer + CountVectorizerModel)',
+        TypeConverters.toString,
+    )
+
     def __init__(self, path_model: PathModel = None):
         super().__init__()
-        self._setDefault(beam="auto")
+        self._setDefault(beam="auto", tokenizer="python")
         self.path_model = path_model
+
+    def setTokenizer(self, value: str) -> "PathEMModel":
+        """Tokenise text for :meth:`transform` in Python ("python") or with Spark ML ("spark")."""
+        return self._set(tokenizer=value)
 
     def setBeam(self, value) -> "PathEMModel":
         """Decode :meth:`transform` by a beam of this width (0 = exact, ``"auto"``; see ``beam``)."""
@@ -501,6 +516,7 @@ class PathEMModel(Model, _PathEMParams, MLWritable, MLReadable):
 
     def _transform(self, dataset):
         fcol = self.getOrDefault(self.featuresCol) or None
+        self.path_model.tokenizer = self.getOrDefault(self.tokenizer)
         return self.path_model.predict_columns(
             dataset,
             passthrough=list(dataset.columns),
