@@ -19,6 +19,7 @@ PURE_MODULES = [
     "pcem_spark.core.parameters",
     "pcem_spark.core.structure",
     "pcem_spark.ml.tune_settings",
+    "pcem_spark.model.path_spread",
 ]
 
 # (module, the objects in it whose examples need Spark). The objects are named

@@ -192,3 +192,51 @@ def test_sample_caps_shrink_with_the_paths_within_their_bounds():
     assert TuneSettings(max_labeled=300, max_unlabeled=500).sample_caps(10000) == (300, 500)  # the user's bounds stand
     with pytest.raises(ValueError, match="max_doc_paths"):
         TuneSettings(max_doc_paths=0).validate()
+
+
+def _terms_per_top_numpy(feats):
+    """The same count in plain Python: distinct term indices of the labelled rows per level-1 node."""
+    seen = {}
+    for r in feats.where(F.col("labels").isNotNull()).collect():
+        seen.setdefault(r.labels[0], set()).update(int(i) for i in r.features.indices)
+    return {top: len(terms) for top, terms in seen.items()}
+
+
+def test_labelled_terms_per_top_counts_distinct_terms(spark):
+    from pcem_spark.model.path_spread import labelled_terms_per_top, spread_parameters
+
+    feats, vocab = _features(spark, _corpus(spark, n_per_leaf=12, n_labeled=4))
+    counted = labelled_terms_per_top(feats.repartition(3), len(vocab))
+    assert counted == _terms_per_top_numpy(feats) and set(counted) == {"sport", "tech"}
+    assert spread_parameters(counted, TAX) == 2 * (counted["sport"] + counted["tech"])  # two paths under each
+
+
+@pytest.mark.slow
+def test_tuning_leaves_path_weight_out_above_the_parameter_bound(spark):
+    """A bound below the labelled words' spread keeps path_weight 0 only, and says so in the summary."""
+    from pcem_spark.model.path_spread import spread_parameters
+
+    feats, vocab = _features(spark, _corpus(spark, n_per_leaf=12, n_labeled=4))
+    estimate = spread_parameters(_terms_per_top_numpy(feats), TAX)
+    ms = ModelSettings(method="pcem", max_iter=3)
+    common = dict(folds=2, unlabeled_weights=[0.3, 1.0], path_weights=[0.0, 1.0])
+    _, tight_info, _ = resolve_auto(
+        feats, TAX, vocab, FS, ms, TuneSettings(max_parameters=estimate - 1, **common), estimator_class=PathEM
+    )
+    assert tight_info["path_weight_budget"] == {
+        "estimated_parameters": estimate,
+        "max_parameters": estimate - 1,
+        "left_out": [1.0],
+    }
+    assert {g["path_weight"] for g in tight_info["grid"]} == {0.0}
+    _, roomy_info, _ = resolve_auto(
+        feats, TAX, vocab, FS, ms, TuneSettings(max_parameters=estimate, **common), estimator_class=PathEM
+    )
+    assert roomy_info["path_weight_budget"]["left_out"] == []
+    assert {g["path_weight"] for g in roomy_info["grid"]} == {0.0, 1.0}
+    # no bound, or one no (paths x terms) table can exceed: no estimate at all
+    for bound in (0, TAX.n_paths * len(vocab)):
+        info = resolve_auto(
+            feats, TAX, vocab, FS, ms, TuneSettings(max_parameters=bound, **common), estimator_class=PathEM
+        )[1]
+        assert "path_weight_budget" not in info

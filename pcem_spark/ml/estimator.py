@@ -203,6 +203,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         tuneMaxUnlabeled=20000,
         tuneMaxIter=8,
         tuneMaxDocPaths=2_000_000,
+        tuneMaxParameters=250_000_000,
         minProbability=0.0,
         topK=0,
         initModel="",

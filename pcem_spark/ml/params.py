@@ -58,6 +58,7 @@ TUNE_PARAMS: Dict[str, str] = {
     "max_unlabeled": "tuneMaxUnlabeled",
     "max_iter": "tuneMaxIter",
     "max_doc_paths": "tuneMaxDocPaths",
+    "max_parameters": "tuneMaxParameters",
 }
 
 S = TypeVar("S")
@@ -246,6 +247,13 @@ class _PathEMParams(Params):
         "tuneMaxDocPaths",
         "sampled cross-validation: each kind of document at most this many (document, path) pairs (wide taxonomies "
         "sample fewer documents, at least 1,000)",
+        TypeConverters.toInt,
+    )
+    tuneMaxParameters = Param(
+        Params._dummy(),
+        "tuneMaxParameters",
+        "automatic tuning: leave path_weight > 0 out of the grid when it would make more than this many "
+        "non-zero word parameters (estimated from the labelled documents; 0 = no bound)",
         TypeConverters.toInt,
     )
     tuneMaxIter = Param(

@@ -93,6 +93,12 @@ class TuneSettings:
     # the larger sample: after 8 iterations the grid ranks as after convergence on 20NG at 1% (3 of 3 seeds,
     # docs/BENCHMARKS.md), after 5 it does not. The refit always runs to the model's convergence.
     max_iter: int = 8
+    # path_weight > 0 spreads each labelled document's words over every path under its level-1 node: with
+    # many labels on a wide taxonomy the parameters outgrow the machine (10,000 labelled documents at
+    # 10,000 leaves: ~750 M non-zeros, a refit killed at 11 GB). Above this many estimated non-zero word
+    # parameters (~12 bytes each per copy) the grid leaves path_weight > 0 out (pcem_spark.model.path_spread);
+    # 0 = no bound. A path_weight set by hand is not checked.
+    max_parameters: int = 250_000_000
 
     # What each setting accepts (pcem_spark.util.constraints), checked in this order by validate();
     # the grid by check_grid.
@@ -108,6 +114,7 @@ class TuneSettings:
         "max_unlabeled": Interval(int, 1, None),
         "max_doc_paths": Interval(int, 1, None),
         "max_iter": Interval(int, 0, None),
+        "max_parameters": Interval(int, 0, None),
     }
 
     def validate(self) -> None:

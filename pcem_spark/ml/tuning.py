@@ -148,10 +148,6 @@ def resolve_auto(
     estimator CrossValidator fits (:class:`pcem_spark.ml.PathEM`, passed in by
     its callers so that this module does not import the estimator that calls it).
     """
-    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
-
-    from pcem_spark.evaluation.evaluator import HierarchicalF1Evaluator
-
     tune = tune or TuneSettings()
     tune.validate()
     grid_spec: Dict[str, list] = {}
@@ -163,6 +159,62 @@ def resolve_auto(
     check_grid(extra_grid or {})
     for key, values in (extra_grid or {}).items():
         grid_spec[key] = list(values)
+    grid_spec, budget = _bound_path_weight(feats, taxonomy, len(vocabulary), grid_spec, tune)
+    fixed = (feature_settings, model_settings, tune)
+    result = _resolve(feats, taxonomy, vocabulary, *fixed, grid_spec, seed, init_model, estimator_class)
+    if budget is not None:
+        result[1]["path_weight_budget"] = budget
+    return result
+
+
+def _bound_path_weight(feats, taxonomy: Taxonomy, vocab_size: int, grid_spec: Dict[str, list], tune: TuneSettings):
+    """``(grid_spec, record)``: the grid without path_weight > 0 when its parameters would exceed the bound.
+
+    ``record`` (None when nothing needed checking) goes to the training
+    summary: the estimate (:func:`pcem_spark.model.path_spread.spread_parameters`),
+    the bound ``tune.max_parameters`` and the weights left out.
+    """
+    from pcem_spark.model.path_spread import labelled_terms_per_top, spread_parameters
+
+    weights = grid_spec.get("path_weight") or []
+    bound = tune.max_parameters
+    # Nothing to spread, no bound, or even a dense (paths x terms) table fits: no pass over the data.
+    if not any(w > 0 for w in weights) or bound == 0 or taxonomy.n_paths * vocab_size <= bound:
+        return grid_spec, None
+    estimate = spread_parameters(labelled_terms_per_top(feats, vocab_size, LABELS_COL, FEATURES_COL), taxonomy)
+    record = {"estimated_parameters": estimate, "max_parameters": bound, "left_out": []}
+    if estimate <= bound:
+        return grid_spec, record
+    kept = [w for w in weights if w == 0] or [0.0]
+    record["left_out"] = [w for w in weights if w > 0]
+    log.warning(
+        "tuning: path_weight %s left out of the grid: the labelled documents' words would make ~%s non-zero "
+        "parameters over %d paths, above tune.max_parameters = %s (path_weight 0 keeps each word on its own path)",
+        record["left_out"],
+        f"{estimate:,}",
+        taxonomy.n_paths,
+        f"{bound:,}",
+    )
+    return dict(grid_spec, path_weight=kept), record
+
+
+def _resolve(
+    feats: DataFrame,
+    taxonomy: Taxonomy,
+    vocabulary: List[str],
+    feature_settings: FeatureSettings,
+    model_settings: ModelSettings,
+    tune: TuneSettings,
+    grid_spec: Dict[str, list],
+    seed: int,
+    init_model: Optional[str],
+    estimator_class,
+) -> Tuple[ModelSettings, Dict[str, object], Optional[PathModel]]:
+    """:func:`resolve_auto` once the grid is known."""
+    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+
+    from pcem_spark.evaluation.evaluator import HierarchicalF1Evaluator
+
     if not grid_spec or all(len(v) == 1 for v in grid_spec.values()):
         chosen = {k: v[0] for k, v in grid_spec.items()}
         return model_settings.resolved(**chosen), {"chosen": chosen, "tuned": False}, None
