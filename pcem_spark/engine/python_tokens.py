@@ -309,12 +309,6 @@ class TextFeaturizer:
         # Only ASCII spaces separate tokens now, and UTF-8 puts no ASCII byte inside a multi-byte character.
         return pc.ascii_split_whitespace(pa.array(spaced, texts.type))
 
-    def tokens(self, text: Optional[str]) -> List[str]:
-        """The candidate tokens of one text (:meth:`token_lists`)."""
-        import pyarrow as pa
-
-        return self.token_lists(pa.array([text], pa.string()))[0].as_py()
-
     def matrix(self, texts) -> sp.csr_matrix:
         """(n, V) CSR term counts of an Arrow string column (nulls are empty rows); indices sorted."""
         import pyarrow.compute as pc
