@@ -13,7 +13,8 @@ the scoring task itself, from the Arrow text column:
 2. CJK runs split into characters or bigrams by the same regular expression
    as :func:`pcem_spark.engine.features.split_cjk`;
 3. lower case (``str.lower``; ``String.toLowerCase`` on the JVM: both apply
-   Unicode's default case mapping, final sigma included);
+   Unicode's default case mapping, final sigma included -- the JVM's under
+   its default locale, so an executor in a Turkish locale would differ);
 4. the tokens of the default pattern ``(?U)\\b\\w*\\p{L}\\w*\\b`` (maximal runs of
    word characters holding a letter), with the JVM's own ``\\w`` and ``\\p{L}``
    (:mod:`pcem_spark.engine.unicode_classes`, generated from the JVM);
@@ -24,8 +25,12 @@ The length and stop-word filters need not run per token: a token they drop is
 a vocabulary term only if the vocabulary holds such terms, so those terms are
 taken out of the lookup table once instead (:func:`reachable_vocabulary`).
 Only the default token pattern is supported (:func:`supports`); any other
-pattern keeps the JVM path. tests/test_python_tokens.py compares the counts
-with the JVM featurisation on 20 Newsgroups and on every code point.
+pattern keeps the JVM path. ASCII texts take a shortcut with the same
+result: one byte-table lookup over their Arrow buffer. tests/test_python_tokens.py
+compares the counts with Spark ML's featurisation on a multilingual fixture
+and the tokens on every code point; docs/BENCHMARKS.md on all 18,846 posts
+of 20 Newsgroups. The one known difference: characters newer than Python's
+Unicode database that Spark's ICU normalises (under 256, Unicode 15-16).
 """
 
 from __future__ import annotations
