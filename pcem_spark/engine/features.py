@@ -50,6 +50,8 @@ from pcem_spark.util.constraints import Constraint, Interval, Options, check_con
 
 __all__ = [
     "DEFAULT_TOKEN_PATTERN",
+    "CJK_CHAR",
+    "BIGRAM_REGEX",
     "NORMALIZE_MODES",
     "CJK_MODES",
     "AUTO_STOP_WORDS",
@@ -108,7 +110,7 @@ CJK_CHAR = r"[\x{1100}-\x{10FFFF}&&[\p{IsHan}\p{IsHiragana}\p{IsKatakana}\p{IsHa
 #   group 3: a CJK char with no CJK neighbour -> " $3 ", kept as a unigram;
 #   else the last char of a run (its bigram was made one step earlier) -> " ".
 # Groups that did not take part are replaced by "" (java.util.regex.Matcher).
-_BIGRAM_REGEX = f"({CJK_CHAR})(?=({CJK_CHAR}))|(?<!{CJK_CHAR})({CJK_CHAR})(?!{CJK_CHAR})|{CJK_CHAR}"
+BIGRAM_REGEX = f"({CJK_CHAR})(?=({CJK_CHAR}))|(?<!{CJK_CHAR})({CJK_CHAR})(?!{CJK_CHAR})|{CJK_CHAR}"
 
 # NFKC with ICU4J, which Spark 4 bundles for its collations: Spark SQL has no
 # normalize() before 4.4, and reflect() cannot pass java.text.Normalizer's enum
@@ -253,7 +255,7 @@ def split_cjk(text: Column, mode: str) -> Column:
     if mode == "chars":
         spaced = F.regexp_replace(text, f"({CJK_CHAR})", " $1 ")
     elif mode == "bigrams":
-        spaced = F.regexp_replace(text, _BIGRAM_REGEX, " $1$2$3 ")
+        spaced = F.regexp_replace(text, BIGRAM_REGEX, " $1$2$3 ")
     else:
         return text
     # The bigram pattern tries three alternatives at every character; one quick

@@ -42,7 +42,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from pcem_spark.engine.features import _BIGRAM_REGEX, CJK_CHAR, DEFAULT_TOKEN_PATTERN, FeatureSettings
+from pcem_spark.engine.features import BIGRAM_REGEX, CJK_CHAR, DEFAULT_TOKEN_PATTERN, FeatureSettings
 from pcem_spark.engine.unicode_classes import CJK, LETTER, WORD
 
 __all__ = [
@@ -105,8 +105,8 @@ def char_class(ranges: str) -> str:
 
 _CJK_CLASS = char_class(CJK)
 _CJK_CHARS = re.compile(f"({_CJK_CLASS})")
-# features._BIGRAM_REGEX with the Java class replaced by ours; an unmatched group is "" in both engines.
-_CJK_BIGRAMS = re.compile(_BIGRAM_REGEX.replace(CJK_CHAR, _CJK_CLASS))
+# features.BIGRAM_REGEX with the Java class replaced by ours; an unmatched group is "" in both engines.
+_CJK_BIGRAMS = re.compile(BIGRAM_REGEX.replace(CJK_CHAR, _CJK_CLASS))
 # Joins a block's documents into one string: a control character, never a word character, so no token spans
 # two documents; NFKC composes nothing with it and lower case keeps it.
 _SEP = "\x00"
