@@ -283,8 +283,10 @@ def cmd_predict(args, settings) -> int:
     model.tokenizer = settings.predict.tokenizer
     width = model.beam_width(beam, beam_name)  # "auto" resolved; a beam for a method that has none refused
     counts: dict = {}
-    docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, args.docs_format).cache()
-    n_in = docs.count()
+    # Not cached again: the valid rows are a filter of the checked rows read_valid_documents persisted,
+    # and it has counted them.
+    docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, args.docs_format)
+    n_in = counts["selected"] if args.split is not None else counts["valid"]
     if width > 0:
         log.info(
             "predict: beam search of width %d over %d paths (%s = %r)", width, model.taxonomy.n_paths, beam_name, beam

@@ -103,10 +103,13 @@ def read_valid_documents(
 
     fmt = fmt or detect_format(spark, path)
     raw = read_documents(spark, path, fmt)
-    good, rejects = split_rejects(raw)  # both read one persisted, fully parsed copy
-    # Counted from the stored rows (lines), not from the parser's output: the check below then proves
+    verdicts: dict = {}
+    good, rejects = split_rejects(raw, counts=verdicts)  # both read one persisted, fully parsed copy
+    # Counted from the stored rows (lines), not from the parser's output: the checks below then prove
     # that every input row is either valid or rejected.
-    n_in, n_good = count_input_rows(spark, path, fmt), good.count()
+    n_in, n_good = count_input_rows(spark, path, fmt), verdicts["valid"]
+    if verdicts["parsed"] != n_in:
+        raise RuntimeError(f"{path}: {n_in} rows stored but {verdicts['parsed']} parsed")
     with atomic_output(spark, rejects_path, "rejects", overwrite=True) as staged:
         rejects.write.parquet(staged.tmp)
         by_reason = log_counts(path, n_in, n_good, rejects)

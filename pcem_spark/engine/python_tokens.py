@@ -157,28 +157,35 @@ def reachable_vocabulary(vocabulary: Sequence[str], settings: FeatureSettings, s
 
 
 # ASCII bytes as the JVM tokenizer sees them: NFKC changes none, (?U)\w is [A-Za-z0-9_] among them, and lower
-# case maps A-Z to a-z; every other byte becomes a space.
+# case maps A-Z to a-z; every other byte becomes a space. A bytes.translate table: 3x faster than numpy's take.
 _ASCII_MAP = np.full(256, 0x20, dtype=np.uint8)
 for _b in b"abcdefghijklmnopqrstuvwxyz0123456789_":
     _ASCII_MAP[_b] = _b
 for _b in b"ABCDEFGHIJKLMNOPQRSTUVWXYZ":
     _ASCII_MAP[_b] = _b + 32
+_ASCII_TRANSLATION = _ASCII_MAP.tobytes()
 
 
 def _ascii_token_lists(texts) -> "pa.ListArray":  # noqa: F821
     """The word runs of an Arrow string array of ASCII texts (no nulls), lower-cased, per row.
 
-    One table lookup over the array's UTF-8 buffer (no Python string per
-    document), then Arrow's split on the spaces.
+    One table lookup over the array's UTF-8 bytes (no Python string per
+    document), then Arrow's split on the spaces. Only the array's own bytes
+    are mapped: a slice of a larger batch shares the batch's whole buffer.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    _, offsets, data = texts.buffers()[:3]
-    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-    mapped = pa.py_buffer(_ASCII_MAP[raw])
-    kind = pa.LargeStringArray if pa.types.is_large_string(texts.type) else pa.StringArray
-    spaced = kind.from_buffers(len(texts), offsets, mapped, None, 0, texts.offset)
+    large = pa.types.is_large_string(texts.type)
+    _, offset_buffer, data = texts.buffers()[:3]
+    # The slice's n + 1 offsets, into the (possibly shared) data buffer.
+    offsets = np.frombuffer(offset_buffer, dtype=np.int64 if large else np.int32)
+    offsets = offsets[texts.offset : texts.offset + len(texts) + 1].astype(np.int64)
+    start, end = (int(offsets[0]), int(offsets[-1])) if len(offsets) else (0, 0)
+    own = data[start:end].to_pybytes() if data is not None and end > start else b""
+    rebased = (offsets - start).astype(np.int64 if large else np.int32)
+    kind = pa.LargeStringArray if large else pa.StringArray
+    spaced = kind.from_buffers(len(texts), pa.py_buffer(rebased), pa.py_buffer(own.translate(_ASCII_TRANSLATION)))
     return pc.ascii_split_whitespace(spaced)
 
 

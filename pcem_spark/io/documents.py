@@ -433,7 +433,9 @@ def read_documents(spark: SparkSession, path: str, fmt: Optional[str] = None) ->
     raise DocumentsError(f"unknown documents format {fmt!r}: expected 'parquet' or 'json'")
 
 
-def split_rejects(df: DataFrame, require_text: bool = True) -> Tuple[DataFrame, DataFrame]:
+def split_rejects(
+    df: DataFrame, require_text: bool = True, counts: Optional[Dict[str, int]] = None
+) -> Tuple[DataFrame, DataFrame]:
     """Split a documents DataFrame into (valid documents, rejects).
 
     Reasons, first match wins: the parser's / element checks' reason
@@ -450,6 +452,10 @@ def split_rejects(df: DataFrame, require_text: bool = True) -> Tuple[DataFrame, 
     splits, counted per split over the parsed rows (one row per split, joined
     onto the rejects only). A frame without ``_split_start`` /
     ``_split_line`` (built by hand) gets null lines.
+
+    ``counts`` (a dict) gets ``parsed`` (rows) and ``valid``, both counted
+    in one job; when no row is rejected, the rejects are then an empty
+    table that reads nothing.
     """
     if _REASON not in df.columns:  # a frame built by hand, not by read_documents
         df = df.withColumn(
@@ -465,25 +471,32 @@ def split_rejects(df: DataFrame, require_text: bool = True) -> Tuple[DataFrame, 
     for name in (_SPLIT_START, _SPLIT_LINE):
         if name not in df.columns:
             df = df.withColumn(name, F.lit(None).cast(T.LongType()))
-    dup_window = Window.partitionBy("id")
+    # One persisted, fully parsed copy: the duplicate-id count below, the rejects, the valid rows and the
+    # callers' counts all read it.
+    parsed = df.persist(StorageLevel.MEMORY_AND_DISK)
+    copies, broadcast = _repeated_ids(parsed)
     text_blank = F.col("text").isNull() if require_text else F.lit(False)
     reason = (
         F.when(F.col(_REASON).isNotNull(), F.col(_REASON))
         .when(F.col("id").isNull() | (F.trim(F.col("id")) == ""), F.lit("field 'id' is missing or empty"))
         .when(text_blank, F.lit("field 'text' is missing (null)"))
-        .when(
-            F.count(F.lit(1)).over(dup_window) > 1,
-            F.concat(
-                F.lit("duplicate id: "), F.count(F.lit(1)).over(dup_window).cast("string"), F.lit(" rows share this id")
-            ),
-        )
-        .otherwise(F.lit(None))
     )
-    # Persisted so that both outputs (and the caller's counts) share one
-    # parse of the input and one verdict per row.
-    flagged = df.withColumn("_reason", reason).persist(StorageLevel.MEMORY_AND_DISK)
+    if copies is not None:
+        parsed = parsed.join(copies, on="id", how="left")
+        reason = reason.when(
+            F.col(_COPIES).isNotNull(),
+            F.concat(F.lit("duplicate id: "), F.col(_COPIES).cast("string"), F.lit(" rows share this id")),
+        )
+    flagged = parsed.withColumn("_reason", reason.otherwise(F.lit(None)))
+    if copies is not None and not broadcast:
+        flagged = flagged.persist(StorageLevel.MEMORY_AND_DISK)  # a shuffle join: done once, not per reader
     good = flagged.where(F.col("_reason").isNull()).select("id", "text", "labels", "split", "similarities")
-    parsed = F.to_json(F.struct("id", "text", "labels", "split", "similarities"))
+    if counts is not None:
+        row = flagged.agg(F.count(F.lit(1)), F.count(F.when(F.col("_reason").isNull(), 1))).first()
+        counts.update(parsed=int(row[0]), valid=int(row[1]))
+        if counts["parsed"] == counts["valid"]:
+            return good, flagged.sparkSession.createDataFrame([], REJECT_SCHEMA)
+    as_json = F.to_json(F.struct("id", "text", "labels", "split", "similarities"))
     rejects = (
         flagged.where(F.col("_reason").isNotNull())
         .join(F.broadcast(_lines_before_split(flagged)), on=["source_file", _SPLIT_START], how="left")
@@ -491,11 +504,37 @@ def split_rejects(df: DataFrame, require_text: bool = True) -> Tuple[DataFrame, 
             F.col("id"),
             F.col("source_file"),
             F.col("_reason").alias("reason"),
-            F.coalesce(F.col(_CORRUPT), F.substring(parsed, 1, RECORD_CHARS)).alias("record"),
+            F.coalesce(F.col(_CORRUPT), F.substring(as_json, 1, RECORD_CHARS)).alias("record"),
             (F.col("_lines_before") + F.col(_SPLIT_LINE)).alias("line"),
         )
     )
     return good, rejects
+
+
+# Rows sharing an id: at most this many distinct repeated ids go to every task as a broadcast table; more
+# are joined by a shuffle (a crawl with millions of repeated ids), whose result is then persisted.
+BROADCAST_REPEATED_IDS = 1_000_000
+_COPIES = "_id_copies"
+
+
+def _repeated_ids(parsed: DataFrame) -> Tuple[Optional[DataFrame], bool]:
+    """((id, _id_copies) of the ids more than one row has, or None when every id is unique; broadcast?).
+
+    Only the id column is shuffled, never the rows: the usual input has no
+    repeated id, and then nothing is joined at all. One Spark job.
+    """
+    copies = (
+        parsed.where(F.col("id").isNotNull())
+        .groupBy("id")
+        .agg(F.count(F.lit(1)).alias(_COPIES))
+        .where(F.col(_COPIES) > 1)
+    )
+    n_repeated = copies.count()
+    if n_repeated == 0:
+        return None, False
+    if n_repeated <= BROADCAST_REPEATED_IDS:
+        return F.broadcast(copies), True
+    return copies, False
 
 
 def _lines_before_split(rows: DataFrame) -> DataFrame:
