@@ -68,8 +68,9 @@ def dotted_documents(spark, docs_path: str, out_path: str) -> str:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.io.documents import read_documents
     from pcem_spark.io.outputs import atomic_output, read_marker
+    from pcem_spark.io.rejects import split_rejects
 
     if read_marker(spark, out_path) is not None:
         return out_path
@@ -132,7 +133,8 @@ def curve(spark, model_dir: str, docs: str, tax_name: str, grid, check_p: float)
     from pyspark.sql import functions as F
 
     from pcem_spark.evaluation.metrics import evaluate_predictions
-    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.io.documents import read_documents
+    from pcem_spark.io.rejects import split_rejects
     from pcem_spark.model.path_model import PathModel
 
     model = PathModel.load(model_dir)

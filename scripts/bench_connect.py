@@ -266,7 +266,8 @@ def _frames(spark, work, params):
 def _workflow(spark, sample_path):
     """Seconds of what a user does before fitting (all DataFrame API)."""
     from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
-    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.io.documents import read_documents
+    from pcem_spark.io.rejects import split_rejects
 
     out = {}
     t = time.perf_counter()
@@ -321,7 +322,8 @@ def phase_prep(args):
     with open(sample, "w", encoding="utf-8") as out:
         out.writelines(lines)
     spark = _classic_session("bench-connect-prep")
-    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.io.documents import read_documents
+    from pcem_spark.io.rejects import split_rejects
 
     good, _ = split_rejects(read_documents(spark, sample, "json"))
     docs = good.select("id", "text", "labels")

@@ -49,7 +49,8 @@ def main(argv=None) -> int:
     from pcem_spark.engine.features import featurize, fit_vocabulary
     from pcem_spark.engine.session import build_session
     from pcem_spark.experiment.protocol import assign_roles
-    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.io.documents import read_documents
+    from pcem_spark.io.rejects import split_rejects
     from pcem_spark.ml import PathEM, tuning
     from pcem_spark.model.stop_words import resolve_stop_words
 

@@ -132,7 +132,8 @@ def main(argv=None) -> int:
     from pcem_spark.engine.features import featurize, fit_vocabulary
     from pcem_spark.engine.session import build_session, setup_logging
     from pcem_spark.experiment.protocol import assign_roles
-    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.io.documents import read_documents
+    from pcem_spark.io.rejects import split_rejects
     from pcem_spark.model.fitting import score_matrix
     from pcem_spark.model.path_model import PathModel
 

@@ -29,7 +29,9 @@ besides documents/s of the whole command (median of ``--repeats``) the
 *marginal* documents/s -- the documents between the two runs over the
 seconds between them -- is the pipeline's rate per document. Also reported:
 the share of documents whose path equals the exact run's, and the share
-whose path is the generating one.
+whose path is the generating one. ``--crawl-copies N`` also times one command
+per decoder on the documents N times over (distinct ids): the whole-command
+rate at a crawl's size, where the fixed cost no longer counts.
 
 Beside it, measured in the same run and process:
 
@@ -173,13 +175,26 @@ def _core_run(X, model, beam: int):
     return X.shape[0] / (time.perf_counter() - t0), best, prep
 
 
-def _pcem_predict(spark, model_dir: str, docs: str, out: str, beam: int, args, tokenizer: str = "python") -> list:
+def _write_copies(spark, docs: str, out: str, copies: int) -> None:
+    """``docs`` (Parquet) ``copies`` times over, each copy's ids suffixed ``-k`` (still unique)."""
+    from pyspark.sql import functions as F
+
+    src = spark.read.parquet(docs)
+    copy = spark.range(copies).withColumnRenamed("id", "_copy")
+    src.crossJoin(copy).select(
+        F.concat(F.col("id"), F.lit("-"), F.col("_copy").cast("string")).alias("id"), "text", "labels"
+    ).write.mode("overwrite").parquet(out)
+
+
+def _pcem_predict(
+    spark, model_dir: str, docs: str, out: str, beam: int, args, tokenizer: str = "python", repeats=None
+) -> list:
     """Wall times of ``pcem predict --set predict.beam=BEAM --set predict.tokenizer=T`` (``args.repeats`` runs)."""
     from pcem_spark.cli import main as pcem
 
     argv = ["predict", "--config", args.config, "--model", model_dir, "--docs", docs, "--output", out, "--overwrite"]
     times = []
-    for _ in range(args.repeats):
+    for _ in range(args.repeats if repeats is None else repeats):
         t0 = time.perf_counter()
         settings = ["--set", f"predict.beam={beam}", "--set", f"predict.tokenizer={tokenizer}"]
         rc = pcem(argv + settings + ["--log-level", "WARN"])
@@ -231,6 +246,9 @@ def run_shape(spark, shape, args) -> list:
         n0 = args.base_docs
         _write_docs(spark, small, args.format, ids[:n0], texts[:n0], labels[:n0])
         _pcem_predict(spark, model_dir, small, os.path.join(base, "warm_up"), 0, args)  # untimed: a warm JVM
+        crawl = os.path.join(base, "crawl")
+        if args.crawl_copies:
+            _write_copies(spark, docs, crawl, args.crawl_copies)
     setup = time.perf_counter() - t0
     rows = []
     exact_best = None
@@ -279,6 +297,11 @@ def run_shape(spark, shape, args) -> list:
                         "path_accuracy": accuracy,
                     }
                 )
+            if spark is not None and args.crawl_copies and tokenizer == args.tokenizers[0]:
+                # The crawl scale: the same documents --crawl-copies times over (distinct ids), one command.
+                n_crawl = args.docs * args.crawl_copies
+                seconds = _pcem_predict(spark, model_dir, crawl, out + "_crawl", beam, args, tokenizer, repeats=1)[0]
+                row.update({"crawl_docs": n_crawl, "crawl_seconds": seconds, "crawl_docs_per_s": n_crawl / seconds})
             rows.append(row)
         # The reference just before and after this decoder's runs: the machine's speed while they ran.
         reference = (before + scipy_reference(3)["rows_per_s"]) / 2
@@ -289,6 +312,8 @@ def run_shape(spark, shape, args) -> list:
                 if spark is not None:
                     row["docs_per_s_to_reference"] = row["docs_per_s"] / reference
                     row["ratio_to_reference"] = (row["marginal_docs_per_s"] or 0.0) / reference
+                    if "crawl_docs_per_s" in row:
+                        row["crawl_docs_per_s_to_reference"] = row["crawl_docs_per_s"] / reference
                 print(json.dumps(row), flush=True)
     return rows
 
@@ -309,6 +334,9 @@ def markdown(rows: list, reference: dict) -> str:
     head = "| leaves | decoder | tokenizer | reference rows/s |"
     if spark:
         head += " pcem predict s (fixed s) | docs/s | ÷ reference | marginal docs/s | ÷ reference |"
+    crawl = all("crawl_docs_per_s" in r for r in rows)
+    if crawl:
+        head += " crawl docs | crawl s | crawl docs/s | ÷ reference |"
     head += " core docs/s (1 core) | ÷ reference | agreement with exact | path accuracy |"
     lines += [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
@@ -319,6 +347,11 @@ def markdown(rows: list, reference: dict) -> str:
                 f" {r['seconds']:.1f} ({r['base_seconds']:.1f}) | {r['docs_per_s']:,.0f} |"
                 f" {r['docs_per_s_to_reference']:.2f} |"
                 f" {_maybe(marginal, ',.0f')} | {_maybe(marginal and r['ratio_to_reference'], '.2f')} |"
+            )
+        if crawl:
+            line += (
+                f" {r['crawl_docs']:,} | {r['crawl_seconds']:.1f} | {r['crawl_docs_per_s']:,.0f} |"
+                f" {r['crawl_docs_per_s_to_reference']:.2f} |"
             )
         agree, accuracy = (
             (r["agreement_with_exact"], r["path_accuracy"])
@@ -347,6 +380,12 @@ def main(argv=None) -> int:
     ap.add_argument("--beams", default="2,3,5", help="beam widths besides the exact decoder")
     ap.add_argument(
         "--tokenizers", default="python", help="predict.tokenizer values, ','-separated (the first is the reference)"
+    )
+    ap.add_argument(
+        "--crawl-copies",
+        type=int,
+        default=0,
+        help="also time one command per decoder on the documents this many times over (a crawl-sized input)",
     )
     ap.add_argument("--format", choices=["parquet", "json"], default="parquet")
     ap.add_argument("--repeats", type=int, default=1)

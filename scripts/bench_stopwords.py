@@ -114,7 +114,8 @@ def auto_decisions(name: str, docs_path: str, rates: List[float], seeds: List[in
     from pcem_spark.core.taxonomy import Taxonomy
     from pcem_spark.engine.session import build_session
     from pcem_spark.experiment.protocol import assign_roles
-    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.io.documents import read_documents
+    from pcem_spark.io.rejects import split_rejects
     from pcem_spark.model.stop_words import resolve_stop_words
 
     settings = load_settings(config, ['features.stop_words="auto"'])

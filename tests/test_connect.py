@@ -244,7 +244,8 @@ def test_model_files_and_format_detection_fail_naming_the_way_out(remote, tmp_pa
 
 def test_reading_and_checking_documents_works_over_connect(remote):
     """The strict reader and the reject split give the verdicts of tests/test_strict_input.py."""
-    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.io.documents import read_documents
+    from pcem_spark.io.rejects import split_rejects
 
     with open(os.path.join(DATA, "malformed_expected.json"), encoding="utf-8") as fh:
         expected = {int(k): v for k, v in json.load(fh).items() if not k.startswith("_")}

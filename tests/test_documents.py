@@ -5,7 +5,8 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import types as T
 
-from pcem_spark.io.documents import DocumentsError, read_documents, split_rejects
+from pcem_spark.io.documents import DocumentsError, read_documents
+from pcem_spark.io.rejects import split_rejects
 
 
 def _write_jsonl(path, lines, gz=False):

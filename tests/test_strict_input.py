@@ -16,7 +16,8 @@ from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pcem_spark.io.documents import DOCUMENT_SCHEMA, DocumentsError, read_documents, split_rejects
+from pcem_spark.io.documents import DOCUMENT_SCHEMA, DocumentsError, read_documents
+from pcem_spark.io.rejects import split_rejects
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 CATALOGUE = os.path.join(DATA, "malformed.jsonl")

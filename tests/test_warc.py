@@ -574,7 +574,8 @@ def test_train_and_predict_read_the_ingested_table(spark, tmp_path):
     import numpy as np
 
     from pcem_spark.cli import main
-    from pcem_spark.io.documents import read_documents, split_rejects
+    from pcem_spark.io.documents import read_documents
+    from pcem_spark.io.rejects import split_rejects
 
     rng = np.random.default_rng(3)
     recs = []

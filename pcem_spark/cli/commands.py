@@ -247,12 +247,14 @@ def cmd_train(args, settings) -> int:
 
 
 def cmd_predict(args, settings) -> int:
+    from pyspark.sql import functions as F
+
     from pcem_spark.core.beam import check_beam
     from pcem_spark.engine.progress import log_progress
     from pcem_spark.engine.session import build_session
     from pcem_spark.io.outputs import atomic_output
     from pcem_spark.model.path_model import PathModel
-    from pcem_spark.model.schema import check_prediction_options
+    from pcem_spark.model.schema import LEVEL1, check_output_columns, check_prediction_options
 
     # Flags override [predict]; checked before Spark starts.
     min_probability = settings.predict.min_probability if args.min_probability is None else args.min_probability
@@ -268,6 +270,8 @@ def cmd_predict(args, settings) -> int:
             "--top-k" if args.top_k is not None else "predict.top_k",
         ),
     )
+    keep, partition_by, output_names = _output_columns(args, settings)
+    check_output_columns(keep, partition_by, min_probability, top_k, names=output_names)
     spark = build_session(settings.spark)
     t0 = time.perf_counter()
     from pcem_spark.io.output_paths import Output
@@ -285,18 +289,26 @@ def cmd_predict(args, settings) -> int:
     counts: dict = {}
     # Not cached again: the valid rows are a filter of the checked rows read_valid_documents persisted,
     # and it has counted them.
-    docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, args.docs_format)
+    docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, args.docs_format, keep)
     n_in = counts["selected"] if args.split is not None else counts["valid"]
     if width > 0:
         log.info(
             "predict: beam search of width %d over %d paths (%s = %r)", width, model.taxonomy.n_paths, beam_name, beam
         )
-    pred = model.transform(docs, min_probability=min_probability, top_k=top_k, beam=width)
+    pred = model.transform(docs, min_probability=min_probability, top_k=top_k, beam=width, keep_columns=keep)
+    writer = pred.write
+    if partition_by == LEVEL1:
+        pred = pred.withColumn(LEVEL1, F.try_element_at(F.col("path"), F.lit(1)))  # null for an empty path
+        writer = pred.write
+    if partition_by:
+        # Partition values are folder names: Spark escapes the characters a path cannot hold, and reads
+        # the column back from them (a null becomes __HIVE_DEFAULT_PARTITION__ on disk, null when read).
+        writer = writer.partitionBy(partition_by)
     # Written to a temporary sibling and moved into place with its marker: --overwrite keeps the old
     # predictions until the new ones are complete, and a killed run never leaves part files to be read.
     with atomic_output(spark, args.output, "predictions", overwrite=args.overwrite) as staged:
         with log_progress(spark, "predict", n_in):
-            pred.write.parquet(staged.tmp)
+            writer.parquet(staged.tmp)
         n_out = spark.read.parquet(staged.tmp).count()
         if n_out != n_in:  # the contract: exactly one row per valid input document
             raise RuntimeError(f"predict wrote {n_out} rows for {n_in} valid documents")
@@ -309,6 +321,8 @@ def cmd_predict(args, settings) -> int:
                 "top_k": int(top_k),
                 "beam": int(width),
                 "tokenizer": "python" if model.text_featurizer() is not None else "spark",
+                "keep_columns": list(keep),
+                "partition_by": partition_by or None,
             }
         )
         if min_probability > 0:
@@ -318,6 +332,20 @@ def cmd_predict(args, settings) -> int:
             log.info("predict: --min-probability %g: %s", min_probability, staged.info["abstention"])
     log.info("predict: %d predictions -> %s in %.1fs", n_out, args.output, time.perf_counter() - t0)
     return 0
+
+
+def _output_columns(args, settings):
+    """(kept input columns, partition column or "", the names to report them by): flags over [predict]."""
+    if args.keep_columns is not None:
+        keep = [c.strip() for c in args.keep_columns.split(",") if c.strip()]
+        keep_name = "--keep-columns"
+    else:
+        keep, keep_name = list(settings.predict.keep_columns), "predict.keep_columns"
+    if args.partition_by is not None:
+        partition_by, partition_name = args.partition_by.strip(), "--partition-by"
+    else:
+        partition_by, partition_name = settings.predict.partition_by.strip(), "predict.partition_by"
+    return keep, partition_by, (keep_name, partition_name)
 
 
 def cmd_evaluate(args, settings) -> int:

@@ -30,6 +30,10 @@ class PredictSettings:
     beam: object = "auto"
     # where text is tokenised: "python" in the scoring task (engine.python_tokens), "spark" by Spark ML
     tokenizer: str = "python"
+    # input columns copied into the predictions (Parquet documents), e.g. ["url", "crawl_date"]
+    keep_columns: List[str] = field(default_factory=list)
+    # write the predictions partitioned by a kept column, or "level1" (the first node of the path); "" = not
+    partition_by: str = ""
 
     CONSTRAINTS: ClassVar[Dict[str, Any]] = {
         "beam": [Interval(int, 0, None, note="(0 = exact, N = beam width)"), "auto"],
@@ -42,6 +46,12 @@ class PredictSettings:
         if isinstance(self.beam, float) and self.beam.is_integer():
             self.beam = int(self.beam)  # a number read for an "auto" default comes as a float
         check_constraints(self, self.CONSTRAINTS, "predict", error=ConfigError)
+        if isinstance(self.keep_columns, str):  # --set predict.keep_columns=url,crawl_date
+            self.keep_columns = [c.strip() for c in self.keep_columns.split(",") if c.strip()]
+        if not isinstance(self.keep_columns, list) or not all(isinstance(c, str) for c in self.keep_columns):
+            raise ConfigError(f"predict.keep_columns = {self.keep_columns!r}: expected a list of column names")
+        if not isinstance(self.partition_by, str):
+            raise ConfigError(f'predict.partition_by = {self.partition_by!r}: expected a column name or ""')
         try:
             check_prediction_options(
                 self.min_probability, self.top_k, names=("predict.min_probability", "predict.top_k")

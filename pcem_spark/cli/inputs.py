@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 from pcem_spark.cli.parser import DEFAULT_CONFIG
 from pcem_spark.errors import InputError
@@ -85,7 +85,13 @@ def check_label_rate(rate: Optional[float]) -> None:
 
 
 def read_valid_documents(
-    spark, path: str, rejects_path: str, split: Optional[str], counts: Optional[dict] = None, fmt: Optional[str] = None
+    spark,
+    path: str,
+    rejects_path: str,
+    split: Optional[str],
+    counts: Optional[dict] = None,
+    fmt: Optional[str] = None,
+    keep: Sequence[str] = (),
 ):
     """Read documents, write the rejects table (atomically), log counts; return the valid rows.
 
@@ -94,15 +100,17 @@ def read_valid_documents(
     rejects table belongs to the run's main output, whose existence the
     caller has checked, so a leftover of a failed run is replaced; its marker
     holds the counts (rows read = valid + rejected). ``counts`` (a dict) is
-    filled with them for the main output's marker.
+    filled with them for the main output's marker. ``keep``: more input
+    columns the valid rows carry (Parquet; :func:`read_documents`).
     """
     from pyspark.sql import functions as F
 
-    from pcem_spark.io.documents import count_input_rows, detect_format, log_counts, read_documents, split_rejects
+    from pcem_spark.io.documents import count_input_rows, detect_format, read_documents
     from pcem_spark.io.outputs import atomic_output
+    from pcem_spark.io.rejects import log_counts, split_rejects
 
     fmt = fmt or detect_format(spark, path)
-    raw = read_documents(spark, path, fmt)
+    raw = read_documents(spark, path, fmt, keep)
     verdicts: dict = {}
     good, rejects = split_rejects(raw, counts=verdicts)  # both read one persisted, fully parsed copy
     # Counted from the stored rows (lines), not from the parser's output: the checks below then prove

@@ -166,6 +166,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="decode by a beam search of width N down the tree (0 = the exact argmax over every path, "
         'auto = exact up to 5,000 paths, a beam of 5 above; default [predict] beam = "auto")',
     )
+    p.add_argument(
+        "--keep-columns",
+        default=None,
+        metavar="COLS",
+        help="copy these input columns (comma-separated, Parquet documents) into the predictions, e.g. "
+        "url,crawl_date (default [predict] keep_columns = [])",
+    )
+    p.add_argument(
+        "--partition-by",
+        default=None,
+        metavar="COL",
+        help="write the predictions partitioned by a kept column, or by level1 (the first node of the "
+        'predicted path) (default [predict] partition_by = "": not partitioned)',
+    )
     p.add_argument("--overwrite", action="store_true")
     _common(p)
 

@@ -369,11 +369,15 @@ def _indptr_of(row_of_entry: np.ndarray, n_rows: int) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(np.bincount(row_of_entry, minlength=n_rows))])
 
 
-def _softmax_rows(scores: np.ndarray, paths: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """Column of each row's best score (ties: the lower path index, as the exact argmax) and the row's softmax."""
+def _softmax_rows(scores: np.ndarray, paths: np.ndarray, temperature: float = 1.0) -> Tuple[np.ndarray, np.ndarray]:
+    """Column of each row's best score (ties: the lower path index, as the exact argmax) and the row's softmax.
+
+    The softmax is that of ``scores / temperature``; the best column is chosen before (calibration never
+    changes the path).
+    """
     top = scores.max(axis=1)
     k = np.argmin(np.where(scores == top[:, None], paths, np.iinfo(np.int64).max), axis=1)
-    post = np.exp(scores - top[:, None])
+    post = np.exp((scores - top[:, None]) * (1.0 / temperature))
     post /= post.sum(axis=1, keepdims=True)
     return k, post
 
@@ -405,6 +409,7 @@ def beam_path_details(
     path_nodes: Optional[np.ndarray] = None,
     min_probability: float = 0.0,
     top_k: int = 0,
+    temperature: float = 1.0,
 ) -> PathPredictions:
     """:func:`~pcem_spark.core.decoding.predict_path_details` by a beam: over the scored paths only.
 
@@ -413,7 +418,9 @@ def beam_path_details(
     marginals that decide ``kept`` are those of the posterior renormalised
     over the paths the beam scored. ``path_nodes`` (M, D), -1 at dummies
     (:func:`~pcem_spark.core.decoding.path_node_table`), is needed with
-    ``min_probability`` > 0.
+    ``min_probability`` > 0. ``temperature`` (calibration) divides the scored
+    paths' joint log-likelihoods before that softmax; the beam and the path
+    are unchanged.
     """
     X = length_normalize(X, doc_length) if doc_length > 0 else sp.csr_matrix(X, dtype=np.float64)
     paths, scores = beam_candidates(X, scorer, beam)
@@ -422,7 +429,7 @@ def beam_path_details(
     if n == 0:
         k, post = np.zeros(0, dtype=np.int64), np.zeros(paths.shape)
     else:
-        k, post = _softmax_rows(scores, paths)
+        k, post = _softmax_rows(scores, paths, temperature)
     best, prob = paths[rows, k], post[rows, k]
     kept = kept_prob = top_index = top_prob = None
     if min_probability > 0:

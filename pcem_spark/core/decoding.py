@@ -70,14 +70,20 @@ def block_scores(X, tables: ScoringTables, row_chunk: Optional[int] = None):
         yield 0, np.zeros((0, R)) + tables.log_prior[None, :]
 
 
-def _best_and_probability(jll: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """Argmax of each row and its softmax probability, ``1 / sum_j exp(jll_j - max)``; overwrites ``jll``."""
+def _best_and_probability(jll: np.ndarray, temperature: float = 1.0) -> Tuple[np.ndarray, np.ndarray]:
+    """Argmax of each row and its probability ``1 / sum_j exp((jll_j - max) / T)``; overwrites ``jll``.
+
+    The argmax is taken before the temperature is applied: calibration never
+    changes the path.
+    """
     n = jll.shape[0]
     best = np.argmax(jll, axis=1) if jll.shape[1] else np.zeros(n, dtype=np.int64)
     if n == 0 or jll.shape[1] == 0:
         return best, np.ones(n)
     top = jll[np.arange(n), best]
     jll -= top[:, None]
+    if temperature != 1.0:
+        jll *= 1.0 / temperature
     np.exp(jll, out=jll)
     return best, 1.0 / jll.sum(axis=1)
 
@@ -104,6 +110,7 @@ def predict_paths(
     structure: Optional[Structure] = None,
     doc_length: float = 0.0,
     tables: Optional[ScoringTables] = None,
+    temperature: Optional[float] = None,
 ) -> Tuple[np.ndarray, np.ndarray]:
     """Argmax path of Eq. 5 and its posterior probability (or a baseline's decoding rule).
 
@@ -125,6 +132,11 @@ def predict_paths(
         (:func:`~pcem_spark.core.estep.length_normalize`; 0 = raw counts).
     tables : ScoringTables or None
         The parameters in sparse form, used instead of ``log_prior`` / ``log_theta``.
+    temperature : float > 0 or None
+        Calibration (:mod:`pcem_spark.core.calibration`): the probability is
+        that of ``softmax(jll / temperature)``; the path is the same. Eq. 5
+        only (``structure`` None); the baselines' rules ignore it. None: the
+        tables' own (``tables.temperature``), 1 without tables.
 
     Returns
     -------
@@ -147,28 +159,32 @@ def predict_paths(
     [0 1] [0.983 0.888]
     """
     X = length_normalize(X, doc_length) if doc_length > 0 else sp.csr_matrix(X)
+    if temperature is None:
+        temperature = 1.0 if tables is None else tables.temperature
     if tables is None:
-        return decode(joint_log_likelihood(X, log_prior, log_theta), structure)
+        return decode(joint_log_likelihood(X, log_prior, log_theta), structure, temperature=temperature)
     best = np.zeros(X.shape[0], dtype=np.int64)
     prob = np.zeros(X.shape[0])
     for start, jll in block_scores(X, tables):
         stop = start + jll.shape[0]
-        best[start:stop], prob[start:stop] = decode(jll, structure, overwrite=True)
+        best[start:stop], prob[start:stop] = decode(jll, structure, overwrite=True, temperature=temperature)
     return best, prob
 
 
 def decode(
-    jll: np.ndarray, structure: Optional[Structure] = None, overwrite: bool = False
+    jll: np.ndarray, structure: Optional[Structure] = None, overwrite: bool = False, temperature: float = 1.0
 ) -> Tuple[np.ndarray, np.ndarray]:
     """Best path and its score from component joint log-likelihoods (n, R); see :class:`Structure`.
 
     Eq. 5 (``structure`` None) needs only each row's maximum and one pass of
     ``exp`` (no (n, R) posterior); ``overwrite``: ``jll`` may be used as the
-    work array.
+    work array. ``temperature``: Eq. 5's probability is that of
+    ``softmax(jll / temperature)`` (the argmax is unchanged); the baselines'
+    rules ignore it.
     """
     n = jll.shape[0]
     if structure is None:
-        return _best_and_probability(jll if overwrite else np.array(jll, dtype=np.float64))
+        return _best_and_probability(jll if overwrite else np.array(jll, dtype=np.float64), temperature)
     if structure.decoder == "posterior":
         post, _ = posterior(jll)
         n_paths = int(structure.owner.max()) + 1
@@ -418,25 +434,28 @@ def predict_path_details(
     Parameters
     ----------
     X : sparse matrix (n, V)
-    structure, doc_length, tables : as :func:`predict_paths`
+    structure, doc_length, tables : as :func:`predict_paths` (the tables'
+        temperature also scales the posteriors behind the marginals and the
+        top-k paths)
     path_node : ndarray or sparse matrix (M, K) path-node membership
     path_nodes : int ndarray (M, D), -1 at dummies (:func:`path_node_table`)
     min_probability : float in [0, 1]; 0 = no abstaining (``kept`` None)
     top_k : int >= 0; 0 = no top-k (``top_index`` None)
     """
     X = length_normalize(X, doc_length) if doc_length > 0 else sp.csr_matrix(X)
-    parts = [
-        _chunk_details(jll, structure, path_node, path_nodes, min_probability, top_k)
-        for _, jll in block_scores(X, tables)
-    ]
+    options = (min_probability, top_k, tables.temperature)
+    parts = [_chunk_details(jll, structure, path_node, path_nodes, options) for _, jll in block_scores(X, tables)]
     return PathPredictions(*(None if parts[0][f] is None else np.concatenate([p[f] for p in parts]) for f in range(6)))
 
 
-def _chunk_details(jll, structure, path_node, path_nodes, min_probability, top_k) -> PathPredictions:
+def _chunk_details(jll, structure, path_node, path_nodes, options) -> PathPredictions:
     """:func:`predict_path_details` of one chunk of rows' joint log-likelihoods."""
-    best, prob = decode(jll, structure)
+    min_probability, top_k, temperature = options
+    best, prob = decode(jll, structure, temperature=temperature)
     if min_probability <= 0 and top_k <= 0:
         return PathPredictions(best, prob)
+    if structure is None and temperature != 1.0:
+        jll = jll / temperature
     path_post = path_posteriors(jll, structure)
     del jll
     kept = kept_prob = top_index = top_prob = None

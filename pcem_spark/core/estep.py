@@ -81,7 +81,9 @@ class ScoringTables(NamedTuple):
     ``dense_terms`` (Vd,) are scored from ``dense_t`` (Vd, R), every other term
     from ``sparse_t`` (V, R) CSR; ``dense_terms = None`` means every term is in
     ``dense_t`` (V, R). Tables are kept at the broadcast dtype (float32 halves
-    them); ``log_prior`` / ``log_base`` stay float64.
+    them); ``log_prior`` / ``log_base`` stay float64. ``temperature``: the
+    model's calibration (:mod:`pcem_spark.core.calibration`), which prediction
+    divides the joint log-likelihoods by before a softmax (1 = none).
     """
 
     log_prior: np.ndarray
@@ -89,6 +91,7 @@ class ScoringTables(NamedTuple):
     dense_terms: Optional[np.ndarray]
     dense_t: np.ndarray
     sparse_t: Optional[sp.csr_matrix]
+    temperature: float = 1.0
 
     @property
     def dtype(self):

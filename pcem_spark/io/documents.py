@@ -82,26 +82,28 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pcem_spark.errors import InputError
 from pcem_spark.io.hadoop_fs import FILESYSTEM_NEEDS, HadoopFS
-from pcem_spark.io.json_lines import RECORD_CHARS, _parse_line, _StrictDecoder
+from pcem_spark.io.json_lines import _parse_line, _StrictDecoder
 
 __all__ = [
     "DOCUMENT_SCHEMA",
     "REJECT_SCHEMA",
     "RAW_SCHEMA",
+    "KEPT_PREFIX",
+    "CORRUPT_COL",
+    "REASON_COL",
+    "SPLIT_START_COL",
+    "SPLIT_LINE_COL",
     "DocumentsError",
     "detect_format",
     "read_documents",
-    "split_rejects",
-    "log_counts",
     "count_input_rows",
     "input_fs",
 ]
@@ -133,32 +135,33 @@ REJECT_SCHEMA = T.StructType(
 )
 
 
-_CORRUPT = "_corrupt_record"  # raw line of a row the parser rejected (truncated)
+CORRUPT_COL = "_corrupt_record"  # raw line of a row the parser rejected (truncated)
 
 
-_REASON = "_reject_reason"  # why the parser / element checks rejected the row
+REASON_COL = "_reject_reason"  # why the parser / element checks rejected the row
 
 
-_SPLIT_START = "_split_start"  # byte offset where the line's split of source_file starts; null for Parquet
+SPLIT_START_COL = "_split_start"  # byte offset where the line's split of source_file starts; null for Parquet
 
 
-_SPLIT_LINE = "_split_line"  # 1-based line number within that split, in file order; null for Parquet
+SPLIT_LINE_COL = "_split_line"  # 1-based line number within that split, in file order; null for Parquet
 
 
 # Columns of read_documents' result, in order, for both formats.
 RAW_SCHEMA = T.StructType(
     DOCUMENT_SCHEMA.fields
     + [
-        T.StructField(_CORRUPT, T.StringType(), True),
-        T.StructField(_REASON, T.StringType(), True),
-        T.StructField(_SPLIT_START, T.LongType(), True),
-        T.StructField(_SPLIT_LINE, T.LongType(), True),
+        T.StructField(CORRUPT_COL, T.StringType(), True),
+        T.StructField(REASON_COL, T.StringType(), True),
+        T.StructField(SPLIT_START_COL, T.LongType(), True),
+        T.StructField(SPLIT_LINE_COL, T.LongType(), True),
         T.StructField("source_file", T.StringType(), True),
     ]
 )
 
 
-_LOGGED_REASONS = 20  # distinct reject reasons log_counts lists
+# Input columns kept for the output (read_documents' ``keep``) travel under this prefix.
+KEPT_PREFIX = "_keep_"
 
 
 _JSON_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".ndjson", ".ndjson.gz")
@@ -280,10 +283,10 @@ def _parse_line_batches(batches):
             ("labels", pa.list_(pa.string())),
             ("split", pa.string()),
             ("similarities", pa.map_(pa.string(), pa.float64())),
-            (_CORRUPT, pa.string()),
-            (_REASON, pa.string()),
-            (_SPLIT_START, pa.int64()),
-            (_SPLIT_LINE, pa.int64()),
+            (CORRUPT_COL, pa.string()),
+            (REASON_COL, pa.string()),
+            (SPLIT_START_COL, pa.int64()),
+            (SPLIT_LINE_COL, pa.int64()),
             ("source_file", pa.string()),
         ]
     )
@@ -375,10 +378,16 @@ def _similarities_reason(sims: Column) -> Column:
     )
 
 
-def _read_parquet(spark: SparkSession, path: str) -> DataFrame:
-    """Parquet documents with the per-row checks its types do not guarantee, as RAW_SCHEMA rows."""
+def _read_parquet(spark: SparkSession, path: str, keep: Sequence[str] = ()) -> DataFrame:
+    """Parquet documents with the per-row checks its types do not guarantee, as RAW_SCHEMA rows (+ ``keep``)."""
     df = spark.read.parquet(path)
     _check_parquet_schema(df.schema, path)
+    for name in keep:
+        if name not in df.columns:
+            raise DocumentsError(
+                f"{path}: column {name!r} (to keep in the output) is not in the documents; "
+                f"their columns are {sorted(df.columns)}"
+            )
     for field in DOCUMENT_SCHEMA.fields:
         if field.name not in df.columns:
             df = df.withColumn(field.name, F.lit(None).cast(field.dataType))
@@ -388,15 +397,16 @@ def _read_parquet(spark: SparkSession, path: str) -> DataFrame:
         "labels",
         "split",
         "similarities",
-        F.lit(None).cast(T.StringType()).alias(_CORRUPT),
-        F.coalesce(_labels_reason(F.col("labels")), _similarities_reason(F.col("similarities"))).alias(_REASON),
-        F.lit(None).cast(T.LongType()).alias(_SPLIT_START),
-        F.lit(None).cast(T.LongType()).alias(_SPLIT_LINE),
+        F.lit(None).cast(T.StringType()).alias(CORRUPT_COL),
+        F.coalesce(_labels_reason(F.col("labels")), _similarities_reason(F.col("similarities"))).alias(REASON_COL),
+        F.lit(None).cast(T.LongType()).alias(SPLIT_START_COL),
+        F.lit(None).cast(T.LongType()).alias(SPLIT_LINE_COL),
         F.input_file_name().alias("source_file"),
+        *[F.col(name).alias(KEPT_PREFIX + name) for name in keep],
     )
 
 
-def read_documents(spark: SparkSession, path: str, fmt: Optional[str] = None) -> DataFrame:
+def read_documents(spark: SparkSession, path: str, fmt: Optional[str] = None, keep: Sequence[str] = ()) -> DataFrame:
     """Read a documents table: one row per input row (per physical line for JSON), rejects included.
 
     Parameters
@@ -415,6 +425,9 @@ def read_documents(spark: SparkSession, path: str, fmt: Optional[str] = None) ->
     byte offset where the line's split starts and the 1-based line number
     within that split; null for Parquet) and ``source_file``. Pass it to
     :func:`split_rejects`, which gives the rejects their line in the file.
+    ``keep``: more input columns (Parquet only) that follow, named
+    ``KEPT_PREFIX + name`` so they never meet the internal ones;
+    :func:`split_rejects` gives them back their names on the valid rows.
 
     Raises
     ------
@@ -427,160 +440,15 @@ def read_documents(spark: SparkSession, path: str, fmt: Optional[str] = None) ->
         raise DocumentsError(f"documents input {path!r} does not exist")
     fmt = fmt or detect_format(spark, path)
     if fmt == "json":
+        if keep:
+            raise DocumentsError(
+                f"{path}: keeping input columns ({', '.join(keep)}) needs a Parquet documents table; "
+                "JSON Lines documents are read as id, text, labels, split, similarities only"
+            )
         return _read_json_lines(spark, path)
     if fmt == "parquet":
-        return _read_parquet(spark, path)
+        return _read_parquet(spark, path, keep)
     raise DocumentsError(f"unknown documents format {fmt!r}: expected 'parquet' or 'json'")
-
-
-def split_rejects(
-    df: DataFrame, require_text: bool = True, counts: Optional[Dict[str, int]] = None
-) -> Tuple[DataFrame, DataFrame]:
-    """Split a documents DataFrame into (valid documents, rejects).
-
-    Reasons, first match wins: the parser's / element checks' reason
-    (``_reject_reason``), missing or empty id, missing text, duplicate id.
-    Every copy of a duplicate id is rejected, since no copy is more
-    authoritative than another -- rows rejected for another reason count as
-    copies too when their id is known. Label-path validity is checked against
-    the taxonomy by the caller.
-
-    The rejects have :data:`REJECT_SCHEMA`; ``record`` is the raw line when
-    the parser kept it, else the parsed row as JSON (both at most
-    :data:`RECORD_CHARS` characters). ``line`` is the line in the file:
-    the line within the split plus the lines of the same file's earlier
-    splits, counted per split over the parsed rows (one row per split, joined
-    onto the rejects only). A frame without ``_split_start`` /
-    ``_split_line`` (built by hand) gets null lines.
-
-    ``counts`` (a dict) gets ``parsed`` (rows) and ``valid``, both counted
-    in one job; when no row is rejected, the rejects are then an empty
-    table that reads nothing.
-    """
-    if _REASON not in df.columns:  # a frame built by hand, not by read_documents
-        df = df.withColumn(
-            _REASON,
-            F.when(
-                F.col(_CORRUPT).isNotNull(),
-                F.lit(
-                    "malformed record: expected a JSON object with id: string, text: string, "
-                    "labels: array<string> or null"
-                ),
-            ),
-        )
-    for name in (_SPLIT_START, _SPLIT_LINE):
-        if name not in df.columns:
-            df = df.withColumn(name, F.lit(None).cast(T.LongType()))
-    # One persisted, fully parsed copy: the duplicate-id count below, the rejects, the valid rows and the
-    # callers' counts all read it.
-    parsed = df.persist(StorageLevel.MEMORY_AND_DISK)
-    copies, broadcast = _repeated_ids(parsed)
-    text_blank = F.col("text").isNull() if require_text else F.lit(False)
-    reason = (
-        F.when(F.col(_REASON).isNotNull(), F.col(_REASON))
-        .when(F.col("id").isNull() | (F.trim(F.col("id")) == ""), F.lit("field 'id' is missing or empty"))
-        .when(text_blank, F.lit("field 'text' is missing (null)"))
-    )
-    if copies is not None:
-        parsed = parsed.join(copies, on="id", how="left")
-        reason = reason.when(
-            F.col(_COPIES).isNotNull(),
-            F.concat(F.lit("duplicate id: "), F.col(_COPIES).cast("string"), F.lit(" rows share this id")),
-        )
-    flagged = parsed.withColumn("_reason", reason.otherwise(F.lit(None)))
-    if copies is not None and not broadcast:
-        flagged = flagged.persist(StorageLevel.MEMORY_AND_DISK)  # a shuffle join: done once, not per reader
-    good = flagged.where(F.col("_reason").isNull()).select("id", "text", "labels", "split", "similarities")
-    if counts is not None:
-        row = flagged.agg(F.count(F.lit(1)), F.count(F.when(F.col("_reason").isNull(), 1))).first()
-        counts.update(parsed=int(row[0]), valid=int(row[1]))
-        if counts["parsed"] == counts["valid"]:
-            return good, flagged.sparkSession.createDataFrame([], REJECT_SCHEMA)
-    as_json = F.to_json(F.struct("id", "text", "labels", "split", "similarities"))
-    rejects = (
-        flagged.where(F.col("_reason").isNotNull())
-        .join(F.broadcast(_lines_before_split(flagged)), on=["source_file", _SPLIT_START], how="left")
-        .select(
-            F.col("id"),
-            F.col("source_file"),
-            F.col("_reason").alias("reason"),
-            F.coalesce(F.col(_CORRUPT), F.substring(as_json, 1, RECORD_CHARS)).alias("record"),
-            (F.col("_lines_before") + F.col(_SPLIT_LINE)).alias("line"),
-        )
-    )
-    return good, rejects
-
-
-# Rows sharing an id: at most this many distinct repeated ids go to every task as a broadcast table; more
-# are joined by a shuffle (a crawl with millions of repeated ids), whose result is then persisted.
-BROADCAST_REPEATED_IDS = 1_000_000
-_COPIES = "_id_copies"
-
-
-def _repeated_ids(parsed: DataFrame) -> Tuple[Optional[DataFrame], bool]:
-    """((id, _id_copies) of the ids more than one row has, or None when every id is unique; broadcast?).
-
-    Only the id column is shuffled, never the rows: the usual input has no
-    repeated id, and then nothing is joined at all. One Spark job.
-    """
-    copies = (
-        parsed.where(F.col("id").isNotNull())
-        .groupBy("id")
-        .agg(F.count(F.lit(1)).alias(_COPIES))
-        .where(F.col(_COPIES) > 1)
-    )
-    n_repeated = copies.count()
-    if n_repeated == 0:
-        return None, False
-    if n_repeated <= BROADCAST_REPEATED_IDS:
-        return F.broadcast(copies), True
-    return copies, False
-
-
-def _lines_before_split(rows: DataFrame) -> DataFrame:
-    """(source_file, _split_start, _lines_before): lines of the same file in the splits before each split.
-
-    One row per split (file, split start). Hadoop's line reader gives each
-    line to exactly one split and a file's splits follow each other in the
-    order of their start byte, so the lines before a split are the lines of
-    the file's splits with a smaller start. ``rows`` has one row per input
-    line (the parser's output), so counting its rows per split counts lines.
-    """
-    before = Window.partitionBy("source_file").orderBy(_SPLIT_START).rowsBetween(Window.unboundedPreceding, -1)
-    per_split = (
-        rows.where(F.col(_SPLIT_START).isNotNull())
-        .groupBy("source_file", _SPLIT_START)
-        .agg(F.count(F.lit(1)).alias("_lines"))
-    )
-    return per_split.select(
-        "source_file", _SPLIT_START, F.coalesce(F.sum("_lines").over(before), F.lit(0)).alias("_lines_before")
-    )
-
-
-def log_counts(stage: str, n_in: int, n_good: int, rejects: DataFrame) -> Dict[str, int]:
-    """Log input/valid/rejected counts and the most frequent reject reasons; return their counts."""
-    by_reason: Dict[str, int] = {}
-    more = ""
-    if n_in != n_good:
-        # Reasons name positions and keys, so they can be as many as the
-        # rejects: collect only the most frequent ones, never documents.
-        counts = rejects.groupBy("reason").count()
-        for row in counts.orderBy(F.desc("count"), "reason").limit(_LOGGED_REASONS).collect():
-            by_reason[row["reason"]] = int(row["count"])
-        if len(by_reason) == _LOGGED_REASONS:
-            n_reasons = counts.count()
-            if n_reasons > _LOGGED_REASONS:
-                more = f"\n  ... and {n_reasons - _LOGGED_REASONS} more distinct reasons"
-    log.info(
-        "%s: %d documents read, %d valid, %d rejected%s%s",
-        stage,
-        n_in,
-        n_good,
-        n_in - n_good,
-        "".join(f"\n  {c} x {r}" for r, c in sorted(by_reason.items(), key=lambda rc: (-rc[1], rc[0]))),
-        more,
-    )
-    return by_reason
 
 
 def count_input_rows(spark: SparkSession, path: str, fmt: Optional[str] = None) -> int:

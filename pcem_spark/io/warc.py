@@ -249,7 +249,7 @@ def ingest_warc(
     their markers hold the counts (by reason, by record type). Every id must be
     unique: copies of one id (``--id url`` and a URL crawled twice, or a file
     given twice under two names) are all rejected, the rule
-    :func:`pcem_spark.io.documents.split_rejects` applies when the table is read.
+    :func:`pcem_spark.io.rejects.split_rejects` applies when the table is read.
 
     Raises
     ------
@@ -288,7 +288,7 @@ def ingest_warc(
     copies = None
     try:
         candidates = parsed.where(F.col("kind") == DOCUMENT)
-        # Every copy of a repeated id is a reject (documents.split_rejects' rule, same wording). Only the ids
+        # Every copy of a repeated id is a reject (rejects.split_rejects' rule, same wording). Only the ids
         # are shuffled to find them; the repeats (usually none) are broadcast, so the texts never move.
         copies = (
             candidates.groupBy("id")

@@ -181,6 +181,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         posteriorTopK=5,
         parameterDtype="float64",
         seed=0,
+        calibration="temperature",
         unlabeledTable="",
         tokenPattern=DEFAULT_TOKEN_PATTERN,
         minTokenLength=2,

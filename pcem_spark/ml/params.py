@@ -49,6 +49,7 @@ MODEL_PARAMS: Dict[str, str] = {
     "parameter_dtype": "parameterDtype",
     "components": "components",
     "seed": "seed",
+    "calibration": "calibration",
 }
 TUNE_PARAMS: Dict[str, str] = {
     "folds": "tuneFolds",
@@ -155,6 +156,12 @@ class _PathEMParams(Params):
     )
     seed = Param(
         Params._dummy(), "seed", "random seed (multi-component start, cross-validation folds)", TypeConverters.toInt
+    )
+    calibration = Param(
+        Params._dummy(),
+        "calibration",
+        "'temperature' (probabilities calibrated on out-of-fold predictions; paths unchanged) or 'none'",
+        TypeConverters.toString,
     )
     unlabeledTable = Param(
         Params._dummy(),

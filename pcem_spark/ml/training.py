@@ -23,6 +23,7 @@ from pcem_spark.engine.blocks import RDD_NEEDS, blocks_from_labels, blocks_from_
 from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
 from pcem_spark.engine.passes import FitResult
 from pcem_spark.engine.session import require_classic_session
+from pcem_spark.ml.calibrating import fit_calibration
 from pcem_spark.ml.tune_settings import TuneSettings
 from pcem_spark.ml.tuning import resolve_auto
 from pcem_spark.model.fitting import fit_blocks
@@ -145,12 +146,15 @@ def _tune_and_fit(
     opts: TrainOptions,
     warm,
 ) -> Tuple[PathModel, FitResult]:
-    """Cross-validate the settings left at "auto" (if any), then fit on every document."""
+    """Cross-validate the settings left at "auto" (if any), fit on every document, then calibrate."""
+    seed = model_settings.seed if opts.seed is None else opts.seed
     with ExitStack() as cleanup:
         info = None
-        if model_settings.auto_params() or opts.extra_grid:
+        if model_settings.auto_params() or opts.extra_grid or model_settings.calibration != "none":
+            # Read again by the cross-validation sample(s) and the refit.
             featurized = featurized.cache()
             cleanup.callback(featurized.unpersist)
+        if model_settings.auto_params() or opts.extra_grid:
             model_settings, info, tuned = resolve_auto(
                 featurized,
                 taxonomy,
@@ -158,13 +162,13 @@ def _tune_and_fit(
                 feature_settings,
                 model_settings,
                 opts.tune,
-                seed=model_settings.seed if opts.seed is None else opts.seed,
+                seed=seed,
                 extra_grid=opts.extra_grid,
                 init_model=None if warm is None else warm.path,
                 estimator_class=opts.estimator_class,
             )
             if tuned is not None:
-                return tuned, _fit_result(tuned)
+                return _calibrated(tuned, featurized, opts, seed), _fit_result(tuned)
         lookup, path_node = taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True)
         with packed_blocks(
             blocks_from_labels(featurized, lookup, path_node, len(vocabulary), model_settings.block_size)
@@ -172,7 +176,16 @@ def _tune_and_fit(
             model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings, warm_start=warm)
         if info is not None:
             model.training_summary["tuning"] = info
-        return model, result
+        return _calibrated(model, featurized, opts, seed), result
+
+
+def _calibrated(model: PathModel, featurized: DataFrame, opts: TrainOptions, seed: int) -> PathModel:
+    """``model`` with its probabilities' calibration fitted (:func:`pcem_spark.ml.calibrating.fit_calibration`)."""
+    # The refit's own settings: its smoothing is the number "auto" resolved to.
+    model.temperature, model.training_summary["calibration"] = fit_calibration(
+        featurized, model.taxonomy, len(model.vocabulary), model.model_settings, opts.tune, seed
+    )
+    return model
 
 
 def train_weak(
@@ -229,4 +242,7 @@ def train_weak(
         )
     if stop_words_info is not None:
         model.training_summary["stop_words"] = stop_words_info
+    if model_settings.calibration != "none":
+        log.warning("calibration skipped: weak supervision has no true labels to calibrate on")
+    model.training_summary["calibration"] = {"method": "none", "reason": "weak supervision: no true labels"}
     return model, result

@@ -50,7 +50,15 @@ from pcem_spark.model.sampled_cv import (
 )
 from pcem_spark.model.settings import ModelSettings
 
-__all__ = ["METRICS", "SELECTIONS", "TuneSettings", "stratified_folds", "select_grid_point", "resolve_auto"]
+__all__ = [
+    "METRICS",
+    "SELECTIONS",
+    "TuneSettings",
+    "stratified_folds",
+    "select_grid_point",
+    "resolve_auto",
+    "draw_cv_sample",
+]
 
 log = logging.getLogger(__name__)
 
@@ -350,22 +358,15 @@ def _grid_points(grid_spec: Dict[str, list]) -> List[dict]:
     return [dict(zip(keys, values)) for values in itertools.product(*grid_spec.values())]
 
 
-def _sampled_cv(
-    feats: DataFrame,
-    taxonomy: Taxonomy,
-    model_settings: ModelSettings,
-    tune: TuneSettings,
-    grid_spec: Dict[str, list],
-    n_docs: Tuple[int, int],
-    vocab_size: int,
-    seed: int,
-) -> Tuple[ModelSettings, Dict[str, object], None]:
-    """``tune.strategy = "sampled"``: every (grid point, fold) fit is a task on a bounded seeded sample.
+def draw_cv_sample(
+    feats: DataFrame, taxonomy: Taxonomy, tune: TuneSettings, n_docs: Tuple[int, int], seed: int
+) -> Tuple[DataFrame, CVSample]:
+    """The bounded, seeded cross-validation sample of ``feats`` (cached; the caller unpersists it) and its counts.
 
-    Returns the chosen settings and what was tried; no model -- the caller's
-    refit is the only EM over every document (:mod:`pcem_spark.model.sampled_cv`).
+    ``id, features, labels, fold`` rows: at most ``tune.sample_caps`` labelled
+    documents in stratified folds and unlabelled ones with fold
+    :data:`UNLABELED_PART`. ``n_docs``: (labelled, unlabelled) documents in ``feats``.
     """
-    t0 = time.perf_counter()
     n_labeled, n_unlabeled = n_docs
     labeled_cap, unlabeled_cap = tune.sample_caps(taxonomy.n_paths)
     lab = sample_rows(
@@ -385,9 +386,30 @@ def _sampled_cv(
         .unionByName(unl.withColumn("fold", F.lit(UNLABELED_PART)))
         .cache()
     )
+    counts = {int(r[0]): int(r[1]) for r in sample.groupBy(F.col("fold") == UNLABELED_PART).count().collect()}
+    return sample, CVSample(n_labeled, n_unlabeled, counts.get(0, 0), counts.get(1, 0), seed)
+
+
+def _sampled_cv(
+    feats: DataFrame,
+    taxonomy: Taxonomy,
+    model_settings: ModelSettings,
+    tune: TuneSettings,
+    grid_spec: Dict[str, list],
+    n_docs: Tuple[int, int],
+    vocab_size: int,
+    seed: int,
+) -> Tuple[ModelSettings, Dict[str, object], None]:
+    """``tune.strategy = "sampled"``: every (grid point, fold) fit is a task on a bounded seeded sample.
+
+    Returns the chosen settings and what was tried; no model -- the caller's
+    refit is the only EM over every document (:mod:`pcem_spark.model.sampled_cv`).
+    """
+    t0 = time.perf_counter()
+    n_labeled, n_unlabeled = n_docs
+    labeled_cap, unlabeled_cap = tune.sample_caps(taxonomy.n_paths)
+    sample, drawn = draw_cv_sample(feats, taxonomy, tune, n_docs, seed)
     try:
-        counts = {int(r[0]): int(r[1]) for r in sample.groupBy(F.col("fold") == UNLABELED_PART).count().collect()}
-        drawn = CVSample(n_labeled, n_unlabeled, counts.get(0, 0), counts.get(1, 0), seed)
         if drawn.n_labeled_sampled < tune.folds * tune.min_labeled_per_fold:
             raise InputError(
                 f"tuning: the sample drew {drawn.n_labeled_sampled} labelled documents for {tune.folds} folds; "

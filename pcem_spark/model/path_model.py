@@ -20,7 +20,7 @@ import json
 import logging
 from dataclasses import asdict
 from functools import partial
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import numpy as np
 from pyspark.sql import DataFrame, SparkSession
@@ -35,12 +35,25 @@ from pcem_spark.core.parameters import PathParameters
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.arrow_io import PredictionLayout, PredictionOptions, csr_of, predicted_path_batches
 from pcem_spark.engine.features import FeatureSettings, featurize
-from pcem_spark.engine.limits import check_result_size
 from pcem_spark.engine.python_tokens import TOKENIZERS, TextFeaturizer, supports
 from pcem_spark.engine.session import require_classic_session
 from pcem_spark.errors import InputError
 from pcem_spark.model.labels import check_vector_size
-from pcem_spark.model.schema import check_prediction_options, prediction_schema, prediction_source
+from pcem_spark.model.model_files import (
+    FORMAT_VERSION,
+    READABLE_FORMAT_VERSIONS,
+    calibration_record,
+    feature_settings_of,
+    in_index_order,
+    read_parameters,
+    temperature_of,
+)
+from pcem_spark.model.schema import (
+    check_output_columns,
+    check_prediction_options,
+    prediction_schema,
+    prediction_source,
+)
 from pcem_spark.model.settings import ModelSettings, _weight
 
 __all__ = ["FORMAT_VERSION", "READABLE_FORMAT_VERSIONS", "PathModel"]
@@ -49,12 +62,6 @@ log = logging.getLogger(__name__)
 
 
 # 2: parameters stored sparse (log_base + log_ratio, PathParameters); 1: dense log_theta rows.
-FORMAT_VERSION = 2
-
-
-READABLE_FORMAT_VERSIONS = (1, 2)
-
-
 class PathModel:
     """A fitted PCNB / PCEM / flat NB / flat EM model.
 
@@ -88,6 +95,11 @@ class PathModel:
         (:mod:`pcem_spark.core.methods`). ``log_prior`` / ``log_theta`` read them
         (``log_theta`` densifies: O(R x V)).
     feature_settings, model_settings : the settings it was trained with
+    temperature : float or None -- the calibration of its probabilities
+        (:mod:`pcem_spark.core.calibration`): Eq. 5's joint log-likelihoods are
+        divided by it before every softmax (``probability``, marginals,
+        ``top_paths``); the paths never change. None = uncalibrated (set by
+        training, :func:`pcem_spark.ml.calibrating.fit_calibration`).
 
     Examples
     --------
@@ -152,6 +164,7 @@ class PathModel:
         # Set when the model was fitted on a term-count vector column (PathEM featuresCol):
         # it then predicts from that column, and ``vocabulary`` names its indices.
         self.features_col: Optional[str] = None
+        self.temperature: Optional[float] = None
 
     @property
     def log_prior(self) -> np.ndarray:
@@ -172,6 +185,7 @@ class PathModel:
         min_probability: float = 0.0,
         top_k: int = 0,
         beam="auto",
+        keep_columns: Sequence[str] = (),
     ) -> DataFrame:
         """The predictions table: one row per input row with id, path, leaf, probability, labels.
 
@@ -190,13 +204,21 @@ class PathModel:
         are then renormalised over the paths the beam scored); ``"auto"``
         (the default) is exact up to :data:`~pcem_spark.core.BEAM_AUTO_PATHS`
         paths and a beam of :data:`~pcem_spark.core.BEAM_AUTO_WIDTH` above.
+
+        ``keep_columns``: columns of ``df`` copied into the predictions,
+        after the others (no join: they travel with the rows); a name the
+        predictions already have is refused (InputError).
         """
         check_prediction_options(min_probability, top_k)
         check_beam(beam)
-        src = prediction_source(df, id_col, text_col, labels_col)
+        check_output_columns(keep_columns, "", min_probability, top_k, names=("keep_columns", "partition_by"))
+        for column in keep_columns:
+            if column not in df.columns:
+                raise InputError(f"keep_columns: column {column!r} not found; columns are {df.columns}")
+        src = prediction_source(df, id_col, text_col, labels_col, keep_columns)
         return self.predict_columns(
-            src, passthrough=["id", "labels"], min_probability=min_probability, top_k=top_k, beam=beam
-        ).select(prediction_schema(min_probability, top_k).names)
+            src, passthrough=["id", "labels", *keep_columns], min_probability=min_probability, top_k=top_k, beam=beam
+        ).select(*prediction_schema(min_probability, top_k).names, *keep_columns)
 
     def text_featurizer(self) -> Optional[TextFeaturizer]:
         """The Python tokenizer prediction uses for text, or None for Spark ML's (:attr:`tokenizer`).
@@ -222,6 +244,17 @@ class PathModel:
                 TextFeaturizer(self.vocabulary, self.feature_settings, stop_words),
             )
         return cached[1]
+
+    @property
+    def effective_temperature(self) -> float:
+        """The temperature prediction divides Eq. 5's joint log-likelihoods by: :attr:`temperature`, 1 if None.
+
+        The baselines whose rule is not Eq. 5 (one component per path) are
+        never calibrated: 1.
+        """
+        if self.temperature is None or self.spec.structure is not None:
+            return 1.0
+        return float(self.temperature)
 
     def beam_width(self, beam="auto", name: str = "beam") -> int:
         """The beam width prediction with ``beam`` uses for this model (0 = the exact argmax).
@@ -303,6 +336,7 @@ class PathModel:
             to_matrix = partial(csr_of, vocab_size=len(self.vocabulary))
         real_paths = [self.taxonomy.real_path(j) for j in range(self.taxonomy.n_paths)]
         doc_length = float(self.model_settings.doc_length)
+        temperature = self.effective_temperature
         block_size = self.model_settings.block_size
         n_keep = len(passthrough)
         names = [f.name for f in out_fields]
@@ -312,7 +346,7 @@ class PathModel:
             body = self._beam_batches(spark, real_paths, options, n_keep, to_matrix, block_size, names, doc_length)
             return feats.mapInArrow(body, T.StructType(out_fields))
         # The sparse parameters at the model's parameter dtype (float32 halves the broadcast).
-        tables = scoring_tables(self.params, self.model_settings.parameter_dtype)
+        tables = scoring_tables(self.params, self.model_settings.parameter_dtype)._replace(temperature=temperature)
         bc = spark.sparkContext.broadcast((tables, real_paths, self.spec.structure))
         del tables
 
@@ -362,6 +396,7 @@ class PathModel:
         The other arguments are those of :func:`predicted_path_batches` and the model's ``doc_length``.
         """
         width = options.beam
+        temperature = self.effective_temperature
         path_node = self.taxonomy.path_node_matrix(sparse=True)
         dtype = self.model_settings.parameter_dtype
         cached = getattr(self, "_beam_scorer", None)  # (params, dtype, scorer): seconds to build at 10,000 paths
@@ -385,7 +420,7 @@ class PathModel:
                 block_size,
                 PredictionLayout(paths, names, node_names, path_nodes),
                 lambda X: beam_path_details(
-                    X, scorer, width, doc_length, path_nodes, options.min_probability, options.top_k
+                    X, scorer, width, doc_length, path_nodes, options.min_probability, options.top_k, temperature
                 ),
                 options,
             )
@@ -418,6 +453,7 @@ class PathModel:
             "n_paths": self.taxonomy.n_paths,
             "vocab_size": len(self.vocabulary),
             "features_col": self.features_col,
+            "calibration": calibration_record(self.temperature),
             "training_summary": self.training_summary,
         }
         # Built in a temporary sibling and moved into place with its completion
@@ -481,12 +517,12 @@ class PathModel:
                 raise KeyError("the vocabulary table has no index / term column")
             # As one Arrow table, not a Row per term (a 2**18-term vocabulary collects in a second, not
             # ~20), and put in order here rather than by a Spark sort (one job instead of three).
-            vocabulary = _in_index_order(vocab.select("index", "term").toArrow(), "index", "the vocabulary")
+            vocabulary = in_index_order(vocab.select("index", "term").toArrow(), "index", "the vocabulary")
             vocabulary = vocabulary.column("term").to_pylist()
-            params = _read_parameters(spark, path, version, len(vocabulary))
+            params = read_parameters(spark, path, version, len(vocabulary))
             # Models written before unlabeled_weight / path_weight existed were trained with the paper's 1.
             model_settings = ModelSettings(**meta["model_settings"]).resolved()
-            feature_settings = _feature_settings_of(meta["feature_settings"])
+            feature_settings = feature_settings_of(meta["feature_settings"])
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"{path}: damaged model ({type(exc).__name__}: {exc}); retrain it") from None
         if params.shape[1] != len(vocabulary) or len(vocabulary) != meta.get("vocab_size", len(vocabulary)):
@@ -502,70 +538,5 @@ class PathModel:
         except ValueError as exc:
             raise InputError(f"{path}: damaged model ({exc}); retrain it") from None
         model.features_col = meta.get("features_col")
+        model.temperature = temperature_of(path, meta, version)
         return model
-
-
-def _read_parameters(spark: SparkSession, path: str, version: int, vocab_size: int) -> PathParameters:
-    """The ``parameters/`` table of a model directory as sparse parameters (either format version)."""
-    import scipy.sparse as sp
-
-    table = spark.read.parquet(f"{path}/parameters")
-    if version == 1:
-        # Format 1 stored dense log theta rows.
-        n_rows = table.count()
-        check_result_size(
-            spark.sparkContext,
-            n_rows * vocab_size * 8.0,
-            f"{path}: the model's parameters ({n_rows:,} rows x {vocab_size:,} terms)",
-        )
-        rows = table.orderBy("path_index").collect()
-        log_theta = np.vstack([np.frombuffer(r["log_theta"], dtype="<f8") for r in rows])
-        return PathParameters.from_log_theta(np.array([r["log_prior"] for r in rows]), log_theta)
-    # Rows and bytes in one job, checked against the driver's limit before anything is collected.
-    size = table.select(F.count(F.lit(1)), F.sum(F.length("term_indices") + F.length("log_ratio"))).first()
-    n_rows, size = int(size[0]), int(size[1] or 0)
-    check_result_size(
-        spark.sparkContext,
-        float(size) + n_rows * 32.0,
-        f"{path}: the model's parameters ({n_rows:,} rows, {size:,} bytes of non-zero entries)",
-    )
-    # One Arrow table (no Row per path), put in path order here.
-    rows = _in_index_order(
-        table.select("path_index", "log_prior", "log_base", "term_indices", "log_ratio").toArrow(),
-        "path_index",
-        "the parameter rows",
-    )
-    indices = [np.frombuffer(b, dtype="<i4") for b in rows.column("term_indices").to_pylist()]
-    values = [np.frombuffer(b, dtype="<f8") for b in rows.column("log_ratio").to_pylist()]
-    if any(len(i) != len(v) for i, v in zip(indices, values)) or any(
-        len(i) and (i.min() < 0 or i.max() >= vocab_size) for i in indices
-    ):
-        raise InputError("parameter rows have mismatched or out-of-vocabulary term indices")
-    indptr = np.concatenate([[0], np.cumsum([len(i) for i in indices])]).astype(np.int64)
-    ratio = sp.csr_matrix(
-        (
-            np.concatenate(values) if values else np.zeros(0),
-            np.concatenate(indices) if indices else np.zeros(0, np.int32),
-            indptr,
-        ),
-        shape=(rows.num_rows, vocab_size),
-    )
-    return PathParameters(
-        rows.column("log_prior").to_numpy(zero_copy_only=False).astype(np.float64),
-        rows.column("log_base").to_numpy(zero_copy_only=False).astype(np.float64),
-        ratio,
-    )
-
-
-def _in_index_order(table, column: str, what: str):
-    """``table`` (Arrow) sorted by its integer ``column``, which must number the rows 0..n-1 (else ValueError)."""
-    index = table.column(column).to_numpy(zero_copy_only=False)
-    order = np.argsort(index, kind="stable")
-    if table.column(column).null_count or not np.array_equal(index[order], np.arange(len(index))):
-        raise ValueError(f"{what} are not numbered 0..{len(index) - 1} by {column}")
-    return table.take(order)
-
-
-def _feature_settings_of(d: dict) -> FeatureSettings:
-    """FeatureSettings of saved metadata; keys a newer version added map to the behaviour of the old one."""
-    return FeatureSettings.from_dict(d)

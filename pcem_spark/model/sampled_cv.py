@@ -30,8 +30,9 @@ import scipy.sparse as sp
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pcem_spark.core.decoding import predict_paths
-from pcem_spark.core.estep import scoring_tables
+from pcem_spark.core.calibration import concat_out_of_fold, out_of_fold
+from pcem_spark.core.decoding import block_scores, predict_paths
+from pcem_spark.core.estep import length_normalize, scoring_tables
 from pcem_spark.core.methods import method_spec
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine import passes
@@ -140,13 +141,16 @@ def cv_task(
     taxonomy: Taxonomy,
     vocab_size: int,
     settings: ModelSettings,
+    keep_out_of_fold: bool = False,
 ) -> Dict[str, object]:
     """Fit ``settings`` on every part but ``fold`` and count its held-out fold's node confusion.
 
     ``parts``: ``(part, block)`` pairs, part = fold of labelled blocks or
     :data:`UNLABELED_PART`. ``settings``: resolved numbers (EM-lambda already
     rescaled); ``smoothing`` may be "auto". Returns ``tp``/``fp``/``fn``
-    (lists over :func:`metric_nodes`), the fit's ``n_iter`` and ``seconds``.
+    (lists over :func:`metric_nodes`), the fit's ``n_iter`` and ``seconds``;
+    with ``keep_out_of_fold`` (Eq. 5 methods) also ``out_of_fold``, the held-out
+    rows' best paths' scores and true path (:func:`pcem_spark.core.calibration.out_of_fold`).
     """
     t0 = time.perf_counter()
     train = [b for p, b in parts if p != fold]
@@ -158,17 +162,29 @@ def cv_task(
     indicator = metric_indicator(taxonomy)
     n_nodes = indicator.shape[1]
     tp, fp, fn = (np.zeros(n_nodes, dtype=np.int64) for _ in range(3))
+    keep = keep_out_of_fold and spec.structure is None
+    kept = []
     for b in held:
-        predicted, _ = predict_paths(b.X, None, None, spec.structure, settings.doc_length, tables=tables)
-        counts = fold_confusion(true_paths(b.node_scores, path_node), predicted, indicator)
+        true = true_paths(b.node_scores, path_node)
+        if keep:
+            X = length_normalize(b.X, settings.doc_length) if settings.doc_length > 0 else b.X
+            jll = np.vstack([chunk for _, chunk in block_scores(X, tables)])
+            kept.append(out_of_fold(jll, true))
+            predicted = np.argmax(jll, axis=1)  # what predict_paths decodes, from the same scores
+        else:
+            predicted, _ = predict_paths(b.X, None, None, spec.structure, settings.doc_length, tables=tables)
+        counts = fold_confusion(true, predicted, indicator)
         tp, fp, fn = tp + counts[0], fp + counts[1], fn + counts[2]
-    return {
+    out = {
         "tp": tp.tolist(),
         "fp": fp.tolist(),
         "fn": fn.tolist(),
         "n_iter": result.n_iter,
         "seconds": time.perf_counter() - t0,
     }
+    if keep:
+        out["out_of_fold"] = concat_out_of_fold(kept)
+    return out
 
 
 def _hash_share(id_col: str, seed: int, share: float):
@@ -190,6 +206,7 @@ def run_sampled_cv(
     grid: List[ModelSettings],
     n_folds: int,
     block_size: int = 4096,
+    keep_out_of_fold: bool = False,
 ) -> List[List[Dict[str, object]]]:
     """Run every (grid point, fold) fit as one task; returns ``results[point][fold]`` (:func:`cv_task`).
 
@@ -197,7 +214,8 @@ def run_sampled_cv(
     the labelled sample with its fold, the unlabelled sample with fold
     :data:`UNLABELED_PART`. ``grid``: the settings of each grid point, lambda
     already rescaled. One Spark job packs the sample into one partition and
-    runs the ``len(grid) x n_folds`` tasks next to it.
+    runs the ``len(grid) x n_folds`` tasks next to it. ``keep_out_of_fold``:
+    each task also returns its held-out fold's out-of-fold set (:func:`cv_task`).
     """
     lookup, path_node = taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True)
     sc = sample.sparkSession.sparkContext
@@ -213,7 +231,7 @@ def run_sampled_cv(
 
         def run(pair):
             parts, (i, f) = pair
-            return i, f, cv_task(parts, f, taxonomy, vocab_size, grid[i])
+            return i, f, cv_task(parts, f, taxonomy, vocab_size, grid[i], keep_out_of_fold)
 
         out = gathered.cartesian(task_rdd).map(run).collect()  # one small dict of node counts per task
     finally:

@@ -15,6 +15,8 @@ from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.errors import InputError
 
 __all__ = [
+    "LEVEL1",
+    "check_output_columns",
     "PREDICTION_SCHEMA",
     "PATH_PROBABILITY_FIELD",
     "TOP_PATHS_FIELD",
@@ -85,6 +87,36 @@ def prediction_schema(min_probability: float = 0.0, top_k: int = 0) -> T.StructT
     return T.StructType(fields)
 
 
+# --partition-by's value for the first node of the predicted path (a column of that name is added).
+LEVEL1 = "level1"
+
+
+def check_output_columns(
+    keep_columns, partition_by: str, min_probability: float, top_k: int, names=("keep_columns", "partition_by")
+) -> None:
+    """Refuse kept input columns that clash with the predictions' own columns, or a partition column that is
+    neither kept nor :data:`LEVEL1` (InputError naming the column and ``names``, e.g. the CLI's flags)."""
+    keep_name, partition_name = names
+    own = set(prediction_schema(min_probability, top_k).names) | {LEVEL1, "text"}
+    seen = set()
+    for column in keep_columns:
+        if not column or column != column.strip():
+            raise InputError(f"{keep_name}: {column!r} is not a column name")
+        if column in own:
+            raise InputError(
+                f"{keep_name}: column {column!r} clashes with a column the predictions already have "
+                f"({', '.join(sorted(own))})"
+            )
+        if column in seen:
+            raise InputError(f"{keep_name}: column {column!r} is named twice")
+        seen.add(column)
+    if partition_by and partition_by != LEVEL1 and partition_by not in seen:
+        raise InputError(
+            f"{partition_name} = {partition_by!r}: expected a kept column ({keep_name}: "
+            f"{', '.join(keep_columns) or 'none'}) or {LEVEL1!r} (the first node of the predicted path)"
+        )
+
+
 def abstention_counts(pred: DataFrame, taxonomy: Taxonomy, path_col: str = "path") -> Dict[str, int]:
     """How many predicted paths reach a leaf (``full_path``), stop above one (``partial_path``) or are
     empty (``no_path``): one aggregation, three numbers reach the driver."""
@@ -99,8 +131,14 @@ def abstention_counts(pred: DataFrame, taxonomy: Taxonomy, path_col: str = "path
 
 
 def prediction_source(
-    df: DataFrame, id_col: str = "id", text_col: str = "text", labels_col: str = "labels"
+    df: DataFrame, id_col: str = "id", text_col: str = "text", labels_col: str = "labels", keep=()
 ) -> DataFrame:
-    """``id`` (string), ``text`` and ``labels`` (null when ``df`` has no labels column) of a table to predict."""
+    """``id`` (string), ``text`` and ``labels`` (null when ``df`` has no labels column) of a table to predict,
+    then the ``keep`` columns."""
     labels = F.col(labels_col) if labels_col in df.columns else F.lit(None).cast("array<string>")
-    return df.select(F.col(id_col).cast("string").alias("id"), F.col(text_col).alias("text"), labels.alias("labels"))
+    return df.select(
+        F.col(id_col).cast("string").alias("id"),
+        F.col(text_col).alias("text"),
+        labels.alias("labels"),
+        *[F.col(c) for c in keep],
+    )

@@ -14,7 +14,7 @@ from pcem_spark.core.methods import EM_METHODS, GENERATIVE
 from pcem_spark.errors import InputError
 from pcem_spark.util.constraints import Interval, Options, check_constraints
 
-__all__ = ["METHODS", "AUTO", "PER_NODE_POSTERIOR_METHODS", "PAPER_MODEL_SETTINGS", "ModelSettings"]
+__all__ = ["METHODS", "AUTO", "CALIBRATIONS", "PER_NODE_POSTERIOR_METHODS", "PAPER_MODEL_SETTINGS", "ModelSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +23,10 @@ METHODS = GENERATIVE
 
 
 AUTO = "auto"
+
+
+# How prediction's probabilities are calibrated (ModelSettings.calibration).
+CALIBRATIONS = ("temperature", "none")
 
 
 @dataclass
@@ -53,6 +57,10 @@ class ModelSettings:
     parameter_dtype: str = "float64"  # "float32" halves broadcast and per-path sums (large M x V)
     components: int = 2  # mixture components per leaf (nbmc / emmc only)
     seed: int = 0  # random initial split of those components (nbmc / emmc only)
+    # Probabilities: "temperature" = Eq. 5's joint log-likelihoods divided by one temperature fitted
+    # on out-of-fold predictions of the labelled documents (core.calibration; the paths never
+    # change); "none" = the raw naive-Bayes posterior (over-confident).
+    calibration: str = "temperature"
 
     # What each setting accepts (pcem_spark.util.constraints), checked in this order by validate().
     CONSTRAINTS: ClassVar[Dict[str, Any]] = {
@@ -68,6 +76,7 @@ class ModelSettings:
         "posterior_top_k": Interval(int, 0, None, note="(0 = every path)"),
         "block_size": Interval(int, 1, None),
         "components": Interval(int, 1, None),
+        "calibration": Options(CALIBRATIONS),
     }
 
     def validate(self) -> None:

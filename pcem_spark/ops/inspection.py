@@ -178,6 +178,20 @@ def inspect_model(model, top_n: int = 10, model_path: Optional[str] = None, rank
         keep_summary["em_seconds"] = round(float(sum(iters)), 2)
     if isinstance(summary.get("tuning"), dict):
         keep_summary["tuning_chosen"] = summary["tuning"].get("chosen")
+    # What the probabilities (and so every marginal a threshold cuts at) mean for this model.
+    calibration = summary.get("calibration")
+    if model.temperature is not None:
+        keep_summary["calibration"] = {
+            "temperature": model.temperature,
+            **{
+                k: calibration[k]
+                for k in ("ece_uncalibrated", "ece_calibrated", "log_loss_uncalibrated", "log_loss_calibrated")
+                if isinstance(calibration, dict) and k in calibration
+            },
+        }
+    else:
+        reason = calibration.get("reason") if isinstance(calibration, dict) else "saved before calibration"
+        keep_summary["calibration"] = {"temperature": None, "reason": reason}
     if isinstance(summary.get("input"), dict):
         keep_summary["input"] = {
             k: v

@@ -64,6 +64,16 @@ def render_model_markdown(report: Dict[str, object]) -> str:
         lines.append("- training: " + ", ".join(parts))
         if ts.get("tuning_chosen"):
             lines.append(f"- cross-validation chose: {ts['tuning_chosen']}")
+        cal = ts.get("calibration")
+        if cal and cal.get("temperature") is not None:
+            ece = (
+                f"; out-of-fold node-marginal ECE {cal['ece_uncalibrated']:.3f} -> {cal['ece_calibrated']:.3f}"
+                if "ece_calibrated" in cal
+                else ""
+            )
+            lines.append(f"- probabilities calibrated: temperature {cal['temperature']:.3g}{ece}")
+        elif cal:
+            lines.append(f"- probabilities uncalibrated (over-confident): {cal.get('reason')}")
     split = mass["source"] == "training_summary"
     docs_known, exp_docs_known = mass["labeled_documents_known"], mass.get("expected_documents_known", False)
     lines += ["", "Columns:", ""]

@@ -1,0 +1,185 @@
+"""Valid rows and rejects of a documents table: every row read is one or the other, with its reason.
+
+:func:`split_rejects` takes what :func:`pcem_spark.io.documents.read_documents`
+read (parser and element checks included) and decides each row once: the
+parser's reason, a missing id or text, or an id that several rows share
+(every copy is rejected). The rejects get their line in the file;
+:func:`log_counts` logs how many were rejected and why.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Dict, Optional, Tuple
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from pcem_spark.io.documents import (
+    CORRUPT_COL,
+    KEPT_PREFIX,
+    REASON_COL,
+    REJECT_SCHEMA,
+    SPLIT_LINE_COL,
+    SPLIT_START_COL,
+)
+from pcem_spark.io.json_lines import RECORD_CHARS
+
+__all__ = ["split_rejects", "log_counts", "BROADCAST_REPEATED_IDS"]
+
+log = logging.getLogger(__name__)
+
+_LOGGED_REASONS = 20  # distinct reject reasons log_counts lists
+
+
+def split_rejects(
+    df: DataFrame, require_text: bool = True, counts: Optional[Dict[str, int]] = None
+) -> Tuple[DataFrame, DataFrame]:
+    """Split a documents DataFrame into (valid documents, rejects).
+
+    Reasons, first match wins: the parser's / element checks' reason
+    (``_reject_reason``), missing or empty id, missing text, duplicate id.
+    Every copy of a duplicate id is rejected, since no copy is more
+    authoritative than another -- rows rejected for another reason count as
+    copies too when their id is known. Label-path validity is checked against
+    the taxonomy by the caller.
+
+    The rejects have :data:`REJECT_SCHEMA`; ``record`` is the raw line when
+    the parser kept it, else the parsed row as JSON (both at most
+    :data:`RECORD_CHARS` characters). ``line`` is the line in the file:
+    the line within the split plus the lines of the same file's earlier
+    splits, counted per split over the parsed rows (one row per split, joined
+    onto the rejects only). A frame without ``_split_start`` /
+    ``_split_line`` (built by hand) gets null lines.
+
+    ``counts`` (a dict) gets ``parsed`` (rows) and ``valid``, both counted
+    in one job; when no row is rejected, the rejects are then an empty
+    table that reads nothing.
+    """
+    if REASON_COL not in df.columns:  # a frame built by hand, not by read_documents
+        df = df.withColumn(
+            REASON_COL,
+            F.when(
+                F.col(CORRUPT_COL).isNotNull(),
+                F.lit(
+                    "malformed record: expected a JSON object with id: string, text: string, "
+                    "labels: array<string> or null"
+                ),
+            ),
+        )
+    for name in (SPLIT_START_COL, SPLIT_LINE_COL):
+        if name not in df.columns:
+            df = df.withColumn(name, F.lit(None).cast(T.LongType()))
+    # One persisted, fully parsed copy: the duplicate-id count below, the rejects, the valid rows and the
+    # callers' counts all read it.
+    parsed = df.persist(StorageLevel.MEMORY_AND_DISK)
+    copies, broadcast = _repeated_ids(parsed)
+    text_blank = F.col("text").isNull() if require_text else F.lit(False)
+    reason = (
+        F.when(F.col(REASON_COL).isNotNull(), F.col(REASON_COL))
+        .when(F.col("id").isNull() | (F.trim(F.col("id")) == ""), F.lit("field 'id' is missing or empty"))
+        .when(text_blank, F.lit("field 'text' is missing (null)"))
+    )
+    if copies is not None:
+        parsed = parsed.join(copies, on="id", how="left")
+        reason = reason.when(
+            F.col(_COPIES).isNotNull(),
+            F.concat(F.lit("duplicate id: "), F.col(_COPIES).cast("string"), F.lit(" rows share this id")),
+        )
+    flagged = parsed.withColumn("_reason", reason.otherwise(F.lit(None)))
+    if copies is not None and not broadcast:
+        flagged = flagged.persist(StorageLevel.MEMORY_AND_DISK)  # a shuffle join: done once, not per reader
+    kept = [F.col(c).alias(c[len(KEPT_PREFIX) :]) for c in df.columns if c.startswith(KEPT_PREFIX)]
+    good = flagged.where(F.col("_reason").isNull()).select("id", "text", "labels", "split", "similarities", *kept)
+    if counts is not None:
+        row = flagged.agg(F.count(F.lit(1)), F.count(F.when(F.col("_reason").isNull(), 1))).first()
+        counts.update(parsed=int(row[0]), valid=int(row[1]))
+        if counts["parsed"] == counts["valid"]:
+            return good, flagged.sparkSession.createDataFrame([], REJECT_SCHEMA)
+    as_json = F.to_json(F.struct("id", "text", "labels", "split", "similarities"))
+    rejects = (
+        flagged.where(F.col("_reason").isNotNull())
+        .join(F.broadcast(_lines_before_split(flagged)), on=["source_file", SPLIT_START_COL], how="left")
+        .select(
+            F.col("id"),
+            F.col("source_file"),
+            F.col("_reason").alias("reason"),
+            F.coalesce(F.col(CORRUPT_COL), F.substring(as_json, 1, RECORD_CHARS)).alias("record"),
+            (F.col("_lines_before") + F.col(SPLIT_LINE_COL)).alias("line"),
+        )
+    )
+    return good, rejects
+
+
+# Rows sharing an id: at most this many distinct repeated ids go to every task as a broadcast table; more
+# are joined by a shuffle (a crawl with millions of repeated ids), whose result is then persisted.
+BROADCAST_REPEATED_IDS = 1_000_000
+_COPIES = "_id_copies"
+
+
+def _repeated_ids(parsed: DataFrame) -> Tuple[Optional[DataFrame], bool]:
+    """((id, _id_copies) of the ids more than one row has, or None when every id is unique; broadcast?).
+
+    Only the id column is shuffled, never the rows: the usual input has no
+    repeated id, and then nothing is joined at all. One Spark job.
+    """
+    copies = (
+        parsed.where(F.col("id").isNotNull())
+        .groupBy("id")
+        .agg(F.count(F.lit(1)).alias(_COPIES))
+        .where(F.col(_COPIES) > 1)
+    )
+    n_repeated = copies.count()
+    if n_repeated == 0:
+        return None, False
+    if n_repeated <= BROADCAST_REPEATED_IDS:
+        return F.broadcast(copies), True
+    return copies, False
+
+
+def _lines_before_split(rows: DataFrame) -> DataFrame:
+    """(source_file, _split_start, _lines_before): lines of the same file in the splits before each split.
+
+    One row per split (file, split start). Hadoop's line reader gives each
+    line to exactly one split and a file's splits follow each other in the
+    order of their start byte, so the lines before a split are the lines of
+    the file's splits with a smaller start. ``rows`` has one row per input
+    line (the parser's output), so counting its rows per split counts lines.
+    """
+    before = Window.partitionBy("source_file").orderBy(SPLIT_START_COL).rowsBetween(Window.unboundedPreceding, -1)
+    per_split = (
+        rows.where(F.col(SPLIT_START_COL).isNotNull())
+        .groupBy("source_file", SPLIT_START_COL)
+        .agg(F.count(F.lit(1)).alias("_lines"))
+    )
+    return per_split.select(
+        "source_file", SPLIT_START_COL, F.coalesce(F.sum("_lines").over(before), F.lit(0)).alias("_lines_before")
+    )
+
+
+def log_counts(stage: str, n_in: int, n_good: int, rejects: DataFrame) -> Dict[str, int]:
+    """Log input/valid/rejected counts and the most frequent reject reasons; return their counts."""
+    by_reason: Dict[str, int] = {}
+    more = ""
+    if n_in != n_good:
+        # Reasons name positions and keys, so they can be as many as the
+        # rejects: collect only the most frequent ones, never documents.
+        counts = rejects.groupBy("reason").count()
+        for row in counts.orderBy(F.desc("count"), "reason").limit(_LOGGED_REASONS).collect():
+            by_reason[row["reason"]] = int(row["count"])
+        if len(by_reason) == _LOGGED_REASONS:
+            n_reasons = counts.count()
+            if n_reasons > _LOGGED_REASONS:
+                more = f"\n  ... and {n_reasons - _LOGGED_REASONS} more distinct reasons"
+    log.info(
+        "%s: %d documents read, %d valid, %d rejected%s%s",
+        stage,
+        n_in,
+        n_good,
+        n_in - n_good,
+        "".join(f"\n  {c} x {r}" for r, c in sorted(by_reason.items(), key=lambda rc: (-rc[1], rc[0]))),
+        more,
+    )
+    return by_reason

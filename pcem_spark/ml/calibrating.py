@@ -1,0 +1,141 @@
+"""Fitting the calibration of a model's probabilities from out-of-fold predictions.
+
+The temperature (:mod:`pcem_spark.core.calibration`) is fitted on
+predictions of labelled documents that the predicting model did not see: the
+cross-validation sample the automatic tuning draws (bounded and seeded,
+:func:`pcem_spark.ml.tuning.draw_cv_sample`) is split into the same folds,
+and each fold is predicted by a fit of the *chosen* settings on the other
+folds plus the unlabelled sample. These fits run to the model's own
+``max_iter``, not the tuning's shorter ``tune.max_iter``: EM sharpens the
+posteriors as it converges, and the map must fit the refit's posteriors, not
+those of a fit stopped early. It costs ``tune.folds`` fits on the sample (one
+Spark job, one task per fold) whatever the corpus size.
+
+No test label can reach the map: only training documents are sampled, and
+only their held-out predictions are kept. The out-of-fold sets come back to
+the driver (at most :data:`~pcem_spark.core.calibration.TOP_PATHS` scores per
+sampled labelled document), never a document.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Dict, List, Optional, Tuple, Union
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pcem_spark.core.calibration import (
+    MIN_OUT_OF_FOLD,
+    OutOfFold,
+    calibration_report,
+    concat_out_of_fold,
+    fit_temperature,
+)
+from pcem_spark.core.decoding import path_node_table
+from pcem_spark.core.taxonomy import Taxonomy
+from pcem_spark.ml.tune_settings import TuneSettings
+from pcem_spark.ml.tuning import LABELS_COL, draw_cv_sample
+from pcem_spark.model.sampled_cv import CVSample, run_sampled_cv, with_weight
+from pcem_spark.model.settings import ModelSettings
+
+__all__ = ["CALIBRATED_METHODS", "fit_calibration", "out_of_fold_predictions"]
+
+log = logging.getLogger(__name__)
+
+# Methods with one component per path, whose probability is Eq. 5's softmax: the ones a temperature calibrates.
+CALIBRATED_METHODS = ("pcnb", "pcem", "flat-nb", "flat-em")
+
+
+def fit_calibration(
+    feats: DataFrame,
+    taxonomy: Taxonomy,
+    vocab_size: int,
+    settings: ModelSettings,
+    tune: Optional[TuneSettings] = None,
+    seed: int = 0,
+) -> Tuple[Optional[float], Dict[str, object]]:
+    """``(temperature or None, summary)`` for a model of ``settings`` trained on ``feats``.
+
+    ``feats``: ``id, features, labels`` rows (null labels = unlabelled),
+    best cached. ``settings``: the refit's resolved settings. None (with the
+    reason in ``summary["reason"]`` and a warning) when ``settings.calibration``
+    is "none", the method is not an Eq. 5 method, or there are too few
+    labelled documents for the folds. The summary records the temperature,
+    what was sampled, and ECE / log-loss of the out-of-fold predictions
+    before and after.
+    """
+    tune = tune or TuneSettings()
+    if settings.calibration == "none":
+        return None, {"method": "none", "reason": "model.calibration = none"}
+    if settings.method not in CALIBRATED_METHODS:
+        return _uncalibrated(f"{settings.method} decodes by its own rule, not Eq. 5's softmax over paths")
+    t0 = time.perf_counter()
+    found = out_of_fold_predictions(feats, taxonomy, vocab_size, settings, tune, seed)
+    if isinstance(found, str):
+        return _uncalibrated(found)
+    oof, drawn, n_iter = found
+    temperature = fit_temperature(oof)
+    path_nodes = path_node_table(taxonomy.path_node_matrix(sparse=True), taxonomy.is_dummy)
+    summary = {
+        "method": "temperature",
+        "temperature": round(temperature, 6),
+        "fitted_on": "out-of-fold predictions of the labelled cross-validation sample",
+        "folds": tune.folds,
+        "sample": drawn.as_dict(),
+        "fit_max_iter": settings.max_iter,
+        "n_iter": n_iter,
+        **calibration_report(oof, path_nodes, temperature),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+    log.info(
+        "calibration: temperature %.4g from %d out-of-fold predictions; node-marginal ECE %.4f -> %.4f, "
+        "log-loss %.4f -> %.4f (%.1fs)",
+        temperature,
+        oof.n,
+        summary["ece_uncalibrated"],
+        summary["ece_calibrated"],
+        summary["log_loss_uncalibrated"],
+        summary["log_loss_calibrated"],
+        summary["seconds"],
+    )
+    return temperature, summary
+
+
+def out_of_fold_predictions(
+    feats: DataFrame,
+    taxonomy: Taxonomy,
+    vocab_size: int,
+    settings: ModelSettings,
+    tune: TuneSettings,
+    seed: int = 0,
+) -> Union[str, Tuple[OutOfFold, CVSample, List[int]]]:
+    """``(out-of-fold set, what was sampled, EM iterations per fold)``, or why there is none (a str).
+
+    The folds of the seeded cross-validation sample, each predicted by a fit
+    of ``settings`` (to its own ``max_iter``) on the other folds and the
+    unlabelled sample (EM-lambda rescaled as the tuning does).
+    """
+    counts = {bool(r[0]): int(r[1]) for r in feats.groupBy(F.col(LABELS_COL).isNull()).count().collect()}
+    n_docs = (counts.get(False, 0), counts.get(True, 0))
+    if n_docs[0] < max(tune.folds * tune.min_labeled_per_fold, MIN_OUT_OF_FOLD):
+        return f"only {n_docs[0]} labelled documents"
+    sample, drawn = draw_cv_sample(feats, taxonomy, tune, n_docs, seed)
+    try:
+        if drawn.n_labeled_sampled < max(tune.folds, MIN_OUT_OF_FOLD):
+            return f"the sample drew only {drawn.n_labeled_sampled} labelled documents"
+        fit_settings = with_weight(replace(settings, calibration="none"), drawn.unlabeled_scale)
+        results = run_sampled_cv(
+            sample, taxonomy, vocab_size, [fit_settings], tune.folds, settings.block_size, keep_out_of_fold=True
+        )
+    finally:
+        sample.unpersist()
+    oof = concat_out_of_fold([r["out_of_fold"] for r in results[0]])
+    return oof, drawn, [int(r["n_iter"]) for r in results[0]]
+
+
+def _uncalibrated(reason: str) -> Tuple[None, Dict[str, object]]:
+    log.warning("calibration skipped: %s; the model's probabilities are uncalibrated (over-confident)", reason)
+    return None, {"method": "none", "reason": reason}

@@ -1,0 +1,131 @@
+"""The files of a saved model directory: format versions and the readers of its parts.
+
+:meth:`pcem_spark.model.PathModel.save` writes ``metadata/`` (one JSON line),
+``vocabulary/`` and ``parameters/`` (Parquet); :meth:`~pcem_spark.model.PathModel.load`
+reads them with the functions here, each refusing damaged content with a
+ValueError / InputError that names what is wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import numpy as np
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from pcem_spark.core.parameters import PathParameters
+from pcem_spark.engine.features import FeatureSettings
+from pcem_spark.engine.limits import check_result_size
+from pcem_spark.errors import InputError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "READABLE_FORMAT_VERSIONS",
+    "read_parameters",
+    "in_index_order",
+    "calibration_record",
+    "temperature_of",
+    "feature_settings_of",
+]
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 3
+
+# 3 added the calibration (``temperature``); older models load uncalibrated, with a warning.
+READABLE_FORMAT_VERSIONS = (1, 2, 3)
+
+
+def calibration_record(temperature: Optional[float]) -> Optional[dict]:
+    """The metadata's ``calibration`` entry of a model with this temperature (None: uncalibrated)."""
+    return None if temperature is None else {"method": "temperature", "temperature": float(temperature)}
+
+
+def read_parameters(spark: SparkSession, path: str, version: int, vocab_size: int) -> PathParameters:
+    """The ``parameters/`` table of a model directory as sparse parameters (either format version)."""
+    import scipy.sparse as sp
+
+    table = spark.read.parquet(f"{path}/parameters")
+    if version == 1:
+        # Format 1 stored dense log theta rows.
+        n_rows = table.count()
+        check_result_size(
+            spark.sparkContext,
+            n_rows * vocab_size * 8.0,
+            f"{path}: the model's parameters ({n_rows:,} rows x {vocab_size:,} terms)",
+        )
+        rows = table.orderBy("path_index").collect()
+        log_theta = np.vstack([np.frombuffer(r["log_theta"], dtype="<f8") for r in rows])
+        return PathParameters.from_log_theta(np.array([r["log_prior"] for r in rows]), log_theta)
+    # Rows and bytes in one job, checked against the driver's limit before anything is collected.
+    size = table.select(F.count(F.lit(1)), F.sum(F.length("term_indices") + F.length("log_ratio"))).first()
+    n_rows, size = int(size[0]), int(size[1] or 0)
+    check_result_size(
+        spark.sparkContext,
+        float(size) + n_rows * 32.0,
+        f"{path}: the model's parameters ({n_rows:,} rows, {size:,} bytes of non-zero entries)",
+    )
+    # One Arrow table (no Row per path), put in path order here.
+    rows = in_index_order(
+        table.select("path_index", "log_prior", "log_base", "term_indices", "log_ratio").toArrow(),
+        "path_index",
+        "the parameter rows",
+    )
+    indices = [np.frombuffer(b, dtype="<i4") for b in rows.column("term_indices").to_pylist()]
+    values = [np.frombuffer(b, dtype="<f8") for b in rows.column("log_ratio").to_pylist()]
+    if any(len(i) != len(v) for i, v in zip(indices, values)) or any(
+        len(i) and (i.min() < 0 or i.max() >= vocab_size) for i in indices
+    ):
+        raise InputError("parameter rows have mismatched or out-of-vocabulary term indices")
+    indptr = np.concatenate([[0], np.cumsum([len(i) for i in indices])]).astype(np.int64)
+    ratio = sp.csr_matrix(
+        (
+            np.concatenate(values) if values else np.zeros(0),
+            np.concatenate(indices) if indices else np.zeros(0, np.int32),
+            indptr,
+        ),
+        shape=(rows.num_rows, vocab_size),
+    )
+    return PathParameters(
+        rows.column("log_prior").to_numpy(zero_copy_only=False).astype(np.float64),
+        rows.column("log_base").to_numpy(zero_copy_only=False).astype(np.float64),
+        ratio,
+    )
+
+
+def in_index_order(table, column: str, what: str):
+    """``table`` (Arrow) sorted by its integer ``column``, which must number the rows 0..n-1 (else ValueError)."""
+    index = table.column(column).to_numpy(zero_copy_only=False)
+    order = np.argsort(index, kind="stable")
+    if table.column(column).null_count or not np.array_equal(index[order], np.arange(len(index))):
+        raise ValueError(f"{what} are not numbered 0..{len(index) - 1} by {column}")
+    return table.take(order)
+
+
+def temperature_of(path: str, meta: dict, version: int) -> Optional[float]:
+    """The saved calibration's temperature; None (uncalibrated) for models saved before calibration existed."""
+    if version < 3:
+        log.warning(
+            "%s: a model of format version %d, saved before calibration: its probabilities are uncalibrated "
+            "(over-confident); retrain it to calibrate them",
+            path,
+            version,
+        )
+        return None
+    calibration = meta.get("calibration")
+    if calibration is None:
+        return None
+    try:
+        temperature = float(calibration["temperature"])
+    except (KeyError, TypeError, ValueError):
+        raise InputError(f"{path}: damaged model (calibration {calibration!r}); retrain it") from None
+    if not (temperature > 0 and np.isfinite(temperature)):
+        raise InputError(f"{path}: damaged model (calibration temperature {temperature}); retrain it")
+    return temperature
+
+
+def feature_settings_of(d: dict) -> FeatureSettings:
+    """FeatureSettings of saved metadata; keys a newer version added map to the behaviour of the old one."""
+    return FeatureSettings.from_dict(d)

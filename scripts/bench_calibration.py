@@ -1,0 +1,227 @@
+"""Calibration of the predicted probabilities: reliability before and after, on the test split.
+
+On the protocol split of ``bench_noregret.py`` (``assign_roles``: 20% test, the
+rest labelled at each ``--rates`` value), for each seed the default model is
+trained as ``pcem train`` trains it (``pcem_spark.ml.training.train``: stop
+words, vocabulary, the automatic CV, the refit, and the calibration fitted
+on out-of-fold predictions of the training documents only). The test
+documents are then predicted with every path's probability (``top_k`` = all
+paths), once with the model's temperature and once uncalibrated (T = 1).
+
+The events a threshold acts on are the real nodes of each predicted path:
+a node's probability is its marginal (the mass of the paths through it), it
+is correct when the true path passes through it. Reported per (corpus, rate,
+seed, calibration):
+
+* ``ece`` -- expected calibration error of those events (15 equal bins);
+* for each P in ``--thresholds``: node precision and coverage of
+  ``--min-probability P`` (the kept prefix: the deepest node whose marginal is
+  >= P and its ancestors; coverage = kept nodes / predicted-path nodes);
+* micro / macro F1 of the full paths (the same calibrated or not: tested).
+
+Candidate maps, fitted on the same out-of-fold set the temperature is
+(``pcem_spark.ml.calibrating.out_of_fold_predictions``) and applied to the test
+events: ``temperature`` (the product's default), and ``temperature+isotonic``
+(scikit-learn's IsotonicRegression of correctness on the calibrated marginal,
+the benchmark extra). One JSON line per run, and ``OUT/bench_calibration.md``::
+
+    python scripts/bench_calibration.py --docs out/20ng.jsonl.gz --rates 0.01,0.1 --seeds 0,1,2
+    python scripts/bench_calibration.py --docs out/20ng.jsonl.gz --dotted --rates 0.01,0.1
+    python scripts/bench_calibration.py --docs out/questions.jsonl.gz --rates 0.01,0.1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+
+def node_events(pred_rows):
+    """(probability, correct) of every real node of every predicted path (rows: path, top_paths, labels)."""
+    probs, correct = [], []
+    for row in pred_rows:
+        path, labels = list(row["path"]), list(row["labels"])
+        tops = [(list(t["path"]), t["probability"]) for t in row["top_paths"]]
+        for d in range(1, len(path) + 1):
+            prefix = path[:d]
+            probs.append(sum(p for q, p in tops if q[:d] == prefix))
+            correct.append(labels[:d] == prefix)
+    return np.clip(np.array(probs), 0.0, 1.0), np.array(correct, dtype=bool)
+
+
+def threshold_table(pred_rows, probability_of, thresholds):
+    """Node precision and coverage of ``--min-probability P`` for each P (prefix semantics, as the product)."""
+    out = {}
+    for P in thresholds:
+        kept = right = total = 0
+        for row, marg in zip(pred_rows, probability_of):
+            path, labels = list(row["path"]), list(row["labels"])
+            keep = 0
+            for d in range(len(path)):
+                if marg[d] >= P:
+                    keep = d + 1
+                else:
+                    break
+            total += len(path)
+            kept += keep
+            right += sum(1 for d in range(keep) if labels[: d + 1] == path[: d + 1])
+        out[str(P)] = {"precision": right / kept if kept else float("nan"), "coverage": kept / total}
+    return out
+
+
+def per_row(pred_rows, probs):
+    """Split the flat event probabilities back into one list per row (one per node of its path)."""
+    out, i = [], 0
+    for row in pred_rows:
+        n = len(row["path"])
+        out.append(list(probs[i : i + n]))
+        i += n
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--docs", default="out/20ng.jsonl.gz", help="labelled documents (JSON Lines)")
+    ap.add_argument("--dotted", action="store_true", help="20NG's dotted-name taxonomy (depth 2-5)")
+    ap.add_argument("--rates", default="0.01,0.1", help="shares of the training documents labelled")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--thresholds", default="0.7,0.8,0.9,0.95")
+    ap.add_argument("--config", default=os.path.join(os.path.dirname(HERE), "conf", "pcem.toml"))
+    ap.add_argument("--out", default="out/bench_calibration")
+    args = ap.parse_args(argv)
+    thresholds = [float(x) for x in args.thresholds.split(",")]
+    os.makedirs(args.out, exist_ok=True)
+
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    from sklearn.isotonic import IsotonicRegression
+
+    from pcem_spark.cli.config import load_settings
+    from pcem_spark.core.calibration import expected_calibration_error, predicted_node_events
+    from pcem_spark.core.decoding import path_node_table
+    from pcem_spark.core.taxonomy import Taxonomy
+    from pcem_spark.engine.features import featurize
+    from pcem_spark.engine.session import build_session
+    from pcem_spark.evaluation.metrics import evaluate_predictions
+    from pcem_spark.experiment.protocol import assign_roles
+    from pcem_spark.io.documents import read_documents
+    from pcem_spark.io.rejects import split_rejects
+    from pcem_spark.ml import PathEM
+    from pcem_spark.ml.calibrating import out_of_fold_predictions
+    from pcem_spark.ml.training import TrainOptions, train
+
+    settings = load_settings(args.config, [])
+    spark = build_session(settings.spark)
+    spark.sparkContext.setLogLevel("WARN")
+    docs, _ = split_rejects(read_documents(spark, args.docs))
+    docs = docs.where(F.col("labels").isNotNull()).select("id", "text", "labels")
+    if args.dotted:
+        from bench_noregret import dotted_labels
+
+        docs = docs.withColumn("labels", F.udf(dotted_labels, T.ArrayType(T.StringType()))("labels"))
+    docs = docs.cache()
+    taxonomy = Taxonomy.from_label_paths([r[0] for r in docs.select("labels").distinct().collect()])
+    path_nodes = path_node_table(taxonomy.path_node_matrix(sparse=True), taxonomy.is_dummy)
+    corpus = os.path.basename(args.docs).split(".")[0] + ("-dotted" if args.dotted else "")
+    rows = []
+    for rate in [float(r) for r in args.rates.split(",")]:
+        for seed in [int(s) for s in args.seeds.split(",")]:
+            roled = assign_roles(docs, seed, 0.2, rate).cache()
+            train_docs = roled.where(F.col("role") != "test").select(
+                "id", "text", F.when(F.col("role") == "labeled", F.col("labels")).alias("labels")
+            )
+            test = roled.where(F.col("role") == "test").select("id", "text", "labels")
+            t0 = time.perf_counter()
+            model, _ = train(
+                train_docs,
+                taxonomy,
+                settings.features,
+                settings.model,
+                TrainOptions(tune=settings.tune, seed=seed, estimator_class=PathEM),
+            )
+            train_seconds = time.perf_counter() - t0
+            summary = model.training_summary.get("calibration", {})
+            temperature = model.temperature
+            # The same out-of-fold set the temperature was fitted on, for the isotonic candidate.
+            feats = featurize(train_docs, model.vocabulary, model.feature_settings).cache()
+            oof = out_of_fold_predictions(
+                feats, taxonomy, len(model.vocabulary), model.model_settings, settings.tune, seed
+            )[0]
+            feats.unpersist()
+            iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip")
+            iso.fit(*predicted_node_events(oof, path_nodes, temperature))
+            results = {}
+            for name, t in (("none", None), ("temperature", temperature)):
+                model.temperature = t
+                pred = model.transform(test, top_k=taxonomy.n_paths)
+                pred_rows = pred.select("path", "labels", "top_paths").collect()
+                probs, correct = node_events(pred_rows)
+                f1 = evaluate_predictions(pred, taxonomy)
+                results[name] = {
+                    "ece": expected_calibration_error(probs, correct),
+                    "thresholds": threshold_table(pred_rows, per_row(pred_rows, probs), thresholds),
+                    "micro_f1": f1["micro_f1"],
+                    "macro_f1": f1["macro_f1"],
+                }
+                if name == "temperature":
+                    mapped = iso.predict(probs)
+                    results["temperature+isotonic"] = {
+                        "ece": expected_calibration_error(mapped, correct),
+                        "thresholds": threshold_table(pred_rows, per_row(pred_rows, mapped), thresholds),
+                    }
+            model.temperature = temperature
+            row = {
+                "corpus": corpus,
+                "rate": rate,
+                "seed": seed,
+                "temperature": temperature,
+                "oof_ece": [summary.get("ece_uncalibrated"), summary.get("ece_calibrated")],
+                "calibration_seconds": summary.get("seconds"),
+                "train_seconds": round(train_seconds, 1),
+                "test_events": int(correct.size),
+                "results": results,
+            }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            roled.unpersist()
+    with open(os.path.join(args.out, f"bench_calibration_{corpus}.json"), "w") as fh:
+        json.dump(rows, fh, indent=2)
+    with open(os.path.join(args.out, f"bench_calibration_{corpus}.md"), "w") as fh:
+        fh.write(markdown(rows, thresholds))
+    print(markdown(rows, thresholds))
+    spark.stop()
+    return 0
+
+
+def markdown(rows, thresholds) -> str:
+    """Mean over seeds per (corpus, rate, calibration): ECE and precision / coverage at each P."""
+    head = "| corpus | rate | calibration | T | test ECE | " + " | ".join(
+        f"P={p}: precision / coverage" for p in thresholds
+    )
+    lines = [head + " |", "|" + "---|" * (5 + len(thresholds))]
+    keys = sorted({(r["corpus"], r["rate"]) for r in rows})
+    for corpus, rate in keys:
+        group = [r for r in rows if (r["corpus"], r["rate"]) == (corpus, rate)]
+        for name in ("none", "temperature", "temperature+isotonic"):
+            ece = np.mean([r["results"][name]["ece"] for r in group])
+            t = "1" if name == "none" else f"{np.mean([r['temperature'] or 1.0 for r in group]):.2f}"
+            cells = []
+            for p in thresholds:
+                prec = np.nanmean([r["results"][name]["thresholds"][str(p)]["precision"] for r in group])
+                cov = np.mean([r["results"][name]["thresholds"][str(p)]["coverage"] for r in group])
+                cells.append(f"{100 * prec:.1f}% / {100 * cov:.1f}%")
+            lines.append(f"| {corpus} | {rate:g} | {name} | {t} | {ece:.3f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

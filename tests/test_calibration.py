@@ -1,0 +1,259 @@
+"""Calibrated probabilities: the temperature fit, its out-of-fold data, and prediction with it.
+
+The math against dense numpy references (softmax over every path, marginals
+as sums over the paths through a node); the Spark side with chispa: the
+calibration changes probabilities, never paths.
+"""
+
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from chispa import assert_df_equality
+from test_predict_evaluate import TAX  # noqa: E402 (the four-topic taxonomy)
+from test_tuning import FS, _corpus, _features  # noqa: E402
+
+from pcem_spark.core.beam import beam_path_details, beam_scorer, beam_tables
+from pcem_spark.core.calibration import (
+    OutOfFold,
+    calibration_report,
+    concat_out_of_fold,
+    expected_calibration_error,
+    fit_temperature,
+    out_of_fold,
+    predicted_node_events,
+    reliability_bins,
+    scaled_posteriors,
+    true_path_log_loss,
+)
+from pcem_spark.core.decoding import (
+    node_marginals,
+    path_node_table,
+    predict_path_details,
+    predict_paths,
+)
+from pcem_spark.core.estep import scoring_tables
+from pcem_spark.core.methods import method_spec
+from pcem_spark.core.parameters import PathParameters
+from pcem_spark.engine import passes
+from pcem_spark.engine.blocks import blocks_from_labels
+from pcem_spark.model.fitting import em_settings
+from pcem_spark.model.path_model import PathModel
+from pcem_spark.model.sampled_cv import cv_task, true_paths
+from pcem_spark.model.settings import ModelSettings
+
+
+def _softmax(z):
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _overconfident(n=3000, M=12, scale=4.0, seed=0):
+    """Joint log-likelihoods ``scale`` times too sharp: the true paths are drawn from softmax(z)."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(n, M)) * 2.0
+    p = _softmax(z)
+    true = (p.cumsum(axis=1) > rng.random(n)[:, None]).argmax(axis=1)
+    return scale * z, true
+
+
+def test_out_of_fold_keeps_the_best_paths_sorted_and_always_the_true_one():
+    jll, true = _overconfident(n=200, M=30)
+    oof = out_of_fold(jll, true, k=5)
+    rows = np.arange(200)
+    assert oof.paths.shape == (200, 5)
+    assert (oof.paths[rows, oof.true] == true).all()
+    assert np.allclose(oof.scores, jll[rows[:, None], oof.paths])
+    best = np.argsort(-jll, axis=1)[:, :4]
+    assert (oof.paths[:, 0] == best[:, 0]).all()  # the argmax first
+    assert (np.diff(oof.scores[:, :4], axis=1) <= 0).all()  # sorted (the true path may replace the 5th)
+    whole = out_of_fold(jll, true, k=100)
+    assert whole.paths.shape == (200, 30) and (np.sort(whole.paths, axis=1) == np.arange(30)).all()
+    both = concat_out_of_fold([oof, whole])
+    assert both.n == 400 and both.paths.shape[1] == 30 and (both.paths[:200, 5:] == -1).all()
+    assert np.isneginf(both.scores[:200, 5:]).all()
+    assert true_path_log_loss(both) == pytest.approx((true_path_log_loss(oof) + true_path_log_loss(whole)) / 2)
+
+
+def test_fit_temperature_recovers_the_overconfidence():
+    jll, true = _overconfident(scale=4.0)
+    oof = out_of_fold(jll, true, k=12)  # every path: the loss is exact
+    t = fit_temperature(oof)
+    assert t == pytest.approx(4.0, rel=0.06)
+    grid = np.exp(np.linspace(np.log(0.5), np.log(30), 400))
+    losses = [true_path_log_loss(oof, g) for g in grid]
+    assert true_path_log_loss(oof, t) <= min(losses) + 1e-6
+    # the loss against a dense reference: -log softmax(jll / T)[true]
+    ref = -np.log(_softmax(jll / t)[np.arange(len(true)), true]).mean()
+    assert true_path_log_loss(oof, t) == pytest.approx(ref, rel=1e-10)
+
+
+def test_node_events_equal_dense_marginals_along_the_predicted_path():
+    M = TAX.n_paths
+    rng = np.random.default_rng(3)
+    jll = rng.normal(size=(50, M)) * 3
+    true = rng.integers(M, size=50)
+    pn = TAX.path_node_matrix(sparse=True)
+    nodes = path_node_table(pn, TAX.is_dummy)
+    for t in (1.0, 2.5):
+        prob, correct = predicted_node_events(out_of_fold(jll, true), nodes, t)
+        marg = node_marginals(_softmax(jll / t), pn)
+        best = jll.argmax(axis=1)
+        exp_p, exp_c = [], []
+        for d in range(nodes.shape[1]):
+            for i in range(50):
+                node = nodes[best[i], d]
+                if node >= 0:
+                    exp_p.append(marg[i, node])
+                    exp_c.append(nodes[true[i], d] == node)
+        order = np.lexsort((np.array(exp_p), np.array(exp_c)))
+        got = np.lexsort((prob, correct))
+        assert np.allclose(np.sort(prob), np.sort(exp_p)) and np.allclose(prob[got], np.array(exp_p)[order])
+        assert correct.sum() == sum(exp_c)
+
+
+def test_ece_and_reliability_bins_by_hand():
+    p = np.array([0.05, 0.1, 0.55, 0.6, 0.95, 1.0])
+    c = np.array([0, 0, 1, 0, 1, 1])
+    bins = reliability_bins(p, c, n_bins=2)
+    assert bins["count"] == [2, 4]
+    assert bins["mean_probability"][0] == pytest.approx(0.075)
+    assert bins["precision"][1] == pytest.approx(0.75)
+    # |0.075 - 0| * 2/6 + |(0.55+0.6+0.95+1)/4 - 0.75| * 4/6
+    assert expected_calibration_error(p, c, n_bins=2) == pytest.approx(0.075 / 3 + abs(0.775 - 0.75) * 4 / 6)
+    report = calibration_report(
+        out_of_fold(*_overconfident(M=TAX.n_paths)),
+        path_node_table(TAX.path_node_matrix(sparse=True), TAX.is_dummy),
+        4.0,
+    )
+    assert report["ece_calibrated"] < report["ece_uncalibrated"]
+    assert report["log_loss_calibrated"] < report["log_loss_uncalibrated"]
+
+
+def _model_parts(seed=5, M=None, V=40):
+    M = M or TAX.n_paths
+    rng = np.random.default_rng(seed)
+    theta = rng.dirichlet(np.full(V, 0.3), size=M)
+    params = PathParameters.from_log_theta(np.log(rng.dirichlet(np.ones(M))), np.log(theta))
+    X = sp.csr_matrix(rng.poisson(0.6, size=(64, V)).astype(float))
+    return params, X
+
+
+def test_decoders_with_a_temperature_keep_the_path_and_soften_the_probabilities():
+    params, X = _model_parts()
+    tables = scoring_tables(params)
+    pn = TAX.path_node_matrix(sparse=True)
+    nodes = path_node_table(pn, TAX.is_dummy)
+    jll = X @ params.log_theta().T + params.log_prior
+    best0, p0 = predict_paths(X, None, None, tables=tables)
+    for t in (0.5, 3.0):
+        best, p = predict_paths(X, None, None, tables=tables, temperature=t)
+        assert np.array_equal(p, predict_paths(X, None, None, tables=tables._replace(temperature=t))[1])
+        post = _softmax(np.asarray(jll) / t)
+        assert (best == best0).all()
+        assert np.allclose(p, post[np.arange(64), best], atol=1e-9)
+        det = predict_path_details(X, None, 0.0, tables._replace(temperature=t), pn, nodes, 0.6, 3)
+        assert (det.best == best0).all()
+        assert np.allclose(det.top_probability, -np.sort(-post, axis=1)[:, :3], atol=1e-9)
+        marg = node_marginals(post, pn)
+        last = nodes[det.best, np.maximum(det.kept - 1, 0)]
+        assert np.allclose(det.kept_probability, np.where(det.kept > 0, marg[np.arange(64), last], 1.0), atol=1e-9)
+        # a beam as wide as the tree is the exact decoder, temperature included
+        scorer = beam_scorer(beam_tables(params, pn))
+        wide = beam_path_details(X, scorer, TAX.n_paths, 0.0, nodes, 0.6, 3, t)
+        assert (wide.best == best0).all() and np.allclose(wide.probability, p, atol=1e-9)
+        assert (wide.kept == det.kept).all()
+    assert (predict_paths(X, None, None, tables=tables, temperature=3.0)[1] < p0 + 1e-12).all()
+
+
+def test_cv_task_keeps_only_held_out_predictions_of_a_fit_without_them(spark):
+    """Each out-of-fold row is scored by a fit on the other folds: no label of the held-out fold reaches it."""
+    docs = _corpus(spark)
+    feats, vocab = _features(spark, docs)
+    lookup, pn = TAX.path_lookup(), TAX.path_node_matrix(sparse=True)
+    blocks = blocks_from_labels(feats, lookup, pn, len(vocab), 5).collect()
+    labelled = [b for b in blocks if b.node_scores.nnz]
+    parts = [(i % 2, b) for i, b in enumerate(labelled)] + [(-1, b) for b in blocks if not b.node_scores.nnz]
+    ms = ModelSettings(method="pcem", smoothing=0.5, unlabeled_weight=0.5, path_weight=1.0, max_iter=4).resolved()
+    out = cv_task(parts, 1, TAX, len(vocab), ms, keep_out_of_fold=True)
+    spec = method_spec(TAX, ms.method, ms.components, ms.path_weight)
+    alone = passes.fit([b for p, b in parts if p != 1], spec.score_matrix, len(vocab), em_settings(ms, spec))
+    held = [b for p, b in parts if p == 1]
+    from pcem_spark.core.estep import length_normalize
+
+    X = sp.vstack([length_normalize(b.X, ms.doc_length) for b in held])
+    jll = np.asarray(X @ alone.params.log_theta().T) + alone.params.log_prior
+    true = np.concatenate([true_paths(b.node_scores, pn) for b in held])
+    oof = out["out_of_fold"]
+    assert isinstance(oof, OutOfFold) and oof.n == X.shape[0]
+    rows = np.arange(oof.n)
+    assert (oof.paths[rows, oof.true] == true).all()
+    assert np.allclose(oof.scores, jll[rows[:, None], oof.paths], atol=1e-8)
+    assert "out_of_fold" not in cv_task(parts, 1, TAX, len(vocab), ms)
+
+
+def _small_model(spark):
+    docs = _corpus(spark)
+    from pcem_spark.ml.training import TrainOptions, train
+
+    ms = ModelSettings(method="pcem", smoothing=0.5, unlabeled_weight=0.5, path_weight=1.0, max_iter=5)
+    model, _ = train(docs, TAX, FS, ms, TrainOptions())
+    return docs, model
+
+
+def test_train_calibrates_and_the_paths_stay_the_same(spark):
+    docs, model = _small_model(spark)
+    summary = model.training_summary["calibration"]
+    assert summary["method"] == "temperature" and model.temperature == pytest.approx(summary["temperature"], rel=1e-5)
+    assert summary["documents"] > 0 and {"ece_calibrated", "log_loss_uncalibrated", "sample"} <= set(summary)
+    calibrated = model.transform(docs, top_k=2)
+    temperature, model.temperature = model.temperature, None
+    raw = model.transform(docs, top_k=2)
+    model.temperature = temperature
+    assert_df_equality(calibrated.select("id", "path", "leaf"), raw.select("id", "path", "leaf"), ignore_row_order=True)
+    a = {r.id: r.probability for r in calibrated.collect()}
+    b = {r.id: r.probability for r in raw.collect()}
+    assert any(abs(a[k] - b[k]) > 1e-6 for k in a)
+
+
+def test_calibration_none_and_unknown_values(spark):
+    from pcem_spark.errors import InputError
+    from pcem_spark.ml.training import TrainOptions, train
+
+    docs = _corpus(spark)
+    ms = ModelSettings(method="pcnb", smoothing=0.5, unlabeled_weight=1.0, path_weight=1.0, calibration="none")
+    model, _ = train(docs, TAX, FS, ms, TrainOptions())
+    assert model.temperature is None and model.training_summary["calibration"]["method"] == "none"
+    with pytest.raises(InputError, match="calibration"):
+        ModelSettings(calibration="platt").validate()
+
+
+def test_temperature_is_saved_and_older_models_load_uncalibrated(spark, tmp_path, caplog):
+    params, _ = _model_parts()
+    vocab = [f"w{i}" for i in range(40)]
+    ms = ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0)
+    model = PathModel(TAX, vocab, None, params, FS, ms)
+    model.temperature = 2.75
+    path = str(tmp_path / "m")
+    model.save(path)
+    assert PathModel.load(path).temperature == 2.75
+    # the same directory as a format-2 model wrote it: no calibration entry, loads uncalibrated with a warning
+    meta_dir = os.path.join(path, "metadata")
+    part = [f for f in os.listdir(meta_dir) if f.startswith("part-")][0]
+    with open(os.path.join(meta_dir, part)) as fh:
+        meta = json.loads(fh.readline())
+    meta["format_version"] = 2
+    meta.pop("calibration")
+    with open(os.path.join(meta_dir, part), "w") as fh:
+        fh.write(json.dumps(meta) + "\n")
+    for name in os.listdir(meta_dir):  # the rewritten part no longer matches Hadoop's checksum
+        if name.endswith(".crc"):
+            os.remove(os.path.join(meta_dir, name))
+    with caplog.at_level(logging.WARNING):
+        old = PathModel.load(path)
+    assert old.temperature is None and "uncalibrated" in caplog.text
+    assert scaled_posteriors(np.array([[0.0, -np.inf]]), 3.0).tolist() == [[1.0, 0.0]]
