@@ -19,11 +19,15 @@ seed, calibration):
   >= P and its ancestors; coverage = kept nodes / predicted-path nodes);
 * micro / macro F1 of the full paths (the same calibrated or not: tested).
 
-Candidate maps, fitted on the same out-of-fold set the temperature is
-(``pcem_spark.ml.calibrating.out_of_fold_predictions``) and applied to the test
-events: ``temperature`` (the product's default), and ``temperature+isotonic``
-(scikit-learn's IsotonicRegression of correctness on the calibrated marginal,
-the benchmark extra). One JSON line per run, and ``OUT/bench_calibration.md``::
+Every probability of a documents' predicted path is read from the
+``node_probabilities`` column (``pcem predict --node-probabilities``).
+
+The candidates, all fitted on the same out-of-fold predictions at training:
+``none`` (T = 1, the raw posterior), ``temperature`` (the fitted T alone) and
+``temperature+isotonic`` (the product's default: T, then the monotone map of
+node marginals to precision, ``core.calibration.isotonic_map``); the test
+events come from ``node_probabilities``. One JSON line per run, and
+``OUT/bench_calibration.md``::
 
     python scripts/bench_calibration.py --docs out/20ng.jsonl.gz --rates 0.01,0.1 --seeds 0,1,2
     python scripts/bench_calibration.py --docs out/20ng.jsonl.gz --dotted --rates 0.01,0.1
@@ -43,19 +47,6 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-
-
-def node_events(pred_rows):
-    """(probability, correct) of every real node of every predicted path (rows: path, top_paths, labels)."""
-    probs, correct = [], []
-    for row in pred_rows:
-        path, labels = list(row["path"]), list(row["labels"])
-        tops = [(list(t["path"]), t["probability"]) for t in row["top_paths"]]
-        for d in range(1, len(path) + 1):
-            prefix = path[:d]
-            probs.append(sum(p for q, p in tops if q[:d] == prefix))
-            correct.append(labels[:d] == prefix)
-    return np.clip(np.array(probs), 0.0, 1.0), np.array(correct, dtype=bool)
 
 
 def threshold_table(pred_rows, probability_of, thresholds):
@@ -103,20 +94,16 @@ def main(argv=None) -> int:
 
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
-    from sklearn.isotonic import IsotonicRegression
 
     from pcem_spark.cli.config import load_settings
-    from pcem_spark.core.calibration import expected_calibration_error, predicted_node_events
-    from pcem_spark.core.decoding import path_node_table
+    from pcem_spark.core.calibration import expected_calibration_error
     from pcem_spark.core.taxonomy import Taxonomy
-    from pcem_spark.engine.features import featurize
     from pcem_spark.engine.session import build_session
     from pcem_spark.evaluation.metrics import evaluate_predictions
     from pcem_spark.experiment.protocol import assign_roles
     from pcem_spark.io.documents import read_documents
     from pcem_spark.io.rejects import split_rejects
     from pcem_spark.ml import PathEM
-    from pcem_spark.ml.calibrating import out_of_fold_predictions
     from pcem_spark.ml.training import TrainOptions, train
 
     settings = load_settings(args.config, [])
@@ -130,7 +117,6 @@ def main(argv=None) -> int:
         docs = docs.withColumn("labels", F.udf(dotted_labels, T.ArrayType(T.StringType()))("labels"))
     docs = docs.cache()
     taxonomy = Taxonomy.from_label_paths([r[0] for r in docs.select("labels").distinct().collect()])
-    path_nodes = path_node_table(taxonomy.path_node_matrix(sparse=True), taxonomy.is_dummy)
     corpus = os.path.basename(args.docs).split(".")[0] + ("-dotted" if args.dotted else "")
     rows = []
     for rate in [float(r) for r in args.rates.split(",")]:
@@ -150,21 +136,21 @@ def main(argv=None) -> int:
             )
             train_seconds = time.perf_counter() - t0
             summary = model.training_summary.get("calibration", {})
-            temperature = model.temperature
-            # The same out-of-fold set the temperature was fitted on, for the isotonic candidate.
-            feats = featurize(train_docs, model.vocabulary, model.feature_settings).cache()
-            oof = out_of_fold_predictions(
-                feats, taxonomy, len(model.vocabulary), model.model_settings, settings.tune, seed
-            )[0]
-            feats.unpersist()
-            iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip")
-            iso.fit(*predicted_node_events(oof, path_nodes, temperature))
+            temperature, probability_map = model.temperature, model.probability_map
             results = {}
-            for name, t in (("none", None), ("temperature", temperature)):
-                model.temperature = t
-                pred = model.transform(test, top_k=taxonomy.n_paths)
-                pred_rows = pred.select("path", "labels", "top_paths").collect()
-                probs, correct = node_events(pred_rows)
+            candidates = (("none", None, None), ("temperature", temperature, None))
+            for name, t, mapping in candidates + (("temperature+isotonic", temperature, probability_map),):
+                model.temperature, model.probability_map = t, mapping
+                pred = model.transform(test, node_probabilities=True).cache()
+                pred_rows = pred.select("path", "labels", "node_probabilities").collect()
+                probs = np.array([p for r in pred_rows for p in r["node_probabilities"]])
+                correct = np.array(
+                    [
+                        list(r["labels"])[: d + 1] == list(r["path"])[: d + 1]
+                        for r in pred_rows
+                        for d in range(len(r["path"]))
+                    ]
+                )
                 f1 = evaluate_predictions(pred, taxonomy)
                 results[name] = {
                     "ece": expected_calibration_error(probs, correct),
@@ -172,19 +158,14 @@ def main(argv=None) -> int:
                     "micro_f1": f1["micro_f1"],
                     "macro_f1": f1["macro_f1"],
                 }
-                if name == "temperature":
-                    mapped = iso.predict(probs)
-                    results["temperature+isotonic"] = {
-                        "ece": expected_calibration_error(mapped, correct),
-                        "thresholds": threshold_table(pred_rows, per_row(pred_rows, mapped), thresholds),
-                    }
-            model.temperature = temperature
+                pred.unpersist()
+            model.temperature, model.probability_map = temperature, probability_map
             row = {
                 "corpus": corpus,
                 "rate": rate,
                 "seed": seed,
                 "temperature": temperature,
-                "oof_ece": [summary.get("ece_uncalibrated"), summary.get("ece_calibrated")],
+                "oof_ece": [summary.get(k) for k in ("ece_uncalibrated", "ece_temperature", "ece_calibrated")],
                 "calibration_seconds": summary.get("seconds"),
                 "train_seconds": round(train_seconds, 1),
                 "test_events": int(correct.size),

@@ -24,7 +24,7 @@ from pcem_spark.engine.arrow_io import prefix_path_arrays, top_paths_array
 from pcem_spark.engine.features import FeatureSettings
 from pcem_spark.evaluation.metrics import evaluate_predictions
 from pcem_spark.ml import train
-from pcem_spark.model.schema import PREDICTION_SCHEMA, abstention_counts, prediction_schema
+from pcem_spark.model.schema import PREDICTION_SCHEMA, OutputOptions, abstention_counts, prediction_schema
 from pcem_spark.model.settings import ModelSettings
 
 # Depth 3; "med" is a depth-2 leaf (one dummy) and "misc" a depth-1 leaf (two dummies).
@@ -216,9 +216,9 @@ def test_predict_path_details_agrees_with_predict_paths():
     best, prob = core.predict_paths(X, None, None, None, 0.0, tables=tables)
     pn = TAX.path_node_matrix(sparse=True)
     table = core.path_node_table(pn, TAX.is_dummy)
-    plain = core.predict_path_details(X, None, 0.0, tables, pn, table)
+    plain = core.predict_path_details(X, None, 0.0, tables, table)
     assert plain.kept is None and plain.top_index is None
-    out = core.predict_path_details(X, None, 0.0, tables, pn, table, min_probability=0.6, top_k=2)
+    out = core.predict_path_details(X, None, 0.0, tables, table, min_probability=0.6, top_k=2)
     np.testing.assert_array_equal(out.best, best)
     np.testing.assert_array_equal(out.probability, prob)
     post = core.path_posteriors(core.tables_joint_log_likelihood(X, tables))
@@ -452,7 +452,7 @@ def test_pyspark_ml_model_params(spark, models):
     assert fitted.transform(docs).columns == docs.columns + ["path", "leaf", "probability"]
     out = fitted.setMinProbability(0.8).setTopK(2).transform(docs)
     assert out.columns == docs.columns + ["path", "leaf", "probability", "path_probability", "top_paths"]
-    direct = fitted.path_model.predict_columns(docs, passthrough=docs.columns, min_probability=0.8, top_k=2)
+    direct = fitted.path_model.predict_columns(docs, passthrough=docs.columns, outputs=OutputOptions(0.8, 2))
     assert_df_equality(out, direct)
     with pytest.raises(ValueError, match="min_probability must be a number in \\[0, 1\\]"):
         fitted.setMinProbability(1.5).transform(docs)

@@ -122,7 +122,7 @@ def test_wide_beam_details_equal_the_exact_details_and_narrow_ones_renormalise_o
     X = documents(7, n=50)
     pn = TAX.path_node_matrix(sparse=True)
     table = core.path_node_table(pn, TAX.is_dummy)
-    exact = core.predict_path_details(X, None, 0.0, core.scoring_tables(params), pn, table, 0.6, 3)
+    exact = core.predict_path_details(X, None, 0.0, core.scoring_tables(params), table, 0.6, 3)
     scorer = core.beam_scorer(core.beam_tables(params, pn), full_nodes=0)
     wide = core.beam_path_details(X, scorer, TAX.n_paths, 0.0, table, 0.6, 3)
     np.testing.assert_array_equal(wide.best, exact.best)

@@ -18,11 +18,14 @@ from test_tuning import FS, _corpus, _features  # noqa: E402
 
 from pcem_spark.core.beam import beam_path_details, beam_scorer, beam_tables
 from pcem_spark.core.calibration import (
+    Calibration,
     OutOfFold,
+    apply_map,
     calibration_report,
     concat_out_of_fold,
     expected_calibration_error,
     fit_temperature,
+    isotonic_map,
     out_of_fold,
     predicted_node_events,
     reliability_bins,
@@ -134,6 +137,39 @@ def test_ece_and_reliability_bins_by_hand():
     assert report["log_loss_calibrated"] < report["log_loss_uncalibrated"]
 
 
+def _isotonic_reference(p, c):
+    """Isotonic regression by the min-max formula over the distinct probabilities (weighted means)."""
+    values = np.unique(p)
+    hits = np.array([c[p == v].sum() for v in values], dtype=float)
+    counts = np.array([(p == v).sum() for v in values], dtype=float)
+    n = len(values)
+    return np.array(
+        [
+            max(min(hits[j : k + 1].sum() / counts[j : k + 1].sum() for k in range(i, n)) for j in range(i + 1))
+            for i in range(n)
+        ]
+    )
+
+
+def test_isotonic_map_levels_are_the_isotonic_regression_and_the_map_is_monotone():
+    rng = np.random.default_rng(4)
+    p = np.round(rng.random(300), 2)  # ties on purpose
+    c = rng.random(300) < p**2
+    x, y = isotonic_map(p, c)
+    assert (np.diff(x) > 0).all() and (np.diff(y) >= 0).all()
+    assert np.allclose(np.unique(np.round(y, 12)), np.unique(np.round(_isotonic_reference(p, c), 12)))
+    # each breakpoint is its block's weighted mean probability: the map is exact on the block means
+    q = np.linspace(0, 1, 101)
+    mapped = apply_map(q, (x, y))
+    assert (np.diff(mapped) >= -1e-15).all() and mapped.min() >= 0 and mapped.max() <= 1
+    assert np.isnan(apply_map(np.array([np.nan]), (x, y))).all()
+    assert apply_map(q, None) is q
+    cal = Calibration(2.0, (x, y))
+    assert Calibration.from_record(json.loads(json.dumps(cal.as_record())))[0] == 2.0
+    with pytest.raises(ValueError):
+        Calibration.from_record({"temperature": 2.0, "map": {"x": [0.5, 0.2], "y": [0.1, 0.2]}})
+
+
 def _model_parts(seed=5, M=None, V=40):
     M = M or TAX.n_paths
     rng = np.random.default_rng(seed)
@@ -156,7 +192,7 @@ def test_decoders_with_a_temperature_keep_the_path_and_soften_the_probabilities(
         post = _softmax(np.asarray(jll) / t)
         assert (best == best0).all()
         assert np.allclose(p, post[np.arange(64), best], atol=1e-9)
-        det = predict_path_details(X, None, 0.0, tables._replace(temperature=t), pn, nodes, 0.6, 3)
+        det = predict_path_details(X, None, 0.0, tables._replace(temperature=t), nodes, 0.6, 3, True)
         assert (det.best == best0).all()
         assert np.allclose(det.top_probability, -np.sort(-post, axis=1)[:, :3], atol=1e-9)
         marg = node_marginals(post, pn)
@@ -164,10 +200,31 @@ def test_decoders_with_a_temperature_keep_the_path_and_soften_the_probabilities(
         assert np.allclose(det.kept_probability, np.where(det.kept > 0, marg[np.arange(64), last], 1.0), atol=1e-9)
         # a beam as wide as the tree is the exact decoder, temperature included
         scorer = beam_scorer(beam_tables(params, pn))
-        wide = beam_path_details(X, scorer, TAX.n_paths, 0.0, nodes, 0.6, 3, t)
+        wide = beam_path_details(X, scorer._replace(temperature=t), TAX.n_paths, 0.0, nodes, 0.6, 3, True)
         assert (wide.best == best0).all() and np.allclose(wide.probability, p, atol=1e-9)
         assert (wide.kept == det.kept).all()
+        real = nodes[det.best] >= 0
+        want = np.take_along_axis(marg, np.maximum(nodes[det.best], 0), axis=1)
+        assert np.allclose(det.node_probability[real], want[real], atol=1e-9)
+        assert np.isnan(det.node_probability[~real]).all()
+        assert np.allclose(wide.node_probability[real], want[real], atol=1e-9)
     assert (predict_paths(X, None, None, tables=tables, temperature=3.0)[1] < p0 + 1e-12).all()
+    # a probability map: every reported probability goes through it, the paths and the cut stay consistent
+    mapping = (np.array([0.0, 0.5, 1.0]), np.array([0.0, 0.3, 0.9]))
+    mapped = tables._replace(temperature=2.0, probability_map=mapping)
+    best, p = predict_paths(X, None, None, tables=mapped)
+    post = _softmax(np.asarray(jll) / 2.0)
+    assert (best == best0).all() and np.allclose(p, apply_map(post[np.arange(64), best], mapping), atol=1e-9)
+    det = predict_path_details(X, None, 0.0, mapped, nodes, 0.25, 2, True)
+    marg = apply_map(node_marginals(post, pn), mapping)
+    want = np.take_along_axis(marg, np.maximum(nodes[det.best], 0), axis=1)
+    real = nodes[det.best] >= 0
+    assert np.allclose(det.node_probability[real], want[real], atol=1e-9)
+    assert (det.kept == np.cumprod(real & (want >= 0.25), axis=1).sum(axis=1)).all()
+    assert np.allclose(det.top_probability, apply_map(-np.sort(-post, axis=1)[:, :2], mapping), atol=1e-9)
+    scorer = beam_scorer(beam_tables(params, pn))._replace(temperature=2.0, probability_map=mapping)
+    wide = beam_path_details(X, scorer, TAX.n_paths, 0.0, nodes, 0.25, 2, True)
+    assert np.allclose(wide.probability, p, atol=1e-9) and (wide.kept == det.kept).all()
 
 
 def test_cv_task_keeps_only_held_out_predictions_of_a_fit_without_them(spark):
@@ -208,12 +265,14 @@ def _small_model(spark):
 def test_train_calibrates_and_the_paths_stay_the_same(spark):
     docs, model = _small_model(spark)
     summary = model.training_summary["calibration"]
-    assert summary["method"] == "temperature" and model.temperature == pytest.approx(summary["temperature"], rel=1e-5)
+    assert summary["method"] == "temperature+isotonic"
+    assert model.temperature == pytest.approx(summary["temperature"], rel=1e-5) and model.probability_map is not None
     assert summary["documents"] > 0 and {"ece_calibrated", "log_loss_uncalibrated", "sample"} <= set(summary)
     calibrated = model.transform(docs, top_k=2)
-    temperature, model.temperature = model.temperature, None
+    calibration = model.temperature, model.probability_map
+    model.temperature = None
     raw = model.transform(docs, top_k=2)
-    model.temperature = temperature
+    model.temperature, model.probability_map = calibration
     assert_df_equality(calibrated.select("id", "path", "leaf"), raw.select("id", "path", "leaf"), ignore_row_order=True)
     a = {r.id: r.probability for r in calibrated.collect()}
     b = {r.id: r.probability for r in raw.collect()}
@@ -237,10 +296,11 @@ def test_temperature_is_saved_and_older_models_load_uncalibrated(spark, tmp_path
     vocab = [f"w{i}" for i in range(40)]
     ms = ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0)
     model = PathModel(TAX, vocab, None, params, FS, ms)
-    model.temperature = 2.75
+    model.temperature, model.probability_map = 2.75, (np.array([0.1, 0.6]), np.array([0.05, 0.7]))
     path = str(tmp_path / "m")
     model.save(path)
-    assert PathModel.load(path).temperature == 2.75
+    loaded = PathModel.load(path)
+    assert loaded.temperature == 2.75 and np.allclose(loaded.probability_map[1], [0.05, 0.7])
     # the same directory as a format-2 model wrote it: no calibration entry, loads uncalibrated with a warning
     meta_dir = os.path.join(path, "metadata")
     part = [f for f in os.listdir(meta_dir) if f.startswith("part-")][0]

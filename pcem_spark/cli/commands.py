@@ -271,6 +271,7 @@ def cmd_predict(args, settings) -> int:
         ),
     )
     keep, partition_by, output_names = _output_columns(args, settings)
+    node_probabilities = bool(args.node_probabilities or settings.predict.node_probabilities)
     check_output_columns(keep, partition_by, min_probability, top_k, names=output_names)
     spark = build_session(settings.spark)
     t0 = time.perf_counter()
@@ -295,7 +296,14 @@ def cmd_predict(args, settings) -> int:
         log.info(
             "predict: beam search of width %d over %d paths (%s = %r)", width, model.taxonomy.n_paths, beam_name, beam
         )
-    pred = model.transform(docs, min_probability=min_probability, top_k=top_k, beam=width, keep_columns=keep)
+    pred = model.transform(
+        docs,
+        min_probability=min_probability,
+        top_k=top_k,
+        beam=width,
+        keep_columns=keep,
+        node_probabilities=node_probabilities,
+    )
     writer = pred.write
     if partition_by == LEVEL1:
         pred = pred.withColumn(LEVEL1, F.try_element_at(F.col("path"), F.lit(1)))  # null for an empty path
@@ -321,6 +329,8 @@ def cmd_predict(args, settings) -> int:
                 "top_k": int(top_k),
                 "beam": int(width),
                 "tokenizer": "python" if model.text_featurizer() is not None else "spark",
+                "node_probabilities": node_probabilities,
+                "calibrated": model.effective_temperature != 1.0,
                 "keep_columns": list(keep),
                 "partition_by": partition_by or None,
             }
@@ -449,6 +459,14 @@ def cmd_inspect(args, settings) -> int:
         confusion = confusion_tables(cells, model.taxonomy, n_scored, n_without)
         confusion["predictions"] = args.predictions
     files = inspection_files(report, confusion)
+    if args.predictions and "node_probabilities" in pred.columns:
+        from pcem_spark.ops.reliability import reliability_counts, reliability_files, reliability_report
+
+        reliability = reliability_report(*reliability_counts(pred), source=args.predictions)
+        files.update(reliability_files(reliability))
+        log.info("inspect: node-probability ECE %.4f over %d nodes", reliability["ece"], reliability["node_events"])
+    elif args.predictions:
+        log.info("inspect: no node_probabilities column (pcem predict --node-probabilities): no reliability diagram")
     write_inspection(out, files, overwrite=args.overwrite, info={"model": args.model, "predictions": args.predictions})
     log.info("inspect: %s -> %s (%s) in %.1fs", args.model, out, ", ".join(sorted(files)), time.perf_counter() - t0)
     return 0

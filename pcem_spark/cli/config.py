@@ -30,6 +30,8 @@ class PredictSettings:
     beam: object = "auto"
     # where text is tokenised: "python" in the scoring task (engine.python_tokens), "spark" by Spark ML
     tokenizer: str = "python"
+    # add node_probabilities: the (calibrated) marginal probability of each node of the predicted path
+    node_probabilities: bool = False
     # input columns copied into the predictions (Parquet documents), e.g. ["url", "crawl_date"]
     keep_columns: List[str] = field(default_factory=list)
     # write the predictions partitioned by a kept column, or "level1" (the first node of the path); "" = not
@@ -50,6 +52,8 @@ class PredictSettings:
             self.keep_columns = [c.strip() for c in self.keep_columns.split(",") if c.strip()]
         if not isinstance(self.keep_columns, list) or not all(isinstance(c, str) for c in self.keep_columns):
             raise ConfigError(f"predict.keep_columns = {self.keep_columns!r}: expected a list of column names")
+        if not isinstance(self.node_probabilities, bool):
+            raise ConfigError(f"predict.node_probabilities = {self.node_probabilities!r}: expected true or false")
         if not isinstance(self.partition_by, str):
             raise ConfigError(f'predict.partition_by = {self.partition_by!r}: expected a column name or ""')
         try:

@@ -167,6 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
         'auto = exact up to 5,000 paths, a beam of 5 above; default [predict] beam = "auto")',
     )
     p.add_argument(
+        "--node-probabilities",
+        action="store_true",
+        default=None,
+        help="add node_probabilities: the marginal probability of each node of the path, root first "
+        "(default [predict] node_probabilities = false); pcem inspect --predictions draws their reliability",
+    )
+    p.add_argument(
         "--keep-columns",
         default=None,
         metavar="COLS",

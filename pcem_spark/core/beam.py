@@ -24,6 +24,7 @@ from typing import NamedTuple, Optional, Tuple, Union
 import numpy as np
 import scipy.sparse as sp
 
+from pcem_spark.core.calibration import apply_map
 from pcem_spark.core.decoding import PathPredictions, block_scores
 from pcem_spark.core.estep import DENSE_TERM_SHARE, ScoringTables, length_normalize, scoring_tables
 from pcem_spark.core.parameters import PathParameters, recovered_counts
@@ -175,6 +176,10 @@ class BeamScorer(NamedTuple):
 
     steps: tuple
     n_paths: int
+    # The model's calibration (core.calibration): the scored paths' softmax is that of jll / temperature,
+    # then every reported probability goes through probability_map ((x, y) breakpoints; None = identity).
+    temperature: float = 1.0
+    probability_map: Optional[tuple] = None
 
 
 def beam_scorer(
@@ -409,7 +414,7 @@ def beam_path_details(
     path_nodes: Optional[np.ndarray] = None,
     min_probability: float = 0.0,
     top_k: int = 0,
-    temperature: float = 1.0,
+    node_probabilities: bool = False,
 ) -> PathPredictions:
     """:func:`~pcem_spark.core.decoding.predict_path_details` by a beam: over the scored paths only.
 
@@ -418,9 +423,9 @@ def beam_path_details(
     marginals that decide ``kept`` are those of the posterior renormalised
     over the paths the beam scored. ``path_nodes`` (M, D), -1 at dummies
     (:func:`~pcem_spark.core.decoding.path_node_table`), is needed with
-    ``min_probability`` > 0. ``temperature`` (calibration) divides the scored
-    paths' joint log-likelihoods before that softmax; the beam and the path
-    are unchanged.
+    ``min_probability`` > 0 or ``node_probabilities``. The scorer's
+    ``temperature`` (calibration) divides the scored paths' joint
+    log-likelihoods before that softmax; the beam and the path are unchanged.
     """
     X = length_normalize(X, doc_length) if doc_length > 0 else sp.csr_matrix(X, dtype=np.float64)
     paths, scores = beam_candidates(X, scorer, beam)
@@ -429,31 +434,36 @@ def beam_path_details(
     if n == 0:
         k, post = np.zeros(0, dtype=np.int64), np.zeros(paths.shape)
     else:
-        k, post = _softmax_rows(scores, paths, temperature)
-    best, prob = paths[rows, k], post[rows, k]
-    kept = kept_prob = top_index = top_prob = None
-    if min_probability > 0:
-        kept, kept_prob = _beam_abstain(best, paths, post, path_nodes, min_probability)
+        k, post = _softmax_rows(scores, paths, getattr(scorer, "temperature", 1.0))
+    mapping = getattr(scorer, "probability_map", None)
+    best, prob = paths[rows, k], apply_map(post[rows, k], mapping)
+    kept = kept_prob = top_index = top_prob = node_prob = None
+    if min_probability > 0 or node_probabilities:
+        marg, real = _beam_marginals(best, paths, post, path_nodes)
+        marg = apply_map(marg, mapping)
+        if node_probabilities:
+            node_prob = np.where(real, marg, np.nan)
+        if min_probability > 0:
+            kept = np.cumprod(real & (marg >= min_probability), axis=1).sum(axis=1).astype(np.int64)
+            last = np.take_along_axis(marg, np.maximum(kept - 1, 0)[:, None], axis=1).ravel()
+            kept_prob = np.where(kept > 0, last, 1.0)
     if top_k > 0:
         top_index, top_prob = _beam_top(paths, post, top_k, scorer.n_paths)
-    return PathPredictions(best, prob, kept, kept_prob, top_index, top_prob)
+        top_prob = np.where(top_index >= 0, apply_map(top_prob, mapping), 0.0)
+    return PathPredictions(best, prob, kept, kept_prob, top_index, top_prob, node_prob)
 
 
-def _beam_abstain(best, paths, post, path_nodes, min_probability):
-    """Kept prefix length and its last node's marginal (1 when empty), marginals summed over the scored paths."""
+def _beam_marginals(best, paths, post, path_nodes):
+    """(n, D) marginal of each depth's node of ``best`` summed over the scored paths, and where it is real."""
     if path_nodes is None:
-        raise ValueError("min_probability > 0 needs path_nodes")
+        raise ValueError("min_probability > 0 or node probabilities need path_nodes")
     best_nodes = path_nodes[best]  # (n, D)
-    real = best_nodes >= 0
     safe = np.maximum(paths, 0)
     marg = np.zeros(best_nodes.shape)
     for d in range(best_nodes.shape[1]):  # one (n, C) comparison per depth
         same = (path_nodes[safe, d] == best_nodes[:, d : d + 1]) & (paths >= 0)
         marg[:, d] = np.where(same, post, 0.0).sum(axis=1)
-    marg = np.clip(marg, 0.0, 1.0)
-    kept = np.cumprod(real & (marg >= min_probability), axis=1).sum(axis=1).astype(np.int64)
-    last = np.take_along_axis(marg, np.maximum(kept - 1, 0)[:, None], axis=1).ravel()
-    return kept, np.where(kept > 0, last, 1.0)
+    return np.clip(marg, 0.0, 1.0), best_nodes >= 0
 
 
 def _beam_top(paths, post, top_k: int, n_paths: int):

@@ -25,11 +25,12 @@ Pure numpy; the Spark side only gathers the out-of-fold sets.
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple, Sequence, Tuple
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 __all__ = [
+    "Calibration",
     "TOP_PATHS",
     "MIN_OUT_OF_FOLD",
     "TEMPERATURE_BOUNDS",
@@ -39,6 +40,8 @@ __all__ = [
     "scaled_posteriors",
     "true_path_log_loss",
     "fit_temperature",
+    "isotonic_map",
+    "apply_map",
     "predicted_node_events",
     "expected_calibration_error",
     "reliability_bins",
@@ -48,6 +51,43 @@ __all__ = [
 TOP_PATHS = 256  # paths kept per out-of-fold document (its true path always among them)
 MIN_OUT_OF_FOLD = 20  # fewer out-of-fold documents: no temperature is fitted (uncalibrated, with a warning)
 TEMPERATURE_BOUNDS = (1e-2, 1e4)  # the search range of T
+
+
+class Calibration(NamedTuple):
+    """A model's calibration: ``temperature`` for the joint log-likelihoods, then ``probability_map``.
+
+    ``probability_map``: ``(x, y)`` breakpoints of :func:`isotonic_map` (None = identity).
+    """
+
+    temperature: float
+    probability_map: Optional[Tuple[np.ndarray, np.ndarray]] = None
+
+    def as_record(self) -> Dict[str, object]:
+        """JSON-able (the model's metadata)."""
+        record: Dict[str, object] = {"method": "temperature", "temperature": float(self.temperature)}
+        if self.probability_map is not None:
+            record["method"] = "temperature+isotonic"
+            record["map"] = {
+                "x": [float(v) for v in self.probability_map[0]],
+                "y": [float(v) for v in self.probability_map[1]],
+            }
+        return record
+
+    @classmethod
+    def from_record(cls, record: Dict[str, object]) -> "Calibration":
+        """The inverse of :meth:`as_record`; ValueError when it is not one."""
+        temperature = float(record["temperature"])
+        if not (temperature > 0 and np.isfinite(temperature)):
+            raise ValueError(f"temperature {temperature}")
+        mapping = record.get("map")
+        if mapping is None:
+            return cls(temperature)
+        x, y = np.asarray(mapping["x"], dtype=np.float64), np.asarray(mapping["y"], dtype=np.float64)
+        if x.shape != y.shape or x.ndim != 1 or not len(x) or (np.diff(x) <= 0).any() or (np.diff(y) < 0).any():
+            raise ValueError("the probability map is not increasing breakpoints")
+        if ((y < 0) | (y > 1)).any():
+            raise ValueError("the probability map leaves [0, 1]")
+        return cls(temperature, (x, y))
 
 
 class OutOfFold(NamedTuple):
@@ -157,6 +197,45 @@ def fit_temperature(oof: OutOfFold, bounds: Tuple[float, float] = TEMPERATURE_BO
     return float(np.exp(found.x))
 
 
+def isotonic_map(probability: np.ndarray, correct: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The non-decreasing map of probabilities to observed precision that fits best (pool adjacent violators).
+
+    Returns breakpoints ``(x, y)``: :func:`apply_map` interpolates between
+    them (and is flat outside), so the map is monotone -- a node's mapped
+    probability never exceeds its parent's -- and continuous.
+
+    >>> x, y = isotonic_map(np.array([0.1, 0.2, 0.6, 0.9]), np.array([0, 1, 0, 1]))
+    >>> x.tolist(), y.tolist()
+    ([0.1, 0.4, 0.9], [0.0, 0.5, 1.0])
+    """
+    # Equal probabilities (ties, e.g. many marginals of exactly 1) are one point first.
+    values, inverse = np.unique(np.asarray(probability, dtype=np.float64), return_inverse=True)
+    hits = np.bincount(inverse, weights=np.asarray(correct, dtype=np.float64), minlength=len(values))
+    counts = np.bincount(inverse, minlength=len(values)).astype(np.float64)
+    # Blocks of (sum of correct, weight, weighted mean probability), merged while one's precision
+    # is not below the next one's.
+    sums, weights, xs = [], [], []
+    for h, w, x in zip(hits, counts, values):
+        sums.append(h)
+        weights.append(w)
+        xs.append(x)
+        while len(sums) > 1 and sums[-2] / weights[-2] >= sums[-1] / weights[-1]:
+            s, w2, x2 = sums.pop(), weights.pop(), xs.pop()
+            xs[-1] = (xs[-1] * weights[-1] + x2 * w2) / (weights[-1] + w2)
+            sums[-1] += s
+            weights[-1] += w2
+    return np.array(xs), np.array(sums) / np.array(weights)
+
+
+def apply_map(probability: np.ndarray, probability_map) -> np.ndarray:
+    """``probability`` through a map of :func:`isotonic_map` (None: unchanged); NaN stays NaN."""
+    if probability_map is None:
+        return probability
+    x, y = probability_map
+    out = np.interp(np.asarray(probability, dtype=np.float64), x, y)
+    return np.where(np.isnan(probability), np.nan, np.clip(out, 0.0, 1.0))
+
+
 def predicted_node_events(
     oof: OutOfFold, path_nodes: np.ndarray, temperature: float = 1.0
 ) -> Tuple[np.ndarray, np.ndarray]:
@@ -229,15 +308,19 @@ def expected_calibration_error(probability: np.ndarray, correct: np.ndarray, n_b
     return float(round((count * gap).sum() / count.sum(), 12))
 
 
-def calibration_report(oof: OutOfFold, path_nodes: np.ndarray, temperature: float) -> Dict[str, float]:
-    """ECE of predicted-path node marginals and true-path log-loss, before (T = 1) and after ``temperature``."""
+def calibration_report(
+    oof: OutOfFold, path_nodes: np.ndarray, temperature: float, probability_map=None
+) -> Dict[str, float]:
+    """ECE of predicted-path node marginals and true-path log-loss: uncalibrated (T = 1), at ``temperature``,
+    and through ``probability_map`` too (``ece_calibrated``)."""
     before = predicted_node_events(oof, path_nodes, 1.0)
     after = predicted_node_events(oof, path_nodes, temperature)
     return {
         "documents": oof.n,
         "node_events": int(before[0].size),
         "ece_uncalibrated": round(expected_calibration_error(*before), 6),
-        "ece_calibrated": round(expected_calibration_error(*after), 6),
+        "ece_temperature": round(expected_calibration_error(*after), 6),
+        "ece_calibrated": round(expected_calibration_error(apply_map(after[0], probability_map), after[1]), 6),
         "log_loss_uncalibrated": round(true_path_log_loss(oof, 1.0), 6),
         "log_loss_calibrated": round(true_path_log_loss(oof, temperature), 6),
     }

@@ -11,6 +11,7 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 import scipy.sparse as sp
 
+from pcem_spark.core.calibration import apply_map
 from pcem_spark.core.estep import ScoringTables, joint_log_likelihood, length_normalize
 from pcem_spark.core.structure import Structure, group_log_softmax, posterior
 
@@ -96,6 +97,7 @@ __all__ = [
     "path_posteriors",
     "node_marginals",
     "path_node_table",
+    "path_membership",
     "abstain_depth",
     "top_k_paths",
     "PathPredictions",
@@ -168,6 +170,8 @@ def predict_paths(
     for start, jll in block_scores(X, tables):
         stop = start + jll.shape[0]
         best[start:stop], prob[start:stop] = decode(jll, structure, overwrite=True, temperature=temperature)
+    if structure is None:
+        prob = apply_map(prob, tables.probability_map)
     return best, prob
 
 
@@ -409,6 +413,7 @@ class PathPredictions(NamedTuple):
     kept : int64 (n,) or None, nodes of ``best`` kept (:func:`abstain_depth`)
     kept_probability : (n,) or None, marginal of the last kept node (1 for an empty path: the root)
     top_index, top_probability : (n, min(k, M)) or None (:func:`top_k_paths`)
+    node_probability : (n, D) or None, the marginal of each depth's node of ``best`` (NaN at dummies)
     """
 
     best: np.ndarray
@@ -417,6 +422,19 @@ class PathPredictions(NamedTuple):
     kept_probability: Optional[np.ndarray] = None
     top_index: Optional[np.ndarray] = None
     top_probability: Optional[np.ndarray] = None
+    node_probability: Optional[np.ndarray] = None
+
+
+def path_membership(path_nodes: np.ndarray) -> sp.csr_matrix:
+    """(M, K') 0/1 CSR: the real nodes of each path, from :func:`path_node_table` (K' = largest node index + 1).
+
+    What :func:`node_marginals` needs for the marginals of real nodes (a
+    dummy's marginal is never read: it is never kept or shown).
+    """
+    rows, depth = np.nonzero(path_nodes >= 0)
+    cols = path_nodes[rows, depth]
+    k = int(cols.max()) + 1 if cols.size else 0
+    return sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(path_nodes.shape[0], k))
 
 
 def predict_path_details(
@@ -424,12 +442,12 @@ def predict_path_details(
     structure: Optional[Structure],
     doc_length: float,
     tables: ScoringTables,
-    path_node,
     path_nodes: np.ndarray,
     min_probability: float = 0.0,
     top_k: int = 0,
+    node_probabilities: bool = False,
 ) -> PathPredictions:
-    """:func:`predict_paths` plus the abstained prefix and the top-k paths of every row.
+    """:func:`predict_paths` plus the abstained prefix, the top-k paths and the node marginals of every row.
 
     Parameters
     ----------
@@ -437,33 +455,50 @@ def predict_path_details(
     structure, doc_length, tables : as :func:`predict_paths` (the tables'
         temperature also scales the posteriors behind the marginals and the
         top-k paths)
-    path_node : ndarray or sparse matrix (M, K) path-node membership
     path_nodes : int ndarray (M, D), -1 at dummies (:func:`path_node_table`)
     min_probability : float in [0, 1]; 0 = no abstaining (``kept`` None)
     top_k : int >= 0; 0 = no top-k (``top_index`` None)
+    node_probabilities : bool; the marginal of each node of the decoded path (``node_probability``)
     """
     X = length_normalize(X, doc_length) if doc_length > 0 else sp.csr_matrix(X)
-    options = (min_probability, top_k, tables.temperature)
+    options = (min_probability, top_k, tables.temperature, node_probabilities, tables.probability_map)
+    path_node = path_membership(path_nodes)
     parts = [_chunk_details(jll, structure, path_node, path_nodes, options) for _, jll in block_scores(X, tables)]
-    return PathPredictions(*(None if parts[0][f] is None else np.concatenate([p[f] for p in parts]) for f in range(6)))
+    fields = len(PathPredictions._fields)
+    return PathPredictions(
+        *(None if parts[0][f] is None else np.concatenate([p[f] for p in parts]) for f in range(fields))
+    )
 
 
 def _chunk_details(jll, structure, path_node, path_nodes, options) -> PathPredictions:
     """:func:`predict_path_details` of one chunk of rows' joint log-likelihoods."""
-    min_probability, top_k, temperature = options
+    min_probability, top_k, temperature, node_probabilities, mapping = options
     best, prob = decode(jll, structure, temperature=temperature)
-    if min_probability <= 0 and top_k <= 0:
+    if structure is None:
+        prob = apply_map(prob, mapping)
+    else:  # the baselines' rules are not calibrated
+        temperature, mapping = 1.0, None
+    if min_probability <= 0 and top_k <= 0 and not node_probabilities:
         return PathPredictions(best, prob)
-    if structure is None and temperature != 1.0:
+    if temperature != 1.0:
         jll = jll / temperature
     path_post = path_posteriors(jll, structure)
     del jll
-    kept = kept_prob = top_index = top_prob = None
-    if min_probability > 0:
-        marginals = node_marginals(path_post, path_node)
-        kept = abstain_depth(best, marginals, path_nodes, min_probability)
-        last = path_nodes[best, np.maximum(kept - 1, 0)]
-        kept_prob = np.where(kept > 0, marginals[np.arange(len(best)), np.maximum(last, 0)], 1.0)
+    kept = kept_prob = top_index = top_prob = node_prob = None
+    if min_probability > 0 or node_probabilities:
+        nodes = path_nodes[best]  # (n, D)
+        real = nodes >= 0
+        # The (calibrated) marginal of each node of the decoded path; monotone maps keep parent >= child.
+        along = apply_map(
+            np.take_along_axis(node_marginals(path_post, path_node), np.maximum(nodes, 0), axis=1), mapping
+        )
+        if node_probabilities:
+            node_prob = np.where(real, along, np.nan)
+        if min_probability > 0:
+            kept = np.cumprod(real & (along >= min_probability), axis=1).sum(axis=1).astype(np.int64)
+            last = np.take_along_axis(along, np.maximum(kept - 1, 0)[:, None], axis=1).ravel()
+            kept_prob = np.where(kept > 0, last, 1.0)
     if top_k > 0:
         top_index, top_prob = top_k_paths(path_post, top_k)
-    return PathPredictions(best, prob, kept, kept_prob, top_index, top_prob)
+        top_prob = apply_map(top_prob, mapping)
+    return PathPredictions(best, prob, kept, kept_prob, top_index, top_prob, node_prob)

@@ -83,7 +83,9 @@ class ScoringTables(NamedTuple):
     ``dense_t`` (V, R). Tables are kept at the broadcast dtype (float32 halves
     them); ``log_prior`` / ``log_base`` stay float64. ``temperature``: the
     model's calibration (:mod:`pcem_spark.core.calibration`), which prediction
-    divides the joint log-likelihoods by before a softmax (1 = none).
+    divides the joint log-likelihoods by before a softmax (1 = none), and
+    ``probability_map``, the monotone map every reported probability then goes
+    through (:func:`pcem_spark.core.calibration.apply_map`).
     """
 
     log_prior: np.ndarray
@@ -92,6 +94,8 @@ class ScoringTables(NamedTuple):
     dense_t: np.ndarray
     sparse_t: Optional[sp.csr_matrix]
     temperature: float = 1.0
+    # and then the (x, y) breakpoints of the monotone map of probabilities to precision (None = identity)
+    probability_map: Optional[tuple] = None
 
     @property
     def dtype(self):

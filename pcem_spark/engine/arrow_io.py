@@ -24,6 +24,7 @@ __all__ = [
     "predicted_path_batches",
     "prefix_path_arrays",
     "top_paths_array",
+    "node_probability_array",
     "label_path_index",
     "node_score_rows",
     "weak_score_rows",
@@ -79,6 +80,7 @@ class PredictionOptions(NamedTuple):
     min_probability: float = 0.0  # > 0: keep a path's prefix down to its deepest node this probable
     top_k: int = 0  # > 0: a top_paths column of the k most probable paths
     beam: int = 0  # the width of the beam ``predict`` decodes with (0 = exact): its top_paths may be shorter
+    node_probabilities: bool = False  # a node_probabilities column: the marginal of each node of ``path``
 
 
 def predicted_path_batches(
@@ -107,7 +109,9 @@ def predicted_path_batches(
     (``layout.node_names`` (K,) and ``layout.path_nodes`` (M, D), -1 at
     dummies, name its nodes), ``leaf`` its last node (null for an empty path),
     and a ``path_probability`` column follows the passthrough and prediction
-    columns; ``top_k`` > 0: then a ``top_paths`` column (:func:`top_paths_array`). With
+    columns; ``top_k`` > 0: then a ``top_paths`` column (:func:`top_paths_array`);
+    ``node_probabilities``: then a ``node_probabilities`` column, the
+    marginal of each node of ``path`` (:func:`node_probability_array`). With
     ``options.beam`` > 0 ``predict`` is a beam decoder
     (:func:`pcem_spark.core.beam_path_details`): a row's ``top_paths`` then
     holds the at most k paths the beam scored (``top_index`` -1 pads the rest).
@@ -133,7 +137,24 @@ def predicted_path_batches(
             cols.append(pa.array(out.kept_probability, pa.float64()))
         if top_k > 0:
             cols.append(top_paths_array(path_arr, out.top_index, out.top_probability))
+        if options.node_probabilities:
+            cols.append(node_probability_array(out.node_probability, out.kept))
         yield pa.RecordBatch.from_arrays(cols, names=names)
+
+
+def node_probability_array(node_probability: np.ndarray, kept: Optional[np.ndarray] = None):
+    """Arrow ``list<double>``: each row's node marginals along its path (NaN = a dummy: not a node of the path).
+
+    ``node_probability`` (n, D), root first; ``kept`` (n,) or None: only the
+    first ``kept[i]`` (the abstained prefix) are the row's.
+    """
+    import pyarrow as pa
+
+    real = ~np.isnan(node_probability)
+    if kept is not None:
+        real &= np.arange(node_probability.shape[1])[None, :] < np.asarray(kept, dtype=np.int64)[:, None]
+    offsets = np.concatenate([[0], np.cumsum(real.sum(axis=1))]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(node_probability[real], pa.float64()))
 
 
 def prefix_path_arrays(node_arr, path_nodes: np.ndarray, best: np.ndarray, kept: np.ndarray):

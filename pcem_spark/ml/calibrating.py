@@ -29,10 +29,13 @@ from pyspark.sql import functions as F
 
 from pcem_spark.core.calibration import (
     MIN_OUT_OF_FOLD,
+    Calibration,
     OutOfFold,
     calibration_report,
     concat_out_of_fold,
     fit_temperature,
+    isotonic_map,
+    predicted_node_events,
 )
 from pcem_spark.core.decoding import path_node_table
 from pcem_spark.core.taxonomy import Taxonomy
@@ -56,16 +59,19 @@ def fit_calibration(
     settings: ModelSettings,
     tune: Optional[TuneSettings] = None,
     seed: int = 0,
-) -> Tuple[Optional[float], Dict[str, object]]:
-    """``(temperature or None, summary)`` for a model of ``settings`` trained on ``feats``.
+) -> Tuple[Optional[Calibration], Dict[str, object]]:
+    """``(calibration or None, summary)`` for a model of ``settings`` trained on ``feats``.
 
     ``feats``: ``id, features, labels`` rows (null labels = unlabelled),
     best cached. ``settings``: the refit's resolved settings. None (with the
     reason in ``summary["reason"]`` and a warning) when ``settings.calibration``
     is "none", the method is not an Eq. 5 method, or there are too few
-    labelled documents for the folds. The summary records the temperature,
-    what was sampled, and ECE / log-loss of the out-of-fold predictions
-    before and after.
+    labelled documents for the folds. The calibration is a temperature
+    (fitted on the true paths' log-loss) and then a monotone map of node
+    marginals to observed precision (isotonic), both on the same out-of-fold
+    predictions. The summary records them, what was sampled, and ECE /
+    log-loss of the out-of-fold predictions before and after (the map's
+    ECE is in sample: it was fitted on those events).
     """
     tune = tune or TuneSettings()
     if settings.calibration == "none":
@@ -79,29 +85,34 @@ def fit_calibration(
     oof, drawn, n_iter = found
     temperature = fit_temperature(oof)
     path_nodes = path_node_table(taxonomy.path_node_matrix(sparse=True), taxonomy.is_dummy)
+    # Then the node marginals at that temperature -> observed precision, by a monotone (isotonic) map.
+    probability_map = isotonic_map(*predicted_node_events(oof, path_nodes, temperature))
     summary = {
-        "method": "temperature",
+        "method": "temperature+isotonic",
         "temperature": round(temperature, 6),
+        "map_breakpoints": int(len(probability_map[0])),
         "fitted_on": "out-of-fold predictions of the labelled cross-validation sample",
         "folds": tune.folds,
         "sample": drawn.as_dict(),
         "fit_max_iter": settings.max_iter,
         "n_iter": n_iter,
-        **calibration_report(oof, path_nodes, temperature),
+        **calibration_report(oof, path_nodes, temperature, probability_map),
         "seconds": round(time.perf_counter() - t0, 2),
     }
     log.info(
-        "calibration: temperature %.4g from %d out-of-fold predictions; node-marginal ECE %.4f -> %.4f, "
-        "log-loss %.4f -> %.4f (%.1fs)",
+        "calibration: temperature %.4g and a %d-point isotonic map from %d out-of-fold predictions; "
+        "node-marginal ECE %.4f -> %.4f (temperature) -> %.4f (and the map, in sample), log-loss %.4f -> %.4f (%.1fs)",
         temperature,
+        summary["map_breakpoints"],
         oof.n,
         summary["ece_uncalibrated"],
+        summary["ece_temperature"],
         summary["ece_calibrated"],
         summary["log_loss_uncalibrated"],
         summary["log_loss_calibrated"],
         summary["seconds"],
     )
-    return temperature, summary
+    return Calibration(temperature, probability_map), summary
 
 
 def out_of_fold_predictions(

@@ -36,6 +36,7 @@ from pcem_spark.ml import training
 from pcem_spark.ml.params import MODEL_PARAMS, _PathEMParams
 from pcem_spark.model.labels import infer_taxonomy
 from pcem_spark.model.path_model import PathModel
+from pcem_spark.model.schema import OutputOptions
 from pcem_spark.model.settings import AUTO
 
 __all__ = ["PathEM", "PathEMModel", "train"]
@@ -524,8 +525,7 @@ class PathEMModel(Model, _PathEMParams, MLWritable, MLReadable):
             passthrough=list(dataset.columns),
             text_col=self.getOrDefault(self.textCol),
             features_col=fcol,
-            min_probability=self.getOrDefault(self.minProbability),
-            top_k=self.getOrDefault(self.topK),
+            outputs=OutputOptions(self.getOrDefault(self.minProbability), self.getOrDefault(self.topK)),
             beam=self.getOrDefault(self.beam),
         )
 

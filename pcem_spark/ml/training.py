@@ -182,9 +182,10 @@ def _tune_and_fit(
 def _calibrated(model: PathModel, featurized: DataFrame, opts: TrainOptions, seed: int) -> PathModel:
     """``model`` with its probabilities' calibration fitted (:func:`pcem_spark.ml.calibrating.fit_calibration`)."""
     # The refit's own settings: its smoothing is the number "auto" resolved to.
-    model.temperature, model.training_summary["calibration"] = fit_calibration(
+    calibration, model.training_summary["calibration"] = fit_calibration(
         featurized, model.taxonomy, len(model.vocabulary), model.model_settings, opts.tune, seed
     )
+    model.temperature, model.probability_map = calibration if calibration is not None else (None, None)
     return model
 
 

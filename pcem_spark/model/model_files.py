@@ -15,6 +15,7 @@ import numpy as np
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from pcem_spark.core.calibration import Calibration
 from pcem_spark.core.parameters import PathParameters
 from pcem_spark.engine.features import FeatureSettings
 from pcem_spark.engine.limits import check_result_size
@@ -26,7 +27,7 @@ __all__ = [
     "read_parameters",
     "in_index_order",
     "calibration_record",
-    "temperature_of",
+    "calibration_of",
     "feature_settings_of",
 ]
 
@@ -38,9 +39,9 @@ FORMAT_VERSION = 3
 READABLE_FORMAT_VERSIONS = (1, 2, 3)
 
 
-def calibration_record(temperature: Optional[float]) -> Optional[dict]:
-    """The metadata's ``calibration`` entry of a model with this temperature (None: uncalibrated)."""
-    return None if temperature is None else {"method": "temperature", "temperature": float(temperature)}
+def calibration_record(temperature: Optional[float], probability_map=None) -> Optional[dict]:
+    """The metadata's ``calibration`` entry of a model calibrated so (None: uncalibrated)."""
+    return None if temperature is None else Calibration(temperature, probability_map).as_record()
 
 
 def read_parameters(spark: SparkSession, path: str, version: int, vocab_size: int) -> PathParameters:
@@ -104,8 +105,8 @@ def in_index_order(table, column: str, what: str):
     return table.take(order)
 
 
-def temperature_of(path: str, meta: dict, version: int) -> Optional[float]:
-    """The saved calibration's temperature; None (uncalibrated) for models saved before calibration existed."""
+def calibration_of(path: str, meta: dict, version: int) -> Optional[Calibration]:
+    """The saved calibration; None (uncalibrated) for models saved before calibration existed, or without one."""
     if version < 3:
         log.warning(
             "%s: a model of format version %d, saved before calibration: its probabilities are uncalibrated "
@@ -114,16 +115,13 @@ def temperature_of(path: str, meta: dict, version: int) -> Optional[float]:
             version,
         )
         return None
-    calibration = meta.get("calibration")
-    if calibration is None:
+    record = meta.get("calibration")
+    if record is None:
         return None
     try:
-        temperature = float(calibration["temperature"])
-    except (KeyError, TypeError, ValueError):
-        raise InputError(f"{path}: damaged model (calibration {calibration!r}); retrain it") from None
-    if not (temperature > 0 and np.isfinite(temperature)):
-        raise InputError(f"{path}: damaged model (calibration temperature {temperature}); retrain it")
-    return temperature
+        return Calibration.from_record(record)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{path}: damaged model (calibration: {exc}); retrain it") from None
 
 
 def feature_settings_of(d: dict) -> FeatureSettings:

@@ -42,16 +42,16 @@ from pcem_spark.model.labels import check_vector_size
 from pcem_spark.model.model_files import (
     FORMAT_VERSION,
     READABLE_FORMAT_VERSIONS,
+    calibration_of,
     calibration_record,
     feature_settings_of,
     in_index_order,
     read_parameters,
-    temperature_of,
 )
 from pcem_spark.model.schema import (
+    OutputOptions,
     check_output_columns,
     check_prediction_options,
-    prediction_schema,
     prediction_source,
 )
 from pcem_spark.model.settings import ModelSettings, _weight
@@ -95,11 +95,13 @@ class PathModel:
         (:mod:`pcem_spark.core.methods`). ``log_prior`` / ``log_theta`` read them
         (``log_theta`` densifies: O(R x V)).
     feature_settings, model_settings : the settings it was trained with
-    temperature : float or None -- the calibration of its probabilities
+    temperature, probability_map : the calibration of its probabilities
         (:mod:`pcem_spark.core.calibration`): Eq. 5's joint log-likelihoods are
-        divided by it before every softmax (``probability``, marginals,
-        ``top_paths``); the paths never change. None = uncalibrated (set by
-        training, :func:`pcem_spark.ml.calibrating.fit_calibration`).
+        divided by ``temperature`` before every softmax, then every reported
+        probability (``probability``, node marginals, ``top_paths``) goes
+        through the monotone ``probability_map`` ((x, y) breakpoints); the
+        paths never change. None = uncalibrated (set by training,
+        :func:`pcem_spark.ml.calibrating.fit_calibration`).
 
     Examples
     --------
@@ -165,6 +167,7 @@ class PathModel:
         # it then predicts from that column, and ``vocabulary`` names its indices.
         self.features_col: Optional[str] = None
         self.temperature: Optional[float] = None
+        self.probability_map = None
 
     @property
     def log_prior(self) -> np.ndarray:
@@ -179,13 +182,12 @@ class PathModel:
     def transform(
         self,
         df: DataFrame,
-        id_col: str = "id",
-        text_col: str = "text",
-        labels_col: str = "labels",
         min_probability: float = 0.0,
         top_k: int = 0,
         beam="auto",
         keep_columns: Sequence[str] = (),
+        node_probabilities: bool = False,
+        input_cols: Sequence[str] = ("id", "text", "labels"),
     ) -> DataFrame:
         """The predictions table: one row per input row with id, path, leaf, probability, labels.
 
@@ -208,7 +210,12 @@ class PathModel:
         ``keep_columns``: columns of ``df`` copied into the predictions,
         after the others (no join: they travel with the rows); a name the
         predictions already have is refused (InputError).
+        ``node_probabilities``: add ``node_probabilities``, the (calibrated)
+        marginal probability of each node of ``path``, root first.
+        ``input_cols``: the names of ``df``'s id, text and labels columns
+        (labels may be absent: then null).
         """
+        id_col, text_col, labels_col = input_cols
         check_prediction_options(min_probability, top_k)
         check_beam(beam)
         check_output_columns(keep_columns, "", min_probability, top_k, names=("keep_columns", "partition_by"))
@@ -216,9 +223,10 @@ class PathModel:
             if column not in df.columns:
                 raise InputError(f"keep_columns: column {column!r} not found; columns are {df.columns}")
         src = prediction_source(df, id_col, text_col, labels_col, keep_columns)
+        outputs = OutputOptions(min_probability, top_k, node_probabilities)
         return self.predict_columns(
-            src, passthrough=["id", "labels", *keep_columns], min_probability=min_probability, top_k=top_k, beam=beam
-        ).select(*prediction_schema(min_probability, top_k).names, *keep_columns)
+            src, passthrough=["id", "labels", *keep_columns], outputs=outputs, beam=beam
+        ).select(*outputs.schema().names, *keep_columns)
 
     def text_featurizer(self) -> Optional[TextFeaturizer]:
         """The Python tokenizer prediction uses for text, or None for Spark ML's (:attr:`tokenizer`).
@@ -256,6 +264,11 @@ class PathModel:
             return 1.0
         return float(self.temperature)
 
+    @property
+    def effective_probability_map(self):
+        """The map prediction's probabilities go through (:attr:`probability_map`; None for the baselines)."""
+        return None if self.temperature is None or self.spec.structure is not None else self.probability_map
+
     def beam_width(self, beam="auto", name: str = "beam") -> int:
         """The beam width prediction with ``beam`` uses for this model (0 = the exact argmax).
 
@@ -282,14 +295,14 @@ class PathModel:
         text_col: str = "text",
         prefix: str = "",
         features_col: Optional[str] = None,
-        min_probability: float = 0.0,
-        top_k: int = 0,
+        outputs: OutputOptions = OutputOptions(),
         beam="auto",
     ) -> DataFrame:
         """``passthrough`` columns of ``df`` plus ``path``, ``leaf``, ``probability``.
 
-        ``min_probability`` / ``top_k``: abstaining and top-k paths, as
-        :meth:`transform` (then also ``path_probability`` / ``top_paths``).
+        ``outputs``: abstaining, top-k paths and node probabilities, as
+        :meth:`transform` (then also ``path_probability`` / ``top_paths`` /
+        ``node_probabilities``).
         Top-down and win-driven models score the top-k paths and node
         marginals by :func:`pcem_spark.core.path_posteriors` (products of
         their node probabilities), while ``path`` stays their decoded path.
@@ -307,11 +320,12 @@ class PathModel:
             "a broadcast variable of the model's parameters (SparkContext.broadcast)",
         )
         spark = df.sparkSession
+        min_probability, top_k, node_probabilities = outputs
         check_prediction_options(min_probability, top_k)
         width = self.beam_width(beam)
         out_fields = [df.schema[c] for c in passthrough] + [
             T.StructField(prefix + f.name, f.dataType, f.nullable)
-            for f in prediction_schema(min_probability, top_k).fields
+            for f in outputs.schema().fields
             if f.name != "id" and f.name != "labels"
         ]
         if features_col is not None:
@@ -342,24 +356,26 @@ class PathModel:
         names = [f.name for f in out_fields]
         feats = feats.select(*passthrough, "_pcem_features")
         if width > 0:
-            options = PredictionOptions(min_probability, top_k, width)
+            options = PredictionOptions(min_probability, top_k, width, node_probabilities)
             body = self._beam_batches(spark, real_paths, options, n_keep, to_matrix, block_size, names, doc_length)
             return feats.mapInArrow(body, T.StructType(out_fields))
         # The sparse parameters at the model's parameter dtype (float32 halves the broadcast).
-        tables = scoring_tables(self.params, self.model_settings.parameter_dtype)._replace(temperature=temperature)
+        tables = scoring_tables(self.params, self.model_settings.parameter_dtype)._replace(
+            temperature=temperature, probability_map=self.effective_probability_map
+        )
         bc = spark.sparkContext.broadcast((tables, real_paths, self.spec.structure))
         del tables
 
-        if min_probability > 0 or top_k > 0:
+        if min_probability > 0 or top_k > 0 or node_probabilities:
             path_node = self.taxonomy.path_node_matrix(sparse=True)
             bc_paths = spark.sparkContext.broadcast(
-                (path_node, path_node_table(path_node, self.taxonomy.is_dummy), list(self.taxonomy.nodes))
+                (path_node_table(path_node, self.taxonomy.is_dummy), list(self.taxonomy.nodes))
             )
 
             def predict_batches(batches):
-                # As below, plus each block's path posteriors -> kept prefix / top-k paths (pathnb).
+                # As below, plus each block's path posteriors -> kept prefix / top-k paths / node marginals.
                 tables, paths, structure = bc.value
-                path_node, path_nodes, node_names = bc_paths.value
+                path_nodes, node_names = bc_paths.value
                 return predicted_path_batches(
                     batches,
                     n_keep,
@@ -367,9 +383,9 @@ class PathModel:
                     block_size,
                     PredictionLayout(paths, names, node_names, path_nodes),
                     lambda X: predict_path_details(
-                        X, structure, doc_length, tables, path_node, path_nodes, min_probability, top_k
+                        X, structure, doc_length, tables, path_nodes, min_probability, top_k, node_probabilities
                     ),
-                    PredictionOptions(min_probability, top_k),
+                    PredictionOptions(min_probability, top_k, 0, node_probabilities),
                 )
 
             return feats.mapInArrow(predict_batches, T.StructType(out_fields))
@@ -402,9 +418,9 @@ class PathModel:
         cached = getattr(self, "_beam_scorer", None)  # (params, dtype, scorer): seconds to build at 10,000 paths
         if cached is None or cached[0] is not self.params or cached[1] != dtype:
             self._beam_scorer = cached = (self.params, dtype, beam_scorer(beam_tables(self.params, path_node), dtype))
-        scorer = cached[2]
+        scorer = cached[2]._replace(temperature=temperature, probability_map=self.effective_probability_map)
         nodes = None
-        if options.min_probability > 0:
+        if options.min_probability > 0 or options.node_probabilities:
             nodes = (path_node_table(path_node, self.taxonomy.is_dummy), list(self.taxonomy.nodes))
         bc = spark.sparkContext.broadcast((scorer, real_paths, nodes))
         del scorer
@@ -420,7 +436,14 @@ class PathModel:
                 block_size,
                 PredictionLayout(paths, names, node_names, path_nodes),
                 lambda X: beam_path_details(
-                    X, scorer, width, doc_length, path_nodes, options.min_probability, options.top_k, temperature
+                    X,
+                    scorer,
+                    width,
+                    doc_length,
+                    path_nodes,
+                    options.min_probability,
+                    options.top_k,
+                    options.node_probabilities,
                 ),
                 options,
             )
@@ -453,7 +476,7 @@ class PathModel:
             "n_paths": self.taxonomy.n_paths,
             "vocab_size": len(self.vocabulary),
             "features_col": self.features_col,
-            "calibration": calibration_record(self.temperature),
+            "calibration": calibration_record(self.temperature, self.probability_map),
             "training_summary": self.training_summary,
         }
         # Built in a temporary sibling and moved into place with its completion
@@ -538,5 +561,7 @@ class PathModel:
         except ValueError as exc:
             raise InputError(f"{path}: damaged model ({exc}); retrain it") from None
         model.features_col = meta.get("features_col")
-        model.temperature = temperature_of(path, meta, version)
+        calibration = calibration_of(path, meta, version)
+        if calibration is not None:
+            model.temperature, model.probability_map = calibration
         return model

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Dict
+from typing import Dict, NamedTuple
 
 import numpy as np
 from pyspark.sql import DataFrame
@@ -15,11 +15,13 @@ from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.errors import InputError
 
 __all__ = [
+    "OutputOptions",
     "LEVEL1",
     "check_output_columns",
     "PREDICTION_SCHEMA",
     "PATH_PROBABILITY_FIELD",
     "TOP_PATHS_FIELD",
+    "NODE_PROBABILITIES_FIELD",
     "check_prediction_options",
     "prediction_schema",
     "abstention_counts",
@@ -42,6 +44,10 @@ PREDICTION_SCHEMA = T.StructType(
 
 # Columns added by abstaining (min_probability > 0) and top-k (top_k > 0) predictions.
 PATH_PROBABILITY_FIELD = T.StructField("path_probability", T.DoubleType(), False)
+
+
+# Added with node_probabilities: the marginal probability of each node of ``path`` (same length, root first).
+NODE_PROBABILITIES_FIELD = T.StructField("node_probabilities", T.ArrayType(T.DoubleType(), False), False)
 
 
 TOP_PATHS_FIELD = T.StructField(
@@ -73,9 +79,10 @@ def check_prediction_options(min_probability: float, top_k: int, names=("min_pro
         raise InputError(f"{k_name} must be an integer >= 0 (0 = no top-k column), got {top_k!r}")
 
 
-def prediction_schema(min_probability: float = 0.0, top_k: int = 0) -> T.StructType:
+def prediction_schema(min_probability: float = 0.0, top_k: int = 0, node_probabilities: bool = False) -> T.StructType:
     """The predictions table's schema: :data:`PREDICTION_SCHEMA` (the default), ``leaf`` nullable and a
-    ``path_probability`` column with ``min_probability`` > 0, a ``top_paths`` column with ``top_k`` > 0."""
+    ``path_probability`` column with ``min_probability`` > 0, a ``top_paths`` column with ``top_k`` > 0, a
+    ``node_probabilities`` column with ``node_probabilities``."""
     fields = [
         T.StructField(f.name, f.dataType, f.nullable or (f.name == "leaf" and min_probability > 0))
         for f in PREDICTION_SCHEMA.fields
@@ -84,7 +91,20 @@ def prediction_schema(min_probability: float = 0.0, top_k: int = 0) -> T.StructT
         fields.append(PATH_PROBABILITY_FIELD)
     if top_k > 0:
         fields.append(TOP_PATHS_FIELD)
+    if node_probabilities:
+        fields.append(NODE_PROBABILITIES_FIELD)
     return T.StructType(fields)
+
+
+class OutputOptions(NamedTuple):
+    """What a predictions table holds beyond :data:`PREDICTION_SCHEMA` (:func:`prediction_schema`)."""
+
+    min_probability: float = 0.0  # > 0: abstain below it (path cut, path_probability)
+    top_k: int = 0  # > 0: top_paths
+    node_probabilities: bool = False  # node_probabilities: each node's marginal along path
+
+    def schema(self) -> T.StructType:
+        return prediction_schema(self.min_probability, self.top_k, self.node_probabilities)
 
 
 # --partition-by's value for the first node of the predicted path (a column of that name is added).
@@ -97,7 +117,7 @@ def check_output_columns(
     """Refuse kept input columns that clash with the predictions' own columns, or a partition column that is
     neither kept nor :data:`LEVEL1` (InputError naming the column and ``names``, e.g. the CLI's flags)."""
     keep_name, partition_name = names
-    own = set(prediction_schema(min_probability, top_k).names) | {LEVEL1, "text"}
+    own = set(prediction_schema(min_probability, top_k, True).names) | {LEVEL1, "text"}
     seen = set()
     for column in keep_columns:
         if not column or column != column.strip():

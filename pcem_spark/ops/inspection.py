@@ -185,7 +185,13 @@ def inspect_model(model, top_n: int = 10, model_path: Optional[str] = None, rank
             "temperature": model.temperature,
             **{
                 k: calibration[k]
-                for k in ("ece_uncalibrated", "ece_calibrated", "log_loss_uncalibrated", "log_loss_calibrated")
+                for k in (
+                    "ece_uncalibrated",
+                    "ece_temperature",
+                    "ece_calibrated",
+                    "log_loss_uncalibrated",
+                    "log_loss_calibrated",
+                )
                 if isinstance(calibration, dict) and k in calibration
             },
         }
