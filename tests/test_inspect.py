@@ -525,3 +525,33 @@ def test_inspect_bad_inputs_exit_2(spark, trained, tmp_path, capsys):
     assert "--overwrite" in capsys.readouterr().err
     assert main(["inspect", "--model", trained["model"], "--output", str(tmp_path / "o4"), "--top-terms", "0"]) == 2
     assert "--top-terms" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_node_probabilities_and_the_reliability_diagram(spark, trained, tmp_path):
+    """pcem predict --node-probabilities, then inspect --predictions: reliability bins and ECE from the table."""
+    from pcem_spark.cli import main
+    from pcem_spark.core.calibration import expected_calibration_error, reliability_bins
+
+    pred = str(tmp_path / "pred")
+    argv = ["predict", "--model", trained["model"], "--docs", trained["docs"], "--output", pred]
+    assert main(argv + ["--node-probabilities", "--min-probability", "0.3"]) == 0
+    rows = spark.read.parquet(pred).collect()
+    probs, correct = [], []
+    for r in rows:
+        assert len(r["node_probabilities"]) == len(r["path"])  # one per node of the (abstained) path
+        assert all(a >= b - 1e-12 for a, b in zip(r["node_probabilities"], r["node_probabilities"][1:]))
+        assert all(p >= 0.3 for p in r["node_probabilities"])
+        if r["path"]:
+            assert r["node_probabilities"][-1] == pytest.approx(r["path_probability"])
+        for d in range(len(r["path"])):
+            probs.append(r["node_probabilities"][d])
+            correct.append(list(r["labels"])[: d + 1] == list(r["path"])[: d + 1])
+    out = tmp_path / "insp"
+    assert main(["inspect", "--model", trained["model"], "--predictions", pred, "--output", str(out)]) == 0
+    report = json.loads((out / "reliability.json").read_text())
+    want = reliability_bins(np.array(probs), np.array(correct))
+    assert [b["count"] for b in report["bins"]] == want["count"]
+    assert report["ece"] == pytest.approx(expected_calibration_error(np.array(probs), np.array(correct)), abs=1e-6)
+    assert (out / "reliability.md").exists() and (out / "reliability.png").read_bytes()[:4] == b"\x89PNG"
+    assert "calibrat" in (out / "model.md").read_text()

@@ -575,6 +575,7 @@ def test_train_and_predict_read_the_ingested_table(spark, tmp_path):
 
     from pcem_spark.cli import main
     from pcem_spark.io.documents import read_documents
+    from pcem_spark.io.outputs import read_marker
     from pcem_spark.io.rejects import split_rejects
 
     rng = np.random.default_rng(3)
@@ -655,3 +656,15 @@ def test_train_and_predict_read_the_ingested_table(spark, tmp_path):
     assert len(rows) == len(recs)
     correct = sum(r["leaf"] == r["id"].split(":")[-1].split("-")[0].rstrip(">") for r in rows)
     assert correct >= 18, correct  # of 24: the words are the topics'
+    # The crawl's context kept through prediction (no join), partitioned by day: rows in = predictions + rejects.
+    kept = str(tmp_path / "kept")
+    argv = ["predict", "--model", model, "--docs", docs, "--output", kept]
+    assert main(argv + ["--keep-columns", "url,crawl_date", "--partition-by", "crawl_date"]) == 0
+    folders = [n for n in os.listdir(kept) if n.startswith("crawl_date=")]
+    assert folders, os.listdir(kept)
+    out = spark.read.parquet(kept)
+    assert {"url", "crawl_date"} <= set(out.columns)
+    n_rejects = spark.read.parquet(kept + "_rejects").count()
+    assert out.count() + n_rejects == len(recs) == read_marker(spark, kept)["input"]["rows_read"]
+    urls = {r["id"]: r["url"] for r in spark.read.parquet(docs).select("id", "url").collect()}
+    assert all(urls[r["id"]] == r["url"] for r in out.select("id", "url").collect())
