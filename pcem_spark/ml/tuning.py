@@ -287,7 +287,8 @@ def _resolve(
     folded = stratified_folds(
         labeled.select(ID_COL, FEATURES_COL, LABELS_COL), tune.folds, seed, LABELS_COL, ID_COL
     ).cache()
-    base = replace(model_settings.resolved(), smoothing=model_settings.smoothing)
+    # The fold fits are scored by their paths only: no calibration of their probabilities (the refit's is fitted once).
+    base = replace(model_settings.resolved(), smoothing=model_settings.smoothing, calibration="none")
     if estimator_class is None:
         raise TypeError("resolve_auto: estimator_class is required to cross-validate (pcem_spark.ml.PathEM)")
     est = _estimator(estimator_class, taxonomy, base, view, init_model)
