@@ -254,7 +254,7 @@ def cmd_predict(args, settings) -> int:
     from pcem_spark.engine.session import build_session
     from pcem_spark.io.outputs import atomic_output
     from pcem_spark.model.path_model import PathModel
-    from pcem_spark.model.schema import LEVEL1, check_output_columns, check_prediction_options
+    from pcem_spark.model.schema import LEVEL1, check_multi_path, check_output_columns, check_prediction_options
 
     # Flags override [predict]; checked before Spark starts.
     min_probability = settings.predict.min_probability if args.min_probability is None else args.min_probability
@@ -272,6 +272,8 @@ def cmd_predict(args, settings) -> int:
     )
     keep, partition_by, output_names = _output_columns(args, settings)
     node_probabilities = bool(args.node_probabilities or settings.predict.node_probabilities)
+    multi_path = settings.predict.multi_path if args.multi_path is None else args.multi_path
+    check_multi_path(multi_path, "--multi-path" if args.multi_path is not None else "predict.multi_path")
     check_output_columns(keep, partition_by, min_probability, top_k, names=output_names)
     spark = build_session(settings.spark)
     t0 = time.perf_counter()
@@ -303,6 +305,7 @@ def cmd_predict(args, settings) -> int:
         beam=width,
         keep_columns=keep,
         node_probabilities=node_probabilities,
+        multi_path=multi_path,
     )
     writer = pred.write
     if partition_by == LEVEL1:
@@ -330,6 +333,7 @@ def cmd_predict(args, settings) -> int:
                 "beam": int(width),
                 "tokenizer": "python" if model.text_featurizer() is not None else "spark",
                 "node_probabilities": node_probabilities,
+                "multi_path": float(multi_path),
                 "calibrated": model.effective_temperature != 1.0,
                 "keep_columns": list(keep),
                 "partition_by": partition_by or None,

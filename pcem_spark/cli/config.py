@@ -30,6 +30,8 @@ class PredictSettings:
     beam: object = "auto"
     # where text is tokenised: "python" in the scoring task (engine.python_tokens), "spark" by Spark ML
     tokenizer: str = "python"
+    # > 0: add paths, every path whose calibrated probability is >= this (the predicted path first)
+    multi_path: float = 0.0
     # add node_probabilities: the (calibrated) marginal probability of each node of the predicted path
     node_probabilities: bool = False
     # input columns copied into the predictions (Parquet documents), e.g. ["url", "crawl_date"]
@@ -43,7 +45,7 @@ class PredictSettings:
     }
 
     def validate(self) -> None:
-        from pcem_spark.model.schema import check_prediction_options
+        from pcem_spark.model.schema import check_multi_path, check_prediction_options
 
         if isinstance(self.beam, float) and self.beam.is_integer():
             self.beam = int(self.beam)  # a number read for an "auto" default comes as a float
@@ -52,6 +54,10 @@ class PredictSettings:
             self.keep_columns = [c.strip() for c in self.keep_columns.split(",") if c.strip()]
         if not isinstance(self.keep_columns, list) or not all(isinstance(c, str) for c in self.keep_columns):
             raise ConfigError(f"predict.keep_columns = {self.keep_columns!r}: expected a list of column names")
+        try:
+            check_multi_path(self.multi_path, "predict.multi_path")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if not isinstance(self.node_probabilities, bool):
             raise ConfigError(f"predict.node_probabilities = {self.node_probabilities!r}: expected true or false")
         if not isinstance(self.partition_by, str):

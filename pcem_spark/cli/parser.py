@@ -167,6 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
         'auto = exact up to 5,000 paths, a beam of 5 above; default [predict] beam = "auto")',
     )
     p.add_argument(
+        "--multi-path",
+        type=float,
+        default=None,
+        metavar="P",
+        help="add paths: every path whose calibrated probability is >= P, the predicted path first "
+        "(default [predict] multi_path = 0: one path)",
+    )
+    p.add_argument(
         "--node-probabilities",
         action="store_true",
         default=None,

@@ -42,6 +42,7 @@ __all__ = [
     "fit_temperature",
     "isotonic_map",
     "apply_map",
+    "paths_at_least",
     "predicted_node_events",
     "expected_calibration_error",
     "reliability_bins",
@@ -234,6 +235,29 @@ def apply_map(probability: np.ndarray, probability_map) -> np.ndarray:
     x, y = probability_map
     out = np.interp(np.asarray(probability, dtype=np.float64), x, y)
     return np.where(np.isnan(probability), np.nan, np.clip(out, 0.0, 1.0))
+
+
+def paths_at_least(probability: float, n_paths: int, probability_map=None) -> int:
+    """How many paths can have a (mapped) probability >= ``probability``: the top-k that holds them all.
+
+    The unmapped posteriors sum to 1, so at most ``1 / r`` of them reach r,
+    the smallest posterior the map takes to ``probability`` or more.
+
+    >>> paths_at_least(0.3, 1000), paths_at_least(0.3, 2), paths_at_least(0.0, 50)
+    (3, 2, 50)
+    """
+    if probability <= 0:
+        return int(n_paths)
+    r = float(probability)
+    if probability_map is not None:
+        x, y = probability_map
+        reach = np.flatnonzero(np.asarray(y) >= probability)
+        if not reach.size:
+            return 1  # no probability maps that high: only the predicted path
+        i = int(reach[0])
+        # the map is linear between breakpoints: where it crosses ``probability``
+        r = float(x[0]) if i == 0 else float(np.interp(probability, [y[i - 1], y[i]], [x[i - 1], x[i]]))
+    return int(min(n_paths, max(1, np.floor(1.0 / max(r, 1e-12)))))
 
 
 def predicted_node_events(

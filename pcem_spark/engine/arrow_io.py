@@ -25,6 +25,7 @@ __all__ = [
     "prefix_path_arrays",
     "top_paths_array",
     "node_probability_array",
+    "multi_paths_array",
     "label_path_index",
     "node_score_rows",
     "weak_score_rows",
@@ -81,6 +82,8 @@ class PredictionOptions(NamedTuple):
     top_k: int = 0  # > 0: a top_paths column of the k most probable paths
     beam: int = 0  # the width of the beam ``predict`` decodes with (0 = exact): its top_paths may be shorter
     node_probabilities: bool = False  # a node_probabilities column: the marginal of each node of ``path``
+    multi_path: float = 0.0  # > 0: a paths column, the paths at least this probable (from the decoder's top-k)
+    ranked: int = 0  # how many paths the decoder ranks: >= top_k, and enough for multi_path
 
 
 def predicted_path_batches(
@@ -136,10 +139,31 @@ def predicted_path_batches(
         if min_probability > 0:
             cols.append(pa.array(out.kept_probability, pa.float64()))
         if top_k > 0:
-            cols.append(top_paths_array(path_arr, out.top_index, out.top_probability))
+            cols.append(top_paths_array(path_arr, out.top_index[:, :top_k], out.top_probability[:, :top_k]))
         if options.node_probabilities:
             cols.append(node_probability_array(out.node_probability, out.kept))
+        if options.multi_path > 0:
+            cols.append(multi_paths_array(path_arr, best, out.top_index, out.top_probability, options.multi_path))
         yield pa.RecordBatch.from_arrays(cols, names=names)
+
+
+def multi_paths_array(path_arr, best: np.ndarray, top_index: np.ndarray, top_probability: np.ndarray, p: float):
+    """Arrow ``list<list<string>>``: each row's predicted path, then every other path of its top-k >= ``p``.
+
+    ``top_index`` / ``top_probability`` (n, k), most probable first (-1 pads
+    a beam's shorter rows); ``k`` must hold every path >= ``p``
+    (:func:`pcem_spark.core.calibration.paths_at_least`).
+    """
+    import pyarrow as pa
+
+    best = np.asarray(best, dtype=np.int64)
+    index = np.asarray(top_index, dtype=np.int64)
+    more = (index >= 0) & (np.asarray(top_probability) >= p) & (index != best[:, None])
+    picked = np.concatenate([best[:, None], np.where(more, index, -1)], axis=1)
+    keep = picked >= 0
+    offsets = np.concatenate([[0], np.cumsum(keep.sum(axis=1))]).astype(np.int32)
+    values = path_arr.take(pa.array(picked[keep], pa.int64()))
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
 
 
 def node_probability_array(node_probability: np.ndarray, kept: Optional[np.ndarray] = None):

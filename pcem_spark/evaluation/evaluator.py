@@ -181,8 +181,15 @@ class HierarchicalF1Evaluator(
     def _evaluate(self, dataset: DataFrame) -> float:
         metric = _check_metric_name(self.getMetricName())
         path_col, labels_col = self.getPredictionCol(), self.getLabelCol()
-        for role, col in (("predictionCol", path_col), ("labelCol", labels_col)):
-            _check_path_column(dataset, role, col)
+        multi = _check_path_column(dataset, "predictionCol", path_col, allow_paths=True)
+        _check_path_column(dataset, "labelCol", labels_col)
+        if multi:
+            # Several paths per row (pcem predict --multi-path): scored by the union of their nodes; the
+            # first path (the predicted one) is the row's path for the per-level checks.
+            dataset = dataset.select(
+                F.element_at(F.col(path_col), 1).alias("path"), F.col(path_col).alias("paths"), F.col(labels_col)
+            )
+            path_col = "path"
         nothing = InputError(
             f"HierarchicalF1Evaluator: nothing to score, no row has a non-null label in column {labels_col!r}"
         )
@@ -196,6 +203,8 @@ class HierarchicalF1Evaluator(
             if m["n_documents"] + m["n_unknown_labels"] == 0:
                 raise nothing
             return float(METRICS[metric](m))
+        if multi:
+            dataset = dataset.withColumn("path", F.array_distinct(F.flatten("paths")))
         n_pred, n_true, n_tp = node_confusion(dataset, path_col, labels_col)
         if not n_true and dataset.where(F.col(labels_col).isNotNull()).isEmpty():
             raise nothing
@@ -204,16 +213,26 @@ class HierarchicalF1Evaluator(
         return float(METRICS[metric](f1_scores(tp, fp, fn)))
 
 
-def _check_path_column(dataset: DataFrame, role: str, col: str) -> None:
+def _check_path_column(dataset: DataFrame, role: str, col: str, allow_paths: bool = False) -> bool:
+    """Refuse a column that is not a path (array<string>); with ``allow_paths`` also accept several paths
+    (array<array<string>>) and return True for them."""
     try:
         dtype = dataset.select(F.col(col)).schema.fields[0].dataType
     except AnalysisException:
         raise InputError(f"HierarchicalF1Evaluator {role}: no column {col!r}; columns are {dataset.columns}") from None
+    if (
+        allow_paths
+        and isinstance(dtype, T.ArrayType)
+        and isinstance(dtype.elementType, T.ArrayType)
+        and isinstance(dtype.elementType.elementType, T.StringType)
+    ):
+        return True
     if not (isinstance(dtype, T.ArrayType) and isinstance(dtype.elementType, T.StringType)):
         raise InputError(
             f"HierarchicalF1Evaluator {role}: column {col!r} must be array<string> (a path from "
             f"level 1 to the leaf), got {dtype.simpleString()}"
         )
+    return False
 
 
 # Saved metadata (a CrossValidatorModel's evaluator) names the public path, pcem_spark.evaluation.

@@ -172,6 +172,10 @@ def evaluate_predictions(
 ) -> Dict[str, object]:
     """Metrics of a predictions DataFrame (columns ``path`` and ``labels``).
 
+    With a ``paths`` column (several predicted paths per document, ``pcem
+    predict --multi-path``) the F1s count the union of their nodes as the
+    predicted nodes; per-level accuracy stays on ``path``.
+
     Rows with null labels are not scored (their count is reported). Rows
     whose labels are not a path of ``taxonomy`` are not scored either, for
     the accuracies and the F1s alike (``n_unknown_labels``); rows whose
@@ -184,9 +188,14 @@ def evaluate_predictions(
     """
     real = metric_nodes(taxonomy)
     depth = taxonomy.depth
-    rows = pred.select(F.col(path_col).alias("p"), F.col(labels_col).alias("t")).select(
+    # Several paths per document (pcem predict --multi-path): the nodes scored are the union of their nodes
+    # (hierarchical precision / recall, Kiritchenko et al.); per-level accuracy stays on the predicted path.
+    multi = path_col == "path" and "paths" in pred.columns
+    nodes = F.array_distinct(F.flatten(F.col("paths"))) if multi else F.col(path_col)
+    rows = pred.select(F.col(path_col).alias("p"), F.col(labels_col).alias("t"), nodes.alias("pn")).select(
         "p",
         "t",
+        "pn",
         F.col("t").isNotNull().alias("has_t"),
         (F.col("t").isNotNull() & known_path(F.col("t"), taxonomy)).alias("t_ok"),
         known_path(F.col("p"), taxonomy).alias("p_ok"),
@@ -256,13 +265,14 @@ def evaluate_predictions(
             if value:
                 unknown_info[key] = value
 
-    n_pred, n_true, n_tp = node_confusion(rows.where(F.col("t_ok")), "p", "t")
+    n_pred, n_true, n_tp = node_confusion(rows.where(F.col("t_ok")), "pn", "t")
     tp, fp, fn = confusion_arrays(real, n_pred, n_true, n_tp)
     out: Dict[str, object] = dict(f1_scores(tp, fp, fn))
     out["n_documents"] = n_labelled - n_bad_t
     out["n_without_labels"] = int(totals["n_unscored"] or 0)
     out["n_unknown_labels"] = n_bad_t
     out["n_unknown_predictions"] = n_bad_p
+    out["scored_nodes"] = "union of paths" if multi else "path"
     out["level_accuracy"] = {
         str(k): (totals[f"c{k}"] / totals[f"n{k}"] if totals[f"n{k}"] else None) for k in range(1, depth + 1)
     }
@@ -273,6 +283,8 @@ def evaluate_predictions(
 
 def format_metrics(m: Dict[str, object]) -> str:
     lines = [f"documents scored: {m['n_documents']} (without labels: {m['n_without_labels']})"]
+    if m.get("scored_nodes") == "union of paths":
+        lines.append("F1 over the nodes of every predicted path (paths); level accuracy over path")
     n_unknown = m.get("n_unknown", 0)
     if n_unknown:
         n_labelled = m["n_documents"] + m.get("n_unknown_labels", 0)

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pcem_spark.core.beam import beam_path_details, beam_scorer, beam_tables, beam_width, check_beam
+from pcem_spark.core.calibration import paths_at_least
 from pcem_spark.core.decoding import path_node_table, predict_path_details, predict_paths
 from pcem_spark.core.estep import scoring_tables
 from pcem_spark.core.methods import MethodSpec, method_spec
@@ -50,6 +51,7 @@ from pcem_spark.model.model_files import (
 )
 from pcem_spark.model.schema import (
     OutputOptions,
+    check_multi_path,
     check_output_columns,
     check_prediction_options,
     prediction_source,
@@ -188,6 +190,7 @@ class PathModel:
         keep_columns: Sequence[str] = (),
         node_probabilities: bool = False,
         input_cols: Sequence[str] = ("id", "text", "labels"),
+        multi_path: float = 0.0,
     ) -> DataFrame:
         """The predictions table: one row per input row with id, path, leaf, probability, labels.
 
@@ -213,7 +216,9 @@ class PathModel:
         ``node_probabilities``: add ``node_probabilities``, the (calibrated)
         marginal probability of each node of ``path``, root first.
         ``input_cols``: the names of ``df``'s id, text and labels columns
-        (labels may be absent: then null).
+        (labels may be absent: then null). ``multi_path`` P > 0: add
+        ``paths``, every path whose (calibrated) probability is >= P, the
+        predicted path first (always there).
         """
         id_col, text_col, labels_col = input_cols
         check_prediction_options(min_probability, top_k)
@@ -223,7 +228,8 @@ class PathModel:
             if column not in df.columns:
                 raise InputError(f"keep_columns: column {column!r} not found; columns are {df.columns}")
         src = prediction_source(df, id_col, text_col, labels_col, keep_columns)
-        outputs = OutputOptions(min_probability, top_k, node_probabilities)
+        check_multi_path(multi_path)
+        outputs = OutputOptions(min_probability, top_k, node_probabilities, multi_path)
         return self.predict_columns(
             src, passthrough=["id", "labels", *keep_columns], outputs=outputs, beam=beam
         ).select(*outputs.schema().names, *keep_columns)
@@ -320,9 +326,14 @@ class PathModel:
             "a broadcast variable of the model's parameters (SparkContext.broadcast)",
         )
         spark = df.sparkSession
-        min_probability, top_k, node_probabilities = outputs
+        min_probability, top_k, node_probabilities, multi_path = outputs
         check_prediction_options(min_probability, top_k)
+        check_multi_path(multi_path)
         width = self.beam_width(beam)
+        # The decoders' top-k holds every path a multi-path row can name (top_paths shows the first top_k).
+        ranked = top_k
+        if multi_path > 0:
+            ranked = max(top_k, paths_at_least(multi_path, self.taxonomy.n_paths, self.effective_probability_map))
         out_fields = [df.schema[c] for c in passthrough] + [
             T.StructField(prefix + f.name, f.dataType, f.nullable)
             for f in outputs.schema().fields
@@ -356,7 +367,7 @@ class PathModel:
         names = [f.name for f in out_fields]
         feats = feats.select(*passthrough, "_pcem_features")
         if width > 0:
-            options = PredictionOptions(min_probability, top_k, width, node_probabilities)
+            options = PredictionOptions(min_probability, top_k, width, node_probabilities, multi_path, ranked)
             body = self._beam_batches(spark, real_paths, options, n_keep, to_matrix, block_size, names, doc_length)
             return feats.mapInArrow(body, T.StructType(out_fields))
         # The sparse parameters at the model's parameter dtype (float32 halves the broadcast).
@@ -366,7 +377,7 @@ class PathModel:
         bc = spark.sparkContext.broadcast((tables, real_paths, self.spec.structure))
         del tables
 
-        if min_probability > 0 or top_k > 0 or node_probabilities:
+        if min_probability > 0 or ranked > 0 or node_probabilities:
             path_node = self.taxonomy.path_node_matrix(sparse=True)
             bc_paths = spark.sparkContext.broadcast(
                 (path_node_table(path_node, self.taxonomy.is_dummy), list(self.taxonomy.nodes))
@@ -383,9 +394,9 @@ class PathModel:
                     block_size,
                     PredictionLayout(paths, names, node_names, path_nodes),
                     lambda X: predict_path_details(
-                        X, structure, doc_length, tables, path_nodes, min_probability, top_k, node_probabilities
+                        X, structure, doc_length, tables, path_nodes, min_probability, ranked, node_probabilities
                     ),
-                    PredictionOptions(min_probability, top_k, 0, node_probabilities),
+                    PredictionOptions(min_probability, top_k, 0, node_probabilities, multi_path, ranked),
                 )
 
             return feats.mapInArrow(predict_batches, T.StructType(out_fields))
@@ -442,7 +453,7 @@ class PathModel:
                     doc_length,
                     path_nodes,
                     options.min_probability,
-                    options.top_k,
+                    options.ranked,
                     options.node_probabilities,
                 ),
                 options,

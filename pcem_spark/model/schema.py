@@ -23,6 +23,8 @@ __all__ = [
     "TOP_PATHS_FIELD",
     "NODE_PROBABILITIES_FIELD",
     "check_prediction_options",
+    "check_multi_path",
+    "PATHS_FIELD",
     "prediction_schema",
     "abstention_counts",
     "prediction_source",
@@ -46,6 +48,10 @@ PREDICTION_SCHEMA = T.StructType(
 PATH_PROBABILITY_FIELD = T.StructField("path_probability", T.DoubleType(), False)
 
 
+# Added with multi_path > 0: every path whose (calibrated) probability is >= it, the predicted path first.
+PATHS_FIELD = T.StructField("paths", T.ArrayType(T.ArrayType(T.StringType(), False), False), False)
+
+
 # Added with node_probabilities: the marginal probability of each node of ``path`` (same length, root first).
 NODE_PROBABILITIES_FIELD = T.StructField("node_probabilities", T.ArrayType(T.DoubleType(), False), False)
 
@@ -65,6 +71,12 @@ TOP_PATHS_FIELD = T.StructField(
 )
 
 
+def check_multi_path(multi_path: float, name: str = "multi_path") -> None:
+    """Refuse a ``multi_path`` that is not a number in [0, 1] (InputError naming ``name``)."""
+    if isinstance(multi_path, bool) or not isinstance(multi_path, (int, float)) or not 0.0 <= float(multi_path) <= 1.0:
+        raise InputError(f"{name} must be a number in [0, 1] (0 = one path per document), got {multi_path!r}")
+
+
 def check_prediction_options(min_probability: float, top_k: int, names=("min_probability", "top_k")) -> None:
     """Refuse a ``min_probability`` outside [0, 1] or a ``top_k`` that is not an integer >= 0 (ValueError
     naming ``names``, e.g. the CLI's flags)."""
@@ -79,10 +91,12 @@ def check_prediction_options(min_probability: float, top_k: int, names=("min_pro
         raise InputError(f"{k_name} must be an integer >= 0 (0 = no top-k column), got {top_k!r}")
 
 
-def prediction_schema(min_probability: float = 0.0, top_k: int = 0, node_probabilities: bool = False) -> T.StructType:
+def prediction_schema(
+    min_probability: float = 0.0, top_k: int = 0, node_probabilities: bool = False, multi_path: float = 0.0
+) -> T.StructType:
     """The predictions table's schema: :data:`PREDICTION_SCHEMA` (the default), ``leaf`` nullable and a
     ``path_probability`` column with ``min_probability`` > 0, a ``top_paths`` column with ``top_k`` > 0, a
-    ``node_probabilities`` column with ``node_probabilities``."""
+    ``node_probabilities`` column with ``node_probabilities``, a ``paths`` column with ``multi_path`` > 0."""
     fields = [
         T.StructField(f.name, f.dataType, f.nullable or (f.name == "leaf" and min_probability > 0))
         for f in PREDICTION_SCHEMA.fields
@@ -93,6 +107,8 @@ def prediction_schema(min_probability: float = 0.0, top_k: int = 0, node_probabi
         fields.append(TOP_PATHS_FIELD)
     if node_probabilities:
         fields.append(NODE_PROBABILITIES_FIELD)
+    if multi_path > 0:
+        fields.append(PATHS_FIELD)
     return T.StructType(fields)
 
 
@@ -102,9 +118,10 @@ class OutputOptions(NamedTuple):
     min_probability: float = 0.0  # > 0: abstain below it (path cut, path_probability)
     top_k: int = 0  # > 0: top_paths
     node_probabilities: bool = False  # node_probabilities: each node's marginal along path
+    multi_path: float = 0.0  # > 0: paths, every path at least this probable (the predicted one first)
 
     def schema(self) -> T.StructType:
-        return prediction_schema(self.min_probability, self.top_k, self.node_probabilities)
+        return prediction_schema(self.min_probability, self.top_k, self.node_probabilities, self.multi_path)
 
 
 # --partition-by's value for the first node of the predicted path (a column of that name is added).
@@ -117,7 +134,7 @@ def check_output_columns(
     """Refuse kept input columns that clash with the predictions' own columns, or a partition column that is
     neither kept nor :data:`LEVEL1` (InputError naming the column and ``names``, e.g. the CLI's flags)."""
     keep_name, partition_name = names
-    own = set(prediction_schema(min_probability, top_k, True).names) | {LEVEL1, "text"}
+    own = set(prediction_schema(min_probability, top_k, True, 1.0).names) | {LEVEL1, "text"}
     seen = set()
     for column in keep_columns:
         if not column or column != column.strip():
