@@ -34,6 +34,7 @@ def test_check_output_columns_names_the_clash():
         (["path"], "", "'path' clashes"),
         (["url", "top_paths"], "", "'top_paths' clashes"),
         (["text"], "", "'text' clashes"),
+        (["split"], "", "'split' clashes"),
         (["url", "url"], "", "named twice"),
         (["url"], "crawl_date", "expected a kept column"),
         ([" url"], "", "not a column name"),

@@ -89,3 +89,34 @@ def test_evaluation_scores_the_union_of_the_paths_nodes(spark):
         predictionCol="paths", labelCol="labels", metricName="microF1", taxonomy=TAX.to_json()
     )
     assert ev_tax.evaluate(df) == pytest.approx(micro)
+
+
+def test_cli_refuses_a_bad_multi_path(tmp_path, capsys):
+    from pcem_spark.cli import main
+
+    argv = ["predict", "--model", "m", "--docs", "d", "--output", str(tmp_path / "p")]
+    assert main(argv + ["--multi-path", "2"]) == 2
+    assert "--multi-path must be a number in [0, 1]" in capsys.readouterr().err
+    assert main(argv + ["--set", "predict.multi_path=-0.5"]) == 2
+    assert "predict.multi_path must be a number in [0, 1]" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_multi_path_predict_and_evaluate(spark, model, tmp_path):
+    import json
+
+    from pcem_spark.cli import main
+    from pcem_spark.io.outputs import read_marker
+
+    model_dir, docs, pred = str(tmp_path / "model"), str(tmp_path / "docs"), str(tmp_path / "pred")
+    model.save(model_dir)
+    _corpus(spark, seed=1, all_labeled=True).write.parquet(docs)
+    assert main(["predict", "--model", model_dir, "--docs", docs, "--output", pred, "--multi-path", "0.2"]) == 0
+    out = spark.read.parquet(pred)
+    assert "paths" in out.columns and read_marker(spark, pred)["multi_path"] == 0.2
+    assert out.where("element_at(paths, 1) != path").count() == 0
+    metrics = str(tmp_path / "m.json")
+    assert main(["evaluate", "--predictions", pred, "--model", model_dir, "--output", metrics]) == 0
+    got = json.loads(open(metrics).read())
+    assert got["scored_nodes"] == "union of paths"
+    assert got["micro_f1"] == pytest.approx(evaluate_predictions(out, TAX)["micro_f1"])

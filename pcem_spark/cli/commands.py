@@ -294,6 +294,13 @@ def cmd_predict(args, settings) -> int:
     # and it has counted them.
     docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, args.docs_format, keep)
     n_in = counts["selected"] if args.split is not None else counts["valid"]
+    if partition_by and partition_by != LEVEL1:
+        kind = docs.schema[partition_by].dataType.simpleString()
+        if kind.startswith(("array", "map", "struct", "binary")):
+            raise InputError(
+                f"{output_names[1]} = {partition_by!r}: column of type {kind}; a partition column must be a "
+                "string, number, date or boolean (its values become folder names)"
+            )
     if width > 0:
         log.info(
             "predict: beam search of width %d over %d paths (%s = %r)", width, model.taxonomy.n_paths, beam_name, beam

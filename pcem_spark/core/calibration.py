@@ -13,9 +13,11 @@ monotone, so the argmax path never changes; node marginals, top-k paths and
 ``min_probability`` prefixes follow from ``P_T``.
 
 An out-of-fold set keeps the :data:`TOP_PATHS` best paths of each document
-and always its true path: beyond them the posterior mass is negligible at
-any temperature the fit reaches (their joint log-likelihoods are tens of nats
-below the best), and the set stays small whatever the number of paths.
+and always its true path, so it stays small whatever the number of paths.
+With at most that many paths (20NG, most taxonomies) the fit is exact; with
+more it leaves the other paths out of the softmax's normaliser, which is
+negligible while their joint log-likelihoods stay many times T below the
+best, and biases T upwards (flatter) when T is large enough to reach them.
 
 Calibration error is measured on the events a threshold acts on: every real
 node of each document's predicted path, with its marginal probability, is
@@ -84,6 +86,8 @@ class Calibration(NamedTuple):
         if mapping is None:
             return cls(temperature)
         x, y = np.asarray(mapping["x"], dtype=np.float64), np.asarray(mapping["y"], dtype=np.float64)
+        if not (np.isfinite(x).all() and np.isfinite(y).all()):
+            raise ValueError("the probability map has a non-finite breakpoint")
         if x.shape != y.shape or x.ndim != 1 or not len(x) or (np.diff(x) <= 0).any() or (np.diff(y) < 0).any():
             raise ValueError("the probability map is not increasing breakpoints")
         if ((y < 0) | (y > 1)).any():
@@ -201,13 +205,13 @@ def fit_temperature(oof: OutOfFold, bounds: Tuple[float, float] = TEMPERATURE_BO
 def isotonic_map(probability: np.ndarray, correct: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """The non-decreasing map of probabilities to observed precision that fits best (pool adjacent violators).
 
-    Returns breakpoints ``(x, y)``: :func:`apply_map` interpolates between
-    them (and is flat outside), so the map is monotone -- a node's mapped
+    Returns breakpoints ``(x, y)`` from (0, 0) to (1, 1): :func:`apply_map`
+    interpolates between them, so the map is monotone -- a node's mapped
     probability never exceeds its parent's -- and continuous.
 
     >>> x, y = isotonic_map(np.array([0.1, 0.2, 0.6, 0.9]), np.array([0, 1, 0, 1]))
     >>> x.tolist(), y.tolist()
-    ([0.1, 0.4, 0.9], [0.0, 0.5, 1.0])
+    ([0.0, 0.1, 0.4, 0.9, 1.0], [0.0, 0.0, 0.5, 1.0, 1.0])
     """
     # Equal probabilities (ties, e.g. many marginals of exactly 1) are one point first.
     values, inverse = np.unique(np.asarray(probability, dtype=np.float64), return_inverse=True)
@@ -225,7 +229,15 @@ def isotonic_map(probability: np.ndarray, correct: np.ndarray) -> Tuple[np.ndarr
             xs[-1] = (xs[-1] * weights[-1] + x2 * w2) / (weights[-1] + w2)
             sums[-1] += s
             weights[-1] += w2
-    return np.array(xs), np.array(sums) / np.array(weights)
+    x, y = np.array(xs), np.array(sums) / np.array(weights)
+    # Pinned at (0, 0) and (1, 1): a path the model gives no chance is never right, and the map is fitted on
+    # predicted paths' nodes (mostly likely ones), so it must not raise every unlikely path to its lowest
+    # precision (top_paths of hundreds of paths would sum far above 1).
+    if x[0] > 0:
+        x, y = np.concatenate([[0.0], x]), np.concatenate([[0.0], y])
+    if x[-1] < 1:
+        x, y = np.concatenate([x, [1.0]]), np.concatenate([y, [1.0]])
+    return x, y
 
 
 def apply_map(probability: np.ndarray, probability_map) -> np.ndarray:

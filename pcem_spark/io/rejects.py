@@ -27,7 +27,7 @@ from pcem_spark.io.documents import (
 )
 from pcem_spark.io.json_lines import RECORD_CHARS
 
-__all__ = ["split_rejects", "log_counts", "BROADCAST_REPEATED_IDS"]
+__all__ = ["split_rejects", "log_counts", "BROADCAST_REPEATED_IDS", "BROADCAST_REPEATED_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +113,11 @@ def split_rejects(
     return good, rejects
 
 
-# Rows sharing an id: at most this many distinct repeated ids go to every task as a broadcast table; more
-# are joined by a shuffle (a crawl with millions of repeated ids), whose result is then persisted.
+# Rows sharing an id: at most this many distinct repeated ids (and bytes of them) go to every task as a
+# broadcast table; more are joined by a shuffle (a crawl with millions of repeated ids), whose result is
+# then persisted.
 BROADCAST_REPEATED_IDS = 1_000_000
+BROADCAST_REPEATED_BYTES = 64 << 20
 _COPIES = "_id_copies"
 
 
@@ -123,18 +125,23 @@ def _repeated_ids(parsed: DataFrame) -> Tuple[Optional[DataFrame], bool]:
     """((id, _id_copies) of the ids more than one row has, or None when every id is unique; broadcast?).
 
     Only the id column is shuffled, never the rows: the usual input has no
-    repeated id, and then nothing is joined at all. One Spark job.
+    repeated id, and then nothing is joined at all. One Spark job; the
+    repeated ids are cached (every reader of the verdicts joins them).
     """
     copies = (
         parsed.where(F.col("id").isNotNull())
         .groupBy("id")
         .agg(F.count(F.lit(1)).alias(_COPIES))
         .where(F.col(_COPIES) > 1)
+        .cache()
     )
-    n_repeated = copies.count()
+    size = copies.agg(F.count(F.lit(1)), F.sum(F.length("id"))).first()
+    n_repeated, id_chars = int(size[0]), int(size[1] or 0)
     if n_repeated == 0:
+        copies.unpersist()
         return None, False
-    if n_repeated <= BROADCAST_REPEATED_IDS:
+    # Broadcast (to every task) only while the table is small: by count and by bytes (URL ids are long).
+    if n_repeated <= BROADCAST_REPEATED_IDS and id_chars + 16 * n_repeated <= BROADCAST_REPEATED_BYTES:
         return F.broadcast(copies), True
     return copies, False
 

@@ -134,7 +134,8 @@ def check_output_columns(
     """Refuse kept input columns that clash with the predictions' own columns, or a partition column that is
     neither kept nor :data:`LEVEL1` (InputError naming the column and ``names``, e.g. the CLI's flags)."""
     keep_name, partition_name = names
-    own = set(prediction_schema(min_probability, top_k, True, 1.0).names) | {LEVEL1, "text"}
+    # text, split and similarities are the documents' own fields (read as such, not as kept columns)
+    own = set(prediction_schema(min_probability, top_k, True, 1.0).names) | {LEVEL1, "text", "split", "similarities"}
     seen = set()
     for column in keep_columns:
         if not column or column != column.strip():
