@@ -25,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from pcem_spark.core.calibration import apply_map
-from pcem_spark.core.decoding import PathPredictions, block_scores
+from pcem_spark.core.decoding import PathPredictions, block_scores, path_node_outputs
 from pcem_spark.core.estep import DENSE_TERM_SHARE, ScoringTables, length_normalize, scoring_tables
 from pcem_spark.core.parameters import PathParameters, recovered_counts
 from pcem_spark.errors import InputError
@@ -440,13 +440,9 @@ def beam_path_details(
     kept = kept_prob = top_index = top_prob = node_prob = None
     if min_probability > 0 or node_probabilities:
         marg, real = _beam_marginals(best, paths, post, path_nodes)
-        marg = apply_map(marg, mapping)
-        if node_probabilities:
-            node_prob = np.where(real, marg, np.nan)
-        if min_probability > 0:
-            kept = np.cumprod(real & (marg >= min_probability), axis=1).sum(axis=1).astype(np.int64)
-            last = np.take_along_axis(marg, np.maximum(kept - 1, 0)[:, None], axis=1).ravel()
-            kept_prob = np.where(kept > 0, last, 1.0)
+        node_prob, kept, kept_prob = path_node_outputs(
+            apply_map(marg, mapping), real, min_probability, node_probabilities
+        )
     if top_k > 0:
         top_index, top_prob = _beam_top(paths, post, top_k, scorer.n_paths)
         top_prob = np.where(top_index >= 0, apply_map(top_prob, mapping), 0.0)

@@ -98,6 +98,7 @@ __all__ = [
     "node_marginals",
     "path_node_table",
     "path_membership",
+    "path_node_outputs",
     "abstain_depth",
     "top_k_paths",
     "PathPredictions",
@@ -437,6 +438,25 @@ def path_membership(path_nodes: np.ndarray) -> sp.csr_matrix:
     return sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(path_nodes.shape[0], k))
 
 
+def path_node_outputs(along: np.ndarray, real: np.ndarray, min_probability: float, node_probabilities: bool):
+    """``(node_probability, kept, kept_probability)`` of :class:`PathPredictions` from the decoded paths' nodes.
+
+    ``along`` (n, D): the marginal of each depth's node of the decoded path
+    (never increasing); ``real`` (n, D): where that node is not a dummy.
+    ``kept``: the longest prefix of real nodes at least ``min_probability``
+    probable (None when it is 0), ``kept_probability`` its last node's (1 for
+    an empty path); ``node_probability``: ``along`` with NaN at dummies
+    (None unless ``node_probabilities``).
+    """
+    node_prob = np.where(real, along, np.nan) if node_probabilities else None
+    kept = kept_prob = None
+    if min_probability > 0:
+        kept = np.cumprod(real & (along >= min_probability), axis=1).sum(axis=1).astype(np.int64)
+        last = np.take_along_axis(along, np.maximum(kept - 1, 0)[:, None], axis=1).ravel()
+        kept_prob = np.where(kept > 0, last, 1.0)
+    return node_prob, kept, kept_prob
+
+
 def predict_path_details(
     X,
     structure: Optional[Structure],
@@ -492,12 +512,7 @@ def _chunk_details(jll, structure, path_node, path_nodes, options) -> PathPredic
         along = apply_map(
             np.take_along_axis(node_marginals(path_post, path_node), np.maximum(nodes, 0), axis=1), mapping
         )
-        if node_probabilities:
-            node_prob = np.where(real, along, np.nan)
-        if min_probability > 0:
-            kept = np.cumprod(real & (along >= min_probability), axis=1).sum(axis=1).astype(np.int64)
-            last = np.take_along_axis(along, np.maximum(kept - 1, 0)[:, None], axis=1).ravel()
-            kept_prob = np.where(kept > 0, last, 1.0)
+        node_prob, kept, kept_prob = path_node_outputs(along, real, min_probability, node_probabilities)
     if top_k > 0:
         top_index, top_prob = top_k_paths(path_post, top_k)
         top_prob = apply_map(top_prob, mapping)
