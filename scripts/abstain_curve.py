@@ -143,21 +143,14 @@ def curve(spark, model_dir: str, docs: str, tax_name: str, grid, check_p: float)
     test = good.where(F.col("split") == "test").select("id", "text", "labels").cache()
     n_test = test.count()
     t0 = time.perf_counter()
-    # Every path's posterior: the marginal of the predicted path's d-th node is the summed
-    # probability of the paths that share its first d nodes.
-    pred = model.transform(test, top_k=tax.n_paths)
+    # The (calibrated) marginal of each node of the predicted path, as --min-probability cuts at it.
+    pred = model.transform(test, node_probabilities=True)
     D = tax.depth
-
-    def marginal(d: int):
-        # sum of the probabilities of the paths whose first d nodes are the predicted path's
-        through = F.filter("top_paths", lambda t: F.slice(t["path"], 1, d) == F.slice("path", 1, d))
-        return F.aggregate(through, F.lit(0.0), lambda acc, t: acc + t["probability"]).alias(f"m{d}")
-
-    marg = [marginal(d) for d in range(1, D + 1)]
+    marg = [F.try_element_at("node_probabilities", F.lit(d)).alias(f"m{d}") for d in range(1, D + 1)]
     scored = pred.select("id", "path", "labels", *marg).cache()
     assert scored.count() == n_test
     log.info(
-        "%s: %d test documents predicted with all %d path posteriors in %.1fs",
+        "%s: %d test documents predicted with their node probabilities (%d paths) in %.1fs",
         tax_name,
         n_test,
         tax.n_paths,
