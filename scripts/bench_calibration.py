@@ -93,30 +93,21 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
 
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
     from pcem_spark.cli.config import load_settings
     from pcem_spark.core.calibration import expected_calibration_error
-    from pcem_spark.core.taxonomy import Taxonomy
     from pcem_spark.engine.session import build_session
     from pcem_spark.evaluation.metrics import evaluate_predictions
     from pcem_spark.experiment.protocol import assign_roles
-    from pcem_spark.io.documents import read_documents
-    from pcem_spark.io.rejects import split_rejects
     from pcem_spark.ml import PathEM
     from pcem_spark.ml.training import TrainOptions, train
 
     settings = load_settings(args.config, [])
     spark = build_session(settings.spark)
     spark.sparkContext.setLogLevel("WARN")
-    docs, _ = split_rejects(read_documents(spark, args.docs))
-    docs = docs.where(F.col("labels").isNotNull()).select("id", "text", "labels")
-    if args.dotted:
-        from bench_noregret import dotted_labels
+    from bench_noregret import labelled_corpus
 
-        docs = docs.withColumn("labels", F.udf(dotted_labels, T.ArrayType(T.StringType()))("labels"))
-    docs = docs.cache()
-    taxonomy = Taxonomy.from_label_paths([r[0] for r in docs.select("labels").distinct().collect()])
+    docs, taxonomy = labelled_corpus(spark, args.docs, args.dotted)
     corpus = os.path.basename(args.docs).split(".")[0] + ("-dotted" if args.dotted else "")
     rows = []
     for rate in [float(r) for r in args.rates.split(",")]:

@@ -42,29 +42,20 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
     from pcem_spark.cli.config import load_settings
-    from pcem_spark.core.taxonomy import Taxonomy
     from pcem_spark.engine.features import featurize, fit_vocabulary
     from pcem_spark.engine.session import build_session
     from pcem_spark.experiment.protocol import assign_roles
-    from pcem_spark.io.documents import read_documents
-    from pcem_spark.io.rejects import split_rejects
     from pcem_spark.ml import PathEM, tuning
     from pcem_spark.model.stop_words import resolve_stop_words
 
     settings = load_settings(args.config, [])
     spark = build_session(settings.spark)
     spark.sparkContext.setLogLevel("WARN")
-    docs, _ = split_rejects(read_documents(spark, args.docs))
-    docs = docs.where(F.col("labels").isNotNull()).select("id", "text", "labels")
-    if args.dotted:
-        from bench_noregret import dotted_labels
+    from bench_noregret import labelled_corpus
 
-        docs = docs.withColumn("labels", F.udf(dotted_labels, T.ArrayType(T.StringType()))("labels"))
-    docs = docs.cache()
-    taxonomy = Taxonomy.from_label_paths([r[0] for r in docs.select("labels").distinct().collect()])
+    docs, taxonomy = labelled_corpus(spark, args.docs, args.dotted)
     for seed in [int(s) for s in args.seeds.split(",")]:
         roled = assign_roles(docs, seed, 0.2, args.rate).cache()
         train = roled.where(F.col("role") != "test")

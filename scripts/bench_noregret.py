@@ -80,6 +80,26 @@ def dotted_labels(labels: List[str]) -> List[str]:
 INT_SETTINGS = ("posterior_top_k", "max_iter", "components", "seed", "block_size")
 
 
+def labelled_corpus(spark, path: str, dotted: bool = False):
+    """(labelled documents ``id, text, labels``, cached; the taxonomy of their label paths) of a JSON Lines file.
+
+    ``dotted``: the labels become 20NG's dotted-name paths (:func:`dotted_labels`).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from pcem_spark.core.taxonomy import Taxonomy
+    from pcem_spark.io.documents import read_documents
+    from pcem_spark.io.rejects import split_rejects
+
+    docs, _ = split_rejects(read_documents(spark, path))
+    docs = docs.where(F.col("labels").isNotNull()).select("id", "text", "labels")
+    if dotted:
+        docs = docs.withColumn("labels", F.udf(dotted_labels, T.ArrayType(T.StringType()))("labels"))
+    docs = docs.cache()
+    return docs, Taxonomy.from_label_paths([r[0] for r in docs.select("labels").distinct().collect()])
+
+
 def variant_settings(name: str, base):
     """(method, ModelSettings) of a variant name."""
     from pcem_spark.model.settings import PAPER_MODEL_SETTINGS
