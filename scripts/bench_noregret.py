@@ -86,7 +86,6 @@ def labelled_corpus(spark, path: str, dotted: bool = False):
     ``dotted``: the labels become 20NG's dotted-name paths (:func:`dotted_labels`).
     """
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
     from pcem_spark.core.taxonomy import Taxonomy
     from pcem_spark.io.documents import read_documents
@@ -95,7 +94,10 @@ def labelled_corpus(spark, path: str, dotted: bool = False):
     docs, _ = split_rejects(read_documents(spark, path))
     docs = docs.where(F.col("labels").isNotNull()).select("id", "text", "labels")
     if dotted:
-        docs = docs.withColumn("labels", F.udf(dotted_labels, T.ArrayType(T.StringType()))("labels"))
+        # dotted_labels in Spark SQL: no Python UDF, so the executors need not import this script
+        parts = F.split(F.element_at("labels", -1), r"\.")
+        prefixes = F.transform(F.sequence(F.lit(1), F.size(parts)), lambda i: F.array_join(F.slice(parts, 1, i), "."))
+        docs = docs.withColumn("labels", prefixes)
     docs = docs.cache()
     return docs, Taxonomy.from_label_paths([r[0] for r in docs.select("labels").distinct().collect()])
 
