@@ -245,9 +245,11 @@ def test_cv_task_keeps_only_held_out_predictions_of_a_fit_without_them(spark):
     held = [b for p, b in parts if p == 1]
     from pcem_spark.core.estep import length_normalize
 
-    X = sp.vstack([length_normalize(b.X, ms.doc_length) for b in held])
+    # Only the held-out rows with a true path are scored (these blocks also hold unlabelled rows).
+    labelled_rows = [np.diff(b.node_scores.indptr) > 0 for b in held]
+    X = sp.vstack([length_normalize(b.X[m], ms.doc_length) for b, m in zip(held, labelled_rows)])
     jll = np.asarray(X @ alone.params.log_theta().T) + alone.params.log_prior
-    true = np.concatenate([true_paths(b.node_scores, pn) for b in held])
+    true = np.concatenate([true_paths(b.node_scores[m], pn) for b, m in zip(held, labelled_rows)])
     oof = out["out_of_fold"]
     assert isinstance(oof, OutOfFold) and oof.n == X.shape[0]
     rows = np.arange(oof.n)

@@ -246,13 +246,37 @@ def label_path_index(labels, path_keys) -> np.ndarray:
 
 
 def node_score_rows(labels, path_keys, path_nodes: np.ndarray):
-    """CSR ``(indptr, indices, data)`` node scores of true label paths (null = no row entries)."""
+    """CSR ``(indptr, indices, data)`` node scores of true label paths (null = no row entries).
+
+    ``labels``: an Arrow ``list<string>`` column (one path per row) or
+    ``list<list<string>>`` (several). A row with ``k`` paths is ``k``
+    documents of weight ``1/k``: each path's nodes get ``1/k``, summed where
+    the paths share a node, so every score stays linear in the paths and a
+    one-path row is scored exactly as in the flat shape.
+    """
+    import pyarrow as pa
+
     d = path_nodes.shape[1]
-    q = label_path_index(labels, path_keys)
-    lab = q >= 0
-    indptr = np.concatenate([[0], np.cumsum(np.where(lab, d, 0))]).astype(np.int64)
-    indices = path_nodes[q[lab]].ravel().astype(np.int32)
-    return indptr, indices, np.ones(len(indices))
+    if not pa.types.is_list(labels.type.value_type) and not pa.types.is_large_list(labels.type.value_type):
+        q = label_path_index(labels, path_keys)
+        lab = q >= 0
+        indptr = np.concatenate([[0], np.cumsum(np.where(lab, d, 0))]).astype(np.int64)
+        indices = path_nodes[q[lab]].ravel().astype(np.int32)
+        return indptr, indices, np.ones(len(indices))
+    import pyarrow.compute as pc
+
+    n_paths = np.asarray(pc.list_value_length(labels).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    q = label_path_index(pc.list_flatten(labels), path_keys)
+    if (q < 0).any():  # a null path inside a document's list: validate labels before packing
+        raise ValueError("a label path inside a list of paths is null (validate labels before packing)")
+    rows = np.repeat(np.arange(len(n_paths)), n_paths)
+    weights = np.repeat(1.0 / np.maximum(n_paths, 1), n_paths)
+    m = sp.csr_matrix(
+        (np.repeat(weights, d), (np.repeat(rows, d), path_nodes[q].ravel())),
+        shape=(len(n_paths), int(path_nodes.max(initial=-1)) + 1),
+    )  # duplicates (shared nodes) summed
+    m.sort_indices()
+    return m.indptr.astype(np.int64), m.indices.astype(np.int32), m.data
 
 
 def weak_score_rows(scores):

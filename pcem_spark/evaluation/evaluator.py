@@ -89,9 +89,13 @@ class HierarchicalF1Evaluator(
     Parameters
     ----------
     predictionCol : str
-        The predicted paths, ``array<string>`` (default ``"path"``).
+        The predicted path, ``array<string>`` (default ``"path"``), or several
+        per row, ``array<array<string>>`` (``"paths"``, scored by the union of
+        their nodes).
     labelCol : str
-        The true paths, ``array<string>``, null = not scored (default ``"labels"``).
+        The true path, ``array<string>``, or several per row,
+        ``array<array<string>>`` (scored by the union of their nodes);
+        null = not scored (default ``"labels"``).
     metricName : {"microF1", "macroF1", "meanF1"}
         ``meanF1`` is the mean of the other two (default ``"microF1"``).
     taxonomy : str or Taxonomy
@@ -182,7 +186,7 @@ class HierarchicalF1Evaluator(
         metric = _check_metric_name(self.getMetricName())
         path_col, labels_col = self.getPredictionCol(), self.getLabelCol()
         multi = _check_path_column(dataset, "predictionCol", path_col, allow_paths=True)
-        _check_path_column(dataset, "labelCol", labels_col)
+        several_true = _check_path_column(dataset, "labelCol", labels_col, allow_paths=True)
         if multi:
             # Several paths per row (pcem predict --multi-path): scored by the union of their nodes; the
             # first path (the predicted one) is the row's path for the per-level checks.
@@ -205,6 +209,8 @@ class HierarchicalF1Evaluator(
             return float(METRICS[metric](m))
         if multi:
             dataset = dataset.withColumn("path", F.array_distinct(F.flatten("paths")))
+        if several_true:  # several true paths: the union of their nodes
+            dataset = dataset.withColumn(labels_col, F.array_distinct(F.flatten(labels_col)))
         n_pred, n_true, n_tp = node_confusion(dataset, path_col, labels_col)
         if not n_true and dataset.where(F.col(labels_col).isNotNull()).isEmpty():
             raise nothing

@@ -29,6 +29,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pcem_spark.core.taxonomy import PATH_KEY_SEP, Taxonomy
+from pcem_spark.engine.label_columns import has_label_paths
 from pcem_spark.errors import InputError
 
 __all__ = [
@@ -167,6 +168,16 @@ def _unknown_examples(rows: DataFrame, col: str, taxonomy: Taxonomy) -> Tuple[Li
     return names, paths
 
 
+def _deeper_than(k: int):
+    """Lambda for ``exists``: a true path with a level ``k``."""
+    return lambda path: F.size(path) >= k
+
+
+def _same_node_at(k: int, predicted: Column):
+    """Lambda for ``exists``: a true path whose level-``k`` node is ``predicted``."""
+    return lambda path: F.try_element_at(path, F.lit(k)) == predicted
+
+
 def evaluate_predictions(
     pred: DataFrame, taxonomy: Taxonomy, path_col: str = "path", labels_col: str = "labels", where: Optional[str] = None
 ) -> Dict[str, object]:
@@ -174,7 +185,10 @@ def evaluate_predictions(
 
     With a ``paths`` column (several predicted paths per document, ``pcem
     predict --multi-path``) the F1s count the union of their nodes as the
-    predicted nodes; per-level accuracy stays on ``path``.
+    predicted nodes; per-level accuracy stays on ``path``. With ``labels``
+    as several paths per document (array<array<string>>) the true nodes are
+    the union of theirs, and a level is right when the predicted node there
+    is any true path's; a row is scored when every true path is known.
 
     Rows with null labels are not scored (their count is reported). Rows
     whose labels are not a path of ``taxonomy`` are not scored either, for
@@ -192,12 +206,27 @@ def evaluate_predictions(
     # (hierarchical precision / recall, Kiritchenko et al.); per-level accuracy stays on the predicted path.
     multi = path_col == "path" and "paths" in pred.columns
     nodes = F.array_distinct(F.flatten(F.col("paths"))) if multi else F.col(path_col)
-    rows = pred.select(F.col(path_col).alias("p"), F.col(labels_col).alias("t"), nodes.alias("pn")).select(
+    # Several true paths per document: the true nodes are the union of their nodes, a level is right when
+    # the predicted path's node there is any true path's node there.
+    several = has_label_paths(pred, labels_col)
+    if several:
+        truth = [
+            F.array_distinct(F.flatten(F.col(labels_col))).alias("t"),
+            F.col(labels_col).alias("tt"),
+            F.try_element_at(F.filter(labels_col, lambda x: ~known_path(x, taxonomy)), F.lit(1)).alias("t_bad"),
+        ]
+        t_known = F.forall("tt", lambda x: known_path(x, taxonomy))
+    else:
+        truth = [F.col(labels_col).alias("t"), F.array(F.col(labels_col)).alias("tt"), F.col(labels_col).alias("t_bad")]
+        t_known = known_path(F.col("t"), taxonomy)
+    rows = pred.select(F.col(path_col).alias("p"), nodes.alias("pn"), *truth).select(
         "p",
         "t",
+        "tt",
+        "t_bad",
         "pn",
         F.col("t").isNotNull().alias("has_t"),
-        (F.col("t").isNotNull() & known_path(F.col("t"), taxonomy)).alias("t_ok"),
+        (F.col("t").isNotNull() & t_known).alias("t_ok"),
         known_path(F.col("p"), taxonomy).alias("p_ok"),
     )
 
@@ -211,11 +240,15 @@ def evaluate_predictions(
         n_where(F.col("t_ok") & ~F.col("p_ok")).alias("n_bad_p"),
     ]
     for k in range(1, depth + 1):
-        has_k = F.col("t_ok") & (F.size("t") >= k)
+        if several:
+            has_k = F.col("t_ok") & F.exists("tt", _deeper_than(k))
+            same_k = F.coalesce(F.exists("tt", _same_node_at(k, F.try_element_at("p", F.lit(k)))), F.lit(False))
+        else:
+            has_k = F.col("t_ok") & (F.size("t") >= k)
+            # try_element_at: a predicted path shallower than k (a shallow leaf) is wrong at level k,
+            # not an ANSI index error.
+            same_k = F.coalesce(F.try_element_at("p", F.lit(k)) == F.try_element_at("t", F.lit(k)), F.lit(False))
         agg_exprs.append(n_where(has_k).alias(f"n{k}"))
-        # try_element_at: a predicted path shallower than k (a shallow leaf) is wrong at level k,
-        # not an ANSI index error.
-        same_k = F.coalesce(F.try_element_at("p", F.lit(k)) == F.try_element_at("t", F.lit(k)), F.lit(False))
         agg_exprs.append(n_where(has_k & same_k).alias(f"c{k}"))
     totals = rows.agg(*agg_exprs).first()
     n_labelled = int(totals["n_labelled"] or 0)
@@ -224,7 +257,7 @@ def evaluate_predictions(
     unknown_info: Dict[str, object] = {}
     if n_unknown:
         bad_rows = rows.where(F.col("has_t") & (~F.col("t_ok") | ~F.col("p_ok")))
-        t_names, t_paths = _unknown_examples(bad_rows.where(~F.col("t_ok")), "t", taxonomy)
+        t_names, t_paths = _unknown_examples(bad_rows.where(~F.col("t_ok")), "t_bad", taxonomy)
         p_names, p_paths = _unknown_examples(bad_rows, "p", taxonomy)
         names = sorted(set(t_names) | set(p_names))[:MAX_LISTED]
         paths = sorted({tuple(x) for x in t_paths + p_paths})[:3]

@@ -27,6 +27,7 @@ from pcem_spark.core.methods import ALL_METHODS, DISCRIMINATIVE, GENERATIVE, che
 from pcem_spark.core.taxonomy import PATH_KEY_SEP, Taxonomy
 from pcem_spark.engine.blocks import blocks_from_labels, blocks_from_node_scores, packed_blocks
 from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
+from pcem_spark.engine.label_columns import first_label_path, refuse_label_paths
 from pcem_spark.errors import InputError
 from pcem_spark.evaluation.metrics import evaluate_predictions
 from pcem_spark.experiment.settings import ExperimentSettings, SupervisionSettings
@@ -84,7 +85,7 @@ def assign_roles(
         raise InputError(f"test_fraction must be in [0, 1), got {test_fraction}")
     if not 0 < label_rate <= 1:
         raise InputError(f"label rate must be in (0, 1], got {label_rate}")
-    leaf = F.element_at(F.col(labels_col), -1)
+    leaf = F.element_at(first_label_path(df, labels_col), -1)  # several paths: by the first one's leaf
     w = Window.partitionBy(leaf).orderBy(F.xxhash64(F.col("id"), F.lit(seed)), F.col("id"))
     n = F.count(F.lit(1)).over(Window.partitionBy(leaf))
     rank = F.row_number().over(w)
@@ -257,6 +258,8 @@ def run_experiment(
     if not todo:
         _write_reports(rows, out_dir, experiment.report_rate, experiment.paper_reference)
         return rows
+    # The paper's protocol scores one true path per document (and its baselines are flat classifiers).
+    refuse_label_paths(docs, "the experiment protocol (pcem experiment)")
     n_unlabelled_docs = docs.where(F.col("labels").isNull()).count()
     if n_unlabelled_docs:
         log.warning(

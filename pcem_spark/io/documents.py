@@ -5,7 +5,9 @@ A documents table has the columns
 * ``id``     string, unique, not null, not empty;
 * ``text``   string, not null;
 * ``labels`` array<string> or null -- the path from level 1 to the leaf
-  (null = unlabelled);
+  (null = unlabelled); or, for documents in several categories,
+  array<array<string>> -- a non-empty list of such paths, none repeated
+  (see "Several label paths" below);
 * ``split``  string, optional (e.g. ``train`` / ``test``);
 * ``similarities`` map<string, double>, optional -- precomputed node ->
   similarity scores.
@@ -67,6 +69,21 @@ split, so the parser numbers the lines within their split (``_split_start``,
 same file's earlier splits: one count per split, over the already parsed
 rows, joined onto the rejects only.
 
+Several label paths
+-------------------
+In JSON Lines a line's ``labels`` is either one path (``["sci", "space"]``)
+or a list of paths (``[["sci", "space"], ["rec", "autos"]]``; one path may
+be written ``[["sci", "space"]]``). Each path follows the rules above, the
+list is non-empty and names no path twice; an array of strings with an
+array inside, or a list holding a string, is rejected naming the element.
+In Parquet the column's type decides: ``array<string>`` or
+``array<array<string>>``. The valid documents' ``labels`` is
+``array<array<string>>`` when any valid row of the input wrote a list of
+paths (every Parquet row when the column is of that type), else
+``array<string>`` as always -- so a table without lists of paths reads
+exactly as before. Training counts a document with ``k`` paths as ``k``
+documents of weight ``1/k``; evaluation scores the union of their nodes.
+
 Parquet
 -------
 Column types are checked up front (a wrong type is a :class:`DocumentsError`);
@@ -88,6 +105,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from pcem_spark.engine.label_columns import LABEL_PATHS_TYPE
 from pcem_spark.errors import InputError
 from pcem_spark.io.hadoop_fs import FILESYSTEM_NEEDS, HadoopFS
 from pcem_spark.io.json_lines import _parse_line, _StrictDecoder
@@ -101,6 +119,7 @@ __all__ = [
     "REASON_COL",
     "SPLIT_START_COL",
     "SPLIT_LINE_COL",
+    "NESTED_LABELS_COL",
     "DocumentsError",
     "detect_format",
     "read_documents",
@@ -147,15 +166,27 @@ SPLIT_START_COL = "_split_start"  # byte offset where the line's split of source
 SPLIT_LINE_COL = "_split_line"  # 1-based line number within that split, in file order; null for Parquet
 
 
-# Columns of read_documents' result, in order, for both formats.
+# Whether the row's labels were written as a list of paths (True), as one path (False), or are null.
+NESTED_LABELS_COL = "_nested_labels"
+
+
+# Columns of read_documents' result, in order, for both formats. ``labels`` is always a list of paths
+# here (one path = a one-element list); split_rejects gives the valid rows the input's shape back.
 RAW_SCHEMA = T.StructType(
-    DOCUMENT_SCHEMA.fields
+    [
+        T.StructField("id", T.StringType(), True),
+        T.StructField("text", T.StringType(), True),
+        T.StructField("labels", LABEL_PATHS_TYPE, True),
+        T.StructField("split", T.StringType(), True),
+        T.StructField("similarities", T.MapType(T.StringType(), T.DoubleType(), True), True),
+    ]
     + [
         T.StructField(CORRUPT_COL, T.StringType(), True),
         T.StructField(REASON_COL, T.StringType(), True),
         T.StructField(SPLIT_START_COL, T.LongType(), True),
         T.StructField(SPLIT_LINE_COL, T.LongType(), True),
         T.StructField("source_file", T.StringType(), True),
+        T.StructField(NESTED_LABELS_COL, T.BooleanType(), True),
     ]
 )
 
@@ -280,7 +311,7 @@ def _parse_line_batches(batches):
         [
             ("id", pa.string()),
             ("text", pa.string()),
-            ("labels", pa.list_(pa.string())),
+            ("labels", pa.list_(pa.list_(pa.string()))),
             ("split", pa.string()),
             ("similarities", pa.map_(pa.string(), pa.float64())),
             (CORRUPT_COL, pa.string()),
@@ -288,12 +319,13 @@ def _parse_line_batches(batches):
             (SPLIT_START_COL, pa.int64()),
             (SPLIT_LINE_COL, pa.int64()),
             ("source_file", pa.string()),
+            (NESTED_LABELS_COL, pa.bool_()),
         ]
     )
     for batch in batches:
         files = batch.column("source_file").to_pylist()
         starts = batch.column("block_start").to_pylist()
-        columns: List[list] = [[] for _ in range(7)]
+        columns: List[list] = [[] for _ in range(8)]
         lines: List[int] = []
         for data, file, start in zip(batch.column("value").to_pylist(), files, starts):
             n = seen.get((file, start), 0) + 1
@@ -301,8 +333,9 @@ def _parse_line_batches(batches):
             for col, value in zip(columns, _parse_line(decoder, data, start == 0 and n == 1)):
                 col.append(value)
             lines.append(n)
-        arrays = [pa.array(col, type=arrow_schema.field(i).type) for i, col in enumerate(columns)]
+        arrays = [pa.array(col, type=arrow_schema.field(i).type) for i, col in enumerate(columns[:7])]
         arrays += [pa.array(starts, pa.int64()), pa.array(lines, pa.int64()), pa.array(files, pa.string())]
+        arrays.append(pa.array(columns[7], pa.bool_()))
         yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
@@ -325,13 +358,14 @@ def _check_parquet_schema(schema: T.StructType, path: str) -> None:
                 f"{path}: column {required!r} is missing (found columns {sorted(fields)}); "
                 "a documents table needs id: string, text: string, labels: array<string>"
             )
-    expected = {f.name: f.dataType for f in DOCUMENT_SCHEMA.fields}
+    expected = {f.name: [f.dataType.simpleString()] for f in DOCUMENT_SCHEMA.fields}
+    expected["labels"].append(LABEL_PATHS_TYPE.simpleString())  # several paths per document
     for name, want in expected.items():
         # simpleString ignores nullability: array<string> with required
         # elements (parquet-avro, Hive) is as good as the optional kind.
-        if name in fields and fields[name].simpleString() != want.simpleString():
+        if name in fields and fields[name].simpleString() not in want:
             raise DocumentsError(
-                f"{path}: column {name!r} has type {fields[name].simpleString()}, expected {want.simpleString()}"
+                f"{path}: column {name!r} has type {fields[name].simpleString()}, expected {' or '.join(want)}"
             )
 
 
@@ -340,17 +374,14 @@ def _json_quoted(col: Column) -> Column:
     return F.regexp_extract(F.to_json(F.array(col)), r"^\[(.*)\]$", 1)
 
 
-def _labels_reason(labels: Column) -> Column:
-    """Why a Parquet ``labels`` value is unusable (null if it is fine); same wording as for JSON."""
+def _path_reason(path: Column, where: Column) -> Column:
+    """Why one Parquet label path is unusable (null if it is fine); ``where`` (a string column) names it."""
     # (?U): Unicode whitespace, as Python's str.isspace in the JSON parser.
-    bad = F.transform(labels, lambda x: x.isNull() | (x == "") | x.rlike(r"(?U)^\s|\s$"))
+    bad = F.transform(path, lambda x: x.isNull() | (x == "") | x.rlike(r"(?U)^\s|\s$"))
     pos = F.array_position(bad, True)  # 1-based; 0 when every label is fine
-    label = F.element_at(labels, pos.cast("int"))
-    prefix = F.concat(F.lit("labels["), (pos - 1).cast("string"), F.lit("]: "))
+    label = F.element_at(path, pos.cast("int"))
+    prefix = F.concat(where, F.lit("["), (pos - 1).cast("string"), F.lit("]: "))
     return F.when(
-        F.size(labels) == 0,
-        F.lit("field 'labels': expected a non-empty array of strings (null for unlabelled), got an empty array"),
-    ).when(
         pos > 0,
         F.concat(
             prefix,
@@ -358,6 +389,55 @@ def _labels_reason(labels: Column) -> Column:
             .when(label == "", F.lit("expected a non-empty string, got an empty string"))
             .otherwise(F.concat(_json_quoted(label), F.lit(" has leading or trailing whitespace"))),
         ),
+    )
+
+
+_EMPTY_LABELS = "field 'labels': expected a non-empty array of strings (null for unlabelled), got an empty array"
+
+
+def _labels_reason(labels: Column) -> Column:
+    """Why a Parquet ``labels`` path (array<string>) is unusable (null if it is fine); same wording as for JSON."""
+    return F.when(F.size(labels) == 0, F.lit(_EMPTY_LABELS)).otherwise(_path_reason(labels, F.lit("labels")))
+
+
+def _label_paths_reason(labels: Column) -> Column:
+    """Why a Parquet ``labels`` list of paths (array<array<string>>) is unusable; same wording as for JSON."""
+    where = F.transform(labels, lambda _, i: F.concat(F.lit("labels["), i.cast("string"), F.lit("]")))
+    reasons = F.zip_with(
+        labels,
+        where,
+        lambda p, w: (
+            F.when(p.isNull(), F.concat(w, F.lit(": expected an array of strings (a path), got null")))
+            .when(
+                F.size(p) == 0,
+                F.concat(w, F.lit(": expected a non-empty array of strings (a path), got an empty array")),
+            )
+            .otherwise(_path_reason(p, w))
+        ),
+    )
+    first_bad = F.try_element_at(F.filter(reasons, lambda r: r.isNotNull()), F.lit(1))
+    # A path listed twice: its first repeat, named with the copy it repeats.
+    keys = F.transform(labels, lambda p: F.to_json(p))
+    repeat = F.try_element_at(
+        F.filter(
+            F.transform(keys, lambda k, i: F.struct(i.alias("i"), F.array_position(keys, k).alias("first"))),
+            lambda e: e["first"] - 1 != e["i"],
+        ),
+        F.lit(1),
+    )
+    return (
+        F.when(F.size(labels) == 0, F.lit(_EMPTY_LABELS))
+        .when(first_bad.isNotNull(), first_bad)
+        .when(
+            repeat.isNotNull(),
+            F.concat(
+                F.lit("labels["),
+                repeat["i"].cast("string"),
+                F.lit("]: repeats the path of labels["),
+                (repeat["first"] - 1).cast("string"),
+                F.lit("]"),
+            ),
+        )
     )
 
 
@@ -391,17 +471,23 @@ def _read_parquet(spark: SparkSession, path: str, keep: Sequence[str] = ()) -> D
     for field in DOCUMENT_SCHEMA.fields:
         if field.name not in df.columns:
             df = df.withColumn(field.name, F.lit(None).cast(field.dataType))
+    if isinstance(df.schema["labels"].dataType.elementType, T.ArrayType):
+        labels, labels_reason, nested = F.col("labels"), _label_paths_reason(F.col("labels")), F.lit(True)
+    else:
+        labels = F.when(F.col("labels").isNotNull(), F.array(F.col("labels")))
+        labels_reason, nested = _labels_reason(F.col("labels")), F.lit(False)
     return df.select(
         "id",
         "text",
-        "labels",
+        labels.cast(LABEL_PATHS_TYPE).alias("labels"),
         "split",
         "similarities",
         F.lit(None).cast(T.StringType()).alias(CORRUPT_COL),
-        F.coalesce(_labels_reason(F.col("labels")), _similarities_reason(F.col("similarities"))).alias(REASON_COL),
+        F.coalesce(labels_reason, _similarities_reason(F.col("similarities"))).alias(REASON_COL),
         F.lit(None).cast(T.LongType()).alias(SPLIT_START_COL),
         F.lit(None).cast(T.LongType()).alias(SPLIT_LINE_COL),
         F.input_file_name().alias("source_file"),
+        F.when(F.col("labels").isNotNull(), nested).alias(NESTED_LABELS_COL),
         *[F.col(name).alias(KEPT_PREFIX + name) for name in keep],
     )
 

@@ -176,26 +176,62 @@ def _optional_string(obj: dict, field: str) -> Optional[str]:
     return value
 
 
-def _check_labels(obj: dict) -> Optional[List[str]]:
-    """``labels``: null or a non-empty array of non-empty, unpadded strings."""
+def _check_path(path: list, where: str, doc_id: Optional[str]) -> List[str]:
+    """One label path: a non-empty array of non-empty, unpadded strings; ``where`` names it in reasons."""
+    if not path:
+        raise _LineReject(f"{where}: expected a non-empty array of strings (a path), got an empty array", doc_id)
+    for i, label in enumerate(path):
+        if not isinstance(label, str):
+            raise _LineReject(f"{where}[{i}]: expected a non-empty string, got {_json_type(label)}", doc_id)
+        if not label:
+            raise _LineReject(f"{where}[{i}]: expected a non-empty string, got an empty string", doc_id)
+        if _is_padded(label):
+            raise _LineReject(f"{where}[{i}]: {_quoted(label)} has leading or trailing whitespace", doc_id)
+    return path
+
+
+def _check_labels(obj: dict) -> Tuple[Optional[List[List[str]]], Optional[bool]]:
+    """``labels`` as ``(paths, nested)``: null, one path (an array of strings) or several (an array of them).
+
+    One path is ``[["a", "a1"]], False``; a list of paths ``[...], True``. Each
+    path is a non-empty array of non-empty, unpadded strings; a list of paths
+    is non-empty and names no path twice (a repeated path would count twice).
+    """
     labels = obj.get("labels")
     if labels is None:
-        return None
+        return None, None
     doc_id = _string_id(obj)
     if not isinstance(labels, list):
-        raise _LineReject(f"field 'labels': expected an array of strings or null, got {_json_type(labels)}", doc_id)
+        raise _LineReject(
+            f"field 'labels': expected an array of strings (a path), an array of such arrays (several paths) "
+            f"or null, got {_json_type(labels)}",
+            doc_id,
+        )
     if not labels:
         raise _LineReject(
             "field 'labels': expected a non-empty array of strings (null for unlabelled), got an empty array", doc_id
         )
-    for i, label in enumerate(labels):
-        if not isinstance(label, str):
-            raise _LineReject(f"labels[{i}]: expected a non-empty string, got {_json_type(label)}", doc_id)
-        if not label:
-            raise _LineReject(f"labels[{i}]: expected a non-empty string, got an empty string", doc_id)
-        if _is_padded(label):
-            raise _LineReject(f"labels[{i}]: {_quoted(label)} has leading or trailing whitespace", doc_id)
-    return labels
+    if not isinstance(labels[0], list):
+        for i, label in enumerate(labels):
+            if isinstance(label, list):
+                raise _LineReject(
+                    f"labels[{i}]: an array in a path of strings (labels[0] is a {_json_type(labels[0])}); expected "
+                    "an array of strings (one path) or an array of arrays of strings (several paths)",
+                    doc_id,
+                )
+        return [_check_path(labels, "labels", doc_id)], False
+    seen = {}
+    for j, path in enumerate(labels):
+        if not isinstance(path, list):
+            raise _LineReject(
+                f"labels[{j}]: expected an array of strings (a path) like labels[0], got {_json_type(path)}", doc_id
+            )
+        _check_path(path, f"labels[{j}]", doc_id)
+        key = tuple(path)
+        if key in seen:
+            raise _LineReject(f"labels[{j}]: repeats the path of labels[{seen[key]}]", doc_id)
+        seen[key] = j
+    return labels, True
 
 
 def _check_similarities(obj: dict) -> Optional[List[Tuple[str, float]]]:
@@ -221,14 +257,14 @@ def _check_similarities(obj: dict) -> Optional[List[Tuple[str, float]]]:
 
 
 def _document_of(obj: dict) -> tuple:
-    """(id, text, labels, split, similarities) of a decoded object, type-checked, never coerced."""
-    return (
-        _optional_string(obj, "id"),
-        _optional_string(obj, "text"),
-        _check_labels(obj),
-        _optional_string(obj, "split"),
-        _check_similarities(obj),
-    )
+    """(id, text, labels, split, similarities, nested) of a decoded object, type-checked, never coerced.
+
+    ``labels`` is a list of paths; ``nested`` says whether the line wrote it
+    as one (True), as one path (False) or not at all (None).
+    """
+    doc_id, text = _optional_string(obj, "id"), _optional_string(obj, "text")
+    labels, nested = _check_labels(obj)
+    return doc_id, text, labels, _optional_string(obj, "split"), _check_similarities(obj), nested
 
 
 _SURROGATE_ESCAPES = ("\\ud", "\\uD")  # how a surrogate (U+D800..U+DFFF) is written in JSON
@@ -254,18 +290,19 @@ def _check_encodable(doc: tuple) -> None:
     split and the similarity keys. Keys other than the five are never
     returned, so a surrogate there is ignored like the rest of them.
     """
-    doc_id, text, labels, split, sims = doc
+    doc_id, text, labels, split, sims, nested = doc
     _surrogate_reject("field 'id'", doc_id or "", "", None)
     _surrogate_reject("field 'text'", text or "", "", doc_id)
-    for i, label in enumerate(labels or ()):
-        _surrogate_reject(f"labels[{i}]", label, "", doc_id)
+    for j, path in enumerate(labels or ()):
+        for i, label in enumerate(path):
+            _surrogate_reject(f"labels[{j}][{i}]" if nested else f"labels[{i}]", label, "", doc_id)
     _surrogate_reject("field 'split'", split or "", "", doc_id)
     for node, _ in sims or ():
         _surrogate_reject(f"similarities[{_quoted(node)}]", node, " of the key", doc_id)
 
 
 def _parse_line(decoder: _StrictDecoder, data: bytes, first_line: bool) -> tuple:
-    """One raw line -> (id, text, labels, split, similarities, raw_record, reason).
+    """One raw line -> (id, text, labels, split, similarities, raw_record, reason, nested).
 
     ``raw_record`` and ``reason`` are null for a line that is a well-typed
     document (its id and text may still be missing: :func:`split_rejects`
@@ -276,7 +313,7 @@ def _parse_line(decoder: _StrictDecoder, data: bytes, first_line: bool) -> tuple
         line = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raw = data[: 4 * RECORD_CHARS].decode("utf-8", "backslashreplace")[:RECORD_CHARS]
-        return None, None, None, None, None, raw, f"invalid UTF-8 at byte {e.start + 1}"
+        return None, None, None, None, None, raw, f"invalid UTF-8 at byte {e.start + 1}", None
     if line.startswith("\ufeff"):
         if not first_line:  # e.g. files concatenated with their byte-order marks
             return (
@@ -287,6 +324,7 @@ def _parse_line(decoder: _StrictDecoder, data: bytes, first_line: bool) -> tuple
                 None,
                 line[:RECORD_CHARS],
                 "byte-order mark (U+FEFF) at the start of a line other than line 1",
+                None,
             )
         line = line[1:]  # a UTF-8 byte-order mark, written by some Windows tools
     try:
@@ -295,9 +333,9 @@ def _parse_line(decoder: _StrictDecoder, data: bytes, first_line: bool) -> tuple
         # the others pay one substring search, not an encoding of every string.
         if _SURROGATE_ESCAPES[0] in line or _SURROGATE_ESCAPES[1] in line:
             _check_encodable(doc)
-        return doc + (None, None)
+        return doc[:5] + (None, None, doc[5])
     except _LineReject as e:
         # The raw line came from valid UTF-8, so it is encodable; a reason or an id built from decoded
         # strings may hold a lone surrogate (e.g. a repeated key "\ud800"), which Arrow cannot take.
         doc_id = e.doc_id if e.doc_id is None or _lone_surrogate(e.doc_id) is None else None
-        return doc_id, None, None, None, None, line[:RECORD_CHARS], _escape_surrogates(e.reason)
+        return doc_id, None, None, None, None, line[:RECORD_CHARS], _escape_surrogates(e.reason), None

@@ -17,9 +17,11 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from pcem_spark.engine.label_columns import has_label_paths
 from pcem_spark.io.documents import (
     CORRUPT_COL,
     KEPT_PREFIX,
+    NESTED_LABELS_COL,
     REASON_COL,
     REJECT_SCHEMA,
     SPLIT_LINE_COL,
@@ -57,6 +59,10 @@ def split_rejects(
     ``counts`` (a dict) gets ``parsed`` (rows) and ``valid``, both counted
     in one job; when no row is rejected, the rejects are then an empty
     table that reads nothing.
+
+    ``labels`` of the valid rows: a list of paths (array<array<string>>)
+    when any valid row wrote one (``_nested_labels``), else one path
+    (array<string>) -- the shape of :data:`DOCUMENT_SCHEMA`'s documentation.
     """
     if REASON_COL not in df.columns:  # a frame built by hand, not by read_documents
         df = df.withColumn(
@@ -92,13 +98,25 @@ def split_rejects(
     if copies is not None and not broadcast:
         flagged = flagged.persist(StorageLevel.MEMORY_AND_DISK)  # a shuffle join: done once, not per reader
     kept = [F.col(c).alias(c[len(KEPT_PREFIX) :]) for c in df.columns if c.startswith(KEPT_PREFIX)]
-    good = flagged.where(F.col("_reason").isNull()).select("id", "text", "labels", "split", "similarities", *kept)
+    valid = F.col("_reason").isNull()
+    # Whether a valid row wrote its labels as a list of paths: then the valid rows keep that shape.
+    shaped = NESTED_LABELS_COL in df.columns and has_label_paths(df)
+    any_nested = F.max(F.when(valid & F.col(NESTED_LABELS_COL), 1).otherwise(0)) if shaped else F.lit(0)
     if counts is not None:
-        row = flagged.agg(F.count(F.lit(1)), F.count(F.when(F.col("_reason").isNull(), 1))).first()
+        row = flagged.agg(F.count(F.lit(1)), F.count(F.when(valid, 1)), any_nested).first()
         counts.update(parsed=int(row[0]), valid=int(row[1]))
-        if counts["parsed"] == counts["valid"]:
-            return good, flagged.sparkSession.createDataFrame([], REJECT_SCHEMA)
+    else:
+        row = flagged.agg(any_nested).first() if shaped else (0, 0, 0)
+    labels = F.col("labels") if not shaped or row[-1] else F.try_element_at("labels", F.lit(1)).alias("labels")
+    good = flagged.where(valid).select("id", "text", labels, "split", "similarities", *kept)
+    if counts is not None and counts["parsed"] == counts["valid"]:
+        return good, flagged.sparkSession.createDataFrame([], REJECT_SCHEMA)
     as_json = F.to_json(F.struct("id", "text", "labels", "split", "similarities"))
+    if shaped:  # the record as the input wrote it: one path unwrapped
+        one_path = F.to_json(
+            F.struct("id", "text", F.try_element_at("labels", F.lit(1)).alias("labels"), "split", "similarities")
+        )
+        as_json = F.when(F.col(NESTED_LABELS_COL), as_json).otherwise(one_path)
     rejects = (
         flagged.where(F.col("_reason").isNotNull())
         .join(F.broadcast(_lines_before_split(flagged)), on=["source_file", SPLIT_START_COL], how="left")

@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.features import FeatureSettings
+from pcem_spark.engine.label_columns import first_label_path
 from pcem_spark.errors import InputError
 from pcem_spark.ml.params import MODEL_PARAMS, param_values
 from pcem_spark.ml.tune_settings import METRICS, SELECTIONS, TuneSettings, check_grid
@@ -76,7 +77,7 @@ def stratified_folds(
     least ``n_folds`` labelled documents is in every fold and singletons
     spread over the folds instead of piling into fold 0.
     """
-    leaf = F.element_at(F.col(labels_col), -1)
+    leaf = F.element_at(first_label_path(labeled, labels_col), -1)  # several paths: by the first one's leaf
     order = Window.partitionBy(leaf).orderBy(F.xxhash64(F.col(id_col), F.lit(seed)), F.col(id_col))
     offset = F.pmod(F.xxhash64(leaf, F.lit(seed + 1)), F.lit(n_folds))
     return labeled.withColumn(fold_col, F.pmod(F.row_number().over(order) - 1 + offset, F.lit(n_folds)).cast("int"))

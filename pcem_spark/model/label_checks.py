@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError, closest_name
+from pcem_spark.engine.label_columns import one_path_per_row
 
 __all__ = ["require_known_label_paths", "label_coverage", "warn_label_coverage", "warn_singleton_leaves"]
 
@@ -82,7 +83,7 @@ def require_known_label_paths(
     row of totals) reach the driver. The message keeps
     :meth:`Taxonomy.path_of_labels`'s wording ("document 'x': ...").
     """
-    bad = _unknown_label_paths(docs, taxonomy, labels_col).cache()
+    bad = _unknown_label_paths(one_path_per_row(docs, labels_col), taxonomy, labels_col).cache()
     try:
         totals = bad.agg(F.count(F.lit(1)).alias("paths"), F.sum("n").alias("docs")).first()
         if not totals["paths"]:
@@ -145,6 +146,7 @@ def _leaf_counts(docs: DataFrame, taxonomy: Taxonomy, labels_col: str) -> List:
     )
     example = F.min("id") if "id" in docs.columns else F.lit(None).cast("string")
     id_col = [F.col("id")] if "id" in docs.columns else []
+    docs = one_path_per_row(docs, labels_col)
     exploded = docs.where(F.col(labels_col).isNotNull()).select(
         *id_col, F.posexplode(labels_col).alias("_pos", "_node")
     )

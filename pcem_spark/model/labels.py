@@ -10,6 +10,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError
+from pcem_spark.engine.label_columns import one_path_per_row
 from pcem_spark.errors import InputError
 
 __all__ = ["vector_size", "check_vector_size", "check_label_paths", "infer_taxonomy"]
@@ -49,6 +50,7 @@ def check_label_paths(df: DataFrame, taxonomy: Taxonomy, labels_col: str = "labe
 
 def infer_taxonomy(df: DataFrame, labels_col: str = "labels", max_paths: int = 100000) -> Taxonomy:
     """The tree implied by the distinct label paths of ``df`` (only those reach the driver)."""
+    df = one_path_per_row(df, labels_col)
     paths = [
         r[0]
         for r in df.where(F.col(labels_col).isNotNull()).select(labels_col).distinct().limit(max_paths + 1).collect()

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.arrow_io import sparse_vector_arrays
+from pcem_spark.engine.label_columns import one_path_per_row
 
 __all__ = ["spread_parameters", "labelled_terms_per_top"]
 
@@ -62,6 +63,7 @@ def labelled_terms_per_top(
                 names=["top", "term"],
             )
 
-    labelled = feats.where(F.col(labels_col).isNotNull()).select(labels_col, features_col)
+    # A document with several paths counts its terms under each path's top-level node.
+    labelled = one_path_per_row(feats.where(F.col(labels_col).isNotNull()).select(labels_col, features_col), labels_col)
     counted = labelled.mapInArrow(pairs, "top string, term long").distinct().groupBy("top").count()
     return {r["top"]: int(r["count"]) for r in counted.collect()}

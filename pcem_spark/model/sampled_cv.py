@@ -46,6 +46,7 @@ __all__ = [
     "rescaled_unlabeled_weight",
     "metric_indicator",
     "true_paths",
+    "single_path_rows",
     "fold_confusion",
     "cv_task",
     "fold_metric",
@@ -115,6 +116,14 @@ def true_paths(node_scores: sp.csr_matrix, path_node) -> np.ndarray:
     return np.asarray(matches.argmax(axis=1)).ravel()
 
 
+def single_path_rows(node_scores: sp.csr_matrix) -> np.ndarray:
+    """(n,) bool: rows labelled with one path (every node score 1); a row with ``k > 1`` paths has
+    scores ``1/k`` on its leaves (:func:`pcem_spark.engine.arrow_io.node_score_rows`)."""
+    ns = sp.csr_matrix(node_scores)
+    fractional = np.asarray(sp.csr_matrix((ns.data != 1.0, ns.indices, ns.indptr), shape=ns.shape).sum(axis=1))
+    return (np.diff(ns.indptr) > 0) & (fractional.ravel() == 0)
+
+
 def fold_confusion(
     true: np.ndarray, predicted: np.ndarray, indicator: sp.csr_matrix
 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -165,14 +174,20 @@ def cv_task(
     keep = keep_out_of_fold and spec.structure is None
     kept = []
     for b in held:
-        true = true_paths(b.node_scores, path_node)
+        # Scored on the held-out rows with one true path: a row in several categories trains the other
+        # folds' fits, but has no single path to count a hit or a calibration event against.
+        single = single_path_rows(b.node_scores)
+        if not single.any():
+            continue
+        node_scores, X = (b.node_scores, b.X) if single.all() else (b.node_scores[single], b.X[single])
+        true = true_paths(node_scores, path_node)
         if keep:
-            X = length_normalize(b.X, settings.doc_length) if settings.doc_length > 0 else b.X
+            X = length_normalize(X, settings.doc_length) if settings.doc_length > 0 else X
             jll = np.vstack([chunk for _, chunk in block_scores(X, tables)])
             kept.append(out_of_fold(jll, true))
             predicted = np.argmax(jll, axis=1)  # what predict_paths decodes, from the same scores
         else:
-            predicted, _ = predict_paths(b.X, None, None, spec.structure, settings.doc_length, tables=tables)
+            predicted, _ = predict_paths(X, None, None, spec.structure, settings.doc_length, tables=tables)
         counts = fold_confusion(true, predicted, indicator)
         tp, fp, fn = tp + counts[0], fp + counts[1], fn + counts[2]
     out = {

@@ -303,11 +303,12 @@ def labelled_sample(
     from pyspark.sql import functions as F
 
     from pcem_spark.engine.features import tokenize
+    from pcem_spark.engine.label_columns import first_label_path
 
     h = F.xxhash64(F.col("id"), F.lit(int(seed)))
     picked = (
         docs.where(F.col("labels").isNotNull() & (F.size("labels") > 0))
-        .select(h.alias("_h"), F.col("id").cast("string").alias("_id"), "text", "labels")
+        .select(h.alias("_h"), F.col("id").cast("string").alias("_id"), "text", first_label_path(docs).alias("labels"))
         .orderBy("_h", "_id")
         .limit(int(limit))
     )

@@ -273,7 +273,11 @@ def confusion_counts(pred, path_col: str = "path", labels_col: str = "labels"):
     for col in (path_col, labels_col):
         if col not in pred.columns:
             raise InputError(f"predictions: column {col!r} is missing (found {pred.columns})")
-    scored = pred.where(F.col(labels_col).isNotNull())
+    from pcem_spark.engine.label_columns import one_path_per_row
+
+    counts = pred.select(F.count(F.lit(1)).alias("n"), F.count(labels_col).alias("n_lab")).first()
+    # A document with several true paths is in one cell per true path.
+    scored = one_path_per_row(pred.where(F.col(labels_col).isNotNull()), labels_col)
     cells = (
         scored.select(
             F.coalesce(F.col(path_col), F.array().cast("array<string>")).alias("p"),
@@ -288,7 +292,6 @@ def confusion_counts(pred, path_col: str = "path", labels_col: str = "labels"):
         .count()
         .collect()
     )
-    counts = pred.select(F.count(F.lit(1)).alias("n"), F.count(labels_col).alias("n_lab")).first()
     rows = [(int(r["level"]), r["true"], r["predicted"], int(r["count"])) for r in cells]
     return rows, int(counts["n_lab"]), int(counts["n"]) - int(counts["n_lab"])
 

@@ -39,11 +39,16 @@ def reliability_counts(pred, n_bins: int = N_BINS):
                 f"predictions: column {col!r} is missing (found {pred.columns}); a reliability diagram needs "
                 "predictions written with --node-probabilities, of documents that carry labels"
             )
+    from pcem_spark.engine.label_columns import label_paths_col
+
     scored = pred.where(F.col("labels").isNotNull())
-    events = scored.select("path", "labels", F.posexplode("node_probabilities").alias("pos", "p")).select(
+    truth = label_paths_col(pred, "labels").alias("truth")
+    events = scored.select("path", truth, F.posexplode("node_probabilities").alias("pos", "p")).select(
         F.col("p"),
-        # correct: the true path has the predicted prefix down to this node
-        (F.slice("labels", 1, F.col("pos") + 1) == F.slice("path", 1, F.col("pos") + 1)).cast("int").alias("ok"),
+        # correct: a true path (one, or any of several) has the predicted prefix down to this node
+        F.exists("truth", lambda t: F.slice(t, 1, F.col("pos") + 1) == F.slice("path", 1, F.col("pos") + 1))
+        .cast("int")
+        .alias("ok"),
         F.least(F.floor(F.col("p") * n_bins), F.lit(n_bins - 1)).cast("int").alias("bin"),
     )
     rows = events.groupBy("bin").agg(F.count(F.lit(1)).alias("n"), F.sum("p").alias("p"), F.sum("ok").alias("ok"))
