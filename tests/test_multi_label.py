@@ -281,3 +281,38 @@ def test_cross_validation_scores_only_held_out_rows_with_one_true_path():
     indptr, indices, data = node_score_rows(labels, keys, path_nodes)
     ns = sp.csr_matrix((data, indices, indptr), shape=(4, 5))
     assert single_path_rows(ns).tolist() == [True, False, False, True]
+
+
+@pytest.mark.slow
+def test_cli_train_predict_evaluate_with_lists_of_paths(spark, tmp_path):
+    """JSON Lines with lists of paths (and a malformed one) -> pcem train -> predict --multi-path -> evaluate."""
+    from pcem_spark.cli import main
+    from pcem_spark.io.outputs import read_marker
+
+    leaves = list(WORDS)
+    rng = np.random.default_rng(11)
+    rows = []
+    for i in range(60):
+        a, b = leaves[i % len(leaves)], leaves[(i + 2) % len(leaves)]
+        text = " ".join(rng.choice(WORDS[a].split(), 8)) + (
+            " " + " ".join(rng.choice(WORDS[b].split(), 8)) if i % 4 == 0 else ""
+        )
+        paths = [TAX.real_path(TAX.leaves.index(a))] + ([TAX.real_path(TAX.leaves.index(b))] if i % 4 == 0 else [])
+        labels = None if i % 3 == 2 else (paths if i % 4 == 0 else paths[0])  # both forms, and unlabelled rows
+        rows.append({"id": f"d{i}", "text": text, "labels": labels})
+    rows.append({"id": "bad", "text": "x", "labels": [SPACE, SPACE]})
+    docs = str(tmp_path / "docs.jsonl.gz")
+    _write_jsonl(docs, rows)
+    model, pred, metrics = (str(tmp_path / n) for n in ("model", "pred", "metrics.json"))
+    fast = ["--set", "features.min_df=1", "--set", "tune.folds=2", "--log-level", "WARNING"]
+    assert main(["train", "--docs", docs, "--model", model, *fast]) == 0
+    rejects = spark.read.parquet(model + "_rejects").collect()
+    assert [(r.id, r.reason, r.line) for r in rejects] == [("bad", "labels[1]: repeats the path of labels[0]", 61)]
+    assert main(["predict", "--model", model, "--docs", docs, "--output", pred, "--multi-path", "0.3", *fast]) == 0
+    out = spark.read.parquet(pred)
+    assert out.schema["labels"].dataType.simpleString() == "array<array<string>>"
+    assert out.count() == 60 and read_marker(spark, pred)["multi_path"] == 0.3
+    assert main(["evaluate", "--predictions", pred, "--model", model, "--output", metrics]) == 0
+    got = json.loads(open(metrics).read())
+    assert got["n_documents"] == 40 and got["scored_nodes"] == "union of paths"
+    assert got["micro_f1"] == pytest.approx(evaluate_predictions(out, TAX)["micro_f1"])

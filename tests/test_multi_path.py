@@ -8,6 +8,7 @@ import pytest
 from test_abstain import FS, SETTINGS, TAX, _corpus  # noqa: E402
 
 from pcem_spark.core.calibration import apply_map, paths_at_least
+from pcem_spark.core.multi_path import PAIR_CANDIDATES, PAIR_PRIOR
 from pcem_spark.engine.arrow_io import multi_paths_array
 from pcem_spark.errors import InputError
 from pcem_spark.evaluation import HierarchicalF1Evaluator
@@ -45,16 +46,30 @@ def model(spark):
 
 
 @pytest.mark.parametrize("beam", [0, TAX.n_paths])
-def test_transform_multi_path_is_every_path_at_least_p(spark, model, beam):
+def test_transform_multi_path_is_every_path_whose_membership_is_at_least_p(spark, model, beam):
+    import pyarrow as pa
+
+    from pcem_spark.core.decoding import path_node_table, predict_path_details
+    from pcem_spark.core.estep import scoring_tables
+    from pcem_spark.core.multi_path import with_membership
+
     docs = _corpus(spark, seed=1, all_labeled=True)
     p = 0.2
     multi = model.transform(docs, multi_path=p, beam=beam).select("id", "path", "paths").collect()
-    ranked = {r.id: r.top_paths for r in model.transform(docs, top_k=TAX.n_paths, beam=beam).collect()}
+    texts = dict(docs.select("id", "text").collect())
+    # The same decision on the driver, from the model's tables and the core functions (tested above).
+    X = model.text_featurizer().matrix(pa.array([texts[r.id] for r in multi]))
+    tables = scoring_tables(model.params)._replace(temperature=model.effective_temperature)
+    path_nodes = path_node_table(TAX.path_node_matrix(sparse=True), TAX.is_dummy)
+    doc_length = model.model_settings.doc_length
+    out = with_membership(
+        predict_path_details(X, None, doc_length, tables, path_nodes, 0.0, TAX.n_paths), X, tables, doc_length
+    )
     assert any(len(r.paths) > 1 for r in multi)
-    for r in multi:
+    for i, r in enumerate(multi):
         assert r.paths[0] == r.path
-        want = {tuple(t.path) for t in ranked[r.id] if t.probability >= p} | {tuple(r.path)}
-        assert {tuple(x) for x in r.paths} == want and len(r.paths) == len(want)
+        want = {tuple(TAX.real_path(j)) for j, m in zip(out.top_index[i], out.member_probability[i]) if m >= p}
+        assert {tuple(x) for x in r.paths} == want | {tuple(r.path)} and len(r.paths) == len(set(map(tuple, r.paths)))
     with pytest.raises(InputError, match="multi_path"):
         model.transform(docs, multi_path=1.5)
 
@@ -120,3 +135,72 @@ def test_cli_multi_path_predict_and_evaluate(spark, model, tmp_path):
     got = json.loads(open(metrics).read())
     assert got["scored_nodes"] == "union of paths"
     assert got["micro_f1"] == pytest.approx(evaluate_predictions(out, TAX)["micro_f1"])
+
+
+def _ref_membership(x, log_theta, log_prior, T, rho=PAIR_PRIOR, C=PAIR_CANDIDATES):
+    """Dense brute force of one row: every single-path and (best, runner-up) pair hypothesis, pi by a fine grid."""
+    from scipy.optimize import minimize_scalar
+    from scipy.special import logsumexp
+
+    jll = log_theta @ x + log_prior
+    order = sorted(range(len(jll)), key=lambda j: (-jll[j], j))
+    a = order[0]
+    hyp, members = [], []
+    for j in range(len(jll)):
+        hyp.append(np.log(1 - rho) + jll[j] / T)
+        members.append({j})
+    theta = np.exp(log_theta)
+    for b in order[1 : 1 + C]:
+        res = minimize_scalar(
+            lambda pi: -(x * np.log(pi * theta[b] + (1 - pi) * theta[a])).sum(),
+            bounds=(0, 1),
+            method="bounded",
+            options={"xatol": 1e-10},
+        )
+        ll = -res.fun + (log_prior[a] + log_prior[b]) / 2
+        hyp.append(np.log(rho / C) + ll / T)
+        members.append({a, b})
+    post = np.exp(np.array(hyp) - logsumexp(hyp))
+    return {j: sum(p for p, m in zip(post, members) if j in m) for j in range(len(jll))}
+
+
+def test_membership_matches_a_brute_force_over_every_hypothesis():
+    import scipy.sparse as sp
+
+    from pcem_spark.core.decoding import predict_path_details
+    from pcem_spark.core.estep import scoring_tables
+    from pcem_spark.core.multi_path import with_membership
+    from pcem_spark.core.parameters import sparse_log_parameters
+
+    rng = np.random.default_rng(5)
+    M, V = 7, 30
+    counts = sp.csr_matrix(rng.poisson(0.6, size=(M, V)).astype(float) * rng.integers(1, 5, size=(M, 1)))
+    params = sparse_log_parameters(counts, rng.uniform(1, 5, size=M), smoothing=0.3)
+    T = 2.5
+    X = sp.csr_matrix(rng.poisson(0.5, size=(12, V)).astype(float))
+    X[3] = 0  # a document with no known word
+    for dtype in ("float64", "float32"):
+        tables = scoring_tables(params, dtype)._replace(temperature=T)
+        path_nodes = np.arange(M)[:, None]
+        out = predict_path_details(X, None, 0.0, tables, path_nodes, 0.0, M)
+        out = with_membership(out, X, tables)
+        lt, lp = params.log_theta(), params.log_prior
+        for i in range(X.shape[0]):
+            ref = _ref_membership(X[i].toarray().ravel(), lt, lp, T)
+            got = {int(j): float(p) for j, p in zip(out.top_index[i], out.member_probability[i])}
+            tol = 1e-5 if dtype == "float64" else 1e-4  # EM stops after MIXTURE_ITERATIONS steps
+            for j in range(M):
+                assert got[j] == pytest.approx(ref[j], abs=tol), (i, j)
+    # A document of two paths' words: the second path's membership is high, its Eq. 5 posterior is not.
+    theta = np.exp(params.log_theta())
+    a, b = 0, 1
+    x = np.round(60 * theta[a] + 60 * theta[b])
+    tables = scoring_tables(params)._replace(temperature=1.0)
+    out = with_membership(
+        predict_path_details(sp.csr_matrix(x), None, 0.0, tables, np.arange(M)[:, None], 0.0, M),
+        sp.csr_matrix(x),
+        tables,
+    )
+    row = dict(zip(out.top_index[0].tolist(), out.member_probability[0].tolist()))
+    post = dict(zip(out.top_index[0].tolist(), out.top_posterior[0].tolist()))
+    assert min(row[a], row[b]) > 0.9 and min(post[a], post[b]) < 0.01

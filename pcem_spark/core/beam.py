@@ -437,16 +437,16 @@ def beam_path_details(
         k, post = _softmax_rows(scores, paths, getattr(scorer, "temperature", 1.0))
     mapping = getattr(scorer, "probability_map", None)
     best, prob = paths[rows, k], apply_map(post[rows, k], mapping)
-    kept = kept_prob = top_index = top_prob = node_prob = None
+    kept = kept_prob = top_index = top_prob = node_prob = top_post = None
     if min_probability > 0 or node_probabilities:
         marg, real = _beam_marginals(best, paths, post, path_nodes)
         node_prob, kept, kept_prob = path_node_outputs(
             apply_map(marg, mapping), real, min_probability, node_probabilities
         )
     if top_k > 0:
-        top_index, top_prob = _beam_top(paths, post, top_k, scorer.n_paths)
-        top_prob = np.where(top_index >= 0, apply_map(top_prob, mapping), 0.0)
-    return PathPredictions(best, prob, kept, kept_prob, top_index, top_prob, node_prob)
+        top_index, top_post = _beam_top(paths, post, top_k, scorer.n_paths)
+        top_prob = np.where(top_index >= 0, apply_map(top_post, mapping), 0.0)
+    return PathPredictions(best, prob, kept, kept_prob, top_index, top_prob, node_prob, top_post)
 
 
 def _beam_marginals(best, paths, post, path_nodes):

@@ -415,6 +415,9 @@ class PathPredictions(NamedTuple):
     kept_probability : (n,) or None, marginal of the last kept node (1 for an empty path: the root)
     top_index, top_probability : (n, min(k, M)) or None (:func:`top_k_paths`)
     node_probability : (n, D) or None, the marginal of each depth's node of ``best`` (NaN at dummies)
+    top_posterior : (n, min(k, M)) or None, the top paths' tempered posteriors before the probability map
+    member_probability : (n, min(k, M)) or None, the probability that each top path is one of the
+        document's paths (:func:`pcem_spark.core.multi_path.with_membership`)
     """
 
     best: np.ndarray
@@ -424,6 +427,8 @@ class PathPredictions(NamedTuple):
     top_index: Optional[np.ndarray] = None
     top_probability: Optional[np.ndarray] = None
     node_probability: Optional[np.ndarray] = None
+    top_posterior: Optional[np.ndarray] = None
+    member_probability: Optional[np.ndarray] = None
 
 
 def path_membership(path_nodes: np.ndarray) -> sp.csr_matrix:
@@ -504,7 +509,7 @@ def _chunk_details(jll, structure, path_node, path_nodes, options) -> PathPredic
         jll = jll / temperature
     path_post = path_posteriors(jll, structure)
     del jll
-    kept = kept_prob = top_index = top_prob = node_prob = None
+    kept = kept_prob = top_index = top_prob = node_prob = top_post = None
     if min_probability > 0 or node_probabilities:
         nodes = path_nodes[best]  # (n, D)
         real = nodes >= 0
@@ -514,6 +519,6 @@ def _chunk_details(jll, structure, path_node, path_nodes, options) -> PathPredic
         )
         node_prob, kept, kept_prob = path_node_outputs(along, real, min_probability, node_probabilities)
     if top_k > 0:
-        top_index, top_prob = top_k_paths(path_post, top_k)
-        top_prob = apply_map(top_prob, mapping)
-    return PathPredictions(best, prob, kept, kept_prob, top_index, top_prob, node_prob)
+        top_index, top_post = top_k_paths(path_post, top_k)
+        top_prob = apply_map(top_post, mapping)
+    return PathPredictions(best, prob, kept, kept_prob, top_index, top_prob, node_prob, top_post)

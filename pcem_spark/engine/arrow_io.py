@@ -82,7 +82,7 @@ class PredictionOptions(NamedTuple):
     top_k: int = 0  # > 0: a top_paths column of the k most probable paths
     beam: int = 0  # the width of the beam ``predict`` decodes with (0 = exact): its top_paths may be shorter
     node_probabilities: bool = False  # a node_probabilities column: the marginal of each node of ``path``
-    multi_path: float = 0.0  # > 0: a paths column, the paths at least this probable (from the decoder's top-k)
+    multi_path: float = 0.0  # > 0: a paths column, the paths whose membership is at least this (of the top-k)
     ranked: int = 0  # how many paths the decoder ranks: >= top_k, and enough for multi_path
 
 
@@ -143,7 +143,9 @@ def predicted_path_batches(
         if options.node_probabilities:
             cols.append(node_probability_array(out.node_probability, out.kept))
         if options.multi_path > 0:
-            cols.append(multi_paths_array(path_arr, best, out.top_index, out.top_probability, options.multi_path))
+            # The paths' membership probabilities when the model gives them (core.multi_path), else posteriors.
+            member = out.member_probability if out.member_probability is not None else out.top_probability
+            cols.append(multi_paths_array(path_arr, best, out.top_index, member, options.multi_path))
         yield pa.RecordBatch.from_arrays(cols, names=names)
 
 

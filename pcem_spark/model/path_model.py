@@ -28,10 +28,10 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pcem_spark.core.beam import beam_path_details, beam_scorer, beam_tables, beam_width, check_beam
-from pcem_spark.core.calibration import paths_at_least
 from pcem_spark.core.decoding import path_node_table, predict_path_details, predict_paths
 from pcem_spark.core.estep import scoring_tables
 from pcem_spark.core.methods import MethodSpec, method_spec
+from pcem_spark.core.multi_path import ranked_for_multi_path, with_membership
 from pcem_spark.core.parameters import PathParameters
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.arrow_io import PredictionLayout, PredictionOptions, csr_of, predicted_path_batches
@@ -333,7 +333,7 @@ class PathModel:
         # The decoders' top-k holds every path a multi-path row can name (top_paths shows the first top_k).
         ranked = top_k
         if multi_path > 0:
-            ranked = max(top_k, paths_at_least(multi_path, self.taxonomy.n_paths, self.effective_probability_map))
+            ranked = ranked_for_multi_path(multi_path, self.taxonomy.n_paths, top_k)
         out_fields = [df.schema[c] for c in passthrough] + [
             T.StructField(prefix + f.name, f.dataType, f.nullable)
             for f in outputs.schema().fields
@@ -383,6 +383,12 @@ class PathModel:
                 (path_node_table(path_node, self.taxonomy.is_dummy), list(self.taxonomy.nodes))
             )
 
+            by_membership = multi_path > 0 and self.spec.structure is None
+
+            def members(out, X, tables):
+                # --multi-path of a one-component-per-path model: every path's membership (core.multi_path).
+                return with_membership(out, X, tables, doc_length) if by_membership else out
+
             def predict_batches(batches):
                 # As below, plus each block's path posteriors -> kept prefix / top-k paths / node marginals.
                 tables, paths, structure = bc.value
@@ -393,8 +399,12 @@ class PathModel:
                     to_matrix,
                     block_size,
                     PredictionLayout(paths, names, node_names, path_nodes),
-                    lambda X: predict_path_details(
-                        X, structure, doc_length, tables, path_nodes, min_probability, ranked, node_probabilities
+                    lambda X: members(
+                        predict_path_details(
+                            X, structure, doc_length, tables, path_nodes, min_probability, ranked, node_probabilities
+                        ),
+                        X,
+                        tables,
                     ),
                     PredictionOptions(min_probability, top_k, 0, node_probabilities, multi_path, ranked),
                 )
@@ -433,12 +443,29 @@ class PathModel:
         nodes = None
         if options.min_probability > 0 or options.node_probabilities:
             nodes = (path_node_table(path_node, self.taxonomy.is_dummy), list(self.taxonomy.nodes))
-        bc = spark.sparkContext.broadcast((scorer, real_paths, nodes))
-        del scorer
+        # --multi-path: the pairs' word probabilities come from the path tables (core.multi_path).
+        path_tables = None
+        if options.multi_path > 0:
+            path_tables = scoring_tables(self.params, dtype)._replace(temperature=temperature)
+        bc = spark.sparkContext.broadcast((scorer, real_paths, nodes, path_tables))
+        del scorer, path_tables
+
+        def decode(X, scorer, path_nodes, path_tables):
+            out = beam_path_details(
+                X,
+                scorer,
+                width,
+                doc_length,
+                path_nodes,
+                options.min_probability,
+                options.ranked,
+                options.node_probabilities,
+            )
+            return out if path_tables is None else with_membership(out, X, path_tables, doc_length)
 
         def predict_batches(batches):
             # Arrow in, Arrow out: each block walks down the tree at once (core.beam), no per-row Python.
-            scorer, paths, nodes = bc.value
+            scorer, paths, nodes, path_tables = bc.value
             path_nodes, node_names = nodes if nodes is not None else (None, None)
             return predicted_path_batches(
                 batches,
@@ -446,16 +473,7 @@ class PathModel:
                 to_matrix,
                 block_size,
                 PredictionLayout(paths, names, node_names, path_nodes),
-                lambda X: beam_path_details(
-                    X,
-                    scorer,
-                    width,
-                    doc_length,
-                    path_nodes,
-                    options.min_probability,
-                    options.ranked,
-                    options.node_probabilities,
-                ),
+                lambda X: decode(X, scorer, path_nodes, path_tables),
                 options,
             )
 
