@@ -147,7 +147,7 @@ def _ref_membership(x, log_theta, log_prior, T, rho=PAIR_PRIOR, C=PAIR_CANDIDATE
     a = order[0]
     hyp, members = [], []
     for j in range(len(jll)):
-        hyp.append(np.log(1 - rho) + jll[j] / T)
+        hyp.append((np.log(1 - rho) + jll[j]) / T)
         members.append({j})
     theta = np.exp(log_theta)
     for b in order[1 : 1 + C]:
@@ -158,7 +158,7 @@ def _ref_membership(x, log_theta, log_prior, T, rho=PAIR_PRIOR, C=PAIR_CANDIDATE
             options={"xatol": 1e-10},
         )
         ll = -res.fun + (log_prior[a] + log_prior[b]) / 2
-        hyp.append(np.log(rho / C) + ll / T)
+        hyp.append((np.log(rho / C) + ll) / T)
         members.append({a, b})
     post = np.exp(np.array(hyp) - logsumexp(hyp))
     return {j: sum(p for p, m in zip(post, members) if j in m) for j in range(len(jll))}

@@ -171,8 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="P",
-        help="add paths: every path whose calibrated probability is >= P, the predicted path first "
-        "(default [predict] multi_path = 0: one path)",
+        help="add paths: every path the document belongs to with probability >= P (one path, or the predicted "
+        "path mixed with a runner-up), the predicted path first (default [predict] multi_path = 0: one path)",
     )
     p.add_argument(
         "--node-probabilities",

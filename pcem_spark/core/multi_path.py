@@ -13,14 +13,16 @@ model's path prior) and "the predicted path ``a`` and a runner-up ``b``, mixed":
 the document's words drawn from ``pi * theta_b + (1 - pi) * theta_a`` with the
 share ``pi`` fitted per document by EM (:func:`mixture_gain`), prior ``rho``
 spread over the :data:`PAIR_CANDIDATES` runner-ups, path prior the mean of the
-two log priors. Their likelihoods are tempered by the model's calibrated
-temperature ``T`` like every probability the model reports, and
+two log priors. Their scores (log prior + log-likelihood) are tempered by the
+model's calibrated temperature ``T``, as Eq. 5's logits are for every
+probability the model reports, and
 
     membership(j) = P(one path j) + sum of P(pair) over the pairs holding j.
 
 With ``q`` the tempered posterior over single paths (Eq. 5 / T) and ``G`` a
 pair's gain in log-likelihood over the predicted path alone, a pair's weight
-relative to the single paths is ``rho / C * q_a * exp((G + (log pi_b - log pi_a) / 2) / T)``
+relative to the single paths' ``(1 - rho)^(1/T)`` is
+``q_a * exp((log(rho / C) + G + (log pi_b - log pi_a) / 2) / T)``
 (:func:`membership_probabilities`), so nothing beyond the decoder's ranked
 posteriors and the candidates' word probabilities is needed.
 """
@@ -46,9 +48,9 @@ __all__ = [
     "ranked_for_multi_path",
 ]
 
-# Prior probability that a document is a mix of two paths. The membership barely depends on it: on the
-# semi-synthetic 20NG multi-path corpus, rho from 0.01 to 0.5 moves F1 at P = 0.5 by < 1.2 points
-# (docs/BENCHMARKS.md): a real second topic wins by its likelihood, not by the prior.
+# Prior probability that a document is a mix of two paths. Tempered by T with the likelihoods, it barely
+# matters: on the semi-synthetic 20NG multi-path corpus, rho from 0.01 to 0.5 moves F1 at P = 0.5 by
+# 1.2 points (docs/BENCHMARKS.md): a real second topic wins by its likelihood, not by the prior.
 PAIR_PRIOR = 0.1
 
 # Runner-up paths (by posterior) each tried as the second path of a pair with the predicted one.
@@ -160,15 +162,18 @@ def membership_probabilities(
     second = top_index[:, 1 : 1 + C]
     has = second >= 0
     prior_gap = np.where(has, (log_prior[np.maximum(second, 0)] - log_prior[top_index[:, :1]]) / 2.0, 0.0)
+    t = float(temperature)
+    # A hypothesis' log prior is part of its score, tempered with it (as the path prior in Eq. 5's logits).
+    single = (1.0 - rho) ** (1.0 / t)
     with np.errstate(divide="ignore"):
-        log_pair = np.log(rho / C) + np.log(q[:, :1]) + (gain + prior_gap) / float(temperature)
+        log_pair = (np.log(rho / C) + gain + prior_gap) / t + np.log(q[:, :1])
     pair = np.where(has, np.exp(np.minimum(log_pair, 700.0)), 0.0)
-    member = (1.0 - rho) * q
+    member = single * q
     member[:, 0] += pair.sum(axis=1)
     member[:, 1 : 1 + C] += pair
-    # Normalised by every hypothesis: the single paths' mass (1 - rho) * sum(q) (1 over all paths;
+    # Normalised by every hypothesis: the single paths' mass single * sum(q) (sum(q) = 1 over all paths;
     # a beam's scored paths likewise) plus the pairs'.
-    return member / ((1.0 - rho) + pair.sum(axis=1, keepdims=True))
+    return member / (single + pair.sum(axis=1, keepdims=True))
 
 
 def ranked_for_multi_path(probability: float, n_paths: int, top_k: int = 0) -> int:
