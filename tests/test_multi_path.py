@@ -152,7 +152,7 @@ def _ref_membership(x, log_theta, log_prior, T, rho=PAIR_PRIOR, C=PAIR_CANDIDATE
     theta = np.exp(log_theta)
     for b in order[1 : 1 + C]:
         res = minimize_scalar(
-            lambda pi: -(x * np.log(pi * theta[b] + (1 - pi) * theta[a])).sum(),
+            lambda pi, b=b: -(x * np.log(pi * theta[b] + (1 - pi) * theta[a])).sum(),
             bounds=(0, 1),
             method="bounded",
             options={"xatol": 1e-10},
