@@ -129,8 +129,12 @@ def main(argv=None) -> int:
             summary = model.training_summary.get("calibration", {})
             temperature, probability_map = model.temperature, model.probability_map
             results = {}
-            candidates = (("none", None, None), ("temperature", temperature, None))
-            for name, t, mapping in candidates + (("temperature+isotonic", temperature, probability_map),):
+            candidates = [("none", None, None), ("temperature", temperature, None)]
+            # Every map the calibration fitted (the training summary keeps them all); "default" = the chosen one.
+            for kind, m in summary.get("maps", {}).items():
+                candidates.append((f"temperature+{kind}", temperature, (np.array(m["x"]), np.array(m["y"]))))
+            candidates.append(("default", temperature, probability_map))
+            for name, t, mapping in candidates:
                 model.temperature, model.probability_map = t, mapping
                 pred = model.transform(test, node_probabilities=True).cache()
                 pred_rows = pred.select("path", "labels", "node_probabilities").collect()
@@ -157,6 +161,8 @@ def main(argv=None) -> int:
                 "seed": seed,
                 "temperature": temperature,
                 "oof_ece": [summary.get(k) for k in ("ece_uncalibrated", "ece_temperature", "ece_calibrated")],
+                "chosen": summary.get("method"),
+                "map_held_out_log_loss": summary.get("map_held_out_log_loss"),
                 "calibration_seconds": summary.get("seconds"),
                 "train_seconds": round(train_seconds, 1),
                 "test_events": int(correct.size),
@@ -174,6 +180,9 @@ def main(argv=None) -> int:
     return 0
 
 
+NAMES = ("none", "temperature", "temperature+isotonic", "temperature+logistic", "default")
+
+
 def markdown(rows, thresholds) -> str:
     """Mean over seeds per (corpus, rate, calibration): ECE and precision / coverage at each P."""
     head = "| corpus | rate | calibration | T | test ECE | " + " | ".join(
@@ -183,7 +192,7 @@ def markdown(rows, thresholds) -> str:
     keys = sorted({(r["corpus"], r["rate"]) for r in rows})
     for corpus, rate in keys:
         group = [r for r in rows if (r["corpus"], r["rate"]) == (corpus, rate)]
-        for name in ("none", "temperature", "temperature+isotonic"):
+        for name in [n for n in NAMES if all(n in r["results"] for r in group)]:
             ece = np.mean([r["results"][name]["ece"] for r in group])
             t = "1" if name == "none" else f"{np.mean([r['temperature'] or 1.0 for r in group]):.2f}"
             cells = []
@@ -191,6 +200,8 @@ def markdown(rows, thresholds) -> str:
                 prec = np.nanmean([r["results"][name]["thresholds"][str(p)]["precision"] for r in group])
                 cov = np.mean([r["results"][name]["thresholds"][str(p)]["coverage"] for r in group])
                 cells.append(f"{100 * prec:.1f}% / {100 * cov:.1f}%")
+            if name == "default":  # which map the cross-fit chose, per seed
+                name = "default (" + ", ".join(r.get("chosen", "?").split("+")[-1] for r in group) + ")"
             lines.append(f"| {corpus} | {rate:g} | {name} | {t} | {ece:.3f} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -270,7 +270,8 @@ def _small_model(spark):
 def test_train_calibrates_and_the_paths_stay_the_same(spark):
     docs, model = _small_model(spark)
     summary = model.training_summary["calibration"]
-    assert summary["method"] == "temperature+isotonic"
+    assert summary["method"] in ("temperature+isotonic", "temperature+logistic")
+    assert set(summary["map_held_out_log_loss"]) == {"isotonic", "logistic"}
     assert model.temperature == pytest.approx(summary["temperature"], rel=1e-5) and model.probability_map is not None
     assert summary["documents"] > 0 and {"ece_calibrated", "log_loss_uncalibrated", "sample"} <= set(summary)
     calibrated = model.transform(docs, top_k=2)
@@ -322,3 +323,36 @@ def test_temperature_is_saved_and_older_models_load_uncalibrated(spark, tmp_path
         old = PathModel.load(path)
     assert old.temperature is None and "uncalibrated" in caplog.text
     assert scaled_posteriors(np.array([[0.0, -np.inf]]), 3.0).tolist() == [[1.0, 0.0]]
+
+
+def test_logistic_map_recovers_a_logit_linear_calibration():
+    from pcem_spark.core.calibration import apply_map, logistic_map
+
+    rng = np.random.default_rng(2)
+    p = rng.beta(5, 1, size=20000)
+    z = np.log(p) - np.log1p(-p)
+    truth = 1 / (1 + np.exp(-(0.6 * z - 0.3)))
+    correct = rng.random(len(p)) < truth
+    x, y = logistic_map(p, correct)
+    assert x[0] == 0 and x[-1] == 1 and y[0] == 0 and y[-1] == 1 and np.all(np.diff(y) >= 0)
+    grid = np.array([0.3, 0.6, 0.9, 0.99])
+    want = 1 / (1 + np.exp(-(0.6 * np.log(grid / (1 - grid)) - 0.3)))
+    np.testing.assert_allclose(apply_map(grid, (x, y)), want, atol=0.02)
+
+
+def test_choose_map_prefers_the_kind_that_predicts_held_out_events():
+    from pcem_spark.core.calibration import choose_map
+
+    rng = np.random.default_rng(4)
+    # Few events from a smooth curve: the two-parameter map predicts the held-out half better.
+    p = rng.beta(4, 1, size=300)
+    correct = rng.random(len(p)) < p**2
+    kind, _, losses = choose_map(p, correct, np.arange(len(p)))
+    assert kind == "logistic" and losses["logistic"] < losses["isotonic"]
+    # Many events from a step the logit-linear family cannot follow: isotonic.
+    p = rng.uniform(0, 1, size=20000)
+    correct = rng.random(len(p)) < np.where(p > 0.5, 0.95, 0.05)
+    kind, maps, _ = choose_map(p, correct, np.arange(len(p)) // 2)
+    assert kind == "isotonic" and set(maps) == {"isotonic", "logistic"}
+    kind, _, losses = choose_map(p, correct, np.arange(len(p)), kinds=("logistic",))
+    assert kind == "logistic" and set(losses) == {"logistic"}

@@ -43,6 +43,9 @@ __all__ = [
     "true_path_log_loss",
     "fit_temperature",
     "isotonic_map",
+    "logistic_map",
+    "MAP_KINDS",
+    "choose_map",
     "apply_map",
     "paths_at_least",
     "predicted_node_events",
@@ -69,7 +72,7 @@ class Calibration(NamedTuple):
         """JSON-able (the model's metadata)."""
         record: Dict[str, object] = {"method": "temperature", "temperature": float(self.temperature)}
         if self.probability_map is not None:
-            record["method"] = "temperature+isotonic"
+            record["method"] = "temperature+map"
             record["map"] = {
                 "x": [float(v) for v in self.probability_map[0]],
                 "y": [float(v) for v in self.probability_map[1]],
@@ -240,6 +243,81 @@ def isotonic_map(probability: np.ndarray, correct: np.ndarray) -> Tuple[np.ndarr
     return x, y
 
 
+# The monotone maps a calibration can end with (ModelSettings.calibration "temperature+<kind>").
+MAP_KINDS = ("isotonic", "logistic")
+
+_LOGIT_GRID = 1.0 / (1.0 + np.exp(-np.linspace(-14.0, 14.0, 113)))  # dense near 0 and 1, where marginals pile up
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-7, 1.0 - 1e-7)
+    return np.log(p) - np.log1p(-p)
+
+
+def logistic_map(probability: np.ndarray, correct: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The map ``logit(y) = a logit(x) + b`` (Platt scaling of the logit) fitted by maximum likelihood, as breakpoints.
+
+    Two parameters instead of one step per block of :func:`isotonic_map`: smooth,
+    and steadier on a few hundred events. ``a`` is kept positive (monotone);
+    the breakpoints (a grid dense near 0 and 1) run from (0, 0) to (1, 1) like
+    :func:`isotonic_map`'s, so :func:`apply_map` reads both alike.
+
+    >>> x, y = logistic_map(np.array([0.2, 0.4, 0.6, 0.8, 0.9, 0.95]), np.array([0, 1, 0, 1, 1, 1]))
+    >>> bool(np.all(np.diff(y) >= 0)), float(x[0]), float(y[-1])
+    (True, 0.0, 1.0)
+    """
+    z = _logit(probability)
+    t = np.asarray(correct, dtype=np.float64)
+    a, b = 1.0, 0.0
+    for _ in range(100):  # Newton steps on the log-likelihood, a small ridge toward (1, 0) for stability
+        q = 1.0 / (1.0 + np.exp(-(a * z + b)))
+        w = q * (1.0 - q)
+        grad = np.array([np.sum((t - q) * z) - 1e-3 * (a - 1.0), np.sum(t - q) - 1e-3 * b])
+        hess = np.array([[np.sum(w * z * z) + 1e-3, np.sum(w * z)], [np.sum(w * z), np.sum(w) + 1e-3]])
+        step = np.linalg.solve(hess, grad)
+        a, b = max(a + step[0], 1e-3), b + step[1]
+        if np.abs(step).max() < 1e-10:
+            break
+    x = np.concatenate([[0.0], _LOGIT_GRID, [1.0]])
+    y = np.concatenate([[0.0], 1.0 / (1.0 + np.exp(-(a * _logit(_LOGIT_GRID) + b))), [1.0]])
+    return x, np.maximum.accumulate(y)
+
+
+def _fit_map(kind: str, probability: np.ndarray, correct: np.ndarray):
+    return isotonic_map(probability, correct) if kind == "isotonic" else logistic_map(probability, correct)
+
+
+def choose_map(
+    probability: np.ndarray, correct: np.ndarray, row: np.ndarray, kinds: Sequence[str] = MAP_KINDS
+) -> Tuple[str, Dict[str, Tuple[np.ndarray, np.ndarray]], Dict[str, float]]:
+    """``(kind, maps, held-out log-loss per kind)``: the map of ``kinds`` that predicts held-out events best.
+
+    Cross-fitted on two halves of the documents (``row``: each event's
+    document; even / odd rows, so a document's nodes stay together): each
+    kind is fitted on one half and scored (log-loss) on the other, both
+    ways. Every kind is then fitted on every event (``maps[kind]``); the
+    model uses that of the chosen kind.
+    """
+    probability = np.asarray(probability, dtype=np.float64)
+    correct = np.asarray(correct, dtype=np.float64)
+    half = (np.asarray(row) % 2).astype(bool)
+    losses = {}
+    for kind in kinds:
+        loss = 0.0
+        for fit_on in (half, ~half):
+            if not fit_on.any() or fit_on.all():
+                loss = np.inf if len(kinds) > 1 else 0.0
+                break
+            q = np.clip(
+                apply_map(probability[~fit_on], _fit_map(kind, probability[fit_on], correct[fit_on])), 1e-6, 1 - 1e-6
+            )
+            t = correct[~fit_on]
+            loss -= float(np.sum(t * np.log(q) + (1 - t) * np.log(1 - q)))
+        losses[kind] = loss / max(len(probability), 1)
+    kind = min(kinds, key=lambda k: (losses[k], kinds.index(k)))
+    return kind, {k: _fit_map(k, probability, correct) for k in kinds}, losses
+
+
 def apply_map(probability: np.ndarray, probability_map) -> np.ndarray:
     """``probability`` through a map of :func:`isotonic_map` (None: unchanged); NaN stays NaN."""
     if probability_map is None:
@@ -273,8 +351,8 @@ def paths_at_least(probability: float, n_paths: int, probability_map=None) -> in
 
 
 def predicted_node_events(
-    oof: OutOfFold, path_nodes: np.ndarray, temperature: float = 1.0
-) -> Tuple[np.ndarray, np.ndarray]:
+    oof: OutOfFold, path_nodes: np.ndarray, temperature: float = 1.0, with_rows: bool = False
+) -> Tuple[np.ndarray, ...]:
     """Marginal probability and correctness of every real node on each row's predicted path.
 
     The predicted path is the row's best scored path (column 0 of
@@ -291,19 +369,23 @@ def predicted_node_events(
     Returns
     -------
     probability : ndarray (events,), correct : bool ndarray (events,)
+    (and with ``with_rows`` the row of each event, int ndarray (events,))
     """
     post = scaled_posteriors(oof.scores, temperature)
     best = oof.paths[:, 0]
     rows = np.arange(oof.n)
     true = oof.paths[rows, oof.true]
     cand = np.where(oof.paths[:, :, None] >= 0, path_nodes[np.maximum(oof.paths, 0)], -2)  # (n, K, D)
-    probs, correct = [], []
+    probs, correct, which = [], [], []
     for d in range(path_nodes.shape[1]):
         node = path_nodes[best, d]
         real = node >= 0
         marginal = (post * (cand[:, :, d] == node[:, None])).sum(axis=1)
         probs.append(np.clip(marginal[real], 0.0, 1.0))
         correct.append((path_nodes[true, d] == node)[real])
+        which.append(rows[real])
+    if with_rows:
+        return np.concatenate(probs), np.concatenate(correct), np.concatenate(which)
     return np.concatenate(probs), np.concatenate(correct)
 
 

@@ -28,13 +28,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pcem_spark.core.calibration import (
+    MAP_KINDS,
     MIN_OUT_OF_FOLD,
     Calibration,
     OutOfFold,
     calibration_report,
+    choose_map,
     concat_out_of_fold,
     fit_temperature,
-    isotonic_map,
     predicted_node_events,
 )
 from pcem_spark.core.decoding import path_node_table
@@ -85,10 +86,18 @@ def fit_calibration(
     oof, drawn, n_iter = found
     temperature = fit_temperature(oof)
     path_nodes = path_node_table(taxonomy.path_node_matrix(sparse=True), taxonomy.is_dummy)
-    # Then the node marginals at that temperature -> observed precision, by a monotone (isotonic) map.
-    probability_map = isotonic_map(*predicted_node_events(oof, path_nodes, temperature))
+    # Then the node marginals at that temperature -> observed precision, by a monotone map: isotonic
+    # or logistic, whichever predicts held-out nodes better (cross-fitted), unless the settings name one.
+    forced = settings.calibration.partition("+")[2]
+    kind, maps, map_losses = choose_map(
+        *predicted_node_events(oof, path_nodes, temperature, with_rows=True), kinds=(forced,) if forced else MAP_KINDS
+    )
+    probability_map = maps[kind]
     summary = {
-        "method": "temperature+isotonic",
+        "method": f"temperature+{kind}",
+        # every candidate, fitted on all the out-of-fold nodes (what bench_calibration compares)
+        "maps": {k: {"x": m[0].tolist(), "y": m[1].tolist()} for k, m in maps.items()},
+        "map_held_out_log_loss": {k: round(v, 6) for k, v in map_losses.items()},
         "temperature": round(temperature, 6),
         "map_breakpoints": int(len(probability_map[0])),
         "fitted_on": "out-of-fold predictions of the labelled cross-validation sample",
@@ -100,10 +109,11 @@ def fit_calibration(
         "seconds": round(time.perf_counter() - t0, 2),
     }
     log.info(
-        "calibration: temperature %.4g and a %d-point isotonic map from %d out-of-fold predictions; "
+        "calibration: temperature %.4g and a %d-point %s map from %d out-of-fold predictions; "
         "node-marginal ECE %.4f -> %.4f (temperature) -> %.4f (and the map, in sample), log-loss %.4f -> %.4f (%.1fs)",
         temperature,
         summary["map_breakpoints"],
+        kind,
         oof.n,
         summary["ece_uncalibrated"],
         summary["ece_temperature"],

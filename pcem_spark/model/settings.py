@@ -26,7 +26,7 @@ AUTO = "auto"
 
 
 # How prediction's probabilities are calibrated (ModelSettings.calibration).
-CALIBRATIONS = ("temperature", "none")
+CALIBRATIONS = ("temperature", "temperature+isotonic", "temperature+logistic", "none")
 
 
 @dataclass
@@ -59,7 +59,9 @@ class ModelSettings:
     seed: int = 0  # random initial split of those components (nbmc / emmc only)
     # Probabilities: "temperature" = Eq. 5's joint log-likelihoods divided by one temperature fitted
     # on out-of-fold predictions of the labelled documents (core.calibration; the paths never
-    # change); "none" = the raw naive-Bayes posterior (over-confident).
+    # change), then a monotone map of node marginals to precision, isotonic or logistic, whichever
+    # predicts held-out out-of-fold nodes better ("temperature+isotonic" / "+logistic" force one);
+    # "none" = the raw naive-Bayes posterior (over-confident).
     calibration: str = "temperature"
 
     # What each setting accepts (pcem_spark.util.constraints), checked in this order by validate().

@@ -71,7 +71,9 @@ def render_model_markdown(report: Dict[str, object]) -> str:
                 if "ece_calibrated" in cal
                 else ""
             )
-            lines.append(f"- probabilities calibrated: temperature {cal['temperature']:.3g}{ece}")
+            kind = str(cal.get("method", "")).partition("+")[2]
+            then = f" then a {kind} map" if kind else ""
+            lines.append(f"- probabilities calibrated: temperature {cal['temperature']:.3g}{then}{ece}")
         elif cal:
             lines.append(f"- probabilities uncalibrated (over-confident): {cal.get('reason')}")
     split = mass["source"] == "training_summary"
