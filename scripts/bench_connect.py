@@ -81,7 +81,7 @@ def _rows_blocks(batches, block_size, keys, path_nodes, vocab_size, n_nodes):
 
 
 def _packed_blocks(batches, vocab_size, n_nodes):
-    """(X, node_scores, labeled) of each packed block row (engine._BLOCK_ROW columns)."""
+    """(X, node_scores, labeled) of each packed block row (engine.blocks.BLOCK_ROW columns)."""
     import scipy.sparse as sp
 
     types = (np.int64, np.int32, np.float64, np.int64, np.int32, np.float64)
@@ -258,7 +258,7 @@ def _frames(spark, work, params):
             batches, lambda col: engine.node_score_rows(col, keys, path_nodes), bs
         )
 
-    blocks = rows.mapInArrow(pack, engine_blocks._BLOCK_ROW).cache()
+    blocks = rows.mapInArrow(pack, engine_blocks.BLOCK_ROW).cache()
     blocks.count()
     return {"rows": rows, "blocks": blocks}
 

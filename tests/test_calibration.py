@@ -334,7 +334,7 @@ def test_logistic_map_recovers_a_logit_linear_calibration():
     truth = 1 / (1 + np.exp(-(0.6 * z - 0.3)))
     correct = rng.random(len(p)) < truth
     x, y = logistic_map(p, correct)
-    assert x[0] == 0 and x[-1] == 1 and y[0] == 0 and y[-1] == 1 and np.all(np.diff(y) >= 0)
+    assert x[0] == 0 and x[-1] == 1 and y[0] == 0 and y[-1] > 0.99 and np.all(np.diff(y) >= 0)
     grid = np.array([0.3, 0.6, 0.9, 0.99])
     want = 1 / (1 + np.exp(-(0.6 * np.log(grid / (1 - grid)) - 0.3)))
     np.testing.assert_allclose(apply_map(grid, (x, y)), want, atol=0.02)
@@ -356,3 +356,15 @@ def test_choose_map_prefers_the_kind_that_predicts_held_out_events():
     assert kind == "isotonic" and set(maps) == {"isotonic", "logistic"}
     kind, _, losses = choose_map(p, correct, np.arange(len(p)), kinds=("logistic",))
     assert kind == "logistic" and set(losses) == {"logistic"}
+
+
+def test_logistic_map_on_saturated_marginals_stays_sane():
+    from pcem_spark.core.calibration import apply_map, logistic_map
+
+    p = np.array([1.0] * 80 + [0.6] * 20)
+    correct = np.array([1] * 64 + [0] * 16 + [1] * 10 + [0] * 10)
+    x, y = logistic_map(p, correct)
+    assert np.all(np.isfinite(y)) and np.all(np.diff(y) >= 0)
+    mapped = apply_map(np.array([0.6, 1.0]), (x, y))
+    # both groups pulled toward their precisions (0.5 and 0.8), not to 0 or 1
+    assert 0.3 < mapped[0] < 0.75 and 0.7 < mapped[1] < 0.95

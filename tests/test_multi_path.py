@@ -204,3 +204,39 @@ def test_membership_matches_a_brute_force_over_every_hypothesis():
     row = dict(zip(out.top_index[0].tolist(), out.member_probability[0].tolist()))
     post = dict(zip(out.top_index[0].tolist(), out.top_posterior[0].tolist()))
     assert min(row[a], row[b]) > 0.9 and min(post[a], post[b]) < 0.01
+
+
+def test_membership_of_long_documents_stays_exact():
+    """Gains far beyond exp's range (raw counts, a low temperature) keep the definition's ratios."""
+    from pcem_spark.core.multi_path import membership_probabilities
+
+    index = np.array([[0, 1, 2, 3, 4]])
+    q = np.array([[0.97, 0.01, 0.01, 0.005, 0.005]])
+    got = membership_probabilities(index, q, np.array([[2000.0, 1000.0, 0.0, 0.0]]), np.zeros(5), 1.0)
+    assert got[0, 0] == pytest.approx(1.0) and got[0, 1] == pytest.approx(1.0) and got[0, 2] < 1e-300
+    small = membership_probabilities(index, q, np.array([[3.0, 1.0, 0.0, 0.0]]), np.zeros(5), 1.0)
+    assert np.all(np.isfinite(small)) and small[0, 1] > small[0, 2] > 0
+
+
+def test_membership_builds_pairs_on_the_predicted_path_even_when_ranked_second():
+    import scipy.sparse as sp
+
+    from pcem_spark.core.decoding import PathPredictions
+    from pcem_spark.core.estep import scoring_tables
+    from pcem_spark.core.multi_path import with_membership
+    from pcem_spark.core.parameters import sparse_log_parameters
+
+    rng = np.random.default_rng(1)
+    params = sparse_log_parameters(sp.csr_matrix(rng.poisson(1.0, size=(4, 12)).astype(float)), np.ones(4))
+    tables = scoring_tables(params)
+    X = sp.csr_matrix(rng.poisson(1.0, size=(1, 12)).astype(float))
+    out = PathPredictions(
+        best=np.array([2]),
+        probability=np.array([0.4]),
+        top_index=np.array([[1, 2, 0, 3]]),
+        top_probability=np.array([[0.41, 0.4, 0.1, 0.09]]),
+        top_posterior=np.array([[0.4, 0.4, 0.1, 0.1]]),
+    )
+    got = with_membership(out, X, tables)
+    assert got.top_index[0].tolist() == [2, 1, 0, 3] and got.top_probability[0].tolist() == [0.4, 0.41, 0.1, 0.09]
+    assert got.member_probability[0, 0] >= got.member_probability[0, 1:].max()

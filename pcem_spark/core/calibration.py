@@ -246,11 +246,12 @@ def isotonic_map(probability: np.ndarray, correct: np.ndarray) -> Tuple[np.ndarr
 # The monotone maps a calibration can end with (ModelSettings.calibration "temperature+<kind>").
 MAP_KINDS = ("isotonic", "logistic")
 
-_LOGIT_GRID = 1.0 / (1.0 + np.exp(-np.linspace(-14.0, 14.0, 113)))  # dense near 0 and 1, where marginals pile up
+_LOGIT_CLIP = 1e-7  # probabilities are read at most this close to 0 or 1 (a logit of about +-16.1)
+_LOGIT_GRID = 1.0 / (1.0 + np.exp(-np.linspace(-16.1, 16.1, 129)))  # dense near 0 and 1, where marginals pile up
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(np.asarray(p, dtype=np.float64), 1e-7, 1.0 - 1e-7)
+    p = np.clip(np.asarray(p, dtype=np.float64), _LOGIT_CLIP, 1.0 - _LOGIT_CLIP)
     return np.log(p) - np.log1p(-p)
 
 
@@ -258,29 +259,36 @@ def logistic_map(probability: np.ndarray, correct: np.ndarray) -> Tuple[np.ndarr
     """The map ``logit(y) = a logit(x) + b`` (Platt scaling of the logit) fitted by maximum likelihood, as breakpoints.
 
     Two parameters instead of one step per block of :func:`isotonic_map`: smooth,
-    and steadier on a few hundred events. ``a`` is kept positive (monotone);
-    the breakpoints (a grid dense near 0 and 1) run from (0, 0) to (1, 1) like
-    :func:`isotonic_map`'s, so :func:`apply_map` reads both alike.
+    and steadier on a few hundred events. ``a`` is kept positive (monotone) and
+    a small ridge pulls ``(a, b)`` toward the identity ``(1, 0)``, so
+    saturated marginals (all near 1) cannot send the fit off. The breakpoints
+    (a grid dense near 0 and 1, up to the clip at which probabilities are
+    read) start at (0, 0) like :func:`isotonic_map`'s and end at the fitted
+    value of 1, so :func:`apply_map` reads both alike.
 
     >>> x, y = logistic_map(np.array([0.2, 0.4, 0.6, 0.8, 0.9, 0.95]), np.array([0, 1, 0, 1, 1, 1]))
-    >>> bool(np.all(np.diff(y) >= 0)), float(x[0]), float(y[-1])
-    (True, 0.0, 1.0)
+    >>> bool(np.all(np.diff(y) >= 0)), float(x[0]), float(y[0]), float(x[-1])
+    (True, 0.0, 0.0, 1.0)
     """
+    from scipy.optimize import minimize
+
     z = _logit(probability)
     t = np.asarray(correct, dtype=np.float64)
-    a, b = 1.0, 0.0
-    for _ in range(100):  # Newton steps on the log-likelihood, a small ridge toward (1, 0) for stability
-        q = 1.0 / (1.0 + np.exp(-(a * z + b)))
-        w = q * (1.0 - q)
-        grad = np.array([np.sum((t - q) * z) - 1e-3 * (a - 1.0), np.sum(t - q) - 1e-3 * b])
-        hess = np.array([[np.sum(w * z * z) + 1e-3, np.sum(w * z)], [np.sum(w * z), np.sum(w) + 1e-3]])
-        step = np.linalg.solve(hess, grad)
-        a, b = max(a + step[0], 1e-3), b + step[1]
-        if np.abs(step).max() < 1e-10:
-            break
+    ridge = 1e-3 * max(len(z), 1) ** 0.5
+
+    def loss(ab):
+        s = ab[0] * z + ab[1]
+        # -log-likelihood of t under sigmoid(s), stable for large |s|: log(1 + e^s) - t s
+        nll = np.sum(np.logaddexp(0.0, s) - t * s)
+        q = 0.5 * (1.0 + np.tanh(0.5 * s))
+        grad = np.array([np.sum((q - t) * z), np.sum(q - t)])
+        return nll + 0.5 * ridge * ((ab[0] - 1.0) ** 2 + ab[1] ** 2), grad + ridge * (ab - np.array([1.0, 0.0]))
+
+    fit = minimize(loss, np.array([1.0, 0.0]), jac=True, method="L-BFGS-B", bounds=[(1e-3, None), (None, None)])
+    a, b = fit.x
     x = np.concatenate([[0.0], _LOGIT_GRID, [1.0]])
-    y = np.concatenate([[0.0], 1.0 / (1.0 + np.exp(-(a * _logit(_LOGIT_GRID) + b))), [1.0]])
-    return x, np.maximum.accumulate(y)
+    inner = 0.5 * (1.0 + np.tanh(0.5 * (a * _logit(x[1:]) + b)))
+    return x, np.maximum.accumulate(np.concatenate([[0.0], inner]))
 
 
 def _fit_map(kind: str, probability: np.ndarray, correct: np.ndarray):

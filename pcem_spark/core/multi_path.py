@@ -164,16 +164,18 @@ def membership_probabilities(
     prior_gap = np.where(has, (log_prior[np.maximum(second, 0)] - log_prior[top_index[:, :1]]) / 2.0, 0.0)
     t = float(temperature)
     # A hypothesis' log prior is part of its score, tempered with it (as the path prior in Eq. 5's logits).
-    single = (1.0 - rho) ** (1.0 / t)
+    log_single = np.log1p(-rho) / t
     with np.errstate(divide="ignore"):
-        log_pair = (np.log(rho / C) + gain + prior_gap) / t + np.log(q[:, :1])
-    pair = np.where(has, np.exp(np.minimum(log_pair, 700.0)), 0.0)
-    member = single * q
+        log_pair = np.where(has, (np.log(rho / C) + gain + prior_gap) / t + np.log(q[:, :1]), -np.inf)
+    # Normalised by every hypothesis, in log space (a long document's gain can pass exp's range): the single
+    # paths' mass exp(log_single) * sum(q) (sum(q) = 1 over all paths; a beam's scored paths likewise) plus
+    # the pairs'.
+    log_total = np.logaddexp(log_single, np.logaddexp.reduce(log_pair, axis=1, initial=-np.inf))[:, None]
+    pair = np.exp(log_pair - log_total)
+    member = np.exp(log_single - log_total) * q
     member[:, 0] += pair.sum(axis=1)
     member[:, 1 : 1 + C] += pair
-    # Normalised by every hypothesis: the single paths' mass single * sum(q) (sum(q) = 1 over all paths;
-    # a beam's scored paths likewise) plus the pairs'.
-    return member / (single + pair.sum(axis=1, keepdims=True))
+    return member
 
 
 def ranked_for_multi_path(probability: float, n_paths: int, top_k: int = 0) -> int:
@@ -195,11 +197,23 @@ def with_membership(
     """
     X = length_normalize(X, doc_length) if doc_length > 0 else sp.csr_matrix(X, dtype=np.float64)
     top_index = np.asarray(out.top_index, dtype=np.int64)
+    top_posterior = np.asarray(out.top_posterior, dtype=np.float64)
+    # The pairs are built on the predicted path: first in each row (a beam may rank a near-tie above it).
+    rows = np.flatnonzero((top_index[:, 0] != out.best) & (top_index == np.asarray(out.best)[:, None]).any(axis=1))
+    if rows.size:
+        top_index, top_posterior = top_index.copy(), top_posterior.copy()
+        top_probability = np.array(out.top_probability, dtype=np.float64, copy=True)
+        at = np.argmax(top_index[rows] == np.asarray(out.best)[rows, None], axis=1)
+        for arr in (top_index, top_posterior, top_probability):
+            first = arr[rows, 0].copy()
+            arr[rows, 0] = arr[rows, at]
+            arr[rows, at] = first
+        out = out._replace(top_index=top_index, top_posterior=top_posterior, top_probability=top_probability)
     C = min(PAIR_CANDIDATES, top_index.shape[1] - 1)
     if C <= 0 or top_index.shape[0] == 0:
-        return out._replace(member_probability=np.where(top_index >= 0, out.top_posterior, 0.0))
+        return out._replace(member_probability=np.where(top_index >= 0, top_posterior, 0.0))
     _, gain = mixture_gain(X, tables, top_index[:, 0], top_index[:, 1 : 1 + C])
     member = membership_probabilities(
-        top_index, out.top_posterior, gain, tables.log_prior, getattr(tables, "temperature", 1.0), rho
+        top_index, top_posterior, gain, tables.log_prior, getattr(tables, "temperature", 1.0), rho
     )
     return out._replace(member_probability=member)

@@ -19,7 +19,17 @@ from pcem_spark.core.taxonomy import PATH_KEY_SEP
 from pcem_spark.engine.arrow_io import arrow_blocks, node_score_rows, sparse_vector_arrays, weak_score_rows
 from pcem_spark.engine.session import require_classic_session
 
-__all__ = ["RDD_NEEDS", "Block", "blocks_from_labels", "blocks_from_node_scores", "cache_blocks", "packed_blocks"]
+__all__ = [
+    "RDD_NEEDS",
+    "BLOCK_ROW",
+    "Block",
+    "block_from_row",
+    "packed_label_frame",
+    "blocks_from_labels",
+    "blocks_from_node_scores",
+    "cache_blocks",
+    "packed_blocks",
+]
 
 # What the EM passes use that a Spark Connect session lacks (pcem_spark.engine.session.require_classic_session).
 RDD_NEEDS = "the RDD API (packed blocks cached as an RDD, log theta broadcast to mapPartitions, reduceByKey)"
@@ -71,7 +81,8 @@ class Block:
         self.labeled = labeled
 
 
-_BLOCK_ROW = "n int, indptr binary, indices binary, data binary, ns_indptr binary, ns_indices binary, ns_data binary"
+# One packed block as a DataFrame row (packed_label_frame; block_from_row reads it back).
+BLOCK_ROW = "n int, indptr binary, indices binary, data binary, ns_indptr binary, ns_indices binary, ns_data binary"
 
 
 def _pack_arrow_partition(batches, supervision, block_size: int):
@@ -89,6 +100,13 @@ def _pack_arrow_partition(batches, supervision, block_size: int):
         )
 
 
+def block_from_row(row, vocab_size: int, n_nodes: int) -> Block:
+    """A :class:`Block` from a :data:`BLOCK_ROW` row (a Row, a tuple, or a dict of its fields)."""
+    if isinstance(row, dict):
+        row = [row[name] for name in ("n", "indptr", "indices", "data", "ns_indptr", "ns_indices", "ns_data")]
+    return _block_from_row(row, vocab_size, n_nodes)
+
+
 def _block_from_row(row, vocab_size: int, n_nodes: int) -> Block:
     n = row[0]
     indptr, indices, data, ns_indptr, ns_indices, ns_data = (
@@ -100,25 +118,24 @@ def _block_from_row(row, vocab_size: int, n_nodes: int) -> Block:
     return Block(X, ns, np.diff(ns_indptr) > 0)
 
 
-def blocks_from_labels(
+def packed_label_frame(
     df: DataFrame,
     path_lookup: Dict[Tuple[str, ...], int],
     path_node: np.ndarray,
-    vocab_size: int,
     block_size: int = 4096,
     features_col: str = "features",
     labels_col: str = "labels",
-) -> RDD:
-    """RDD of :class:`Block` from a featurised DataFrame with true label paths.
+) -> DataFrame:
+    """DataFrame of :data:`BLOCK_ROW` rows: ``df``'s documents packed into CSR blocks with true label paths.
 
+    DataFrame API only (``mapInArrow``), so it also runs over Spark Connect;
+    :func:`blocks_from_labels` turns it into an RDD of :class:`Block`.
     ``labels`` must already be validated against the taxonomy (see
     :func:`pcem_spark.model.labels.check_label_paths`); null labels = unlabelled.
-    The node scores of a labelled row are the nodes of its (padded) path.
-    Rows go to Python as Arrow batches and are packed with numpy only; each
-    block crosses back as one row of bytes.
+    The node scores of a labelled row are the nodes of its (padded) path, or
+    of its ``k`` paths at ``1/k`` each (:func:`pcem_spark.engine.arrow_io.node_score_rows`).
     """
-    require_classic_session(df, "engine.blocks_from_labels", RDD_NEEDS)
-    n_paths, n_nodes = path_node.shape
+    n_paths = path_node.shape[0]
     keys = [None] * n_paths
     for labels, j in path_lookup.items():
         keys[j] = PATH_KEY_SEP.join(labels)
@@ -131,7 +148,26 @@ def blocks_from_labels(
     def pack(batches):
         return _pack_arrow_partition(batches, lambda col: node_score_rows(col, keys, path_nodes), block_size)
 
-    packed = df.select(features_col, labels_col).mapInArrow(pack, _BLOCK_ROW)
+    return df.select(features_col, labels_col).mapInArrow(pack, BLOCK_ROW)
+
+
+def blocks_from_labels(
+    df: DataFrame,
+    path_lookup: Dict[Tuple[str, ...], int],
+    path_node: np.ndarray,
+    vocab_size: int,
+    block_size: int = 4096,
+    features_col: str = "features",
+    labels_col: str = "labels",
+) -> RDD:
+    """RDD of :class:`Block` from a featurised DataFrame with true label paths (:func:`packed_label_frame`).
+
+    Rows go to Python as Arrow batches and are packed with numpy only; each
+    block crosses back as one row of bytes.
+    """
+    require_classic_session(df, "engine.blocks_from_labels", RDD_NEEDS)
+    n_nodes = path_node.shape[1]
+    packed = packed_label_frame(df, path_lookup, path_node, block_size, features_col, labels_col)
     return packed.rdd.map(lambda row: _block_from_row(row, vocab_size, n_nodes))
 
 
@@ -150,7 +186,7 @@ def blocks_from_node_scores(
     def pack(batches):
         return _pack_arrow_partition(batches, weak_score_rows, block_size)
 
-    packed = df.select(features_col, scores_col).mapInArrow(pack, _BLOCK_ROW)
+    packed = df.select(features_col, scores_col).mapInArrow(pack, BLOCK_ROW)
     return packed.rdd.map(lambda row: _block_from_row(row, vocab_size, n_nodes))
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "label_paths_col",
     "first_label_path",
     "one_path_per_row",
+    "closest_label_path",
     "refuse_label_paths",
 ]
 
@@ -77,7 +78,30 @@ def one_path_per_row(df: DataFrame, labels_col: str = "labels") -> DataFrame:
     if not has_label_paths(df, labels_col):
         return df
     others = [F.col(c) for c in df.columns if c != labels_col]
-    return df.select(*others, F.explode_outer(labels_col).alias(labels_col))
+    # A null path inside a list stays a path, [null], which no taxonomy knows: checks report it, never
+    # read it as an unlabelled row. An empty list is one such path too.
+    paths = F.transform(labels_col, lambda p: F.coalesce(p, F.array(F.lit(None).cast("string"))))
+    paths = F.when(F.size(labels_col) == 0, F.array(F.array(F.lit(None).cast("string")))).otherwise(paths)
+    return df.select(*others, F.explode_outer(paths).alias(labels_col))
+
+
+def closest_label_path(df: DataFrame, path: Column, labels_col: str = "labels") -> Column:
+    """``df[labels_col]`` as one path: the true path sharing most levels with ``path`` (the first on ties).
+
+    For a per-level confusion table, where a document in several categories
+    is one row: a prediction of any of its paths is a hit at the levels it
+    shares. Node names are unique in a taxonomy, so a shared node at a level
+    means a shared prefix down to it.
+    """
+    if not has_label_paths(df, labels_col):
+        return F.col(labels_col)
+
+    def shared(t):
+        levels = F.sequence(F.lit(1), F.greatest(F.size(t), F.lit(1)))
+        return F.size(F.filter(levels, lambda k: F.try_element_at(t, k) == F.try_element_at(path, k)))
+
+    ranked = F.transform(labels_col, lambda t, i: F.struct((-shared(t)).alias("miss"), i.alias("i"), t.alias("t")))
+    return F.array_min(ranked)["t"]
 
 
 def refuse_label_paths(df: DataFrame, what: str, labels_col: str = "labels") -> None:

@@ -13,9 +13,20 @@ class ResultSizeError(InputError):
     """A collect would exceed ``spark.driver.maxResultSize``: a setting to raise, not a retry."""
 
 
+def _result_size_setting(source) -> str:
+    """``spark.driver.maxResultSize`` as written, from a SparkContext or a SparkSession (classic or Connect)."""
+    if hasattr(source, "getConf"):
+        return source.getConf().get("spark.driver.maxResultSize", "1g")
+    try:
+        return source.conf.get("spark.driver.maxResultSize", "1g") or "1g"
+    except Exception:  # noqa: BLE001 - a session that cannot read it: Spark's default
+        return "1g"
+
+
 def max_result_size(sc) -> int:
-    """``spark.driver.maxResultSize`` in bytes (0 = unlimited; Spark's default is 1g)."""
-    raw = sc.getConf().get("spark.driver.maxResultSize", "1g")
+    """``spark.driver.maxResultSize`` in bytes (0 = unlimited; Spark's default is 1g); ``sc`` a SparkContext or a
+    SparkSession (a Spark Connect one included: the limit is the server's driver's)."""
+    raw = _result_size_setting(sc)
     try:
         return int(sc._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(raw))
     except Exception:  # noqa: BLE001 - no JVM helper (e.g. a mocked context): parse it here
@@ -50,7 +61,7 @@ def check_result_size(sc, n_bytes: float, what: str) -> None:
         suggest = 1 << max(30, int(np.ceil(np.log2(needed))))
         raise ResultSizeError(
             f"{what} take about {_human(n_bytes)} on the driver, more than spark.driver.maxResultSize="
-            f"{sc.getConf().get('spark.driver.maxResultSize', '1g')} ({_human(limit)}): raise it, e.g. "
+            f"{_result_size_setting(sc)} ({_human(limit)}): raise it, e.g. "
             f"--conf spark.driver.maxResultSize={suggest >> 30}g (and spark.driver.memory to at least 3x that), "
             f"or shrink the model (features.max_vocab, model.parameter_dtype=float32)"
         )

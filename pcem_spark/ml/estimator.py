@@ -234,7 +234,9 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
             ids = F.col(icol).cast("string") if icol in extra.columns else F.lit(None).cast("string")
             docs = docs.unionByName(
                 extra.select(
-                    ids.alias("id"), F.col(fcol).alias("features"), F.lit(None).cast("array<string>").alias("labels")
+                    ids.alias("id"),
+                    F.col(fcol).alias("features"),
+                    F.lit(None).cast(docs.schema["labels"].dataType).alias("labels"),  # one path or several
                 )
             )
         size = vector_size(dataset, fcol)
@@ -374,7 +376,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
                     extra.select(
                         F.col(g(self.idCol)).cast("string").alias("id"),
                         F.col(g(self.textCol)).alias("text"),
-                        F.lit(None).cast("array<string>").alias("labels"),
+                        F.lit(None).cast(docs.schema["labels"].dataType).alias("labels"),  # one path or several
                     )
                 )
             taxonomy = self._taxonomy_of(docs)

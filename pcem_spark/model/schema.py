@@ -48,7 +48,8 @@ PREDICTION_SCHEMA = T.StructType(
 PATH_PROBABILITY_FIELD = T.StructField("path_probability", T.DoubleType(), False)
 
 
-# Added with multi_path > 0: every path whose (calibrated) probability is >= it, the predicted path first.
+# Added with multi_path > 0: every path whose membership probability (core.multi_path) is >= it, the predicted
+# path first.
 PATHS_FIELD = T.StructField("paths", T.ArrayType(T.ArrayType(T.StringType(), False), False), False)
 
 

@@ -273,11 +273,15 @@ def confusion_counts(pred, path_col: str = "path", labels_col: str = "labels"):
     for col in (path_col, labels_col):
         if col not in pred.columns:
             raise InputError(f"predictions: column {col!r} is missing (found {pred.columns})")
-    from pcem_spark.engine.label_columns import one_path_per_row
+    from pcem_spark.engine.label_columns import closest_label_path
 
     counts = pred.select(F.count(F.lit(1)).alias("n"), F.count(labels_col).alias("n_lab")).first()
-    # A document with several true paths is in one cell per true path.
-    scored = one_path_per_row(pred.where(F.col(labels_col).isNotNull()), labels_col)
+    # A document with several true paths is one row, against the true path closest to its prediction
+    # (as pcem evaluate's level accuracy: right at a level when any true path is).
+    path = F.coalesce(F.col(path_col), F.array().cast("array<string>"))
+    scored = pred.where(F.col(labels_col).isNotNull()).withColumn(
+        labels_col, closest_label_path(pred, path, labels_col)
+    )
     cells = (
         scored.select(
             F.coalesce(F.col(path_col), F.array().cast("array<string>")).alias("p"),

@@ -72,7 +72,7 @@ def render_model_markdown(report: Dict[str, object]) -> str:
                 else ""
             )
             kind = str(cal.get("method", "")).partition("+")[2]
-            then = f" then a {kind} map" if kind else ""
+            then = f" then {'an' if kind[:1] in 'aeiou' else 'a'} {kind} map" if kind else ""
             lines.append(f"- probabilities calibrated: temperature {cal['temperature']:.3g}{then}{ece}")
         elif cal:
             lines.append(f"- probabilities uncalibrated (over-confident): {cal.get('reason')}")

@@ -1,0 +1,172 @@
+"""One EM pass on the DataFrame API alone: no RDD, no broadcast variable, no driver JVM.
+
+What Spark Connect (and shared / serverless compute that offers only DataFrames)
+can run. The same partition code as :func:`pcem_spark.engine.sums.sufficient_stats`
+(``_pass_partition``: the E-step on row slices of each block, the sums
+combined per task), moved by DataFrame operations:
+
+* the blocks are a cached DataFrame of packed CSR rows
+  (:func:`pcem_spark.engine.blocks.packed_label_frame`);
+* the parameters (:class:`pcem_spark.core.ScoringTables`) travel pickled with
+  the ``mapInArrow`` function. Classic PySpark broadcasts a function over
+  ``spark.broadcast.UDFCompressionThreshold`` (1 MB) by itself, so each
+  executor receives them once per pass, as with a broadcast variable; over
+  Spark Connect they go in the plan, so they must fit the server's gRPC
+  message limit (``spark.connect.grpc.maxInboundMessageSize``, 128 MiB by
+  default): checked before the pass (:func:`check_plan_size`);
+* each task yields its per-path sum chunks as rows (key, pickled chunk), a
+  ``groupBy(key).applyInArrow`` sums them on the cluster (the ``reduceByKey``
+  of the RDD pass), and ``toArrow`` brings the one row per key back: the
+  driver (a Connect client) holds the summed chunks only, checked against
+  ``spark.driver.maxResultSize`` before the pass like the RDD pass's collect.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Optional
+
+import numpy as np
+from pyspark.sql import DataFrame
+
+from pcem_spark.core.estep import scoring_tables
+from pcem_spark.core.parameters import PathParameters
+from pcem_spark.core.structure import Structure
+from pcem_spark.engine.blocks import block_from_row
+from pcem_spark.engine.limits import ResultSizeError, check_result_size
+from pcem_spark.engine.sums import (
+    SPARSE_SUMS_MIN_CELLS,
+    PassOptions,
+    PassSettings,
+    _add,
+    _assemble,
+    _collect_bound,
+    _Local,
+    _pass_partition,
+)
+
+__all__ = ["CONNECT_PLAN_LIMIT", "check_plan_size", "frame_sufficient_stats"]
+
+# Spark Connect's default spark.connect.grpc.maxInboundMessageSize: a plan (with the functions pickled in it)
+# larger than this is refused by the server.
+CONNECT_PLAN_LIMIT = 128 << 20
+
+_SUM_SCHEMA = "key long, payload binary"
+
+
+def check_plan_size(spark, n_bytes: int, what: str) -> None:
+    """Refuse, before the pass, parameters that a Spark Connect server would not accept in a plan."""
+    from pcem_spark.engine.session import is_spark_connect
+
+    if not is_spark_connect(spark):
+        return  # classic PySpark broadcasts a large function itself
+    raw = None
+    try:
+        raw = spark.conf.get("spark.connect.grpc.maxInboundMessageSize", None)
+    except Exception:  # noqa: BLE001 - a static server setting the client may not read
+        raw = None
+    limit = int(raw) if raw and str(raw).isdigit() else CONNECT_PLAN_LIMIT
+    if n_bytes + (1 << 20) > limit:
+        raise ResultSizeError(
+            f"{what} pickle to {n_bytes / 2**20:.1f} MiB, more than a Spark Connect plan may carry "
+            f"(spark.connect.grpc.maxInboundMessageSize = {limit / 2**20:.0f} MiB): raise it on the server, or "
+            "shrink the model (features.max_vocab, model.parameter_dtype=float32)"
+        )
+
+
+def _sum_partition(batches, tables, static, cfg: PassSettings, vocab_size: int, n_nodes: int):
+    """mapInArrow body: the blocks of one task -> its per-path sum chunks as (key, pickled chunk) rows."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    def blocks():
+        for batch in batches:
+            for row in batch.to_pylist():
+                yield block_from_row(row, vocab_size, n_nodes)
+
+    ctx = TaskContext.get()
+    index = ctx.partitionId() if ctx is not None else 0
+    keys, payloads = [], []
+    for key, value in _pass_partition(index, blocks(), _Local(tables), _Local(static), cfg):
+        keys.append(int(key))
+        payloads.append(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+    if keys:
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(keys, pa.int64()), pa.array(payloads, pa.binary())], names=["key", "payload"]
+        )
+
+
+def _sum_group(table):
+    """applyInArrow body: every chunk of one key -> their sum, one row."""
+    import pyarrow as pa
+
+    total = None
+    for payload in table.column("payload").to_pylist():
+        value = pickle.loads(payload)
+        total = value if total is None else _add(total, value)
+    key = table.column("key")[0].as_py()
+    return pa.table(
+        {"key": pa.array([key], pa.int64()), "payload": pa.array([pickle.dumps(total, protocol=5)], pa.binary())}
+    )
+
+
+def frame_sufficient_stats(
+    frame: DataFrame,
+    params: Optional[PathParameters],
+    score_matrix: np.ndarray,
+    vocab_size: int,
+    n_nodes: int,
+    options: PassOptions = PassOptions(),
+    *,
+    structure: Optional[Structure] = None,
+    stats: Optional[dict] = None,
+):
+    """:func:`pcem_spark.engine.sums.sufficient_stats` over a DataFrame of packed blocks (module docstring).
+
+    ``frame``: :data:`pcem_spark.engine.blocks.BLOCK_ROW` rows (cache it: every
+    pass reads it); ``n_nodes``: the taxonomy's node columns of its node
+    scores. Returns ``(word_counts (M, V), path_totals (M,), loglik, n_lab,
+    n_unlab)`` as the RDD pass does, to the order of floating-point additions.
+    """
+    spark = frame.sparkSession
+    n_paths = score_matrix.shape[0]
+    dtype = options.dtype
+    itemsize = np.dtype(dtype).itemsize
+    sparse_sums = n_paths * vocab_size >= SPARSE_SUMS_MIN_CELLS
+    dense_bytes = n_paths * (vocab_size + 1) * itemsize
+    what = f"the per-path sums of {n_paths:,} paths x {vocab_size:,} terms ({dtype})"
+    if not sparse_sums:
+        check_result_size(spark, dense_bytes, what)
+    n_chunks = max(1, min(n_paths, 4 * _default_parallelism(spark)))
+    cfg = PassSettings(n_paths, vocab_size, options, sparse_sums, n_chunks)
+    tables = None if params is None else scoring_tables(params, dtype)
+    static = (score_matrix, structure)
+    plan_bytes = len(pickle.dumps((tables, static), protocol=pickle.HIGHEST_PROTOCOL))
+    check_plan_size(spark, plan_bytes, f"the parameters of {n_paths:,} paths x {vocab_size:,} terms")
+    if stats is not None:
+        stats["broadcast_bytes"] = plan_bytes
+
+    def body(batches):
+        return _sum_partition(batches, tables, static, cfg, vocab_size, n_nodes)
+
+    summed = frame.mapInArrow(body, _SUM_SCHEMA).groupBy("key").applyInArrow(_sum_group, _SUM_SCHEMA)
+    bound = _collect_bound(cfg, score_matrix, stats.get("n_terms") if stats else None, dense_bytes)
+    if sparse_sums:
+        check_result_size(spark, bound, what)
+    table = summed.toArrow()  # one summed chunk per key: O(nnz(sums) + M), never documents
+    records = [
+        (k, pickle.loads(p)) for k, p in zip(table.column("key").to_pylist(), table.column("payload").to_pylist())
+    ]
+    if stats is not None:
+        stats["collected_bytes"] = int(sum(len(p) for p in table.column("payload").to_pylist()))
+    return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
+
+
+def _default_parallelism(spark) -> int:
+    """Tasks to reduce the sums over: ``spark.default.parallelism`` when set (a Connect client cannot ask
+    the cluster for its cores), else 8 -- 32 row chunks, as many reducers as a small cluster has cores."""
+    try:
+        raw = spark.conf.get("spark.default.parallelism", None)
+    except Exception:  # noqa: BLE001 - not readable from this session
+        raw = None
+    return int(raw) if raw and str(raw).isdigit() else 8

@@ -1,0 +1,107 @@
+"""The DataFrame-only EM pass (no RDD, no broadcast variable) gives the RDD pass's sums."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pyspark.ml.linalg import SparseVector, VectorUDT
+from pyspark.sql import types as T
+from test_reference import make_corpus
+
+import pcem_spark.engine.frame_sums as frame_sums
+import pcem_spark.engine.sums as sums
+from pcem_spark.core.methods import method_spec
+from pcem_spark.core.parameters import sparse_log_parameters
+from pcem_spark.engine.blocks import block_from_row, packed_label_frame
+from pcem_spark.engine.limits import ResultSizeError
+from pcem_spark.engine.sums import PassOptions, sufficient_stats
+
+
+def _frame(spark, c, block_size=3, n_partitions=3):
+    schema = T.StructType(
+        [T.StructField("features", VectorUDT(), False), T.StructField("labels", T.ArrayType(T.StringType()), True)]
+    )
+    rows = []
+    for i in range(c.X.shape[0]):
+        nz = np.flatnonzero(c.X[i])
+        rows.append(
+            (SparseVector(c.V, nz.tolist(), c.X[i, nz].tolist()), list(c.order[c.true[i]]) if c.labeled[i] else None)
+        )
+    df = spark.createDataFrame(spark.sparkContext.parallelize(rows, n_partitions), schema)
+    return packed_label_frame(df, c.tax.path_lookup(), c.tax.path_node_matrix(), block_size).cache()
+
+
+@pytest.fixture(scope="module")
+def corpus(spark):
+    c = make_corpus("padded", n_docs=60, vocab=30, seed=7)
+    c.frame = _frame(spark, c)
+    vocab_size, n_nodes = c.V, c.tax.path_node_matrix().shape[1]  # the lambda must not capture c (a DataFrame)
+    c.blocks = c.frame.rdd.map(lambda r: block_from_row(r, vocab_size, n_nodes)).cache()
+    yield c
+    c.frame.unpersist()
+    c.blocks.unpersist()
+
+
+def _assert_same(got, want):
+    for g, w in zip(got[:2], want[:2]):
+        g = g.toarray() if hasattr(g, "toarray") else g
+        w = w.toarray() if hasattr(w, "toarray") else w
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    assert got[2] == pytest.approx(want[2], rel=1e-12, abs=1e-12) and got[3:] == want[3:]
+
+
+@pytest.mark.parametrize("method", ["pcem", "flat-em", "emmc"])
+@pytest.mark.parametrize("top_k", [0, 2])
+def test_frame_pass_equals_the_rdd_pass(spark, corpus, method, top_k):
+    c = corpus
+    spec = method_spec(c.tax, method, 2, 1.0)
+    n_nodes = c.tax.path_node_matrix().shape[1]
+    init = PassOptions(use_unlabeled=False, init_seed=3 if spec.structure is not None else None)
+    # The initialisation pass (no parameters: labelled rows only), then a full E-step pass from its parameters.
+    want = sufficient_stats(c.blocks, None, spec.score_matrix, c.V, init, structure=spec.structure)
+    got = frame_sums.frame_sufficient_stats(
+        c.frame, None, spec.score_matrix, c.V, n_nodes, init, structure=spec.structure
+    )
+    if spec.structure is None:
+        _assert_same(got, want)
+    else:  # the random split of a class's documents over its components is seeded per task: same class sums
+        owner = spec.structure.owner
+        np.testing.assert_allclose(np.bincount(owner, got[1]), np.bincount(owner, want[1]), rtol=1e-12)
+    params = sparse_log_parameters(np.asarray(want[0].toarray() if hasattr(want[0], "toarray") else want[0]), want[1])
+    opts = PassOptions(top_k=top_k, unlabeled_weight=0.5, doc_length=20.0)
+    want = sufficient_stats(c.blocks, params, spec.score_matrix, c.V, opts, structure=spec.structure)
+    stats = {}
+    got = frame_sums.frame_sufficient_stats(
+        c.frame, params, spec.score_matrix, c.V, n_nodes, opts, structure=spec.structure, stats=stats
+    )
+    _assert_same(got, want)
+    assert stats["broadcast_bytes"] > 0 and stats["collected_bytes"] > 0
+
+
+def test_frame_pass_sparse_sums_equal_the_rdd_pass(spark, corpus, monkeypatch):
+    c = corpus
+    spec = method_spec(c.tax, "pcem", 2, 1.0)
+    n_nodes = c.tax.path_node_matrix().shape[1]
+    monkeypatch.setattr(sums, "SPARSE_SUMS_MIN_CELLS", 1)
+    monkeypatch.setattr(frame_sums, "SPARSE_SUMS_MIN_CELLS", 1)
+    init = PassOptions(use_unlabeled=False)
+    want = sufficient_stats(c.blocks, None, spec.score_matrix, c.V, init)
+    got = frame_sums.frame_sufficient_stats(c.frame, None, spec.score_matrix, c.V, n_nodes, init)
+    assert hasattr(got[0], "toarray")
+    _assert_same(got, want)
+
+
+def test_frame_pass_refuses_sums_over_max_result_size(spark):
+    old = spark.conf.get("spark.driver.maxResultSize", "1g")
+    # What the collect is checked against is read from the session's conf (as a Connect client can).
+    limit = frame_sums.check_result_size
+    with pytest.raises(ResultSizeError, match="maxResultSize"):
+        limit(_ConfOnly("1k"), 1 << 20, "the per-path sums")
+    assert spark.conf.get("spark.driver.maxResultSize", "1g") == old
+
+
+class _ConfOnly:
+    """A session as a Connect client sees it: a conf to read, no SparkContext, no JVM."""
+
+    def __init__(self, max_result_size):
+        self.conf = {"spark.driver.maxResultSize": max_result_size}
