@@ -292,3 +292,57 @@ def test_pcem_train_against_spark_connect_exits_2_with_the_reason(connect_url, t
     assert f"SPARK_REMOTE={connect_url} asks for a Spark Connect session" in proc.stderr
     assert "Spark Connect" in proc.stderr and "spark-submit" in proc.stderr
     assert not (tmp_path / "model").exists()
+
+
+def test_an_em_pass_runs_over_connect_with_the_local_pass_sums(labelled_docs):
+    """The DataFrame-only pass (engine.frame_sums): packed blocks, the E-step and the summed chunks, over Connect."""
+    from pcem_spark.core.methods import method_spec
+    from pcem_spark.core.parameters import sparse_log_parameters
+    from pcem_spark.core.taxonomy import Taxonomy
+    from pcem_spark.engine.blocks import block_from_row, packed_label_frame
+    from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
+    from pcem_spark.engine.frame_sums import frame_sufficient_stats
+    from pcem_spark.engine.sums import PassOptions, local_sufficient_stats
+
+    taxonomy = Taxonomy.from_label_paths([["sci", "space"], ["rec", "hockey"]])
+    settings = FeatureSettings(min_df=1.0, max_df=1.0, stop_words="english")
+    vocabulary = fit_vocabulary(labelled_docs, settings)
+    feats = featurize(labelled_docs, vocabulary, settings)
+    frame = packed_label_frame(feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), block_size=4)
+    spec = method_spec(taxonomy, "pcem", 2, 1.0)
+    n_nodes, V = taxonomy.path_node_matrix().shape[1], len(vocabulary)
+    # The reference: the same partition code in this process, on the blocks brought to the client.
+    blocks = [block_from_row(r, V, n_nodes) for r in frame.collect()]
+    init = PassOptions(use_unlabeled=False)
+    want = local_sufficient_stats(blocks, None, spec.score_matrix, V, init)
+    got = frame_sufficient_stats(frame, None, spec.score_matrix, V, n_nodes, init)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+    params = sparse_log_parameters(np.asarray(want[0]), want[1])
+    want = local_sufficient_stats(blocks, params, spec.score_matrix, V, PassOptions())
+    got = frame_sufficient_stats(frame, params, spec.score_matrix, V, n_nodes, PassOptions())
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-9)
+    assert got[2] == pytest.approx(want[2], rel=1e-9) and got[3:] == want[3:] == (6, 6)
+
+
+def test_a_pcem_fit_runs_over_connect_as_in_this_process(labelled_docs):
+    """engine.passes.fit on a DataFrame of packed blocks: every EM pass over Connect, no RDD, no broadcast."""
+    from pcem_spark.core.methods import method_spec
+    from pcem_spark.core.taxonomy import Taxonomy
+    from pcem_spark.engine.blocks import block_from_row, packed_label_frame
+    from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
+    from pcem_spark.engine.passes import EMSettings, fit
+
+    taxonomy = Taxonomy.from_label_paths([["sci", "space"], ["rec", "hockey"]])
+    settings = FeatureSettings(min_df=1.0, max_df=1.0, stop_words="english")
+    vocabulary = fit_vocabulary(labelled_docs, settings)
+    frame = packed_label_frame(
+        featurize(labelled_docs, vocabulary, settings), taxonomy.path_lookup(), taxonomy.path_node_matrix(), 4
+    ).cache()
+    spec = method_spec(taxonomy, "pcem", 2, 1.0)
+    em = EMSettings(smoothing=0.5, max_iter=3, unlabeled_weight=0.5)
+    local = [block_from_row(r, len(vocabulary), spec.score_matrix.shape[1]) for r in frame.collect()]
+    want = fit(local, spec.score_matrix, len(vocabulary), em)
+    got = fit(frame, spec.score_matrix, len(vocabulary), em)
+    np.testing.assert_allclose(got.params.log_theta(), want.params.log_theta(), rtol=1e-9, atol=1e-12)
+    assert got.n_iter == want.n_iter == 3 and got.loglik_history == pytest.approx(want.loglik_history, rel=1e-9)

@@ -105,3 +105,17 @@ class _ConfOnly:
 
     def __init__(self, max_result_size):
         self.conf = {"spark.driver.maxResultSize": max_result_size}
+
+
+@pytest.mark.parametrize("method", ["pcem", "flat-em"])
+def test_a_fit_on_the_dataframe_of_blocks_equals_the_rdd_fit(spark, corpus, method):
+    from pcem_spark.engine.passes import EMSettings, fit
+
+    c = corpus
+    spec = method_spec(c.tax, method, 2, 1.0)
+    settings = EMSettings(smoothing=0.5, max_iter=4, unlabeled_weight=0.7, doc_length=20.0)
+    want = fit(c.blocks, spec.score_matrix, c.V, settings)
+    got = fit(c.frame, spec.score_matrix, c.V, settings)
+    np.testing.assert_allclose(got.params.log_prior, want.params.log_prior, rtol=1e-10)
+    np.testing.assert_allclose(got.params.log_theta(), want.params.log_theta(), rtol=1e-10, atol=1e-10)
+    assert got.n_iter == want.n_iter and got.loglik_history == pytest.approx(want.loglik_history, rel=1e-10)

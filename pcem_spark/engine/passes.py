@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 from pyspark import RDD
+from pyspark.sql import DataFrame
 
 from pcem_spark.core.parameters import (
     DEFAULT_SMOOTHING_GRID,
@@ -35,6 +36,7 @@ from pcem_spark.core.parameters import (
     sparse_log_prior_density,
 )
 from pcem_spark.core.structure import Structure
+from pcem_spark.engine.frame_sums import frame_sufficient_stats
 from pcem_spark.engine.sums import PassOptions, local_sufficient_stats, sufficient_stats
 from pcem_spark.errors import InputError
 
@@ -128,8 +130,8 @@ class FitResult:
 class _FitRun:
     """What stays fixed during one :func:`fit`: the data, the per-fit broadcast and the settings."""
 
-    blocks: Union[RDD, Sequence[Any]]  # cached blocks, or a list of Blocks in this process (local fit)
-    static_bc: Any  # broadcast of (score_matrix, structure); None for a local fit
+    blocks: Union[RDD, DataFrame, Sequence[Any]]  # cached blocks (RDD or packed DataFrame), or a local list
+    static_bc: Any  # broadcast of (score_matrix, structure); None for a local fit or a DataFrame of blocks
     score_matrix: np.ndarray
     vocab_size: int
     settings: EMSettings
@@ -144,6 +146,20 @@ class _FitRun:
     def run_pass(self, params, options: PassOptions, pass_stats: dict, n_terms: Optional[int] = None):
         """One distributed pass over the cached blocks (:func:`sufficient_stats`), or a local one."""
         args = (self.blocks, params, self.score_matrix, self.vocab_size, options)
+        if isinstance(self.blocks, DataFrame):  # the DataFrame-only pass (Spark Connect)
+            if n_terms is not None and pass_stats is not None:
+                pass_stats["n_terms"] = n_terms
+            n_nodes = self.score_matrix.shape[1]
+            return frame_sufficient_stats(
+                self.blocks,
+                params,
+                self.score_matrix,
+                self.vocab_size,
+                n_nodes,
+                options,
+                structure=self.structure,
+                stats=pass_stats,
+            )
         if self.static_bc is None:
             return local_sufficient_stats(*args, structure=self.structure, stats=pass_stats)
         return sufficient_stats(
@@ -202,6 +218,8 @@ def fit(
     """
     t0 = time.perf_counter()
     mode = em_mode(settings.em)
+    if isinstance(blocks, DataFrame):  # packed blocks as a DataFrame: every pass on the DataFrame API alone
+        return _fit(_FitRun(blocks, None, score_matrix, vocab_size, settings, structure, stats, t0), mode, init_params)
     if not isinstance(blocks, RDD):  # a list of Blocks: every pass runs in this process
         return _fit(
             _FitRun(list(blocks), None, score_matrix, vocab_size, settings, structure, stats, t0), mode, init_params
