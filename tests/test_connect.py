@@ -168,7 +168,7 @@ def _tiny_model():
         vocabulary,
         np.log([0.5, 0.5]),
         log_theta,
-        FeatureSettings(min_df=1.0, max_df=1.0),
+        FeatureSettings(min_df=1.0, max_df=1.0, stop_words="none"),
         ModelSettings(method="pcnb").resolved(smoothing=1.0),
     )
 
@@ -217,16 +217,28 @@ def test_library_training_entry_points_fail_the_same_way(labelled_docs):
     _assert_clear(info, "engine.blocks_from_labels")
 
 
-def test_prediction_fails_naming_the_broadcast(labelled_docs):
+@pytest.mark.parametrize("options", [{}, {"top_k": 2, "min_probability": 0.6, "node_probabilities": True}, {"beam": 1}])
+def test_prediction_works_over_connect_with_the_dense_posterior(labelled_docs, options):
+    """PathModel.transform over Connect: the parameters travel in the plan (engine.shipping), not a broadcast."""
     from pcem_spark.ml.estimator import PathEMModel
 
     model = _tiny_model()
-    with pytest.raises(SparkConnectError) as info:
-        model.transform(labelled_docs)
-    _assert_clear(info, "PathModel.transform")
-    assert "broadcast" in str(info.value)
-    with pytest.raises(SparkConnectError):
-        PathEMModel(model).transform(labelled_docs)
+    rows = {r["id"]: r for r in model.transform(labelled_docs, **options).collect()}
+    texts = dict((r["id"], r["text"]) for r in labelled_docs.select("id", "text").collect())
+    paths = [model.taxonomy.real_path(j) for j in range(model.taxonomy.n_paths)]
+    for doc_id, text in texts.items():
+        x = np.array([text.split().count(w) for w in model.vocabulary], dtype=float)
+        jll = model.params.log_theta() @ x + model.params.log_prior
+        post = np.exp(jll - jll.max()) / np.exp(jll - jll.max()).sum()
+        best = int(np.argmax(jll))
+        got = rows[doc_id]
+        # (a beam of 1 scores one path per document: its probability is 1 over the paths it scored)
+        assert got["probability"] == pytest.approx(1.0 if options.get("beam") else post[best], rel=1e-9)
+        if not options.get("min_probability"):
+            assert list(got["path"]) == paths[best]
+        if options.get("top_k"):
+            assert [list(t["path"]) for t in got["top_paths"]][0] == paths[best]
+    assert PathEMModel(model).transform(labelled_docs).count() == len(texts)
 
 
 def test_model_files_and_format_detection_fail_naming_the_way_out(remote, tmp_path):

@@ -33,7 +33,8 @@ from pcem_spark.core.estep import scoring_tables
 from pcem_spark.core.parameters import PathParameters
 from pcem_spark.core.structure import Structure
 from pcem_spark.engine.blocks import block_from_row
-from pcem_spark.engine.limits import ResultSizeError, check_result_size
+from pcem_spark.engine.limits import check_result_size
+from pcem_spark.engine.shipping import check_plan_size
 from pcem_spark.engine.sums import (
     SPARSE_SUMS_MIN_CELLS,
     PassOptions,
@@ -45,33 +46,9 @@ from pcem_spark.engine.sums import (
     _pass_partition,
 )
 
-__all__ = ["CONNECT_PLAN_LIMIT", "check_plan_size", "frame_sufficient_stats"]
-
-# Spark Connect's default spark.connect.grpc.maxInboundMessageSize: a plan (with the functions pickled in it)
-# larger than this is refused by the server.
-CONNECT_PLAN_LIMIT = 128 << 20
+__all__ = ["frame_sufficient_stats"]
 
 _SUM_SCHEMA = "key long, payload binary"
-
-
-def check_plan_size(spark, n_bytes: int, what: str) -> None:
-    """Refuse, before the pass, parameters that a Spark Connect server would not accept in a plan."""
-    from pcem_spark.engine.session import is_spark_connect
-
-    if not is_spark_connect(spark):
-        return  # classic PySpark broadcasts a large function itself
-    raw = None
-    try:
-        raw = spark.conf.get("spark.connect.grpc.maxInboundMessageSize", None)
-    except Exception:  # noqa: BLE001 - a static server setting the client may not read
-        raw = None
-    limit = int(raw) if raw and str(raw).isdigit() else CONNECT_PLAN_LIMIT
-    if n_bytes + (1 << 20) > limit:
-        raise ResultSizeError(
-            f"{what} pickle to {n_bytes / 2**20:.1f} MiB, more than a Spark Connect plan may carry "
-            f"(spark.connect.grpc.maxInboundMessageSize = {limit / 2**20:.0f} MiB): raise it on the server, or "
-            "shrink the model (features.max_vocab, model.parameter_dtype=float32)"
-        )
 
 
 def _sum_partition(batches, tables, static, cfg: PassSettings, vocab_size: int, n_nodes: int):

@@ -37,7 +37,7 @@ from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.arrow_io import PredictionLayout, PredictionOptions, csr_of, predicted_path_batches
 from pcem_spark.engine.features import FeatureSettings, featurize
 from pcem_spark.engine.python_tokens import TOKENIZERS, TextFeaturizer, supports
-from pcem_spark.engine.session import require_classic_session
+from pcem_spark.engine.shipping import ship
 from pcem_spark.errors import InputError
 from pcem_spark.model.labels import check_vector_size
 from pcem_spark.model.model_files import (
@@ -320,11 +320,6 @@ class PathModel:
         this model's vocabulary (e.g. a Spark ML ``CountVectorizer`` stage)
         and ``text_col`` is not read.
         """
-        require_classic_session(
-            df,
-            "PathModel.transform / predict_columns",
-            "a broadcast variable of the model's parameters (SparkContext.broadcast)",
-        )
         spark = df.sparkSession
         min_probability, top_k, node_probabilities, multi_path = outputs
         check_prediction_options(min_probability, top_k)
@@ -349,7 +344,7 @@ class PathModel:
             # The text itself goes to the scoring task, which tokenises it (engine.python_tokens): no JVM
             # tokenizer, no SparseVector serialised to Arrow. The vocabulary travels once per executor.
             feats = df.withColumn("_pcem_features", F.col(text_col))
-            featurizer = spark.sparkContext.broadcast(self.text_featurizer())
+            featurizer = ship(spark, self.text_featurizer())
 
             def to_matrix(texts):
                 return featurizer.value.matrix(texts)
@@ -374,14 +369,12 @@ class PathModel:
         tables = scoring_tables(self.params, self.model_settings.parameter_dtype)._replace(
             temperature=temperature, probability_map=self.effective_probability_map
         )
-        bc = spark.sparkContext.broadcast((tables, real_paths, self.spec.structure))
+        bc = ship(spark, (tables, real_paths, self.spec.structure))
         del tables
 
         if min_probability > 0 or ranked > 0 or node_probabilities:
             path_node = self.taxonomy.path_node_matrix(sparse=True)
-            bc_paths = spark.sparkContext.broadcast(
-                (path_node_table(path_node, self.taxonomy.is_dummy), list(self.taxonomy.nodes))
-            )
+            bc_paths = ship(spark, (path_node_table(path_node, self.taxonomy.is_dummy), list(self.taxonomy.nodes)))
 
             by_membership = multi_path > 0 and self.spec.structure is None
 
@@ -447,7 +440,7 @@ class PathModel:
         path_tables = None
         if options.multi_path > 0:
             path_tables = scoring_tables(self.params, dtype)._replace(temperature=temperature)
-        bc = spark.sparkContext.broadcast((scorer, real_paths, nodes, path_tables))
+        bc = ship(spark, (scorer, real_paths, nodes, path_tables))
         del scorer, path_tables
 
         def decode(X, scorer, path_nodes, path_tables):
