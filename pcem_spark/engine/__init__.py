@@ -34,7 +34,9 @@ from pcem_spark.engine.blocks import (  # noqa: F401
     blocks_from_node_scores,
     cache_blocks,
     packed_blocks,
+    packed_label_frame,
 )
+from pcem_spark.engine.frame_sums import frame_sufficient_stats  # noqa: F401
 from pcem_spark.engine.limits import (  # noqa: F401
     ResultSizeError,
     check_result_size,
@@ -74,6 +76,8 @@ __all__ = [
     "blocks_from_node_scores",
     "cache_blocks",
     "packed_blocks",
+    "packed_label_frame",
+    "frame_sufficient_stats",
     "sparse_vector_arrays",
     "arrow_blocks",
     "csr_of",
