@@ -14,11 +14,13 @@ combined per task), moved by DataFrame operations:
   Spark Connect they go in the plan, so they must fit the server's gRPC
   message limit (``spark.connect.grpc.maxInboundMessageSize``, 128 MiB by
   default): checked before the pass (:func:`check_plan_size`);
-* each task yields its per-path sum chunks as rows (key, pickled chunk), a
-  ``groupBy(key).applyInArrow`` sums them on the cluster (the ``reduceByKey``
-  of the RDD pass), and ``toArrow`` brings the one row per key back: the
-  driver (a Connect client) holds the summed chunks only, checked against
-  ``spark.driver.maxResultSize`` before the pass like the RDD pass's collect.
+* the cached blocks are coalesced to one task per core, and each task yields
+  its per-path sum chunks as rows (key, pickled chunk). Dense sums (M x V
+  small) come back with ``toArrow`` and are added on the driver; wide
+  models' sparse sums are first summed on the cluster by a
+  ``groupBy(key).applyInArrow`` (the ``reduceByKey`` of the RDD pass), so
+  one row per key comes back. Either way the size is checked against
+  ``spark.driver.maxResultSize`` before the pass, like the RDD pass's collect.
 """
 
 from __future__ import annotations
@@ -126,22 +128,36 @@ def frame_sufficient_stats(
     def body(batches):
         return _sum_partition(batches, tables, static, cfg, vocab_size, n_nodes)
 
-    summed = frame.mapInArrow(body, _SUM_SCHEMA).groupBy("key").applyInArrow(_sum_group, _SUM_SCHEMA)
-    bound = _collect_bound(cfg, score_matrix, stats.get("n_terms") if stats else None, dense_bytes)
+    # One task per core (coalesce keeps the cached blocks where they are), so each task combines the sums
+    # of every block it reads, as the RDD pass does.
+    n_tasks = _default_parallelism(spark)
+    partial = frame.coalesce(n_tasks).mapInArrow(body, _SUM_SCHEMA)
     if sparse_sums:
-        check_result_size(spark, bound, what)
-    table = summed.toArrow()  # one summed chunk per key: O(nnz(sums) + M), never documents
-    records = [
-        (k, pickle.loads(p)) for k, p in zip(table.column("key").to_pylist(), table.column("payload").to_pylist())
-    ]
+        # Wide models: the tasks' sums are summed on the cluster (the reduceByKey of the RDD pass), one row per
+        # row chunk reaches the driver.
+        check_result_size(spark, _collect_bound(cfg, score_matrix, (stats or {}).get("n_terms"), dense_bytes), what)
+        partial = partial.groupBy("key").applyInArrow(_sum_group, _SUM_SCHEMA)
+    else:
+        # Dense sums are small (M x (V+1) per task): summed on the driver, no extra stage.
+        check_result_size(spark, n_tasks * dense_bytes, what)
+    table = partial.toArrow()  # summed row chunks: O(tasks x nnz(sums) + M), never documents
+    payloads = table.column("payload").to_pylist()
+    records = {}
+    for key, payload in zip(table.column("key").to_pylist(), payloads):
+        value = pickle.loads(payload)
+        records[key] = value if key not in records else _add(records[key], value)
     if stats is not None:
-        stats["collected_bytes"] = int(sum(len(p) for p in table.column("payload").to_pylist()))
-    return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
+        stats["collected_bytes"] = int(sum(len(p) for p in payloads))
+    return _assemble(list(records.items()), n_paths, vocab_size, sparse_sums, stats)
 
 
 def _default_parallelism(spark) -> int:
-    """Tasks to reduce the sums over: ``spark.default.parallelism`` when set (a Connect client cannot ask
-    the cluster for its cores), else 8 -- 32 row chunks, as many reducers as a small cluster has cores."""
+    """Tasks of a pass: the cluster's cores in classic mode; over Connect (a client cannot ask for them)
+    ``spark.default.parallelism`` when set, else 8."""
+    from pcem_spark.engine.session import is_spark_connect
+
+    if not is_spark_connect(spark):
+        return max(1, spark.sparkContext.defaultParallelism)
     try:
         raw = spark.conf.get("spark.default.parallelism", None)
     except Exception:  # noqa: BLE001 - not readable from this session
