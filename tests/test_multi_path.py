@@ -177,8 +177,9 @@ def test_membership_matches_a_brute_force_over_every_hypothesis():
     counts = sp.csr_matrix(rng.poisson(0.6, size=(M, V)).astype(float) * rng.integers(1, 5, size=(M, 1)))
     params = sparse_log_parameters(counts, rng.uniform(1, 5, size=M), smoothing=0.3)
     T = 2.5
-    X = sp.csr_matrix(rng.poisson(0.5, size=(12, V)).astype(float))
-    X[3] = 0  # a document with no known word
+    dense = rng.poisson(0.5, size=(12, V)).astype(float)
+    dense[3] = 0  # a document with no known word
+    X = sp.csr_matrix(dense)
     for dtype in ("float64", "float32"):
         tables = scoring_tables(params, dtype)._replace(temperature=T)
         path_nodes = np.arange(M)[:, None]
