@@ -91,6 +91,9 @@ def _pack_arrow_partition(batches, supervision, block_size: int):
 
     for b in arrow_blocks(batches, block_size):
         indptr, indices, data = sparse_vector_arrays(b.column(0))
+        # Counts as uint8 / uint16 when exact: a cached DataFrame of blocks is read by every EM pass, and the
+        # bytes moved to Python are the main cost after the math (block_from_row tells the width by the size).
+        data = _compact(np.asarray(data))
         ns_indptr, ns_indices, ns_data = supervision(b.column(1))
         cols = [pa.array([b.num_rows], pa.int32())] + [
             pa.array([a.tobytes()], pa.binary()) for a in (indptr, indices, data, ns_indptr, ns_indices, ns_data)
@@ -107,12 +110,17 @@ def block_from_row(row, vocab_size: int, n_nodes: int) -> Block:
     return _block_from_row(row, vocab_size, n_nodes)
 
 
+_COMPACT_DTYPES = {1: np.uint8, 2: np.uint16, 8: np.float64}  # a block's counts by their bytes per entry
+
+
 def _block_from_row(row, vocab_size: int, n_nodes: int) -> Block:
     n = row[0]
-    indptr, indices, data, ns_indptr, ns_indices, ns_data = (
+    indptr, indices, ns_indptr, ns_indices, ns_data = (
         np.frombuffer(row[i], dtype=t)
-        for i, t in zip(range(1, 7), (np.int64, np.int32, np.float64, np.int64, np.int32, np.float64))
+        for i, t in zip((1, 2, 4, 5, 6), (np.int64, np.int32, np.int64, np.int32, np.float64))
     )
+    width = len(row[3]) // len(indices) if len(indices) else 8
+    data = np.frombuffer(row[3], dtype=_COMPACT_DTYPES[width]).astype(np.float64)
     X = sp.csr_matrix((data, indices, indptr), shape=(n, vocab_size))
     ns = sp.csr_matrix((ns_data, ns_indices, ns_indptr), shape=(n, n_nodes))
     return Block(X, ns, np.diff(ns_indptr) > 0)
