@@ -1,4 +1,4 @@
-"""The pure parts of the benchmark scripts (no Spark, no scikit-learn)."""
+"""The pure parts of the benchmark scripts (no scikit-learn; Spark only on a few rows)."""
 
 import os
 import sys
@@ -41,3 +41,25 @@ def test_question_corpus_keeps_the_first_copy_of_each_text():
     corpus = question_corpus(docs)
     assert [q["id"] for q in corpus] == ["a#q0", "b#q1"]
     assert corpus[1]["labels"] == ["wh", "what"]
+
+
+def test_paired_corpus_joins_documents_of_different_leaves_and_keeps_every_one(spark):
+    from bench_multipath import paired_corpus
+
+    rows = [
+        (f"d{i}", f"text {i}", ["a" if i % 3 else "b", f"leaf{i % 4}"], "test" if i < 20 else "labeled")
+        for i in range(60)
+    ]
+    roled = spark.createDataFrame(rows, "id string, text string, labels array<string>, role string")
+    out = paired_corpus(roled, seed=0, share=0.6).collect()
+    used = [i for r in out for i in r.id.split("+")]
+    assert sorted(used) == sorted(r[0] for r in rows)  # every document once, alone or in one pair
+    by_id = {r[0]: r for r in rows}
+    for r in out:
+        parts = r.id.split("+")
+        assert [list(p) for p in r.labels] == [by_id[i][2] for i in parts]
+        assert r.kind == ("multi" if len(parts) == 2 else "single")
+        if len(parts) == 2:
+            a, b = (by_id[i] for i in parts)
+            assert a[2][-1] != b[2][-1] and a[3] == b[3] == r.role and r.text == a[1] + "\n\n" + b[1]
+    assert sum(r.kind == "multi" for r in out) > 5
