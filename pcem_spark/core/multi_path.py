@@ -120,15 +120,17 @@ def mixture_gain(
         if not entry.any():
             continue
         rows, xe, ae = row_of[entry], x[entry], a[entry]
-        be = np.exp(gather_log_theta(tables, X.indices[entry], cand[rows]))
-        pi = np.full(n, 0.5)
+        # With ratio = theta_b / theta_a the EM step is pi <- sum x pi ratio / (1 + pi (ratio - 1)) / sum x:
+        # the same update in half the array operations (this loop is --multi-path's cost).
+        ratio = np.exp(gather_log_theta(tables, X.indices[entry], cand[rows])) / ae
+        excess = ratio - 1.0
+        inv_total = np.where(valid, 1.0 / np.maximum(total, 1e-300), 0.0)
+        pi = np.where(valid, 0.5, 0.0)
         for _ in range(iterations):
-            mix = pi[rows] * be + (1.0 - pi[rows]) * ae
-            pi = np.where(
-                valid, np.bincount(rows, weights=xe * pi[rows] * be / mix, minlength=n) / np.maximum(total, 1e-300), 0.0
-            )
-        mix = pi[rows] * be + (1.0 - pi[rows]) * ae
-        g = np.bincount(rows, weights=xe * (np.log(mix) - np.log(ae)), minlength=n)
+            at = pi[rows]
+            pi = np.bincount(rows, weights=xe * at * ratio / (1.0 + at * excess), minlength=n) * inv_total
+        # log(pi theta_b + (1 - pi) theta_a) - log theta_a = log(1 + pi (ratio - 1))
+        g = np.bincount(rows, weights=xe * np.log1p(pi[rows] * excess), minlength=n)
         share[:, c] = pi
         gain[:, c] = np.where(valid, np.maximum(g, 0.0), 0.0)
     return share, gain
