@@ -82,8 +82,7 @@ def test_frame_pass_sparse_sums_equal_the_rdd_pass(spark, corpus, monkeypatch):
     c = corpus
     spec = method_spec(c.tax, "pcem", 2, 1.0)
     n_nodes = c.tax.path_node_matrix().shape[1]
-    monkeypatch.setattr(sums, "SPARSE_SUMS_MIN_CELLS", 1)
-    monkeypatch.setattr(frame_sums, "SPARSE_SUMS_MIN_CELLS", 1)
+    monkeypatch.setattr(sums, "SPARSE_SUMS_MIN_CELLS", 1)  # both passes read it (sums.sums_layout)
     init = PassOptions(use_unlabeled=False)
     want = sufficient_stats(c.blocks, None, spec.score_matrix, c.V, init)
     got = frame_sums.frame_sufficient_stats(c.frame, None, spec.score_matrix, c.V, n_nodes, init)

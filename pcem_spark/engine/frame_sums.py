@@ -38,7 +38,6 @@ from pcem_spark.engine.blocks import block_from_row
 from pcem_spark.engine.limits import check_result_size
 from pcem_spark.engine.shipping import check_plan_size
 from pcem_spark.engine.sums import (
-    SPARSE_SUMS_MIN_CELLS,
     PassOptions,
     PassSettings,
     _add,
@@ -46,6 +45,7 @@ from pcem_spark.engine.sums import (
     _collect_bound,
     _Local,
     _pass_partition,
+    sums_layout,
 )
 
 __all__ = ["frame_sufficient_stats"]
@@ -110,10 +110,7 @@ def frame_sufficient_stats(
     spark = frame.sparkSession
     n_paths = score_matrix.shape[0]
     dtype = options.dtype
-    itemsize = np.dtype(dtype).itemsize
-    sparse_sums = n_paths * vocab_size >= SPARSE_SUMS_MIN_CELLS
-    dense_bytes = n_paths * (vocab_size + 1) * itemsize
-    what = f"the per-path sums of {n_paths:,} paths x {vocab_size:,} terms ({dtype})"
+    sparse_sums, dense_bytes, what = sums_layout(n_paths, vocab_size, dtype)
     if not sparse_sums:
         check_result_size(spark, dense_bytes, what)
     n_chunks = max(1, min(n_paths, 4 * _default_parallelism(spark)))

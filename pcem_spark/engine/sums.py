@@ -37,6 +37,7 @@ __all__ = [
     "PassSettings",
     "sufficient_stats",
     "local_sufficient_stats",
+    "sums_layout",
 ]
 
 # Per-path sums travel sparse when M x V has at least this many cells (or the
@@ -302,14 +303,7 @@ def sufficient_stats(
     sc = blocks.context
     n_paths = score_matrix.shape[0]
     dtype = options.dtype
-    itemsize = np.dtype(dtype).itemsize
-    # Small models keep dense sums even when truncated (zeroed paths cost nothing in a dense
-    # product; scipy's sparse x sparse one is ~10x dearer per multiply-add).
-    sparse_sums = n_paths * vocab_size >= SPARSE_SUMS_MIN_CELLS
-    # What comes back in one collect: dense (M x (V+1)) cells, or at most every
-    # (term occurrence, path) pair a document can give weight to.
-    dense_bytes = n_paths * (vocab_size + 1) * itemsize
-    what = f"the per-path sums of {n_paths:,} paths x {vocab_size:,} terms ({dtype})"
+    sparse_sums, dense_bytes, what = sums_layout(n_paths, vocab_size, dtype)
     if not sparse_sums:
         check_result_size(sc, dense_bytes, what)  # dense sums: the bound is exact, refuse before any work
     n_tasks = max(1, sc.defaultParallelism)
@@ -348,6 +342,18 @@ def sufficient_stats(
         if own_static:
             static_bc.unpersist()
     return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
+
+
+def sums_layout(n_paths: int, vocab_size: int, dtype: str):
+    """``(sparse_sums, dense_bytes, what)`` of one pass's per-path sums: whether they travel sparse, the
+    size of the dense (M x (V+1)) cells, and how an error names them. Shared by the RDD and DataFrame passes."""
+    # Small models keep dense sums even when truncated (zeroed paths cost nothing in a dense
+    # product; scipy's sparse x sparse one is ~10x dearer per multiply-add).
+    sparse_sums = n_paths * vocab_size >= SPARSE_SUMS_MIN_CELLS
+    # What comes back in one collect: dense (M x (V+1)) cells, or at most every
+    # (term occurrence, path) pair a document can give weight to.
+    dense_bytes = n_paths * (vocab_size + 1) * np.dtype(dtype).itemsize
+    return sparse_sums, dense_bytes, f"the per-path sums of {n_paths:,} paths x {vocab_size:,} terms ({dtype})"
 
 
 def _limit_or_inf(sc) -> float:
