@@ -1,16 +1,19 @@
-"""pcem-spark against a Spark Connect server (issue 11): what works, and a clear error for what does not.
+"""pcem-spark against a Spark Connect server: training, prediction, model files and the commands.
 
 One Spark Connect server for the module: the installed pyspark's
 ``sbin/start-connect-server.sh``, ``local[2]``, bound to 127.0.0.1 on a free
 port, its Python workers on this interpreter with this checkout on their path;
 stopped (its process group, which this module started) at the end.
 
-Fitting, prediction, model files and the ``pcem`` commands need the RDD API,
-broadcast variables or the driver's JVM, which Spark Connect does not have:
-they must fail at once with :class:`pcem_spark.engine.session.SparkConnectError`
-(a ValueError, so ``pcem`` exits 2 and a scheduler does not retry), naming
-Spark Connect and the way out. Reading, checking and featurising documents
-is plain DataFrame work and must give the classic results.
+Over Connect the EM passes run on the DataFrame API alone
+(:mod:`pcem_spark.engine.frame_sums`), the cross-validation tasks as a
+broadcast join (:mod:`pcem_spark.model.sampled_cv`), and the atomic outputs
+rename and mark from the client through ``pyarrow.fs``
+(:mod:`pcem_spark.io.arrow_fs`). ``pcem train | predict | evaluate`` over
+Connect must give the classic run's paths, and probabilities and log theta
+within 1e-9; a kill at every write stage leaves the old or the new output.
+What still needs the classic API (RDD-returning engine helpers, ``ingest-warc``,
+``experiment``) fails at once with :class:`SparkConnectError`, exit 2.
 
 Skipped only when the Connect client packages are missing (``pip install
 grpcio grpcio-status googleapis-common-protos zstandard``).
@@ -186,37 +189,6 @@ def test_the_session_is_recognised_as_spark_connect(remote, labelled_docs):
     assert is_spark_connect(remote) and is_spark_connect(labelled_docs)
 
 
-def test_fit_fails_at_once_naming_spark_connect(labelled_docs):
-    from pcem_spark.ml.estimator import PathEM
-
-    est = PathEM(method="pcem", maxIter=2, smoothing=1.0, unlabeledWeight=1.0, pathWeight=1.0, minDF=1.0, maxDF=1.0)
-    with pytest.raises(SparkConnectError) as info:
-        est.fit(labelled_docs)
-    _assert_clear(info, "PathEM.fit")
-    assert "RDD" in str(info.value)
-    # Refused at the entry, before any Spark job: it used to fail in engine.blocks_from_labels,
-    # after the taxonomy, label-check and vocabulary jobs (9.5 s on 2,000 documents).
-    frames = {entry.name for entry in info.traceback}
-    assert "_fit" in frames
-    assert not frames & {"fit_vocabulary", "infer_taxonomy", "check_label_paths", "blocks_from_labels", "train"}
-
-
-def test_library_training_entry_points_fail_the_same_way(labelled_docs):
-    from pcem_spark import engine
-    from pcem_spark.core.taxonomy import Taxonomy
-    from pcem_spark.engine.features import FeatureSettings
-    from pcem_spark.ml import train
-    from pcem_spark.model.settings import ModelSettings
-
-    taxonomy = Taxonomy.from_label_paths([["sci", "space"], ["rec", "hockey"]])
-    with pytest.raises(SparkConnectError) as info:
-        train(labelled_docs, taxonomy, FeatureSettings(min_df=1.0, max_df=1.0), ModelSettings())
-    _assert_clear(info, "model.train")
-    with pytest.raises(SparkConnectError) as info:
-        engine.blocks_from_labels(labelled_docs, taxonomy.path_lookup(), taxonomy.path_node_matrix(), 4)
-    _assert_clear(info, "engine.blocks_from_labels")
-
-
 @pytest.mark.parametrize("options", [{}, {"top_k": 2, "min_probability": 0.6, "node_probabilities": True}, {"beam": 1}])
 def test_prediction_works_over_connect_with_the_dense_posterior(labelled_docs, options):
     """PathModel.transform over Connect: the parameters travel in the plan (engine.shipping), not a broadcast."""
@@ -239,19 +211,6 @@ def test_prediction_works_over_connect_with_the_dense_posterior(labelled_docs, o
         if options.get("top_k"):
             assert [list(t["path"]) for t in got["top_paths"]][0] == paths[best]
     assert PathEMModel(model).transform(labelled_docs).count() == len(texts)
-
-
-def test_model_files_and_format_detection_fail_naming_the_way_out(remote, tmp_path):
-    from pcem_spark.io.documents import read_documents
-    from pcem_spark.model.path_model import PathModel
-
-    with pytest.raises(SparkConnectError) as info:
-        PathModel.load(str(tmp_path / "model"))
-    _assert_clear(info, "loading models")
-    with pytest.raises(SparkConnectError) as info:
-        read_documents(remote, CATALOGUE)  # no fmt: the format is detected with Hadoop FileSystem calls
-    _assert_clear(info, "Detecting the documents format")
-    assert "fmt='json'" in str(info.value)
 
 
 def test_reading_and_checking_documents_works_over_connect(remote):
@@ -282,28 +241,6 @@ def test_featurising_works_over_connect(labelled_docs):
     for r in rows:
         assert r["features"].size == len(vocabulary)
         assert r["features"].values.sum() == 5  # four topic words + "document" (the number is dropped)
-
-
-def test_pcem_train_against_spark_connect_exits_2_with_the_reason(connect_url, tmp_path):
-    """``SPARK_REMOTE=sc://... pcem train``: a bad-input exit (2), not the scheduler's retry code (75)."""
-    env = {k: v for k, v in os.environ.items() if k not in _CONNECT_ENV}
-    env.update(
-        SPARK_REMOTE=connect_url,
-        PYTHONPATH=os.pathsep.join([REPO] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]),
-    )
-    proc = subprocess.run(
-        [sys.executable, "-m", "pcem_spark.cli", "train", "--docs", CATALOGUE, "--model", str(tmp_path / "model")],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "pcem train: error: pcem (its commands and jobs/*.py) needs the driver's JVM" in proc.stderr
-    assert f"SPARK_REMOTE={connect_url} asks for a Spark Connect session" in proc.stderr
-    assert "Spark Connect" in proc.stderr and "spark-submit" in proc.stderr
-    assert not (tmp_path / "model").exists()
 
 
 def test_an_em_pass_runs_over_connect_with_the_local_pass_sums(labelled_docs):
@@ -358,3 +295,255 @@ def test_a_pcem_fit_runs_over_connect_as_in_this_process(labelled_docs):
     got = fit(frame, spec.score_matrix, len(vocabulary), em)
     np.testing.assert_allclose(got.params.log_theta(), want.params.log_theta(), rtol=1e-9, atol=1e-12)
     assert got.n_iter == want.n_iter == 3 and got.loglik_history == pytest.approx(want.loglik_history, rel=1e-9)
+
+
+# ------------------------------------------------------------------ training and model files
+
+
+def test_engine_helpers_that_return_rdds_still_fail_at_once_naming_spark_connect(labelled_docs):
+    from pcem_spark import engine
+    from pcem_spark.core.taxonomy import Taxonomy
+
+    taxonomy = Taxonomy.from_label_paths([["sci", "space"], ["rec", "hockey"]])
+    with pytest.raises(SparkConnectError) as info:
+        engine.blocks_from_labels(labelled_docs, taxonomy.path_lookup(), taxonomy.path_node_matrix(), 4)
+    _assert_clear(info, "engine.blocks_from_labels")
+    # what the fits use instead over Connect: the packed DataFrame (an RDD on a classic session)
+    from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
+
+    settings = FeatureSettings(min_df=1.0, max_df=1.0, stop_words="none")
+    feats = featurize(labelled_docs, fit_vocabulary(labelled_docs, settings), settings)
+    blocks = engine.label_blocks(feats, taxonomy.path_lookup(), taxonomy.path_node_matrix(), 10, 4)
+    assert is_spark_connect(blocks) and sum(r["n"] for r in blocks.collect()) == 12
+
+
+def test_pathem_in_a_pipeline_and_cross_validator_over_connect(remote, labelled_docs, tmp_path):
+    """PathEM (automatic tuning and calibration included) inside a Pipeline and a CrossValidator on a remote
+    session; the fitted model is saved and loaded back through the Connect persistence."""
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.tuning import CrossValidator, ParamGridBuilder
+
+    from pcem_spark.evaluation.evaluator import HierarchicalF1Evaluator
+    from pcem_spark.ml.estimator import PathEM
+
+    rows = []
+    for i in range(40):
+        topic = ("space", "rocket orbit launch moon nasa") if i % 2 else ("hockey", "puck goal skate ice team")
+        words = topic[1].split()
+        text = " ".join(words[(i + k) % len(words)] for k in range(4)) + f" note{i % 5}"
+        labels = ["sci" if topic[0] == "space" else "rec", topic[0]] if i < 24 else None
+        rows.append((f"p{i}", text, labels))
+    docs = remote.createDataFrame(rows, "id string, text string, labels array<string>")
+    est = PathEM(method="pcem", maxIter=3, minDF=1.0, maxDF=1.0, stopWords="none")  # weights "auto": tuned
+    model = Pipeline(stages=[est]).fit(docs)
+    pm = model.stages[0].path_model
+    assert pm.training_summary["tuning"]["sample"]["n_labeled"] == 24
+    out = model.transform(docs).select("id", "path").collect()
+    assert len(out) == 40
+    hits = sum(list(r["path"])[1] == ("space" if int(r["id"][1:]) % 2 else "hockey") for r in out)
+    assert hits >= 36
+    path = str(tmp_path / "pipeline")
+    model.save(path)
+    again = PipelineModel.load(path)
+    assert [list(r["path"]) for r in again.transform(docs).select("path").collect()] == [
+        list(r["path"]) for r in model.transform(docs).select("path").collect()
+    ]
+    fixed = PathEM(
+        method="pcem", maxIter=2, minDF=1.0, maxDF=1.0, stopWords="none", unlabeledWeight=0.5, pathWeight=1.0
+    )
+    grid = ParamGridBuilder().addGrid(fixed.smoothing, [0.1, 1.0]).build()
+    cv = CrossValidator(
+        estimator=fixed,
+        estimatorParamMaps=grid,
+        evaluator=HierarchicalF1Evaluator(metricName="microF1"),
+        numFolds=2,
+        seed=3,
+    )
+    cv_model = cv.fit(docs.where(docs.labels.isNotNull()))
+    assert len(cv_model.avgMetrics) == 2 and all(0.5 <= m <= 1.0 for m in cv_model.avgMetrics)
+
+
+def test_model_files_over_connect_round_trip_and_refuse_without_marker(remote, tmp_path):
+    from pcem_spark.io.outputs import IncompleteOutputError
+    from pcem_spark.model.path_model import PathModel
+
+    model = _tiny_model()
+    path = str(tmp_path / "model")
+    model.save(path)
+    loaded = PathModel.load(path)
+    np.testing.assert_array_equal(loaded.params.log_theta(), model.params.log_theta())
+    assert loaded.vocabulary == model.vocabulary
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        model.save(path)
+    os.remove(os.path.join(path, "_PCEM_COMPLETE"))
+    with pytest.raises(IncompleteOutputError, match="no completion marker"):
+        PathModel.load(path)
+
+
+def test_format_detection_works_over_connect(remote):
+    from pcem_spark.io.documents import detect_format, read_documents
+
+    assert detect_format(remote, CATALOGUE) == "json"
+    assert read_documents(remote, CATALOGUE).count() == 39
+
+
+# ------------------------------------------------------------------ the commands, against classic
+
+
+def _pcem(args, remote_url=None, kill_at=None, cwd=None, timeout=900):
+    env = {k: v for k, v in os.environ.items() if k not in _CONNECT_ENV + ("PCEM_KILL_AT",)}
+    env.update(
+        PYSPARK_PYTHON=sys.executable,
+        PYTHONPATH=os.pathsep.join([REPO] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]),
+    )
+    if remote_url:
+        env["SPARK_REMOTE"] = remote_url
+    if kill_at:
+        env["PCEM_KILL_AT"] = kill_at
+    return subprocess.run(
+        [sys.executable, "-m", "pcem_spark.cli", *args, "--config", os.path.join(REPO, "conf", "pcem.toml")],
+        cwd=cwd or REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def slice_20ng(tmp_path_factory):
+    """Four 20NG leaves, 80 training and 40 test posts each (the archive of tests/conftest.py)."""
+    from conftest import ARCHIVE_20NG
+
+    from pcem_spark.io.newsgroups import iter_20ng
+
+    if not os.path.exists(ARCHIVE_20NG):
+        pytest.skip(f"20 Newsgroups archive not found at {ARCHIVE_20NG} (set PCEM_20NG_ARCHIVE)")
+    leaves = ("rec.sport.hockey", "sci.space", "comp.graphics", "talk.politics.guns")
+    taken = {(leaf, split): 0 for leaf in leaves for split in ("train", "test")}
+    path = tmp_path_factory.mktemp("slice") / "docs.jsonl"
+    with open(path, "w", encoding="utf-8") as fh:
+        for doc in iter_20ng(ARCHIVE_20NG):
+            key = (doc["labels"][-1], doc["split"])
+            if key in taken and taken[key] < (80 if doc["split"] == "train" else 40):
+                taken[key] += 1
+                fh.write(json.dumps(doc) + "\n")
+    assert set(taken.values()) == {80, 40}
+    return str(path)
+
+
+def _parameters(model_dir):
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(os.path.join(model_dir, "parameters")).sort_by("path_index").to_pydict()
+    ratio = [np.frombuffer(b, "<f8") for b in table["log_ratio"]]
+    index = [np.frombuffer(b, "<i4") for b in table["term_indices"]]
+    return np.array(table["log_prior"]), np.array(table["log_base"]), index, ratio
+
+
+def _predictions(out):
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(out).to_pylist()
+    return {r["id"]: r for r in rows}
+
+
+def test_train_predict_evaluate_over_connect_match_the_classic_run(connect_url, slice_20ng, tmp_path):
+    """``SPARK_REMOTE=sc://... pcem train && pcem predict && pcem evaluate``, relative paths included, against
+    the same commands on a classic local session: identical paths, probabilities and log theta within 1e-9."""
+    runs = {}
+    for kind, url in (("classic", None), ("connect", connect_url)):
+        d = tmp_path / kind
+        d.mkdir()
+        train = ["train", "--docs", slice_20ng, "--split", "train", "--label-rate", "0.1", "--seed", "0"]
+        proc = _pcem([*train, "--model", "model"], url, cwd=str(d))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        pred = ["predict", "--model", "model", "--docs", slice_20ng, "--split", "test", "--top-k", "3"]
+        proc = _pcem([*pred, "--output", "pred", "--node-probabilities"], url, cwd=str(d))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        proc = _pcem(["evaluate", "--predictions", "pred", "--model", "model", "--output", "m.json"], url, cwd=str(d))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        with open(d / "m.json", encoding="utf-8") as fh:
+            runs[kind] = (d, json.load(fh))
+    (classic, m_classic), (connect, m_connect) = runs["classic"], runs["connect"]
+    assert m_connect["micro_f1"] == m_classic["micro_f1"] and m_connect["macro_f1"] == m_classic["macro_f1"]
+    assert m_connect["n_documents"] == 160
+    a, b = _parameters(classic / "model"), _parameters(connect / "model")
+    np.testing.assert_allclose(b[0], a[0], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(b[1], a[1], rtol=0, atol=1e-9)
+    for ia, ib, ra, rb in zip(a[2], b[2], a[3], b[3]):
+        np.testing.assert_array_equal(ib, ia)
+        np.testing.assert_allclose(rb, ra, rtol=0, atol=1e-9)
+    pa_, pb_ = _predictions(str(classic / "pred")), _predictions(str(connect / "pred"))
+    assert sorted(pa_) == sorted(pb_) and len(pa_) == 160
+    for doc_id, want in pa_.items():
+        got = pb_[doc_id]
+        assert list(got["path"]) == list(want["path"]), doc_id
+        assert got["probability"] == pytest.approx(want["probability"], abs=1e-9)
+        np.testing.assert_allclose(got["node_probabilities"], want["node_probabilities"], rtol=0, atol=1e-9)
+        assert [list(t["path"]) for t in got["top_paths"]] == [list(t["path"]) for t in want["top_paths"]]
+    # the Connect model's training summary: the same tuning choice and calibration
+    with open(os.path.join(str(connect / "model"), "_PCEM_COMPLETE"), encoding="utf-8") as fh:
+        assert json.load(fh)["kind"] == "model"
+
+
+def test_train_over_connect_killed_at_each_write_stage_leaves_old_or_new_model(connect_url, remote, tmp_path):
+    from pcem_spark.model.path_model import PathModel
+
+    model = str(tmp_path / "model")
+    docs = _small_corpus(tmp_path / "docs.jsonl")
+    fixed = ["--set", "model.unlabeled_weight=0.5", "--set", "model.path_weight=1.0", "--set", "model.calibration=none"]
+    proc = _pcem(["train", "--docs", docs, "--model", model, "--method", "pcnb", *fixed], connect_url)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    current = "pcnb"
+    for point, replaced in (("staged", False), ("marked", False), ("old_moved", True), ("committed", True)):
+        new = "flat-nb" if current == "pcnb" else "pcnb"
+        proc = _pcem(
+            ["train", "--docs", docs, "--model", model, "--method", new, "--overwrite", *fixed],
+            connect_url,
+            kill_at=f"model:{point}",
+        )
+        assert proc.returncode == -9, proc.stderr[-2000:]
+        loaded = PathModel.load(model)  # over Connect: recover() finishes or rolls back, then the marker is read
+        assert loaded.model_settings.method == (new if replaced else current), point
+        current = loaded.model_settings.method
+    parent = os.path.dirname(model)
+    proc = _pcem(["train", "--docs", docs, "--model", model, "--method", "pcnb", "--overwrite", *fixed], connect_url)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [n for n in os.listdir(parent) if n.startswith(".model.pcem-")] == []
+
+
+def _small_corpus(path):
+    rng = np.random.default_rng(0)
+    vocab = {"space": "rocket orbit launch moon nasa shuttle", "hockey": "puck goal skate ice team season"}
+    with open(path, "w", encoding="utf-8") as fh:
+        for leaf, words in vocab.items():
+            for i in range(10):
+                labels = ["sci" if leaf == "space" else "rec", leaf] if i < 5 else None
+                text = " ".join(rng.choice(words.split(), size=8))
+                fh.write(json.dumps({"id": f"{leaf}-{i}", "text": text, "labels": labels}) + "\n")
+    return str(path)
+
+
+def test_the_malformed_catalogue_through_pcem_train_over_connect(connect_url, tmp_path):
+    """Every bad line of the catalogue is a reject with its reason, written by the Connect persistence;
+    valid + rejected = the lines read."""
+    import pyarrow.parquet as pq
+
+    with open(os.path.join(DATA, "malformed_expected.json"), encoding="utf-8") as fh:
+        expected = {int(k): v for k, v in json.load(fh).items() if not k.startswith("_")}
+    model = str(tmp_path / "model")
+    proc = _pcem(["train", "--docs", CATALOGUE, "--model", model, "--method", "pcnb"], connect_url)
+    # the valid rows may be too few to train on; the rejects are written before any fit either way
+    rejects = {r["line"]: r for r in pq.read_table(model + "_rejects").to_pylist()}
+    assert sorted(rejects) == sorted(expected), proc.stderr[-2000:]
+    for line, want in expected.items():
+        assert want["reason"] in rejects[line]["reason"], line
+    assert os.path.exists(os.path.join(model + "_rejects", "_PCEM_COMPLETE"))
+
+
+def test_commands_that_need_the_classic_api_exit_2_over_connect(connect_url, tmp_path):
+    proc = _pcem(["ingest-warc", "--input", str(tmp_path / "none.warc"), "--output", str(tmp_path / "o")], connect_url)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"SPARK_REMOTE={connect_url} asks for a Spark Connect session" in proc.stderr
+    assert "spark-submit" in proc.stderr and not (tmp_path / "o").exists()

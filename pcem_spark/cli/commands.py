@@ -14,10 +14,12 @@ import json
 import logging
 import os
 import time
+from typing import NamedTuple
 
 from pcem_spark.cli.inputs import (
     check_label_rate,
     check_outputs,
+    connect_staging,
     read_valid_documents,
     rejects_output,
     taxonomy_for,
@@ -113,11 +115,8 @@ def cmd_ingest_warc(args, settings) -> int:
 
 
 def cmd_train(args, settings) -> int:
-    from pyspark.sql import functions as F
 
     from pcem_spark.engine.session import build_session
-    from pcem_spark.experiment.protocol import assign_roles
-    from pcem_spark.ml import train
 
     if args.method:
         settings.model.method = args.method
@@ -128,7 +127,18 @@ def cmd_train(args, settings) -> int:
     for path in (args.descriptions,):
         if path and "://" not in path and not os.path.exists(path):
             raise FileNotFoundError(f"--descriptions {path!r} does not exist")
-    spark = build_session(settings.spark)
+    spark = build_session(settings.spark, connect_ok=True)
+    with connect_staging(spark, args.model):
+        return _train_on(spark, args, settings, given_taxonomy)
+
+
+def _train_on(spark, args, settings, given_taxonomy) -> int:
+    """``pcem train`` once the session exists (the staging directory of a Connect session around it)."""
+    from pyspark.sql import functions as F
+
+    from pcem_spark.experiment.protocol import assign_roles
+    from pcem_spark.ml import train
+
     t0 = time.perf_counter()
     from pcem_spark.io.output_paths import Output
 
@@ -247,14 +257,10 @@ def cmd_train(args, settings) -> int:
 
 
 def cmd_predict(args, settings) -> int:
-    from pyspark.sql import functions as F
 
     from pcem_spark.core.beam import check_beam
-    from pcem_spark.engine.progress import log_progress
     from pcem_spark.engine.session import build_session
-    from pcem_spark.io.outputs import atomic_output
-    from pcem_spark.model.path_model import PathModel
-    from pcem_spark.model.schema import LEVEL1, check_multi_path, check_output_columns, check_prediction_options
+    from pcem_spark.model.schema import check_multi_path, check_output_columns, check_prediction_options
 
     # Flags override [predict]; checked before Spark starts.
     min_probability = settings.predict.min_probability if args.min_probability is None else args.min_probability
@@ -275,7 +281,48 @@ def cmd_predict(args, settings) -> int:
     multi_path = settings.predict.multi_path if args.multi_path is None else args.multi_path
     check_multi_path(multi_path, "--multi-path" if args.multi_path is not None else "predict.multi_path")
     check_output_columns(keep, partition_by, min_probability, top_k, names=output_names)
-    spark = build_session(settings.spark)
+    spark = build_session(settings.spark, connect_ok=True)
+    options = _PredictOptions(
+        min_probability, top_k, beam, beam_name, keep, partition_by, output_names, node_probabilities, multi_path
+    )
+    with connect_staging(spark, args.output):
+        return _predict_on(spark, args, settings, options)
+
+
+class _PredictOptions(NamedTuple):
+    """``pcem predict``'s options, flags over ``[predict]``, checked before Spark starts."""
+
+    min_probability: float
+    top_k: int
+    beam: object
+    beam_name: str
+    keep: list
+    partition_by: str
+    output_names: tuple
+    node_probabilities: bool
+    multi_path: float
+
+
+def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
+    """``pcem predict`` once the session exists (the staging directory of a Connect session around it)."""
+    (
+        min_probability,
+        top_k,
+        beam,
+        beam_name,
+        keep,
+        partition_by,
+        output_names,
+        node_probabilities,
+        multi_path,
+    ) = options
+    from pyspark.sql import functions as F
+
+    from pcem_spark.engine.progress import log_progress
+    from pcem_spark.io.outputs import atomic_output
+    from pcem_spark.model.path_model import PathModel
+    from pcem_spark.model.schema import LEVEL1
+
     t0 = time.perf_counter()
     from pcem_spark.io.output_paths import Output
 
@@ -380,7 +427,7 @@ def cmd_evaluate(args, settings) -> int:
 
     if not (args.taxonomy or args.model):
         raise InputError("evaluate needs --model or --taxonomy (the set of nodes to score)")
-    spark = build_session(settings.spark)
+    spark = build_session(settings.spark, connect_ok=True)
     if args.output:
         from pcem_spark.io.output_paths import Output
 
@@ -448,7 +495,7 @@ def cmd_inspect(args, settings) -> int:
         args.overwrite,
     )
     t0 = time.perf_counter()
-    spark = build_session(settings.spark)
+    spark = build_session(settings.spark, connect_ok=True)
     model = PathModel.load(args.model)
     report = inspect_model(model, args.top_terms, model_path=args.model, rank=args.rank_terms)
     confusion = None

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
+from contextlib import contextmanager
 from typing import Optional, Sequence
 
 from pcem_spark.cli.parser import DEFAULT_CONFIG
@@ -25,6 +27,7 @@ __all__ = [
     "rejects_output",
     "check_label_rate",
     "read_valid_documents",
+    "connect_staging",
 ]
 
 log = logging.getLogger("pcem")
@@ -37,7 +40,58 @@ def settings_from_args(args):
     path = args.config
     if path is None and os.path.exists(DEFAULT_CONFIG):
         path = DEFAULT_CONFIG
-    return load_settings(path, args.overrides)
+    settings = load_settings(path, args.overrides)
+    if getattr(args, "remote", None):  # --remote wins over the settings file and SPARK_REMOTE
+        settings.spark.conf["spark.remote"] = args.remote
+    from pcem_spark.engine.session import connect_requested
+
+    if connect_requested(settings.spark):
+        _share_local_paths(args)
+    return settings
+
+
+@contextmanager
+def connect_staging(spark, output: str):
+    """Over Spark Connect, large parameters travel as files in a hidden directory beside ``output``
+    (storage the server writes, so its executors read it; ``PCEM_STAGING_DIR`` wins), deleted at the end."""
+    from pcem_spark.engine import shipping
+    from pcem_spark.engine.session import is_spark_connect
+
+    if not is_spark_connect(spark) or os.environ.get(shipping.STAGING_ENV):
+        yield
+        return
+    from pcem_spark.io.arrow_fs import ArrowFS
+
+    parent, name = os.path.split(output.rstrip("/"))
+    where = f"{parent}/.{name}.pcem-ship-{uuid.uuid4().hex[:8]}"
+    shipping.set_staging_dir(where)
+    try:
+        yield
+    finally:
+        shipping.set_staging_dir(None)
+        try:
+            ArrowFS(where).delete()
+        except OSError as exc:
+            log.warning("could not delete the staged parameters in %s: %s", where, exc)
+
+
+# The flags that name files or directories the Spark side reads or writes.
+_PATH_FLAGS = ("docs", "model", "output", "predictions", "rejects", "taxonomy", "descriptions", "init_model")
+
+
+def _share_local_paths(args) -> None:
+    """Over Spark Connect, relative local paths made absolute against this (the client's) directory.
+
+    The server resolves a relative path against its own working directory and
+    the client's file calls against this one: absolute, both name the same
+    directory when they share the disk (docs/CLUSTER.md, "Spark Connect").
+    """
+    from pcem_spark.io.arrow_fs import shared_path
+
+    for name in _PATH_FLAGS:
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value:
+            setattr(args, name, shared_path(value))
 
 
 def taxonomy_for(args, docs=None):

@@ -26,6 +26,13 @@ def _common(p: argparse.ArgumentParser) -> None:
         metavar="SECTION.KEY=VALUE",
         help="override one setting, e.g. --set model.max_iter=20 (repeatable)",
     )
+    p.add_argument(
+        "--remote",
+        default=None,
+        metavar="sc://HOST:PORT",
+        help="run as a Spark Connect client of this server (train, predict, evaluate, inspect; "
+        "also SPARK_REMOTE); the server's settings decide master and memory",
+    )
     p.add_argument("--log-level", default="INFO")
 
 

@@ -33,6 +33,8 @@ from pcem_spark.engine.blocks import (  # noqa: F401
     blocks_from_labels,
     blocks_from_node_scores,
     cache_blocks,
+    label_blocks,
+    node_score_blocks,
     packed_blocks,
     packed_label_frame,
 )
@@ -75,6 +77,8 @@ __all__ = [
     "blocks_from_labels",
     "blocks_from_node_scores",
     "cache_blocks",
+    "label_blocks",
+    "node_score_blocks",
     "packed_blocks",
     "packed_label_frame",
     "frame_sufficient_stats",

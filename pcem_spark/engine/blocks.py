@@ -2,13 +2,16 @@
 
 Each slice of at most ``block_size`` rows of an Arrow batch becomes one
 :class:`Block` (term counts, node scores, labelled mask); the blocks are
-cached as an RDD and read by every pass of :mod:`pcem_spark.engine`.
+cached and read by every pass of :mod:`pcem_spark.engine`: as an RDD of
+:class:`Block` on a classic session, as a DataFrame of packed rows
+(:data:`BLOCK_ROW`) over Spark Connect, which has no RDDs
+(:func:`label_blocks` / :func:`node_score_blocks` choose by the session).
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Dict, Iterator, Tuple
+from typing import Dict, Iterator, Tuple, Union
 
 import numpy as np
 import scipy.sparse as sp
@@ -17,7 +20,7 @@ from pyspark.sql import DataFrame
 
 from pcem_spark.core.taxonomy import PATH_KEY_SEP
 from pcem_spark.engine.arrow_io import arrow_blocks, node_score_rows, sparse_vector_arrays, weak_score_rows
-from pcem_spark.engine.session import require_classic_session
+from pcem_spark.engine.session import is_spark_connect, require_classic_session
 
 __all__ = [
     "RDD_NEEDS",
@@ -27,6 +30,9 @@ __all__ = [
     "packed_label_frame",
     "blocks_from_labels",
     "blocks_from_node_scores",
+    "packed_node_score_frame",
+    "label_blocks",
+    "node_score_blocks",
     "cache_blocks",
     "packed_blocks",
 ]
@@ -179,6 +185,19 @@ def blocks_from_labels(
     return packed.rdd.map(lambda row: _block_from_row(row, vocab_size, n_nodes))
 
 
+def packed_node_score_frame(
+    df: DataFrame, block_size: int = 4096, features_col: str = "features", scores_col: str = "node_scores"
+) -> DataFrame:
+    """DataFrame of :data:`BLOCK_ROW` rows from weak supervision (DataFrame API only, so also over Connect):
+    ``node_scores`` is array<double> of the taxonomy's K node columns (``Taxonomy.nodes`` order) or null
+    for an unlabelled row."""
+
+    def pack(batches):
+        return _pack_arrow_partition(batches, weak_score_rows, block_size)
+
+    return df.select(features_col, scores_col).mapInArrow(pack, BLOCK_ROW)
+
+
 def blocks_from_node_scores(
     df: DataFrame,
     n_nodes: int,
@@ -187,29 +206,51 @@ def blocks_from_node_scores(
     features_col: str = "features",
     scores_col: str = "node_scores",
 ) -> RDD:
-    """RDD of :class:`Block` from weak supervision: ``node_scores`` is array<double> of the
-    taxonomy's K node columns (``Taxonomy.nodes`` order) or null for an unlabelled row."""
+    """RDD of :class:`Block` of :func:`packed_node_score_frame`'s rows."""
     require_classic_session(df, "engine.blocks_from_node_scores", RDD_NEEDS)
-
-    def pack(batches):
-        return _pack_arrow_partition(batches, weak_score_rows, block_size)
-
-    packed = df.select(features_col, scores_col).mapInArrow(pack, BLOCK_ROW)
+    packed = packed_node_score_frame(df, block_size, features_col, scores_col)
     return packed.rdd.map(lambda row: _block_from_row(row, vocab_size, n_nodes))
 
 
-def cache_blocks(blocks: RDD, level: StorageLevel = StorageLevel.MEMORY_AND_DISK) -> RDD:
-    """Persist the packed blocks (they are read once per EM iteration)."""
+def label_blocks(
+    df: DataFrame,
+    path_lookup: Dict[Tuple[str, ...], int],
+    path_node: np.ndarray,
+    vocab_size: int,
+    block_size: int = 4096,
+) -> Union[RDD, DataFrame]:
+    """The blocks of labelled (and unlabelled) documents in the session's engine's form.
+
+    Classic session: :func:`blocks_from_labels` (an RDD of :class:`Block`,
+    the faster pass at scale: docs/BENCHMARKS.md). Spark Connect: the packed
+    DataFrame of :func:`packed_label_frame`, which every pass of
+    :func:`pcem_spark.engine.passes.fit` reads with the DataFrame API alone.
+    Either goes into :func:`packed_blocks`.
+    """
+    if is_spark_connect(df):
+        return packed_label_frame(df, path_lookup, path_node, block_size)
+    return blocks_from_labels(df, path_lookup, path_node, vocab_size, block_size)
+
+
+def node_score_blocks(df: DataFrame, n_nodes: int, vocab_size: int, block_size: int = 4096) -> Union[RDD, DataFrame]:
+    """:func:`label_blocks` for weak supervision's node scores (:func:`blocks_from_node_scores`)."""
+    if is_spark_connect(df):
+        return packed_node_score_frame(df, block_size)
+    return blocks_from_node_scores(df, n_nodes, vocab_size, block_size)
+
+
+def cache_blocks(blocks, level: StorageLevel = StorageLevel.MEMORY_AND_DISK):
+    """Persist the packed blocks, an RDD or a DataFrame (they are read once per EM iteration)."""
     return blocks.persist(level)
 
 
 @contextmanager
-def packed_blocks(blocks: RDD, level: StorageLevel = StorageLevel.MEMORY_AND_DISK) -> Iterator[RDD]:
+def packed_blocks(blocks, level: StorageLevel = StorageLevel.MEMORY_AND_DISK) -> Iterator:
     """Packed blocks, persisted for the ``with`` body and unpersisted when it ends, however it ends.
 
     The one way to hold blocks across EM passes::
 
-        with packed_blocks(blocks_from_labels(df, lookup, path_node, V, block_size)) as blocks:
+        with packed_blocks(label_blocks(df, lookup, path_node, V, block_size)) as blocks:
             fit_blocks(blocks, ...)
     """
     cached = cache_blocks(blocks, level)

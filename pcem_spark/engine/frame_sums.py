@@ -36,7 +36,7 @@ from pcem_spark.core.parameters import PathParameters
 from pcem_spark.core.structure import Structure
 from pcem_spark.engine.blocks import block_from_row
 from pcem_spark.engine.limits import check_result_size
-from pcem_spark.engine.shipping import check_plan_size
+from pcem_spark.engine.shipping import ship_in_plan
 from pcem_spark.engine.sums import (
     PassOptions,
     PassSettings,
@@ -117,12 +117,16 @@ def frame_sufficient_stats(
     cfg = PassSettings(n_paths, vocab_size, options, sparse_sums, n_chunks)
     tables = None if params is None else scoring_tables(params, dtype)
     static = (score_matrix, structure)
-    plan_bytes = len(pickle.dumps((tables, static), protocol=pickle.HIGHEST_PROTOCOL))
-    check_plan_size(spark, plan_bytes, f"the parameters of {n_paths:,} paths x {vocab_size:,} terms")
+    # In the plan, or (large, over Connect with a staging directory) a file each Python worker reads once.
+    shipped = ship_in_plan(spark, (tables, static), f"the parameters of {n_paths:,} paths x {vocab_size:,} terms")
     if stats is not None:
-        stats["broadcast_bytes"] = plan_bytes
+        stats["broadcast_bytes"] = getattr(shipped, "n_bytes", None) or len(
+            pickle.dumps((tables, static), protocol=pickle.HIGHEST_PROTOCOL)
+        )
+    del tables
 
     def body(batches):
+        tables, static = shipped.value
         return _sum_partition(batches, tables, static, cfg, vocab_size, n_nodes)
 
     # One task per core (coalesce keeps the cached blocks where they are), so each task combines the sums
@@ -137,7 +141,10 @@ def frame_sufficient_stats(
     else:
         # Dense sums are small (M x (V+1) per task): summed on the driver, no extra stage.
         check_result_size(spark, n_tasks * dense_bytes, what)
-    table = partial.toArrow()  # summed row chunks: O(tasks x nnz(sums) + M), never documents
+    try:
+        table = partial.toArrow()  # summed row chunks: O(tasks x nnz(sums) + M), never documents
+    finally:
+        shipped.unpersist()
     payloads = table.column("payload").to_pylist()
     records = {}
     for key, payload in zip(table.column("key").to_pylist(), payloads):

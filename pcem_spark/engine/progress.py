@@ -35,7 +35,15 @@ def log_progress(spark, what: str, n_rows: Optional[int] = None, interval: float
     The jobs started inside the block are tagged with a job group; a daemon
     thread polls Spark's status tracker (no listener, no extra job) and logs
     tasks done / total and, given ``n_rows``, the approximate rows done.
+    Over Spark Connect (no status tracker on the client) the server's
+    progress messages are logged instead (:func:`_connect_progress`).
     """
+    from pcem_spark.engine.session import is_spark_connect
+
+    if is_spark_connect(spark):
+        with _connect_progress(spark, what, n_rows, interval):
+            yield
+        return
     sc = spark.sparkContext
     group = f"pcem-progress-{what}-{time.time_ns()}"
     sc.setJobGroup(group, what, interruptOnCancel=False)
@@ -61,3 +69,29 @@ def log_progress(spark, what: str, n_rows: Optional[int] = None, interval: float
         thread.join(timeout=1.0)
         sc.setLocalProperty("spark.jobGroup.id", None)
         sc.setLocalProperty("spark.job.description", None)
+
+
+@contextmanager
+def _connect_progress(spark, what: str, n_rows: Optional[int], interval: float) -> Iterator[None]:
+    """:func:`log_progress` over Spark Connect: a progress handler fed by the server's execution progress
+    (``SparkSession.registerProgressHandler``), logging at most once per ``interval`` seconds."""
+    t0 = time.perf_counter()
+    last = [t0]
+
+    def handler(stages, inflight_tasks, operation_id, done):
+        now = time.perf_counter()
+        if done or now - last[0] < interval:
+            return
+        last[0] = now
+        stages = list(stages or [])
+        finished = sum(s.num_completed_tasks for s in stages)
+        total = sum(s.num_tasks for s in stages)
+        if total:
+            rows = f", ~{int(n_rows * finished / total):,} of {n_rows:,} rows" if n_rows else ""
+            log.info("%s: %d/%d tasks done%s, %.0fs", what, finished, total, rows, now - t0)
+
+    spark.registerProgressHandler(handler)
+    try:
+        yield
+    finally:
+        spark.removeProgressHandler(handler)

@@ -21,6 +21,7 @@ __all__ = [
     "SparkConnectError",
     "is_spark_connect",
     "require_classic_session",
+    "connect_requested",
     "setup_logging",
 ]
 
@@ -32,20 +33,26 @@ class SparkSettings:
     conf: Dict[str, str] = field(default_factory=dict)
 
 
-def build_session(settings: SparkSettings) -> SparkSession:
+def build_session(settings: SparkSettings, connect_ok: bool = False) -> SparkSession:
     """Get or create the SparkSession described by ``settings``.
 
     Under spark-submit the master comes from the command line; ``master`` in
     the settings is only applied when the environment did not set one.
+    ``connect_ok``: the caller runs on the DataFrame API alone (``pcem
+    train|predict|evaluate|inspect``), so ``spark.remote`` / ``SPARK_REMOTE``
+    / ``--remote`` give a Spark Connect client session; other callers refuse
+    them with :class:`SparkConnectError` saying what they need.
     """
     # spark-submit starts the JVM first and hands the gateway to Python; its
     # --master must win over the settings file.
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     # Refused before connecting: with a master in the settings pyspark would fail with
     # CANNOT_CONFIGURE_SPARK_CONNECT_MASTER, which reads like a transient Spark failure.
-    asked = _connect_requested(settings)
-    if asked:
+    asked = connect_requested(settings)
+    if asked and not connect_ok:
         raise _connect_error(_COMMANDS, _COMMANDS_NEED, f"{asked} asks for a Spark Connect session")
+    if asked:
+        return _connect_session(settings, asked)
     if not under_submit:
         # Local workers must run the driver's interpreter (where the package and
         # numpy/scipy are); on a cluster the executors' Python is the cluster's.
@@ -58,9 +65,37 @@ def build_session(settings: SparkSettings) -> SparkSession:
     for key, value in settings.conf.items():
         builder = builder.config(key, str(value))
     spark = builder.getOrCreate()
-    require_classic_session(spark, _COMMANDS, _COMMANDS_NEED)  # e.g. a Connect session made earlier
-    spark.sparkContext.setLogLevel("WARN")
+    if not connect_ok:
+        require_classic_session(spark, _COMMANDS, _COMMANDS_NEED)  # e.g. a Connect session made earlier
+    if not is_spark_connect(spark):
+        spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _connect_session(settings: SparkSettings, asked: str) -> SparkSession:
+    """A Spark Connect client session: the server decides master, memory and every static setting.
+
+    Only ``spark.sql.*`` settings can be set by a client (per session); the
+    others in ``[spark.conf]`` are the server's and are named in a warning.
+    """
+    conf = {k: str(v) for k, v in settings.conf.items()}
+    url = conf.pop("spark.remote", "") or os.environ.get("SPARK_REMOTE", "")
+    conf.pop("spark.api.mode", None)
+    ignored = sorted(k for k in conf if not k.startswith("spark.sql."))
+    if settings.master:
+        ignored.insert(0, f"master={settings.master}")
+    if ignored:
+        logging.getLogger(__name__).warning(
+            "%s: a Spark Connect session; these settings are the server's and are not applied: %s",
+            asked,
+            ", ".join(ignored),
+        )
+    builder = SparkSession.builder.appName(settings.app_name)
+    builder = builder.remote(url) if url else builder.config("spark.api.mode", "connect")
+    for key, value in conf.items():
+        if key.startswith("spark.sql."):
+            builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 LOOPBACK = "127.0.0.1"
@@ -157,7 +192,7 @@ _COMMANDS = "pcem (its commands and jobs/*.py)"
 _COMMANDS_NEED = "the driver's JVM (Hadoop file system calls, RDDs, broadcast variables)"
 
 
-def _connect_requested(settings: SparkSettings) -> str:
+def connect_requested(settings: SparkSettings) -> str:
     """The setting that would make ``getOrCreate`` return a Spark Connect session ("" if none)."""
     conf = {k: str(v) for k, v in settings.conf.items()}
     if conf.get("spark.remote"):
@@ -208,9 +243,9 @@ def _connect_error(what: str, needs: str, why: str) -> SparkConnectError:
         f"{what} needs {needs}, which Spark Connect does not provide, and {why}. Use a classic "
         "SparkSession: run the job with spark-submit, or build the session with "
         "SparkSession.builder.master(...).getOrCreate() -- without .remote(...), SPARK_REMOTE or "
-        "spark.api.mode=connect. Over Spark Connect, pcem-spark can only read and check documents "
-        "(pcem_spark.io.documents.read_documents with fmt='json' or 'parquet', split_rejects) and featurise them "
-        '(pcem_spark.engine.features); see docs/CLUSTER.md, "Spark Connect".'
+        "spark.api.mode=connect. Over Spark Connect, pcem-spark reads and checks documents, trains "
+        "(PathEM, pcem_spark.ml.train), predicts, saves and loads models, and runs pcem train, predict, "
+        'evaluate and inspect; see docs/CLUSTER.md, "Spark Connect".'
     )
 
 

@@ -107,7 +107,8 @@ from pyspark.sql import types as T
 
 from pcem_spark.engine.label_columns import LABEL_PATHS_TYPE
 from pcem_spark.errors import InputError
-from pcem_spark.io.hadoop_fs import FILESYSTEM_NEEDS, HadoopFS
+from pcem_spark.io.file_system import file_system, session_path
+from pcem_spark.io.hadoop_fs import FILESYSTEM_NEEDS
 from pcem_spark.io.json_lines import _parse_line, _StrictDecoder
 
 __all__ = [
@@ -231,9 +232,10 @@ def _is_ignored(relative: str) -> bool:
 _INPUT_FS_USE = "Detecting the documents format (read_documents / count_input_rows without fmt)"
 
 
-def input_fs(spark: SparkSession, path: str) -> HadoopFS:
-    """The Hadoop file system of an input ``path`` -- local or remote alike, as Spark will read it."""
-    return HadoopFS(spark, path, _INPUT_FS_USE, FILESYSTEM_NEEDS)
+def input_fs(spark: SparkSession, path: str):
+    """The file system of an input ``path`` -- local or remote alike, as Spark will read it
+    (:func:`pcem_spark.io.file_system.file_system`: the driver JVM's, or over Connect the client's)."""
+    return file_system(spark, path, _INPUT_FS_USE, FILESYSTEM_NEEDS)
 
 
 def _data_files(spark: SparkSession, path: str) -> List[str]:
@@ -242,15 +244,8 @@ def _data_files(spark: SparkSession, path: str) -> List[str]:
     if not fs.exists():
         raise DocumentsError(f"documents input {path!r} does not exist")
     if not fs.is_directory():
-        return [fs.path.toString()]
-    # Compared as URI paths: the listing's scheme/authority spelling may differ from the argument's.
-    root = fs.qualified().toUri().getPath().rstrip("/")
-    found = []
-    for status in fs.files_under():
-        file = status.getPath()
-        if not _is_ignored(file.toUri().getPath()[len(root) :]):
-            found.append(file.toString())
-    return found
+        return [fs.path_string()]
+    return [file for file, relative in fs.files_below() if not _is_ignored(relative)]
 
 
 def _has_parquet_magic(spark: SparkSession, path: str) -> bool:
@@ -522,6 +517,7 @@ def read_documents(spark: SparkSession, path: str, fmt: Optional[str] = None, ke
         Parquet column, or a Parquet column of the wrong type -- naming the
         path, the column and the expected type.
     """
+    path = session_path(spark, path)
     if "://" not in path and not os.path.exists(path):
         raise DocumentsError(f"documents input {path!r} does not exist")
     fmt = fmt or detect_format(spark, path)
@@ -543,6 +539,7 @@ def count_input_rows(spark: SparkSession, path: str, fmt: Optional[str] = None) 
     Independent of the parser, so ``valid + rejected == count_input_rows``
     is a real check that no row was lost, and cheap (JVM only).
     """
+    path = session_path(spark, path)
     fmt = fmt or detect_format(spark, path)
     if fmt == "json":
         return spark.read.text(path).count()

@@ -16,7 +16,7 @@ naming ``what`` needed it.
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 __all__ = ["HadoopFS", "OUTPUTS_USE", "OUTPUTS_NEEDS", "FILESYSTEM_NEEDS"]
 
@@ -84,6 +84,22 @@ class HadoopFS:
         it = self.fs.listFiles(self.p(path), True)
         while it.hasNext():
             yield it.next()
+
+    def path_string(self) -> str:
+        """This wrapper's path as a string."""
+        return str(self.path.toString())
+
+    def files_below(self, path=None) -> List[Tuple[str, str]]:
+        """``(file, its path relative to the directory)`` for every file below a directory, recursively.
+
+        Relative paths are compared as URI paths: a listing's scheme / authority
+        spelling may differ from the argument's.
+        """
+        root = self.fs.makeQualified(self.p(path)).toUri().getPath().rstrip("/")
+        return [
+            (str(s.getPath().toString()), str(s.getPath().toUri().getPath())[len(root) :])
+            for s in self.files_under(path)
+        ]
 
     def list_names(self, directory=None) -> List[str]:
         """The names of a directory's entries ([] when it does not exist)."""

@@ -68,10 +68,10 @@ def qualify(spark, path: str) -> str:
     """``path`` as one comparable string: scheme + authority + absolute path, symlinks resolved locally."""
     path = path.rstrip("/") or "/"
     if spark is not None and not _is_glob(path):
-        from pcem_spark.io.hadoop_fs import HadoopFS
+        from pcem_spark.io.file_system import file_system
 
         try:
-            path = HadoopFS(spark, path).qualify()
+            path = file_system(spark, path).qualify()
         except Exception:  # a Connect session or a scheme without a file system: compare as given
             pass
     if path.startswith("file:"):
@@ -259,11 +259,11 @@ def _state(spark, out: Output):
         if not os.path.lexists(p):
             return False, False, None
         return True, os.path.isdir(p), read_local_marker(p) if os.path.isdir(p) else None
-    from pcem_spark.io.hadoop_fs import HadoopFS
+    from pcem_spark.io.file_system import file_system
     from pcem_spark.io.outputs import read_marker, recover
 
     recover(spark, path)
-    fs = HadoopFS(spark, path)
+    fs = file_system(spark, path)
     if not fs.exists(path):
         return False, False, None
     is_dir = fs.is_directory(path)

@@ -33,7 +33,10 @@ Files the package writes on the driver's local disk (experiment CSV,
 markdown, figures) go through :func:`atomic_write_bytes` (temp file +
 ``os.replace``); a local folder of files with a marker (``pcem inspect``)
 through :func:`write_local_output`, the same protocol with plain file I/O.
-The Hadoop calls are :class:`pcem_spark.io.hadoop_fs.HadoopFS`'s.
+The file system calls are :class:`pcem_spark.io.hadoop_fs.HadoopFS`'s (the driver's JVM)
+on a classic session and :class:`pcem_spark.io.arrow_fs.ArrowFS`'s (``pyarrow.fs``, from
+the client) over Spark Connect: the same protocol, with the data written by the
+server's DataFrame writer either way.
 """
 
 from __future__ import annotations
@@ -48,8 +51,9 @@ import uuid
 from contextlib import contextmanager
 from typing import Dict, Iterator, List, Optional
 
+from pcem_spark.engine.session import is_spark_connect
 from pcem_spark.errors import InputError, OutputPathError
-from pcem_spark.io.hadoop_fs import HadoopFS
+from pcem_spark.io.file_system import file_system, session_path
 from pcem_spark.util.faults import maybe_kill
 
 __all__ = [
@@ -99,7 +103,7 @@ def _sibling(path: str, tag: str, run_id: str) -> str:
     return f"{parent}/.{name}{tag}{run_id}"
 
 
-def _siblings(fs: HadoopFS, path: str, tag: str) -> List[str]:
+def _siblings(fs, path: str, tag: str) -> List[str]:
     parent, name = _split(path)
     prefix = f".{name}{tag}"
     return sorted(f"{parent}/{n}" for n in fs.list_names(parent) if n.startswith(prefix))
@@ -107,7 +111,8 @@ def _siblings(fs: HadoopFS, path: str, tag: str) -> List[str]:
 
 def read_marker(spark, path: str) -> Optional[Dict[str, object]]:
     """The completion marker of ``path`` as a dict, or None when there is none (or it is unreadable)."""
-    return _parse_marker(HadoopFS(spark, path).read_text(f"{path.rstrip('/')}/{MARKER}"))
+    path = session_path(spark, path)
+    return _parse_marker(file_system(spark, path).read_text(f"{path.rstrip('/')}/{MARKER}"))
 
 
 def _parse_marker(text: Optional[str]) -> Optional[Dict[str, object]]:
@@ -153,8 +158,8 @@ def recover(spark, path: str, cleanup: bool = False) -> None:
     writer may be working on the same output), stale temporary and old
     siblings are deleted.
     """
-    fs = HadoopFS(spark, path)
-    path = path.rstrip("/")
+    path = session_path(spark, path).rstrip("/")
+    fs = file_system(spark, path)
     if not fs.exists(path):
         complete = [t for t in _siblings(fs, path, _TMP) if read_marker(spark, t) is not None]
         olds = [o for o in _siblings(fs, path, _OLD) if read_marker(spark, o) is not None]
@@ -174,8 +179,9 @@ def recover(spark, path: str, cleanup: bool = False) -> None:
 
 def require_complete(spark, path: str, kind: Optional[str] = None) -> Dict[str, object]:
     """Return the marker of ``path`` or raise :class:`IncompleteOutputError` saying what is wrong."""
+    path = session_path(spark, path)
     recover(spark, path)
-    fs = HadoopFS(spark, path)
+    fs = file_system(spark, path)
     if not fs.exists(path):
         raise FileNotFoundError(f"{path} does not exist")
     marker = read_marker(spark, path)
@@ -202,8 +208,9 @@ def check_writable(spark, path: str, overwrite: bool) -> None:
     version, or Spark's own failed write, leaves) also needs ``overwrite``:
     it may be someone else's data.
     """
+    path = session_path(spark, path)
     recover(spark, path)
-    if not overwrite and HadoopFS(spark, path).exists(path):
+    if not overwrite and file_system(spark, path).exists(path):
         raise FileExistsError(f"output {path!r} already exists; pass --overwrite to replace it")
 
 
@@ -233,8 +240,8 @@ def atomic_output(
     is written into the temporary directory, which then replaces ``path``. On
     an exception the temporary directory is deleted and ``path`` is untouched.
     """
-    path = path.rstrip("/")
-    fs = HadoopFS(spark, path)
+    path = session_path(spark, path).rstrip("/")
+    fs = file_system(spark, path)
     recover(spark, path, cleanup=True)
     if fs.exists(path):
         if not overwrite:
@@ -247,7 +254,15 @@ def atomic_output(
         yield staged
         maybe_kill(kind, "staged")
         if not fs.exists(tmp):
-            raise RuntimeError(f"nothing was written to {tmp} for {path}")
+            raise RuntimeError(
+                f"nothing was written to {tmp} for {path}"
+                + (
+                    ""
+                    if not is_spark_connect(spark)
+                    else " that this Spark Connect client can see: the server wrote elsewhere, so give a path on "
+                    "storage both reach (a shared mount, HDFS, an object store; docs/CLUSTER.md)"
+                )
+            )
         fs.write_text(f"{tmp}/{MARKER}", json.dumps(_new_marker(kind, run_id, staged.info), sort_keys=True))
         maybe_kill(kind, "marked")
     except BaseException:
@@ -261,7 +276,8 @@ def atomic_output(
 
 def commit(spark, path: str, tmp: str, run_id: str, kind: str = "") -> None:
     """Move the complete ``tmp`` to ``path``, replacing what is there (see the module docstring)."""
-    fs = HadoopFS(spark, path)
+    path = session_path(spark, path)
+    fs = file_system(spark, path)
     old = None
     if fs.exists(path):
         old = _sibling(path, _OLD, run_id)

@@ -28,9 +28,8 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.util import DefaultParamsReadable, DefaultParamsWritable, MLReadable, MLReader, MLWritable, MLWriter
 
 from pcem_spark.core.taxonomy import Taxonomy
-from pcem_spark.engine.blocks import RDD_NEEDS, blocks_from_labels, packed_blocks
+from pcem_spark.engine.blocks import label_blocks, packed_blocks
 from pcem_spark.engine.features import DEFAULT_TOKEN_PATTERN
-from pcem_spark.engine.session import require_classic_session
 from pcem_spark.errors import InputError
 from pcem_spark.ml import training
 from pcem_spark.ml.params import MODEL_PARAMS, _PathEMParams
@@ -298,7 +297,6 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         from pcem_spark.model.fitting import fit_blocks
         from pcem_spark.model.labels import check_label_paths
 
-        require_classic_session(dataset, "PathEM.fitMultiple", RDD_NEEDS)
         shareable = (
             bool(paramMaps)
             and bool(self.getOrDefault(self.featuresCol))
@@ -316,7 +314,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         release = ExitStack()
         blocks = release.enter_context(
             packed_blocks(
-                blocks_from_labels(
+                label_blocks(
                     docs,
                     taxonomy.path_lookup(),
                     taxonomy.path_node_matrix(sparse=True),
@@ -352,8 +350,6 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
 
         from pyspark.sql import functions as F
 
-        # Before any Spark job: the vocabulary and label checks would run for minutes first.
-        require_classic_session(dataset, "PathEM.fit", RDD_NEEDS)
         g = self.getOrDefault
         kind = g(self.supervision)
         if kind not in ("labels", "descriptions", "similarities"):

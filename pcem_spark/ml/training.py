@@ -19,10 +19,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pcem_spark.core.taxonomy import Taxonomy
-from pcem_spark.engine.blocks import RDD_NEEDS, blocks_from_labels, blocks_from_node_scores, packed_blocks
+from pcem_spark.engine.blocks import label_blocks, node_score_blocks, packed_blocks
 from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
 from pcem_spark.engine.passes import FitResult
-from pcem_spark.engine.session import require_classic_session
 from pcem_spark.ml.calibrating import fit_calibration
 from pcem_spark.ml.tune_settings import TuneSettings
 from pcem_spark.ml.tuning import resolve_auto
@@ -98,7 +97,6 @@ def train(
     (:class:`TrainOptions`).
     """
     opts = options or TrainOptions()
-    require_classic_session(docs, "model.train", RDD_NEEDS)
     model_settings.validate()
     feature_settings.validate()
     vocabulary, featurized = opts.vocabulary, opts.featurized
@@ -171,7 +169,7 @@ def _tune_and_fit(
                 return _calibrated(tuned, featurized, opts, seed), _fit_result(tuned)
         lookup, path_node = taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True)
         with packed_blocks(
-            blocks_from_labels(featurized, lookup, path_node, len(vocabulary), model_settings.block_size)
+            label_blocks(featurized, lookup, path_node, len(vocabulary), model_settings.block_size)
         ) as blocks:
             model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings, warm_start=warm)
         if info is not None:
@@ -210,7 +208,6 @@ def train_weak(
     """
     from pcem_spark.model.weak_labels import WeakLabelSettings, weak_label, weak_label_from_similarities
 
-    require_classic_session(docs, "model.train_weak", RDD_NEEDS)
     model_settings.validate()
     feature_settings.validate()
     feature_settings, stop_words_info = fallback_stop_words(
@@ -235,9 +232,7 @@ def train_weak(
         weak = weak_label_from_similarities(feats, taxonomy, weak_mode, min_similarity, model_settings.block_size)
     if weak_col:
         weak = weak.withColumn("node_scores", F.when(F.col(weak_col), F.col("node_scores")))
-    with packed_blocks(
-        blocks_from_node_scores(weak, taxonomy.n_nodes, len(vocabulary), model_settings.block_size)
-    ) as blocks:
+    with packed_blocks(node_score_blocks(weak, taxonomy.n_nodes, len(vocabulary), model_settings.block_size)) as blocks:
         model, result = fit_blocks(
             blocks, taxonomy, vocabulary, feature_settings, model_settings, warm_start=warm_start
         )

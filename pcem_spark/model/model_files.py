@@ -53,7 +53,7 @@ def read_parameters(spark: SparkSession, path: str, version: int, vocab_size: in
         # Format 1 stored dense log theta rows.
         n_rows = table.count()
         check_result_size(
-            spark.sparkContext,
+            spark,
             n_rows * vocab_size * 8.0,
             f"{path}: the model's parameters ({n_rows:,} rows x {vocab_size:,} terms)",
         )
@@ -64,7 +64,7 @@ def read_parameters(spark: SparkSession, path: str, version: int, vocab_size: in
     size = table.select(F.count(F.lit(1)), F.sum(F.length("term_indices") + F.length("log_ratio"))).first()
     n_rows, size = int(size[0]), int(size[1] or 0)
     check_result_size(
-        spark.sparkContext,
+        spark,
         float(size) + n_rows * 32.0,
         f"{path}: the model's parameters ({n_rows:,} rows, {size:,} bytes of non-zero entries)",
     )

@@ -483,6 +483,7 @@ class PathModel:
         term indices and float64 values (bytes); see
         :class:`pcem_spark.core.PathParameters`.
         """
+        from pcem_spark.io.file_system import session_path
         from pcem_spark.io.outputs import atomic_output
 
         spark = SparkSession.getActiveSession()
@@ -504,7 +505,8 @@ class PathModel:
         # Built in a temporary sibling and moved into place with its completion
         # marker (pcem_spark.io.outputs): a killed save never leaves new metadata
         # beside old parameters, and load() refuses a directory without it.
-        with atomic_output(spark, path, "model", overwrite=overwrite) as staged:
+        # (over Spark Connect, a relative local path is the client's: made absolute for the server too)
+        with atomic_output(spark, session_path(spark, path), "model", overwrite=overwrite) as staged:
             spark.createDataFrame([(json.dumps(meta),)], "value string").coalesce(1).write.text(
                 f"{staged.tmp}/metadata"
             )
@@ -535,11 +537,13 @@ class PathModel:
     @classmethod
     def load(cls, path: str) -> "PathModel":
         """Read a model directory written by :meth:`save`; refuse an incomplete or corrupt one (ValueError)."""
+        from pcem_spark.io.file_system import session_path
         from pcem_spark.io.outputs import require_complete
 
         spark = SparkSession.getActiveSession()
         if spark is None:
             raise RuntimeError("PathModel.load needs an active SparkSession")
+        path = session_path(spark, path)
         require_complete(spark, path, "model")
         meta_rows = spark.read.text(f"{path}/metadata").collect()
         try:

@@ -10,10 +10,11 @@ costs a bounded multiple of one fit however large the corpus is:
   :func:`rescaled_unlabeled_weight`, so the unlabelled sample weighs, per
   labelled document, what all the unlabelled documents weigh in the full fit;
 * the sample is packed once into CSR blocks (one list per fold and one for
-  the unlabelled documents), gathered into one partition and paired with the
-  task list, so each task fits one grid point on the other folds with the same
-  EM code as the full fit, in one process (:func:`pcem_spark.engine.passes.fit`
-  over a list of blocks), and predicts its held-out fold. Only per-node
+  the unlabelled documents), gathered into one partition (or, over Spark
+  Connect, broadcast by a join hint) and paired with the task list, so each
+  task fits one grid point on the other folds with the same EM code as the
+  full fit, in one process (:func:`pcem_spark.engine.passes.fit` over a list
+  of blocks), and predicts its held-out fold. Only per-node
   TP / FP / FN counts come back to the driver -- never a document.
 
 The math of a task is :func:`cv_task` on lists of blocks, tested without Spark.
@@ -36,7 +37,8 @@ from pcem_spark.core.estep import length_normalize, scoring_tables
 from pcem_spark.core.methods import method_spec
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine import passes
-from pcem_spark.engine.blocks import Block, blocks_from_labels
+from pcem_spark.engine.blocks import Block, block_from_row, packed_label_frame
+from pcem_spark.engine.session import is_spark_connect
 from pcem_spark.evaluation.metrics import f1_scores, metric_nodes
 from pcem_spark.model.fitting import em_settings
 from pcem_spark.model.settings import ModelSettings
@@ -228,33 +230,86 @@ def run_sampled_cv(
     ``sample``: ``features, labels, fold`` rows over ``vocab_size`` terms --
     the labelled sample with its fold, the unlabelled sample with fold
     :data:`UNLABELED_PART`. ``grid``: the settings of each grid point, lambda
-    already rescaled. One Spark job packs the sample into one partition and
-    runs the ``len(grid) x n_folds`` tasks next to it. ``keep_out_of_fold``:
-    each task also returns its held-out fold's out-of-fold set (:func:`cv_task`).
+    already rescaled. One Spark job packs the sample and runs the
+    ``len(grid) x n_folds`` tasks next to it: with RDDs on a classic session
+    (:func:`_tasks_on_rdd`), with DataFrames alone over Spark Connect
+    (:func:`_tasks_on_frames`); the tasks are the same :func:`cv_task`.
+    ``keep_out_of_fold``: each task also returns its held-out fold's
+    out-of-fold set (:func:`cv_task`).
     """
     lookup, path_node = taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True)
-    sc = sample.sparkSession.sparkContext
-    packed = []
-    for part in [*range(n_folds), UNLABELED_PART]:
-        rdd = blocks_from_labels(sample.where(F.col("fold") == part), lookup, path_node, vocab_size, block_size)
-        packed.append(rdd.map(lambda b, part=part: (part, b)))
-    # One partition holding the whole (bounded) sample, computed once and read by every task.
-    gathered = sc.union(packed).coalesce(1).glom().cache()
-    try:
-        tasks = [(i, f) for i in range(len(grid)) for f in range(n_folds)]
-        task_rdd = sc.parallelize(tasks, len(tasks))
+    tasks = [(i, f) for i in range(len(grid)) for f in range(n_folds)]
 
-        def run(pair):
-            parts, (i, f) = pair
-            return i, f, cv_task(parts, f, taxonomy, vocab_size, grid[i], keep_out_of_fold)
+    def run(parts, task):
+        i, f = tasks[task]
+        return cv_task(parts, f, taxonomy, vocab_size, grid[i], keep_out_of_fold)
 
-        out = gathered.cartesian(task_rdd).map(run).collect()  # one small dict of node counts per task
-    finally:
-        gathered.unpersist()
+    packed = [
+        (part, packed_label_frame(sample.where(F.col("fold") == part), lookup, path_node, block_size))
+        for part in [*range(n_folds), UNLABELED_PART]
+    ]
+    runner = _tasks_on_frames if is_spark_connect(sample) else _tasks_on_rdd
+    out = runner(packed, len(tasks), run, vocab_size, path_node.shape[1])
     results: List[List[Dict[str, object]]] = [[{} for _ in range(n_folds)] for _ in grid]
-    for i, f, r in out:
+    for task, r in out:
+        i, f = tasks[task]
         results[i][f] = r
     return results
+
+
+def _tasks_on_rdd(packed, n_tasks: int, run, vocab_size: int, n_nodes: int) -> List[Tuple[int, Dict[str, object]]]:
+    """``[(task, run(parts, task))]``: the sample gathered into one cached partition, paired with each task."""
+    sc = packed[0][1].sparkSession.sparkContext
+    rdds = [
+        frame.rdd.map(lambda row, part=part: (part, block_from_row(row, vocab_size, n_nodes))) for part, frame in packed
+    ]
+    # One partition holding the whole (bounded) sample, computed once and read by every task.
+    gathered = sc.union(rdds).coalesce(1).glom().cache()
+    try:
+        task_rdd = sc.parallelize(range(n_tasks), n_tasks)
+        # one small dict of node counts per task comes back
+        return gathered.cartesian(task_rdd).map(lambda pair: (pair[1], run(pair[0], pair[1]))).collect()
+    finally:
+        gathered.unpersist()
+
+
+_TASK_RESULT = "task long, payload binary"
+
+
+def _tasks_on_frames(packed, n_tasks: int, run, vocab_size: int, n_nodes: int) -> List[Tuple[int, Dict[str, object]]]:
+    """:func:`_tasks_on_rdd` on the DataFrame API alone (Spark Connect: no RDD, no broadcast variable).
+
+    The packed sample (bounded) is broadcast by a join hint to a one-row-per-
+    partition frame of task numbers: each partition then holds one task and
+    the whole sample, in the sample's order, and a ``mapInArrow`` runs it.
+    No shuffle, so adaptive execution cannot merge the tasks into one.
+    """
+    spark = packed[0][1].sparkSession
+    sample = None
+    for part, frame in packed:
+        tagged = frame.withColumn("_part", F.lit(part))
+        sample = tagged if sample is None else sample.unionByName(tagged)
+    pairs = spark.range(0, n_tasks, 1, n_tasks).withColumnRenamed("id", "_task").crossJoin(F.broadcast(sample))
+
+    def run_partition(batches):
+        import pickle
+
+        import pyarrow as pa
+
+        parts: Dict[int, list] = {}
+        for batch in batches:
+            for row in batch.to_pylist():
+                parts.setdefault(row["_task"], []).append((row["_part"], block_from_row(row, vocab_size, n_nodes)))
+        for task, blocks in parts.items():
+            payload = pickle.dumps(run(blocks, task), protocol=pickle.HIGHEST_PROTOCOL)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([task], pa.int64()), pa.array([payload], pa.binary())], ["task", "payload"]
+            )
+
+    import pickle
+
+    rows = pairs.mapInArrow(run_partition, _TASK_RESULT).collect()
+    return [(int(r["task"]), pickle.loads(r["payload"])) for r in rows]
 
 
 def with_weight(settings: ModelSettings, scale: float) -> ModelSettings:

@@ -35,6 +35,7 @@ from pcem_spark.core.similarity import (
 )
 from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError
 from pcem_spark.engine.arrow_io import arrow_blocks, csr_of
+from pcem_spark.engine.shipping import ship
 from pcem_spark.errors import InputError
 
 __all__ = ["WeakLabelSettings", "description_matrix", "weak_columns", "weak_label_from_similarities", "weak_label"]
@@ -248,7 +249,7 @@ def weak_label(
     D = description_matrix(spark, descriptions, vocabulary, feature_settings, nodes, taxonomy)
     excluded = frozenset(empty_description_nodes(D, nodes))
     desc_unit = tfidf_rows(D, idf)
-    bc = spark.sparkContext.broadcast((idf, desc_unit, nodes, depths, excluded))
+    bc = ship(spark, (idf, desc_unit, nodes, depths, excluded), "the label descriptions' tf-idf vectors")
     out_schema = T.StructType(
         list(df.schema.fields)
         + [
