@@ -43,11 +43,11 @@ import numpy as np  # noqa: E402
 
 def client(args) -> dict:
     """The client phase (its own process, SPARK_REMOTE set): build, fit, save, load, predict."""
+    from bench_large_taxonomy import build_taxonomy, generator
     from pyspark.ml.linalg import SparseVector, VectorUDT
     from pyspark.sql import SparkSession
     from pyspark.sql import types as T
 
-    from bench_large_taxonomy import build_taxonomy, generator
     from pcem_spark.core.estep import scoring_tables
     from pcem_spark.engine.session import setup_logging
     from pcem_spark.ml.estimator import PathEM, PathEMModel

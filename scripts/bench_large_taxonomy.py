@@ -19,6 +19,8 @@ so two engines are compared in one run::
     python scripts/bench_large_taxonomy.py --shape 10,10,10 --vocab-bits 18 --docs 20000 \\
         --iters 3 --compare-src /tmp/dense_engine --compare-dtype float32
     python scripts/bench_large_taxonomy.py --shape 10,10,100 --vocab-bits 20 --docs 100000 --iters 50
+    python scripts/bench_large_taxonomy.py --shape 10,10,10 --vocab-bits 18 --docs 20000 --iters 3 --top-k 5 \
+        --frame-pass   # the RDD pass and the DataFrame-only pass side by side
 """
 
 from __future__ import annotations
@@ -240,6 +242,25 @@ def run(args) -> dict:
     shuffle, _ = _stage_shuffle_bytes(sc, last_stage)
     driver_peak = _rss_mb(os.getpid(), "VmHWM:")
     blocks.unpersist()
+    frame_row = {}
+    if args.frame_pass:
+        # The DataFrame-only pass (engine.frame_sums, what Spark Connect runs) on the same documents, right
+        # after the RDD fit: packed as a cached DataFrame, the same EM settings and iterations.
+        frame = engine.packed_label_frame(df, taxonomy.path_lookup(), path_node, 4096).cache()
+        frame.count()
+        frame_fit = engine.fit(frame, score_matrix(taxonomy, "pcem"), V, settings=kwargs["settings"])
+        frame.unpersist()
+        diff = (frame_fit.params.log_ratio - fit.params.log_ratio).tocsr()
+        frame_row = {
+            "frame_iteration_seconds": [round(s, 2) for s in frame_fit.iter_seconds],
+            "frame_median_iteration_seconds": statistics.median(frame_fit.iter_seconds),
+            "frame_max_abs_log_ratio_diff": float(abs(diff).max()) if diff.nnz else 0.0,
+        }
+        print(
+            f"DataFrame-only pass {frame_row['frame_median_iteration_seconds']:.2f}s per iteration "
+            f"(RDD {statistics.median(fit.iter_seconds):.2f}s)",
+            flush=True,
+        )
 
     # Held-out documents from the same generator: is the generating path recovered?
     rng = np.random.default_rng(99)
@@ -303,6 +324,7 @@ def run(args) -> dict:
         ],
         "predict_seconds": round(predict_s, 2),
         "loglik_history": fit.loglik_history,
+        **frame_row,
     }
     if args.beam and hasattr(core, "beam_predict_paths"):
         tree = core.beam_tables(fit.params, path_node, args.smoothing)
@@ -343,6 +365,11 @@ def main(argv=None) -> int:
     ap.add_argument("--beam", default="", help="comma-separated beam widths to measure against the exact argmax")
     ap.add_argument("--compare-src", default="", help="also run with the pcem_spark of this source tree")
     ap.add_argument("--compare-dtype", default="", help="dtype of the comparison run (default: --dtype)")
+    ap.add_argument(
+        "--frame-pass",
+        action="store_true",
+        help="also fit with the DataFrame-only pass (Spark Connect's engine) on the same documents, side by side",
+    )
     ap.add_argument("--out", default="out/bench/large_taxonomy.json")
     args = ap.parse_args(argv)
     results = []

@@ -30,6 +30,7 @@ from typing import Optional
 
 import numpy as np
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from pcem_spark.core.estep import scoring_tables
 from pcem_spark.core.parameters import PathParameters
@@ -43,6 +44,7 @@ from pcem_spark.engine.sums import (
     _add,
     _assemble,
     _collect_bound,
+    _limit_or_inf,
     _Local,
     _pass_partition,
     sums_layout,
@@ -136,14 +138,21 @@ def frame_sufficient_stats(
     if sparse_sums:
         # Wide models: the tasks' sums are summed on the cluster (the reduceByKey of the RDD pass), one row per
         # row chunk reaches the driver.
-        check_result_size(spark, _collect_bound(cfg, score_matrix, (stats or {}).get("n_terms"), dense_bytes), what)
         partial = partial.groupBy("key").applyInArrow(_sum_group, _SUM_SCHEMA)
+        bound = _collect_bound(cfg, score_matrix, (stats or {}).get("n_terms"), dense_bytes)
+        if bound * 1.1 + (1 << 20) > _limit_or_inf(spark):
+            # The bound says it might not fit (e.g. the first pass, before the term count is known): size the
+            # summed rows exactly first, as the RDD pass does; the cached rows are then collected.
+            partial = partial.cache()
+            exact = partial.agg(F.sum(F.length("payload"))).first()[0] or 0
+            check_result_size(spark, float(exact), what)
     else:
         # Dense sums are small (M x (V+1) per task): summed on the driver, no extra stage.
         check_result_size(spark, n_tasks * dense_bytes, what)
     try:
         table = partial.toArrow()  # summed row chunks: O(tasks x nnz(sums) + M), never documents
     finally:
+        partial.unpersist()
         shipped.unpersist()
     payloads = table.column("payload").to_pylist()
     records = {}
