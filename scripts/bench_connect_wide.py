@@ -20,6 +20,7 @@ ships in its plan), the client process's peak RSS (``VmHWM``), and the peak
 RSS of the server's JVM and of its Python workers::
 
     python scripts/bench_connect_wide.py --shape 10,10,10 --vocab-bits 18 --docs 20000 --iters 3
+    python scripts/bench_connect_wide.py ... --staging   # the parameters as files, not in the plan
 """
 
 from __future__ import annotations
@@ -150,6 +151,11 @@ def main(argv=None) -> int:
     ap.add_argument("--label-rate", type=float, default=0.01)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--server-memory", default="6g")
+    ap.add_argument(
+        "--staging",
+        action="store_true",
+        help="ship the parameters as staged files (PCEM_STAGING_DIR in the work directory) instead of in the plan",
+    )
     ap.add_argument("--out", default="out/bench/connect_wide.json")
     ap.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--work", default="", help=argparse.SUPPRESS)
@@ -166,6 +172,8 @@ def main(argv=None) -> int:
     server = start_connect_server(port, work, memory=args.server_memory)
     try:
         env = dict(os.environ, SPARK_REMOTE=f"sc://127.0.0.1:{port}")
+        if args.staging:
+            env["PCEM_STAGING_DIR"] = os.path.join(work, "staged")
         cmd = [sys.executable, os.path.abspath(__file__), "--client", "--work", work, *(argv or sys.argv[1:])]
         with MemorySampler() as mem:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -177,6 +185,7 @@ def main(argv=None) -> int:
         result = json.loads(line[0][len("RESULT ") :])
         result["server_jvm_peak_rss_mb"] = round(mem.jvm_peak)
         result["server_python_workers_peak_rss_mb"] = round(mem.workers_peak)
+        result["parameters_shipped"] = "staged file" if args.staging else "in the plan"
     finally:
         stop_connect_server(server)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
