@@ -16,6 +16,7 @@ import pytest
 from pcem_spark.engine import shipping
 from pcem_spark.engine.limits import ResultSizeError
 from pcem_spark.engine.storage import local_path, resolve
+from pcem_spark.errors import OutputPathError
 from pcem_spark.io.arrow_fs import ArrowFS, shared_path
 from pcem_spark.io.file_system import file_system, session_path
 from pcem_spark.io.outputs import MARKER, IncompleteOutputError, atomic_output, read_marker, require_complete
@@ -105,7 +106,7 @@ def test_atomic_outputs_over_the_client_file_system(tmp_path, monkeypatch):
             raise RuntimeError("boom")
     assert read_marker(remote, out)["rows"] == 3
     assert [n for n in os.listdir(tmp_path) if n.startswith(".pred")] == []
-    with pytest.raises(RuntimeError, match="nothing was written .* Spark Connect client can see"):
+    with pytest.raises(OutputPathError, match="nothing was written .* Spark Connect client can see"):
         with atomic_output(remote, out, "predictions", overwrite=True):
             pass
     # killed between the renames: the old output aside, the complete new one not yet in place
@@ -146,3 +147,29 @@ def test_large_values_travel_as_staged_files_over_connect(tmp_path, monkeypatch)
     assert os.listdir(tmp_path / "stage") == []
     classic = type("SparkSession", (), {})()
     assert isinstance(shipping.ship_in_plan(classic, huge, "x"), shipping.Shipped)
+
+
+def test_directory_moves_on_object_stores_copy_the_markers_last(tmp_path):
+    """pyarrow moves no directory on S3 / GCS: ArrowFS copies each file, "_" files (markers) last."""
+    root = str(tmp_path)
+    fs = ArrowFS(root)
+    fs.mkdirs(f"{root}/src/part")
+    for name in ("_PCEM_COMPLETE", "part/a.parquet", "_SUCCESS", "b.parquet"):
+        fs.write_text(f"{root}/src/{name}", name)
+    copied = []
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def copy_file(self, src, dst):
+            copied.append(os.path.basename(src))
+            self.inner.copy_file(src, dst)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    fs.fs, fs._bucket = Recording(fs.fs), "as-if-a-bucket"
+    fs.rename(f"{root}/src", f"{root}/dst")
+    assert sorted(copied[:2]) == ["a.parquet", "b.parquet"] and sorted(copied[2:]) == ["_PCEM_COMPLETE", "_SUCCESS"]
+    assert not fs.exists(f"{root}/src") and fs.read_text(f"{root}/dst/part/a.parquet") == "part/a.parquet"

@@ -134,10 +134,21 @@ class ArrowFS:
             self.fs.delete_file(self._p(path))
 
     def rename(self, src: str, dst: str) -> None:
-        """``os.rename`` on local disk (atomic for a directory); a copy and a delete on object stores."""
+        """``os.rename`` on local disk and HDFS (atomic for a directory); on object stores (S3, GCS), where
+        pyarrow moves no directory, a copy of every file -- those whose name starts with "_" (the completion
+        marker, Spark's ``_SUCCESS``) last, so a half-copied directory never carries one -- then a delete
+        of the source."""
         if self.exists(dst):
             raise OSError(f"could not rename {src} to {dst}: the target exists")
-        self.fs.move(self._p(src), self._p(dst))
+        if not (self._bucket and self.is_directory(src)):
+            self.fs.move(self._p(src), self._p(dst))
+            return
+        source, target = self._p(src).rstrip("/"), self._p(dst).rstrip("/")
+        files = self.files_below(src)
+        for _, relative in sorted(files, key=lambda f: f[1].rsplit("/", 1)[-1].startswith("_")):
+            self.fs.create_dir((target + relative).rsplit("/", 1)[0], recursive=True)
+            self.fs.copy_file(source + relative, target + relative)
+        self.fs.delete_dir(source)
 
     def mkdirs(self, path: Optional[str] = None) -> None:
         self.fs.create_dir(self._p(path), recursive=True)

@@ -254,15 +254,13 @@ def atomic_output(
         yield staged
         maybe_kill(kind, "staged")
         if not fs.exists(tmp):
-            raise RuntimeError(
-                f"nothing was written to {tmp} for {path}"
-                + (
-                    ""
-                    if not is_spark_connect(spark)
-                    else " that this Spark Connect client can see: the server wrote elsewhere, so give a path on "
-                    "storage both reach (a shared mount, HDFS, an object store; docs/CLUSTER.md)"
+            if is_spark_connect(spark):  # the server wrote where this client cannot see: a deployment error
+                raise OutputPathError(
+                    f"nothing was written to {tmp} for {path} that this Spark Connect client can see: the "
+                    "server wrote elsewhere, so give a path on storage both reach (a shared mount, HDFS, an "
+                    "object store; docs/CLUSTER.md)"
                 )
-            )
+            raise RuntimeError(f"nothing was written to {tmp} for {path}")
         fs.write_text(f"{tmp}/{MARKER}", json.dumps(_new_marker(kind, run_id, staged.info), sort_keys=True))
         maybe_kill(kind, "marked")
     except BaseException:
