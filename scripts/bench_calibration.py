@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     from pyspark.sql import functions as F
 
     from pcem_spark.cli.config import load_settings
-    from pcem_spark.core.calibration import expected_calibration_error
+    from pcem_spark.core.calibration import expected_calibration_error, map_from_record
     from pcem_spark.engine.session import build_session
     from pcem_spark.evaluation.metrics import evaluate_predictions
     from pcem_spark.experiment.protocol import assign_roles
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
             candidates = [("none", None, None), ("temperature", temperature, None)]
             # Every map the calibration fitted (the training summary keeps them all); "default" = the chosen one.
             for kind, m in summary.get("maps", {}).items():
-                candidates.append((f"temperature+{kind}", temperature, (np.array(m["x"]), np.array(m["y"]))))
+                candidates.append((f"temperature+{kind}", temperature, map_from_record(m)))
             candidates.append(("default", temperature, probability_map))
             for name, t, mapping in candidates:
                 model.temperature, model.probability_map = t, mapping
@@ -180,7 +180,14 @@ def main(argv=None) -> int:
     return 0
 
 
-NAMES = ("none", "temperature", "temperature+isotonic", "temperature+logistic", "default")
+NAMES = (
+    "none",
+    "temperature",
+    "temperature+isotonic",
+    "temperature+logistic",
+    "temperature+logistic-depth",
+    "default",
+)
 
 
 def markdown(rows, thresholds) -> str:

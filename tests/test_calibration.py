@@ -270,8 +270,8 @@ def _small_model(spark):
 def test_train_calibrates_and_the_paths_stay_the_same(spark):
     docs, model = _small_model(spark)
     summary = model.training_summary["calibration"]
-    assert summary["method"] in ("temperature+isotonic", "temperature+logistic")
-    assert set(summary["map_held_out_log_loss"]) == {"isotonic", "logistic"}
+    assert summary["method"] in ("temperature+isotonic", "temperature+logistic", "temperature+logistic-depth")
+    assert set(summary["map_held_out_log_loss"]) == {"isotonic", "logistic", "logistic-depth"}
     assert model.temperature == pytest.approx(summary["temperature"], rel=1e-5) and model.probability_map is not None
     assert summary["documents"] > 0 and {"ece_calibrated", "log_loss_uncalibrated", "sample"} <= set(summary)
     calibrated = model.transform(docs, top_k=2)
@@ -353,7 +353,7 @@ def test_choose_map_prefers_the_kind_that_predicts_held_out_events():
     p = rng.uniform(0, 1, size=20000)
     correct = rng.random(len(p)) < np.where(p > 0.5, 0.95, 0.05)
     kind, maps, _ = choose_map(p, correct, np.arange(len(p)) // 2)
-    assert kind == "isotonic" and set(maps) == {"isotonic", "logistic"}
+    assert kind == "isotonic" and set(maps) == {"isotonic", "logistic", "logistic-depth"}
     kind, _, losses = choose_map(p, correct, np.arange(len(p)), kinds=("logistic",))
     assert kind == "logistic" and set(losses) == {"logistic"}
 
@@ -368,3 +368,76 @@ def test_logistic_map_on_saturated_marginals_stays_sane():
     mapped = apply_map(np.array([0.6, 1.0]), (x, y))
     # both groups pulled toward their precisions (0.5 and 0.8), not to 0 or 1
     assert 0.3 < mapped[0] < 0.75 and 0.7 < mapped[1] < 0.95
+
+
+def test_depth_maps_calibrate_each_depth_and_never_raise_a_node_above_its_parent():
+    from pcem_spark.core.calibration import (
+        DepthMaps,
+        apply_map,
+        choose_map,
+        map_nodes,
+        map_paths,
+        path_depths,
+        paths_at_least,
+    )
+
+    rng = np.random.default_rng(7)
+    n = 4000
+    p = rng.beta(4, 1, size=n)
+    depth = np.arange(n) % 2  # each document: its level-1 node, then its leaf
+    z = np.log(p) - np.log1p(-p)
+    # level-1 nodes are calibrated as they are; leaves are over-confident (right far less often)
+    truth = np.where(depth == 0, p, 1 / (1 + np.exp(-(0.5 * z - 1.0))))
+    correct = rng.random(n) < truth
+    kind, maps, losses = choose_map(p, correct, np.arange(n) // 2, depth=depth)
+    assert kind == "logistic-depth" and losses["logistic-depth"] < min(losses["logistic"], losses["isotonic"])
+    dm = maps["logistic-depth"]
+    grid = np.array([0.7, 0.85, 0.95])
+    np.testing.assert_allclose(apply_map(grid, dm.at(0)), grid, atol=0.04)
+    np.testing.assert_allclose(
+        apply_map(grid, dm.at(1)), 1 / (1 + np.exp(-(0.5 * np.log(grid / (1 - grid)) - 1.0))), atol=0.04
+    )
+    assert dm.at(5) is dm.maps[-1]  # deeper nodes: the last depth's map
+    # saved and read back
+    cal = Calibration(1.5, dm)
+    back = Calibration.from_record(json.loads(json.dumps(cal.as_record())))
+    assert isinstance(back.probability_map, DepthMaps) and len(back.probability_map.maps) == 2
+    np.testing.assert_allclose(back.probability_map.maps[1][1], dm.maps[1][1])
+    # nodes along a path: each column its depth's map, then never above the parent
+    along = np.array([[0.9, 0.9], [0.6, 0.55]])
+    got = map_nodes(along, dm)
+    want = np.column_stack([apply_map(along[:, 0], dm.at(0)), apply_map(along[:, 1], dm.at(1))])
+    np.testing.assert_allclose(got, np.minimum.accumulate(want, axis=1))
+    assert (got[:, 1] <= got[:, 0]).all()
+    # paths: the map of each path's leaf depth (path 0 ends at depth 0, path 1 at depth 1)
+    path_nodes = np.array([[3, -1], [1, 2]])
+    np.testing.assert_array_equal(path_depths(path_nodes), [0, 1])
+    with_depths = dm._replace(path_depth=path_depths(path_nodes))
+    prob = np.array([[0.8, 0.8]])
+    np.testing.assert_allclose(
+        map_paths(prob, with_depths, np.array([[0, 1]])),
+        [[apply_map(np.array([0.8]), dm.at(0))[0], apply_map(np.array([0.8]), dm.at(1))[0]]],
+    )
+    assert paths_at_least(0.3, 1000, dm) == max(paths_at_least(0.3, 1000, m) for m in dm.maps)
+
+
+def test_a_model_with_depth_maps_predicts_the_mapped_dense_marginals(spark):
+    """transform with per-depth maps: node probabilities = each depth's map of the dense Eq. 5 marginals,
+    never above the parent's; the path's probability = its leaf depth's map of its posterior."""
+    from pcem_spark.core.calibration import DepthMaps, apply_map, logistic_map
+
+    docs, model = _small_model(spark)
+    rng = np.random.default_rng(1)
+    p = rng.beta(3, 1, size=400)
+    level1 = logistic_map(p, rng.random(400) < p)
+    leaf = logistic_map(p, rng.random(400) < p**3)
+    model.probability_map = DepthMaps((level1, leaf))
+    rows = model.transform(docs, node_probabilities=True, top_k=2).collect()
+    model.probability_map = None
+    raw = {r.id: r for r in model.transform(docs, node_probabilities=True, top_k=2).collect()}
+    for r in rows:
+        marg = np.array(raw[r.id].node_probabilities)
+        want = np.minimum.accumulate([apply_map(marg[:1], level1)[0], apply_map(marg[1:2], leaf)[0]])
+        np.testing.assert_allclose(r.node_probabilities, want, atol=1e-12)
+        assert list(r.path) == list(raw[r.id].path)
+        assert r.probability == pytest.approx(apply_map(np.array([raw[r.id].probability]), leaf)[0], abs=1e-12)

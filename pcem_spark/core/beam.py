@@ -24,7 +24,7 @@ from typing import NamedTuple, Optional, Tuple, Union
 import numpy as np
 import scipy.sparse as sp
 
-from pcem_spark.core.calibration import apply_map
+from pcem_spark.core.calibration import map_nodes, map_paths
 from pcem_spark.core.decoding import PathPredictions, block_scores, path_node_outputs
 from pcem_spark.core.estep import DENSE_TERM_SHARE, ScoringTables, length_normalize, scoring_tables
 from pcem_spark.core.parameters import PathParameters, recovered_counts
@@ -436,16 +436,17 @@ def beam_path_details(
     else:
         k, post = _softmax_rows(scores, paths, getattr(scorer, "temperature", 1.0))
     mapping = getattr(scorer, "probability_map", None)
-    best, prob = paths[rows, k], apply_map(post[rows, k], mapping)
+    best = paths[rows, k]
+    prob = map_paths(post[rows, k], mapping, best)
     kept = kept_prob = top_index = top_prob = node_prob = top_post = None
     if min_probability > 0 or node_probabilities:
         marg, real = _beam_marginals(best, paths, post, path_nodes)
         node_prob, kept, kept_prob = path_node_outputs(
-            apply_map(marg, mapping), real, min_probability, node_probabilities
+            map_nodes(marg, mapping), real, min_probability, node_probabilities
         )
     if top_k > 0:
         top_index, top_post = _beam_top(paths, post, top_k, scorer.n_paths)
-        top_prob = np.where(top_index >= 0, apply_map(top_post, mapping), 0.0)
+        top_prob = np.where(top_index >= 0, map_paths(top_post, mapping, top_index), 0.0)
     return PathPredictions(best, prob, kept, kept_prob, top_index, top_prob, node_prob, top_post)
 
 

@@ -45,8 +45,15 @@ __all__ = [
     "isotonic_map",
     "logistic_map",
     "MAP_KINDS",
+    "DepthMaps",
+    "depth_logistic_maps",
     "choose_map",
     "apply_map",
+    "map_paths",
+    "map_nodes",
+    "path_depths",
+    "map_record",
+    "map_from_record",
     "paths_at_least",
     "predicted_node_events",
     "expected_calibration_error",
@@ -59,24 +66,61 @@ MIN_OUT_OF_FOLD = 20  # fewer out-of-fold documents: no temperature is fitted (u
 TEMPERATURE_BOUNDS = (1e-2, 1e4)  # the search range of T
 
 
+class DepthMaps(NamedTuple):
+    """One monotone map per node depth (``maps[d]``: breakpoints ``(x, y)`` for nodes at depth ``d + 1``; the
+    last one serves deeper nodes), and for prediction the depth index of each path's deepest real node.
+
+    ``path_depth`` (int ndarray (M,)) is not saved: the model fills it from its taxonomy
+    (:func:`path_depths`) before predicting, so a path's probability goes through its leaf's map.
+    """
+
+    maps: Tuple[Tuple[np.ndarray, np.ndarray], ...]
+    path_depth: Optional[np.ndarray] = None
+
+    def at(self, depth: int) -> Tuple[np.ndarray, np.ndarray]:
+        return self.maps[min(int(depth), len(self.maps) - 1)]
+
+
+def map_record(mapping) -> Dict[str, object]:
+    """A probability map as JSON: ``{"x", "y"}`` breakpoints, or ``{"depths": [{"x", "y"}, ...]}``."""
+    if isinstance(mapping, DepthMaps):
+        return {"depths": [map_record(m) for m in mapping.maps]}
+    return {"x": [float(v) for v in mapping[0]], "y": [float(v) for v in mapping[1]]}
+
+
+def map_from_record(record: Dict[str, object]):
+    """The inverse of :func:`map_record`; ValueError when it is not one."""
+    if "depths" in record:
+        maps = tuple(map_from_record(m) for m in record["depths"])
+        if not maps:
+            raise ValueError("the depth maps are empty")
+        return DepthMaps(maps)
+    x, y = np.asarray(record["x"], dtype=np.float64), np.asarray(record["y"], dtype=np.float64)
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("the probability map has a non-finite breakpoint")
+    if x.shape != y.shape or x.ndim != 1 or not len(x) or (np.diff(x) <= 0).any() or (np.diff(y) < 0).any():
+        raise ValueError("the probability map is not increasing breakpoints")
+    if ((y < 0) | (y > 1)).any():
+        raise ValueError("the probability map leaves [0, 1]")
+    return x, y
+
+
 class Calibration(NamedTuple):
     """A model's calibration: ``temperature`` for the joint log-likelihoods, then ``probability_map``.
 
-    ``probability_map``: ``(x, y)`` breakpoints of :func:`isotonic_map` (None = identity).
+    ``probability_map``: ``(x, y)`` breakpoints of :func:`isotonic_map` or
+    :func:`logistic_map`, or a :class:`DepthMaps` (None = identity).
     """
 
     temperature: float
-    probability_map: Optional[Tuple[np.ndarray, np.ndarray]] = None
+    probability_map: Optional[object] = None
 
     def as_record(self) -> Dict[str, object]:
         """JSON-able (the model's metadata)."""
         record: Dict[str, object] = {"method": "temperature", "temperature": float(self.temperature)}
         if self.probability_map is not None:
             record["method"] = "temperature+map"
-            record["map"] = {
-                "x": [float(v) for v in self.probability_map[0]],
-                "y": [float(v) for v in self.probability_map[1]],
-            }
+            record["map"] = map_record(self.probability_map)
         return record
 
     @classmethod
@@ -86,16 +130,7 @@ class Calibration(NamedTuple):
         if not (temperature > 0 and np.isfinite(temperature)):
             raise ValueError(f"temperature {temperature}")
         mapping = record.get("map")
-        if mapping is None:
-            return cls(temperature)
-        x, y = np.asarray(mapping["x"], dtype=np.float64), np.asarray(mapping["y"], dtype=np.float64)
-        if not (np.isfinite(x).all() and np.isfinite(y).all()):
-            raise ValueError("the probability map has a non-finite breakpoint")
-        if x.shape != y.shape or x.ndim != 1 or not len(x) or (np.diff(x) <= 0).any() or (np.diff(y) < 0).any():
-            raise ValueError("the probability map is not increasing breakpoints")
-        if ((y < 0) | (y > 1)).any():
-            raise ValueError("the probability map leaves [0, 1]")
-        return cls(temperature, (x, y))
+        return cls(temperature) if mapping is None else cls(temperature, map_from_record(mapping))
 
 
 class OutOfFold(NamedTuple):
@@ -244,7 +279,8 @@ def isotonic_map(probability: np.ndarray, correct: np.ndarray) -> Tuple[np.ndarr
 
 
 # The monotone maps a calibration can end with (ModelSettings.calibration "temperature+<kind>").
-MAP_KINDS = ("isotonic", "logistic")
+MAP_KINDS = ("isotonic", "logistic", "logistic-depth")
+MIN_DEPTH_EVENTS = 40  # fewer events at a depth: its map is the pooled logistic one
 
 _LOGIT_CLIP = 1e-7  # probabilities are read at most this close to 0 or 1 (a logit of about +-16.1)
 _LOGIT_GRID = 1.0 / (1.0 + np.exp(-np.linspace(-16.1, 16.1, 129)))  # dense near 0 and 1, where marginals pile up
@@ -291,23 +327,65 @@ def logistic_map(probability: np.ndarray, correct: np.ndarray) -> Tuple[np.ndarr
     return x, np.maximum.accumulate(np.concatenate([[0.0], inner]))
 
 
-def _fit_map(kind: str, probability: np.ndarray, correct: np.ndarray):
-    return isotonic_map(probability, correct) if kind == "isotonic" else logistic_map(probability, correct)
+def depth_logistic_maps(probability: np.ndarray, correct: np.ndarray, depth: np.ndarray) -> DepthMaps:
+    """A :func:`logistic_map` per node depth (``depth``: 0-based, one per event).
+
+    Nodes of different depths are calibrated differently by one temperature:
+    a level-1 node's marginal sums over many paths, a leaf's is one path's
+    posterior. A depth with fewer than :data:`MIN_DEPTH_EVENTS` events gets
+    the map fitted on all events.
+    """
+    depth = np.asarray(depth, dtype=np.int64)
+    pooled = None
+    maps = []
+    for d in range(int(depth.max(initial=0)) + 1):
+        at = depth == d
+        if at.sum() >= MIN_DEPTH_EVENTS:
+            maps.append(logistic_map(probability[at], correct[at]))
+        else:
+            pooled = pooled if pooled is not None else logistic_map(probability, correct)
+            maps.append(pooled)
+    return DepthMaps(tuple(maps))
+
+
+def _fit_map(kind: str, probability: np.ndarray, correct: np.ndarray, depth: np.ndarray):
+    if kind == "isotonic":
+        return isotonic_map(probability, correct)
+    if kind == "logistic-depth":
+        return depth_logistic_maps(probability, correct, depth)
+    return logistic_map(probability, correct)
+
+
+def _apply_events(probability: np.ndarray, mapping, depth: np.ndarray) -> np.ndarray:
+    """``probability`` of events at ``depth`` through ``mapping`` (one map, or one per depth)."""
+    if not isinstance(mapping, DepthMaps):
+        return apply_map(probability, mapping)
+    out = np.empty_like(np.asarray(probability, dtype=np.float64))
+    for d in np.unique(depth):
+        at = depth == d
+        out[at] = apply_map(probability[at], mapping.at(d))
+    return out
 
 
 def choose_map(
-    probability: np.ndarray, correct: np.ndarray, row: np.ndarray, kinds: Sequence[str] = MAP_KINDS
-) -> Tuple[str, Dict[str, Tuple[np.ndarray, np.ndarray]], Dict[str, float]]:
+    probability: np.ndarray,
+    correct: np.ndarray,
+    row: np.ndarray,
+    kinds: Sequence[str] = MAP_KINDS,
+    depth: Optional[np.ndarray] = None,
+) -> Tuple[str, Dict[str, object], Dict[str, float]]:
     """``(kind, maps, held-out log-loss per kind)``: the map of ``kinds`` that predicts held-out events best.
 
     Cross-fitted on two halves of the documents (``row``: each event's
     document; even / odd rows, so a document's nodes stay together): each
     kind is fitted on one half and scored (log-loss) on the other, both
     ways. Every kind is then fitted on every event (``maps[kind]``); the
-    model uses that of the chosen kind.
+    model uses that of the chosen kind. ``depth``: each event's node depth
+    (0-based; None = all at depth 0), read by "logistic-depth".
     """
     probability = np.asarray(probability, dtype=np.float64)
     correct = np.asarray(correct, dtype=np.float64)
+    depth = np.zeros(len(probability), dtype=np.int64) if depth is None else np.asarray(depth, dtype=np.int64)
     half = (np.asarray(row) % 2).astype(bool)
     losses = {}
     for kind in kinds:
@@ -316,14 +394,13 @@ def choose_map(
             if not fit_on.any() or fit_on.all():
                 loss = np.inf if len(kinds) > 1 else 0.0
                 break
-            q = np.clip(
-                apply_map(probability[~fit_on], _fit_map(kind, probability[fit_on], correct[fit_on])), 1e-6, 1 - 1e-6
-            )
+            fitted = _fit_map(kind, probability[fit_on], correct[fit_on], depth[fit_on])
+            q = np.clip(_apply_events(probability[~fit_on], fitted, depth[~fit_on]), 1e-6, 1 - 1e-6)
             t = correct[~fit_on]
             loss -= float(np.sum(t * np.log(q) + (1 - t) * np.log(1 - q)))
         losses[kind] = loss / max(len(probability), 1)
     kind = min(kinds, key=lambda k: (losses[k], kinds.index(k)))
-    return kind, {k: _fit_map(k, probability, correct) for k in kinds}, losses
+    return kind, {k: _fit_map(k, probability, correct, depth) for k in kinds}, losses
 
 
 def apply_map(probability: np.ndarray, probability_map) -> np.ndarray:
@@ -335,17 +412,54 @@ def apply_map(probability: np.ndarray, probability_map) -> np.ndarray:
     return np.where(np.isnan(probability), np.nan, np.clip(out, 0.0, 1.0))
 
 
+def path_depths(path_nodes: np.ndarray) -> np.ndarray:
+    """(M,) depth index (0-based) of each path's deepest real node (``path_nodes``: -1 at dummies)."""
+    real = np.asarray(path_nodes) >= 0
+    return (real.shape[1] - 1 - np.argmax(real[:, ::-1], axis=1)).astype(np.int64)
+
+
+def map_paths(probability: np.ndarray, mapping, paths: np.ndarray) -> np.ndarray:
+    """Path probabilities (any shape, ``paths`` their path indices) through ``mapping``: one map, or per
+    :class:`DepthMaps` the map of each path's leaf depth (``mapping.path_depth``)."""
+    if not isinstance(mapping, DepthMaps):
+        return apply_map(probability, mapping)
+    depth = mapping.path_depth[np.maximum(np.asarray(paths), 0)]
+    out = np.empty_like(np.asarray(probability, dtype=np.float64))
+    for d in np.unique(depth):
+        at = depth == d
+        out[at] = apply_map(np.asarray(probability)[at], mapping.at(d))
+    return out
+
+
+def map_nodes(probability: np.ndarray, mapping) -> np.ndarray:
+    """Node marginals along paths, (n, D) with column ``d`` at depth ``d``, through ``mapping``.
+
+    With :class:`DepthMaps` each column gets its depth's map, and then a
+    running minimum along the path: a node is on the true path only if its
+    parent is, so its probability never exceeds its parent's (one shared
+    monotone map keeps that by itself).
+    """
+    if not isinstance(mapping, DepthMaps):
+        return apply_map(probability, mapping)
+    probability = np.asarray(probability, dtype=np.float64)
+    out = np.column_stack([apply_map(probability[:, d], mapping.at(d)) for d in range(probability.shape[1])])
+    return np.minimum.accumulate(out, axis=1) if out.size else out
+
+
 def paths_at_least(probability: float, n_paths: int, probability_map=None) -> int:
     """How many paths can have a (mapped) probability >= ``probability``: the top-k that holds them all.
 
     The unmapped posteriors sum to 1, so at most ``1 / r`` of them reach r,
-    the smallest posterior the map takes to ``probability`` or more.
+    the smallest posterior the map takes to ``probability`` or more (with
+    :class:`DepthMaps`, the smallest over the depths' maps).
 
     >>> paths_at_least(0.3, 1000), paths_at_least(0.3, 2), paths_at_least(0.0, 50)
     (3, 2, 50)
     """
     if probability <= 0:
         return int(n_paths)
+    if isinstance(probability_map, DepthMaps):
+        return max(paths_at_least(probability, n_paths, m) for m in probability_map.maps)
     r = float(probability)
     if probability_map is not None:
         x, y = probability_map
@@ -359,7 +473,7 @@ def paths_at_least(probability: float, n_paths: int, probability_map=None) -> in
 
 
 def predicted_node_events(
-    oof: OutOfFold, path_nodes: np.ndarray, temperature: float = 1.0, with_rows: bool = False
+    oof: OutOfFold, path_nodes: np.ndarray, temperature: float = 1.0, with_rows: bool = False, with_depth: bool = False
 ) -> Tuple[np.ndarray, ...]:
     """Marginal probability and correctness of every real node on each row's predicted path.
 
@@ -377,14 +491,15 @@ def predicted_node_events(
     Returns
     -------
     probability : ndarray (events,), correct : bool ndarray (events,)
-    (and with ``with_rows`` the row of each event, int ndarray (events,))
+    (and with ``with_rows`` the row of each event, int ndarray (events,);
+    with ``with_depth`` then each event's depth index, int ndarray (events,))
     """
     post = scaled_posteriors(oof.scores, temperature)
     best = oof.paths[:, 0]
     rows = np.arange(oof.n)
     true = oof.paths[rows, oof.true]
     cand = np.where(oof.paths[:, :, None] >= 0, path_nodes[np.maximum(oof.paths, 0)], -2)  # (n, K, D)
-    probs, correct, which = [], [], []
+    probs, correct, which, depths = [], [], [], []
     for d in range(path_nodes.shape[1]):
         node = path_nodes[best, d]
         real = node >= 0
@@ -392,9 +507,13 @@ def predicted_node_events(
         probs.append(np.clip(marginal[real], 0.0, 1.0))
         correct.append((path_nodes[true, d] == node)[real])
         which.append(rows[real])
+        depths.append(np.full(int(real.sum()), d, dtype=np.int64))
+    out = (np.concatenate(probs), np.concatenate(correct))
     if with_rows:
-        return np.concatenate(probs), np.concatenate(correct), np.concatenate(which)
-    return np.concatenate(probs), np.concatenate(correct)
+        out += (np.concatenate(which),)
+    if with_depth:
+        out += (np.concatenate(depths),)
+    return out
 
 
 def reliability_bins(probability: np.ndarray, correct: np.ndarray, n_bins: int = 15) -> Dict[str, list]:
@@ -440,13 +559,15 @@ def calibration_report(
     """ECE of predicted-path node marginals and true-path log-loss: uncalibrated (T = 1), at ``temperature``,
     and through ``probability_map`` too (``ece_calibrated``)."""
     before = predicted_node_events(oof, path_nodes, 1.0)
-    after = predicted_node_events(oof, path_nodes, temperature)
+    after = predicted_node_events(oof, path_nodes, temperature, with_depth=True)
     return {
         "documents": oof.n,
         "node_events": int(before[0].size),
         "ece_uncalibrated": round(expected_calibration_error(*before), 6),
-        "ece_temperature": round(expected_calibration_error(*after), 6),
-        "ece_calibrated": round(expected_calibration_error(apply_map(after[0], probability_map), after[1]), 6),
+        "ece_temperature": round(expected_calibration_error(after[0], after[1]), 6),
+        "ece_calibrated": round(
+            expected_calibration_error(_apply_events(after[0], probability_map, after[2]), after[1]), 6
+        ),
         "log_loss_uncalibrated": round(true_path_log_loss(oof, 1.0), 6),
         "log_loss_calibrated": round(true_path_log_loss(oof, temperature), 6),
     }

@@ -11,7 +11,7 @@ from typing import NamedTuple, Optional, Tuple
 import numpy as np
 import scipy.sparse as sp
 
-from pcem_spark.core.calibration import apply_map
+from pcem_spark.core.calibration import map_nodes, map_paths
 from pcem_spark.core.estep import ScoringTables, joint_log_likelihood, length_normalize
 from pcem_spark.core.structure import Structure, group_log_softmax, posterior
 
@@ -172,7 +172,7 @@ def predict_paths(
         stop = start + jll.shape[0]
         best[start:stop], prob[start:stop] = decode(jll, structure, overwrite=True, temperature=temperature)
     if structure is None:
-        prob = apply_map(prob, tables.probability_map)
+        prob = map_paths(prob, tables.probability_map, best)
     return best, prob
 
 
@@ -500,7 +500,7 @@ def _chunk_details(jll, structure, path_node, path_nodes, options) -> PathPredic
     min_probability, top_k, temperature, node_probabilities, mapping = options
     best, prob = decode(jll, structure, temperature=temperature)
     if structure is None:
-        prob = apply_map(prob, mapping)
+        prob = map_paths(prob, mapping, best)
     else:  # the baselines' rules are not calibrated
         temperature, mapping = 1.0, None
     if min_probability <= 0 and top_k <= 0 and not node_probabilities:
@@ -513,12 +513,12 @@ def _chunk_details(jll, structure, path_node, path_nodes, options) -> PathPredic
     if min_probability > 0 or node_probabilities:
         nodes = path_nodes[best]  # (n, D)
         real = nodes >= 0
-        # The (calibrated) marginal of each node of the decoded path; monotone maps keep parent >= child.
-        along = apply_map(
+        # The (calibrated) marginal of each node of the decoded path, never above its parent's.
+        along = map_nodes(
             np.take_along_axis(node_marginals(path_post, path_node), np.maximum(nodes, 0), axis=1), mapping
         )
         node_prob, kept, kept_prob = path_node_outputs(along, real, min_probability, node_probabilities)
     if top_k > 0:
         top_index, top_post = top_k_paths(path_post, top_k)
-        top_prob = apply_map(top_post, mapping)
+        top_prob = map_paths(top_post, mapping, top_index)
     return PathPredictions(best, prob, kept, kept_prob, top_index, top_prob, node_prob, top_post)

@@ -31,11 +31,13 @@ from pcem_spark.core.calibration import (
     MAP_KINDS,
     MIN_OUT_OF_FOLD,
     Calibration,
+    DepthMaps,
     OutOfFold,
     calibration_report,
     choose_map,
     concat_out_of_fold,
     fit_temperature,
+    map_record,
     predicted_node_events,
 )
 from pcem_spark.core.decoding import path_node_table
@@ -89,17 +91,24 @@ def fit_calibration(
     # Then the node marginals at that temperature -> observed precision, by a monotone map: isotonic
     # or logistic, whichever predicts held-out nodes better (cross-fitted), unless the settings name one.
     forced = settings.calibration.partition("+")[2]
+    probability, correct, rows, depth = predicted_node_events(
+        oof, path_nodes, temperature, with_rows=True, with_depth=True
+    )
     kind, maps, map_losses = choose_map(
-        *predicted_node_events(oof, path_nodes, temperature, with_rows=True), kinds=(forced,) if forced else MAP_KINDS
+        probability, correct, rows, kinds=(forced,) if forced else MAP_KINDS, depth=depth
     )
     probability_map = maps[kind]
     summary = {
         "method": f"temperature+{kind}",
         # every candidate, fitted on all the out-of-fold nodes (what bench_calibration compares)
-        "maps": {k: {"x": m[0].tolist(), "y": m[1].tolist()} for k, m in maps.items()},
+        "maps": {k: map_record(m) for k, m in maps.items()},
         "map_held_out_log_loss": {k: round(v, 6) for k, v in map_losses.items()},
         "temperature": round(temperature, 6),
-        "map_breakpoints": int(len(probability_map[0])),
+        "map_breakpoints": int(
+            sum(len(m[0]) for m in probability_map.maps)
+            if isinstance(probability_map, DepthMaps)
+            else len(probability_map[0])
+        ),
         "fitted_on": "out-of-fold predictions of the labelled cross-validation sample",
         "folds": tune.folds,
         "sample": drawn.as_dict(),

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pcem_spark.core.beam import beam_path_details, beam_scorer, beam_tables, beam_width, check_beam
+from pcem_spark.core.calibration import DepthMaps, path_depths
 from pcem_spark.core.decoding import path_node_table, predict_path_details, predict_paths
 from pcem_spark.core.estep import scoring_tables
 from pcem_spark.core.methods import MethodSpec, method_spec
@@ -272,8 +273,14 @@ class PathModel:
 
     @property
     def effective_probability_map(self):
-        """The map prediction's probabilities go through (:attr:`probability_map`; None for the baselines)."""
-        return None if self.temperature is None or self.spec.structure is not None else self.probability_map
+        """The map prediction's probabilities go through (:attr:`probability_map`; None for the baselines);
+        per-depth maps get each path's leaf depth from the taxonomy."""
+        if self.temperature is None or self.spec.structure is not None:
+            return None
+        if isinstance(self.probability_map, DepthMaps):
+            table = path_node_table(self.taxonomy.path_node_matrix(sparse=True), self.taxonomy.is_dummy)
+            return self.probability_map._replace(path_depth=path_depths(table))
+        return self.probability_map
 
     def beam_width(self, beam="auto", name: str = "beam") -> int:
         """The beam width prediction with ``beam`` uses for this model (0 = the exact argmax).

@@ -26,7 +26,13 @@ AUTO = "auto"
 
 
 # How prediction's probabilities are calibrated (ModelSettings.calibration).
-CALIBRATIONS = ("temperature", "temperature+isotonic", "temperature+logistic", "none")
+CALIBRATIONS = (
+    "temperature",
+    "temperature+isotonic",
+    "temperature+logistic",
+    "temperature+logistic-depth",
+    "none",
+)
 
 
 @dataclass
@@ -59,8 +65,8 @@ class ModelSettings:
     seed: int = 0  # random initial split of those components (nbmc / emmc only)
     # Probabilities: "temperature" = Eq. 5's joint log-likelihoods divided by one temperature fitted
     # on out-of-fold predictions of the labelled documents (core.calibration; the paths never
-    # change), then a monotone map of node marginals to precision, isotonic or logistic, whichever
-    # predicts held-out out-of-fold nodes better ("temperature+isotonic" / "+logistic" force one);
+    # change), then a monotone map of node marginals to precision, isotonic, logistic or logistic per
+    # node depth, whichever predicts held-out out-of-fold nodes best ("temperature+<kind>" forces one);
     # "none" = the raw naive-Bayes posterior (over-confident).
     calibration: str = "temperature"
 
