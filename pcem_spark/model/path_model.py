@@ -275,12 +275,11 @@ class PathModel:
     def effective_probability_map(self):
         """The map prediction's probabilities go through (:attr:`probability_map`; None for the baselines);
         per-depth maps get each path's leaf depth from the taxonomy."""
-        if self.temperature is None or self.spec.structure is not None:
-            return None
-        if isinstance(self.probability_map, DepthMaps):
-            table = path_node_table(self.taxonomy.path_node_matrix(sparse=True), self.taxonomy.is_dummy)
-            return self.probability_map._replace(path_depth=path_depths(table))
-        return self.probability_map
+        mapping = None if self.temperature is None or self.spec.structure is not None else self.probability_map
+        if not isinstance(mapping, DepthMaps):
+            return mapping
+        table = path_node_table(self.taxonomy.path_node_matrix(sparse=True), self.taxonomy.is_dummy)
+        return mapping._replace(path_depth=path_depths(table))
 
     def beam_width(self, beam="auto", name: str = "beam") -> int:
         """The beam width prediction with ``beam`` uses for this model (0 = the exact argmax).

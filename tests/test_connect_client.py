@@ -1,4 +1,4 @@
-"""The client-side file system of Spark Connect sessions (pyarrow.fs) and the parameters staged as files.
+"""What a Spark Connect client does itself: its file system (pyarrow.fs), staged parameters, progress, paths.
 
 No Connect server here: a stand-in session whose class lives under
 ``pyspark.sql.connect`` is what ``is_spark_connect`` looks at, so the atomic
@@ -173,3 +173,26 @@ def test_directory_moves_on_object_stores_copy_the_markers_last(tmp_path):
     fs.rename(f"{root}/src", f"{root}/dst")
     assert sorted(copied[:2]) == ["a.parquet", "b.parquet"] and sorted(copied[2:]) == ["_PCEM_COMPLETE", "_SUCCESS"]
     assert not fs.exists(f"{root}/src") and fs.read_text(f"{root}/dst/part/a.parquet") == "part/a.parquet"
+
+
+def test_progress_over_connect_comes_from_the_servers_progress_handler(caplog):
+    """log_progress on a Connect session registers a progress handler (no status tracker on a client),
+    logs tasks done / total at most once per interval, and removes the handler at the end."""
+    import logging
+    from types import SimpleNamespace
+
+    from pcem_spark.engine.progress import log_progress
+
+    remote = _fake_connect()
+    handlers = []
+    remote.registerProgressHandler = handlers.append
+    remote.removeProgressHandler = handlers.remove
+    stages = [SimpleNamespace(num_tasks=4, num_completed_tasks=1), SimpleNamespace(num_tasks=4, num_completed_tasks=3)]
+    with caplog.at_level(logging.INFO, logger="pcem_spark.engine.progress"):
+        with log_progress(remote, "predict", n_rows=800, interval=0.0):
+            assert len(handlers) == 1
+            handlers[0](stages, 2, "op", False)
+            handlers[0](stages, 0, "op", True)  # the final call of an operation: nothing more to say
+    assert handlers == []
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and lines[0].startswith("predict: 4/8 tasks done, ~400 of 800 rows")
