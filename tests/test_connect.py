@@ -465,6 +465,10 @@ def test_train_predict_evaluate_over_connect_match_the_classic_run(connect_url, 
         assert proc.returncode == 0, proc.stderr[-3000:]
         with open(d / "m.json", encoding="utf-8") as fh:
             runs[kind] = (d, json.load(fh))
+    # pcem inspect over Connect: its local report folder, complete with the reliability diagram
+    proc = _pcem(["inspect", "--model", "model", "--predictions", "pred", "--output", "insp"], connect_url, cwd=d)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {"_PCEM_COMPLETE", "model.md", "reliability.md", "reliability.png"} <= set(os.listdir(d / "insp"))
     (classic, m_classic), (connect, m_connect) = runs["classic"], runs["connect"]
     assert m_connect["micro_f1"] == m_classic["micro_f1"] and m_connect["macro_f1"] == m_classic["macro_f1"]
     assert m_connect["n_documents"] == 160
