@@ -88,6 +88,12 @@ def test_frame_pass_sparse_sums_equal_the_rdd_pass(spark, corpus, monkeypatch):
     got = frame_sums.frame_sufficient_stats(c.frame, None, spec.score_matrix, c.V, n_nodes, init)
     assert hasattr(got[0], "toarray")
     _assert_same(got, want)
+    # wide models: more, smaller summed chunks (one result row each), the same sums
+    monkeypatch.setattr(frame_sums, "CHUNK_TARGET_BYTES", 64)
+    stats = {}
+    got = frame_sums.frame_sufficient_stats(c.frame, None, spec.score_matrix, c.V, n_nodes, init, stats=stats)
+    _assert_same(got, want)
+    assert stats["collected_bytes"] > 0
 
 
 def test_frame_pass_refuses_sums_over_max_result_size(spark):

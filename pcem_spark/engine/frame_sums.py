@@ -53,6 +53,8 @@ from pcem_spark.engine.sums import (
 __all__ = ["frame_sufficient_stats"]
 
 _SUM_SCHEMA = "key long, payload binary"
+# The largest summed chunk a pass aims at: one result row each, well under a Connect gRPC message.
+CHUNK_TARGET_BYTES = 32 << 20
 
 
 def _sum_partition(batches, tables, static, cfg: PassSettings, vocab_size: int, n_nodes: int):
@@ -117,6 +119,12 @@ def frame_sufficient_stats(
         check_result_size(spark, dense_bytes, what)
     n_chunks = max(1, min(n_paths, 4 * _default_parallelism(spark)))
     cfg = PassSettings(n_paths, vocab_size, options, sparse_sums, n_chunks)
+    bound = _collect_bound(cfg, score_matrix, (stats or {}).get("n_terms"), dense_bytes)
+    if sparse_sums and bound > n_chunks * CHUNK_TARGET_BYTES:
+        # One summed chunk is one result row, and a row must fit one gRPC message of the Connect client
+        # (128 MiB by default): more, smaller chunks for wide models (the sums do not change).
+        n_chunks = min(n_paths, int(np.ceil(bound / CHUNK_TARGET_BYTES)))
+        cfg = PassSettings(n_paths, vocab_size, options, sparse_sums, n_chunks)
     tables = None if params is None else scoring_tables(params, dtype)
     static = (score_matrix, structure)
     # In the plan, or (large, over Connect with a staging directory) a file each Python worker reads once.
@@ -139,7 +147,6 @@ def frame_sufficient_stats(
         # Wide models: the tasks' sums are summed on the cluster (the reduceByKey of the RDD pass), one row per
         # row chunk reaches the driver.
         partial = partial.groupBy("key").applyInArrow(_sum_group, _SUM_SCHEMA)
-        bound = _collect_bound(cfg, score_matrix, (stats or {}).get("n_terms"), dense_bytes)
         if bound * 1.1 + (1 << 20) > _limit_or_inf(spark):
             # The bound says it might not fit (e.g. the first pass, before the term count is known): size the
             # summed rows exactly first, as the RDD pass does; the cached rows are then collected.
