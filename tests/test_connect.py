@@ -551,3 +551,31 @@ def test_commands_that_need_the_classic_api_exit_2_over_connect(connect_url, tmp
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"SPARK_REMOTE={connect_url} asks for a Spark Connect session" in proc.stderr
     assert "spark-submit" in proc.stderr and not (tmp_path / "o").exists()
+
+
+def test_dataless_training_from_label_descriptions_over_connect(remote):
+    """train_weak over Connect: IDF and the description similarities on the server, the weak labels'
+    tf-idf vectors shipped without a broadcast variable, then the DataFrame-only EM."""
+    from pcem_spark.core.taxonomy import Taxonomy
+    from pcem_spark.ml.estimator import PathEM
+
+    taxonomy = Taxonomy.from_label_paths([["sci", "space"], ["rec", "hockey"]])
+    rows = []
+    for i in range(30):
+        words = "rocket orbit launch moon nasa" if i % 2 else "puck goal skate ice team"
+        rows.append((f"w{i}", " ".join(words.split()[(i + k) % 5] for k in range(4))))
+    docs = remote.createDataFrame(rows, "id string, text string")
+    desc = {"sci": "science", "rec": "recreation", "space": "rocket orbit", "hockey": "puck ice"}
+    est = PathEM(
+        method="pcem",
+        maxIter=3,
+        minDF=1.0,
+        maxDF=1.0,
+        stopWords="none",
+        taxonomy=taxonomy.to_json(),
+        supervision="descriptions",
+        descriptions=json.dumps(desc),
+    )
+    out = est.fit(docs).transform(docs).select("id", "leaf").collect()
+    assert len(out) == 30
+    assert sum(r["leaf"] == ("space" if int(r["id"][1:]) % 2 else "hockey") for r in out) >= 27
