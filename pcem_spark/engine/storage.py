@@ -12,7 +12,7 @@ import os
 from typing import Optional, Tuple
 from urllib.parse import urlparse
 
-__all__ = ["local_path", "resolve"]
+__all__ = ["local_path", "pyarrow_name", "resolve"]
 
 # Hadoop's spellings of the object stores pyarrow knows under another scheme.
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
@@ -29,6 +29,21 @@ def local_path(path: str) -> Optional[str]:
     if "://" not in path:
         return os.path.abspath(path)
     return None
+
+
+def pyarrow_name(path: str) -> str:
+    """What ``pyarrow.fs`` calls ``path`` on its file system (``bucket/key`` on object stores, ``/path``
+    elsewhere), without connecting to it.
+
+    >>> pyarrow_name("s3a://bucket/out/x"), pyarrow_name("hdfs://nn:8020/data"), pyarrow_name("file:/tmp/x")
+    ('bucket/out/x', '/data', '/tmp/x')
+    """
+    local = local_path(path)
+    if local is not None:
+        return local
+    url = urlparse(path)
+    bucket = url.netloc if _SCHEME_ALIASES.get(url.scheme, url.scheme) in ("s3", "gs") else ""
+    return f"{bucket}{url.path}" if bucket else (url.path or "/")
 
 
 def resolve(path: str) -> Tuple[object, str, str]:
@@ -52,5 +67,4 @@ def resolve(path: str) -> Tuple[object, str, str]:
             f"{path}: this process cannot reach the file system of {url.scheme}:// through pyarrow.fs "
             f"({type(exc).__name__}: {exc})"
         ) from None
-    bucket = url.netloc if scheme in ("s3", "gs") else ""
-    return fs, (f"{bucket}{url.path}" if bucket else (url.path or "/")), bucket
+    return fs, pyarrow_name(path), url.netloc if scheme in ("s3", "gs") else ""

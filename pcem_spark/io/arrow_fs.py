@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from typing import List, Optional, Tuple
 
-from pcem_spark.engine.storage import local_path, resolve
+from pcem_spark.engine.storage import local_path, pyarrow_name, resolve
 
 __all__ = ["ArrowFS", "shared_path"]
 
@@ -66,7 +66,7 @@ class ArrowFS:
         self._prefix = "" if local_path(path) is not None else path[: path.index("://") + 3] + path.split("/")[2]
 
     def _p(self, path: Optional[str] = None) -> str:
-        return resolve(self.path if path is None else path)[1] if self._prefix else local_path(path or self.path)
+        return pyarrow_name(self.path if path is None else path)  # naming only: no new connection per call
 
     def _spelled(self, inner: str) -> str:
         """A pyarrow path back in the caller's spelling."""
