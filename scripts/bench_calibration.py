@@ -26,8 +26,21 @@ The candidates, all fitted on the same out-of-fold predictions at training:
 ``none`` (T = 1, the raw posterior), ``temperature`` (the fitted T alone) and
 ``temperature+isotonic`` (the product's default: T, then the monotone map of
 node marginals to precision, ``core.calibration.isotonic_map``); the test
-events come from ``node_probabilities``. One JSON line per run, and
-``OUT/bench_calibration.md``::
+events come from ``node_probabilities``. Two more numbers per run say how far any calibration fitted on that many
+labelled documents can be trusted:
+
+* ``spread`` -- the training summary's ``probability_spread``: how far the
+  calibrated probabilities move when the calibration is refitted on a
+  bootstrap of its out-of-fold documents (``core.calibration_spread``);
+* ``floor`` (``--floor-draws``) -- the test ECE of the product's calibration
+  procedure (temperature, then the cross-fitted map) fitted on as many
+  *test* documents as the model had out-of-fold ones, scored by the final
+  model itself, and measured on the other test documents; the mean over
+  draws. No fold-model mismatch and no selection: only the noise of that
+  many labels. A calibration fitted on n labelled documents cannot be
+  expected to do better than this floor.
+
+One JSON line per run, and ``OUT/bench_calibration.md``::
 
     python scripts/bench_calibration.py --docs out/20ng.jsonl.gz --rates 0.01,0.1 --seeds 0,1,2
     python scripts/bench_calibration.py --docs out/20ng.jsonl.gz --dotted --rates 0.01,0.1
@@ -88,6 +101,9 @@ def main(argv=None) -> int:
     ap.add_argument("--thresholds", default="0.7,0.8,0.9,0.95")
     ap.add_argument("--config", default=os.path.join(os.path.dirname(HERE), "conf", "pcem.toml"))
     ap.add_argument("--out", default="out/bench_calibration")
+    ap.add_argument(
+        "--floor-draws", type=int, default=20, help="draws of the noise floor (0 = not measured, see the docstring)"
+    )
     args = ap.parse_args(argv)
     thresholds = [float(x) for x in args.thresholds.split(",")]
     os.makedirs(args.out, exist_ok=True)
@@ -155,6 +171,8 @@ def main(argv=None) -> int:
                 }
                 pred.unpersist()
             model.temperature, model.probability_map = temperature, probability_map
+            n_fit = int(summary.get("documents") or 0)
+            floor = noise_floor(model, test, taxonomy, n_fit, args.floor_draws, seed) if n_fit else None
             row = {
                 "corpus": corpus,
                 "rate": rate,
@@ -166,6 +184,9 @@ def main(argv=None) -> int:
                 "calibration_seconds": summary.get("seconds"),
                 "train_seconds": round(train_seconds, 1),
                 "test_events": int(correct.size),
+                "out_of_fold_documents": n_fit,
+                "probability_spread": summary.get("probability_spread"),
+                "floor_ece": floor,
                 "results": results,
             }
             rows.append(row)
@@ -190,6 +211,68 @@ NAMES = (
 )
 
 
+def test_scores(model, test, taxonomy):
+    """(OutOfFold of the test documents under the final model: every path's joint log-likelihood, sorted, and
+    the true path; path_nodes). A benchmark of a few thousand documents: their term counts come to the driver."""
+    import scipy.sparse as sp
+
+    from pcem_spark.core.calibration import out_of_fold
+    from pcem_spark.core.decoding import block_scores, path_node_table
+    from pcem_spark.core.estep import length_normalize, scoring_tables
+    from pcem_spark.engine.features import featurize
+
+    lookup = taxonomy.path_lookup()
+    rows = featurize(test, model.vocabulary, model.feature_settings).select("features", "labels").collect()
+    indptr = np.cumsum([0] + [len(r["features"].indices) for r in rows])
+    X = sp.csr_matrix(
+        (
+            np.concatenate([r["features"].values for r in rows]),
+            np.concatenate([r["features"].indices for r in rows]),
+            indptr,
+        ),
+        shape=(len(rows), len(model.vocabulary)),
+    )
+    settings = model.model_settings
+    X = length_normalize(X, settings.doc_length) if settings.doc_length > 0 else X
+    jll = np.vstack([chunk for _, chunk in block_scores(X, scoring_tables(model.params, settings.parameter_dtype))])
+    true = np.array([lookup[tuple(r["labels"])] for r in rows])
+    return out_of_fold(jll, true), path_node_table(taxonomy.path_node_matrix(sparse=True), taxonomy.is_dummy)
+
+
+def noise_floor(model, test, taxonomy, n_fit: int, draws: int, seed: int):
+    """Mean test ECE of the calibration procedure fitted on ``n_fit`` random test documents (scored by the final
+    model) and measured on the others, over ``draws`` draws: the noise of ``n_fit`` labels alone."""
+    from pcem_spark.core.calibration import (
+        MAP_KINDS,
+        OutOfFold,
+        choose_map,
+        expected_calibration_error,
+        fit_temperature,
+        predicted_node_events,
+    )
+    from pcem_spark.core.calibration_spread import calibrated_node_matrix
+
+    if draws <= 0:
+        return None
+    scored, path_nodes = test_scores(model, test, taxonomy)
+    if scored.n < 2 * n_fit:
+        return None
+    rng = np.random.default_rng(1000 + seed)
+    eces = []
+    for _ in range(draws):
+        order = rng.permutation(scored.n)
+        fit_on, held = (OutOfFold(*(a[order[part]] for a in scored)) for part in (slice(0, n_fit), slice(n_fit, None)))
+        t = fit_temperature(fit_on)
+        p, c, r, d = predicted_node_events(fit_on, path_nodes, t, with_rows=True, with_depth=True)
+        kind, maps, _ = choose_map(p, c, r, kinds=MAP_KINDS, depth=d)
+        _, correct = predicted_node_events(held, path_nodes, t)
+        mapped = calibrated_node_matrix(held, path_nodes, t, maps[kind])
+        # the same events in the same (depth-major) order as predicted_node_events
+        probability = mapped.T[~np.isnan(mapped.T)]
+        eces.append(expected_calibration_error(probability, correct))
+    return round(float(np.mean(eces)), 6)
+
+
 def markdown(rows, thresholds) -> str:
     """Mean over seeds per (corpus, rate, calibration): ECE and precision / coverage at each P."""
     head = "| corpus | rate | calibration | T | test ECE | " + " | ".join(
@@ -210,6 +293,20 @@ def markdown(rows, thresholds) -> str:
             if name == "default":  # which map the cross-fit chose, per seed
                 name = "default (" + ", ".join(r.get("chosen", "?").split("+")[-1] for r in group) + ")"
             lines.append(f"| {corpus} | {rate:g} | {name} | {t} | {ece:.3f} | " + " | ".join(cells) + " |")
+    lines += ["", "| corpus | rate | out-of-fold documents | default's test ECE | spread (training summary) | floor |"]
+    lines.append("|---|---|---|---|---|---|")
+    for corpus, rate in keys:
+        group = [r for r in rows if (r["corpus"], r["rate"]) == (corpus, rate)]
+
+        def mean(key, fmt=".3f", group=group):
+            values = [r.get(key) for r in group]
+            return format(np.mean(values), fmt) if all(v is not None for v in values) else "-"
+
+        ece = np.mean([r["results"]["default"]["ece"] for r in group])
+        lines.append(
+            f"| {corpus} | {rate:g} | {mean('out_of_fold_documents', '.0f')} | {ece:.3f} | "
+            f"{mean('probability_spread')} | {mean('floor_ece')} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -274,6 +274,7 @@ def test_train_calibrates_and_the_paths_stay_the_same(spark):
     assert set(summary["map_held_out_log_loss"]) == {"isotonic", "logistic", "logistic-depth"}
     assert model.temperature == pytest.approx(summary["temperature"], rel=1e-5) and model.probability_map is not None
     assert summary["documents"] > 0 and {"ece_calibrated", "log_loss_uncalibrated", "sample"} <= set(summary)
+    assert 0 < summary["probability_spread"] < 0.5  # a bootstrap of its documents (test_calibration_spread.py)
     calibrated = model.transform(docs, top_k=2)
     calibration = model.temperature, model.probability_map
     model.temperature = None

@@ -228,6 +228,17 @@ def test_inspect_model_reads_every_method_structure(method):
     assert sum(by_name[x]["labeled_documents"] for x in ("sport", "tech", "misc")) == n.sum()
     md = rendering.render_model_markdown(report)
     assert "#dummy" not in md and "| 1 | misc |" in md
+    # a calibrated model: its line says how uncertain the calibrated probabilities are, and from how many documents
+    model.temperature = 2.0
+    model.training_summary["calibration"] = {
+        "temperature": 2.0,
+        "ece_uncalibrated": 0.2,
+        "ece_calibrated": 0.01,
+        "probability_spread": 0.041,
+        "documents": 58,
+    }
+    md = rendering.render_model_markdown(inspection.inspect_model(model, top_n=3))
+    assert "uncertain by about +-0.041 (bootstrap of 58 labelled documents)" in md
 
 
 def test_confusion_tables_count_levels_none_and_unknown_names():

@@ -47,6 +47,7 @@ __all__ = [
     "MAP_KINDS",
     "DepthMaps",
     "depth_logistic_maps",
+    "fit_map",
     "choose_map",
     "apply_map",
     "map_paths",
@@ -348,7 +349,8 @@ def depth_logistic_maps(probability: np.ndarray, correct: np.ndarray, depth: np.
     return DepthMaps(tuple(maps))
 
 
-def _fit_map(kind: str, probability: np.ndarray, correct: np.ndarray, depth: np.ndarray):
+def fit_map(kind: str, probability: np.ndarray, correct: np.ndarray, depth: np.ndarray):
+    """The map of ``kind`` (one of :data:`MAP_KINDS`) fitted on events (``depth``: 0-based, one per event)."""
     if kind == "isotonic":
         return isotonic_map(probability, correct)
     if kind == "logistic-depth":
@@ -394,13 +396,13 @@ def choose_map(
             if not fit_on.any() or fit_on.all():
                 loss = np.inf if len(kinds) > 1 else 0.0
                 break
-            fitted = _fit_map(kind, probability[fit_on], correct[fit_on], depth[fit_on])
+            fitted = fit_map(kind, probability[fit_on], correct[fit_on], depth[fit_on])
             q = np.clip(_apply_events(probability[~fit_on], fitted, depth[~fit_on]), 1e-6, 1 - 1e-6)
             t = correct[~fit_on]
             loss -= float(np.sum(t * np.log(q) + (1 - t) * np.log(1 - q)))
         losses[kind] = loss / max(len(probability), 1)
     kind = min(kinds, key=lambda k: (losses[k], kinds.index(k)))
-    return kind, {k: _fit_map(k, probability, correct, depth) for k in kinds}, losses
+    return kind, {k: fit_map(k, probability, correct, depth) for k in kinds}, losses
 
 
 def apply_map(probability: np.ndarray, probability_map) -> np.ndarray:

@@ -40,6 +40,7 @@ from pcem_spark.core.calibration import (
     map_record,
     predicted_node_events,
 )
+from pcem_spark.core.calibration_spread import probability_spread
 from pcem_spark.core.decoding import path_node_table
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.ml.tune_settings import TuneSettings
@@ -47,12 +48,14 @@ from pcem_spark.ml.tuning import LABELS_COL, draw_cv_sample
 from pcem_spark.model.sampled_cv import CVSample, run_sampled_cv, with_weight
 from pcem_spark.model.settings import ModelSettings
 
-__all__ = ["CALIBRATED_METHODS", "fit_calibration", "out_of_fold_predictions"]
+__all__ = ["CALIBRATED_METHODS", "SPREAD_WARNING", "fit_calibration", "out_of_fold_predictions"]
 
 log = logging.getLogger(__name__)
 
 # Methods with one component per path, whose probability is Eq. 5's softmax: the ones a temperature calibrates.
 CALIBRATED_METHODS = ("pcnb", "pcem", "flat-nb", "flat-em")
+# Above this bootstrap spread of the calibrated probabilities, training warns that thresholds are approximate.
+SPREAD_WARNING = 0.03
 
 
 def fit_calibration(
@@ -74,7 +77,10 @@ def fit_calibration(
     marginals to observed precision (isotonic), both on the same out-of-fold
     predictions. The summary records them, what was sampled, and ECE /
     log-loss of the out-of-fold predictions before and after (the map's
-    ECE is in sample: it was fitted on those events).
+    ECE is in sample: it was fitted on those events), and
+    ``probability_spread`` (:func:`~pcem_spark.core.calibration_spread.probability_spread`):
+    how uncertain the calibrated probabilities are for the number of
+    labelled documents, with a warning above :data:`SPREAD_WARNING`.
     """
     tune = tune or TuneSettings()
     if settings.calibration == "none":
@@ -98,6 +104,7 @@ def fit_calibration(
         probability, correct, rows, kinds=(forced,) if forced else MAP_KINDS, depth=depth
     )
     probability_map = maps[kind]
+    spread = probability_spread(oof, path_nodes, kind, seed=seed)
     summary = {
         "method": f"temperature+{kind}",
         # every candidate, fitted on all the out-of-fold nodes (what bench_calibration compares)
@@ -115,6 +122,8 @@ def fit_calibration(
         "fit_max_iter": settings.max_iter,
         "n_iter": n_iter,
         **calibration_report(oof, path_nodes, temperature, probability_map),
+        # how far the calibrated probabilities move when the calibration is refitted on a bootstrap of its documents
+        "probability_spread": round(spread, 6),
         "seconds": round(time.perf_counter() - t0, 2),
     }
     log.info(
@@ -131,6 +140,15 @@ def fit_calibration(
         summary["log_loss_calibrated"],
         summary["seconds"],
     )
+    if spread > SPREAD_WARNING:
+        log.warning(
+            "calibration: fitted on %d labelled documents, the calibrated probabilities are uncertain by about "
+            "+-%.3f (a bootstrap of those documents), so a threshold P keeps nodes of precision about P +- %.2f "
+            "on new documents, and likely more; each 4x more labelled documents halves it",
+            oof.n,
+            spread,
+            spread,
+        )
     return Calibration(temperature, probability_map), summary
 
 

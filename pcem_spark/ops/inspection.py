@@ -191,6 +191,8 @@ def inspect_model(model, top_n: int = 10, model_path: Optional[str] = None, rank
                     "ece_calibrated",
                     "log_loss_uncalibrated",
                     "log_loss_calibrated",
+                    "probability_spread",
+                    "documents",
                 )
                 if isinstance(calibration, dict) and k in calibration
             },

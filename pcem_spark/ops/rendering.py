@@ -73,7 +73,13 @@ def render_model_markdown(report: Dict[str, object]) -> str:
             )
             kind = str(cal.get("method", "")).partition("+")[2]
             then = f" then {'an' if kind[:1] in 'aeiou' else 'a'} {kind} map" if kind else ""
-            lines.append(f"- probabilities calibrated: temperature {cal['temperature']:.3g}{then}{ece}")
+            spread = (
+                f"; uncertain by about +-{cal['probability_spread']:.3f} (bootstrap of "
+                f"{cal.get('documents', '?')} labelled documents)"
+                if "probability_spread" in cal
+                else ""
+            )
+            lines.append(f"- probabilities calibrated: temperature {cal['temperature']:.3g}{then}{ece}{spread}")
         elif cal:
             lines.append(f"- probabilities uncalibrated (over-confident): {cal.get('reason')}")
     split = mass["source"] == "training_summary"
