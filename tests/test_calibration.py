@@ -320,6 +320,14 @@ def test_temperature_is_saved_and_older_models_load_uncalibrated(spark, tmp_path
     for name in os.listdir(meta_dir):  # the rewritten part no longer matches Hadoop's checksum
         if name.endswith(".crc"):
             os.remove(os.path.join(meta_dir, name))
+    marker_file = os.path.join(path, "_PCEM_COMPLETE")  # ... nor the manifest, which older versions had not
+    with open(marker_file) as fh:
+        marker = json.load(fh)
+    marker.pop("manifest")
+    with open(marker_file, "w") as fh:
+        json.dump(marker, fh)
+    if os.path.exists(os.path.join(path, "._PCEM_COMPLETE.crc")):
+        os.remove(os.path.join(path, "._PCEM_COMPLETE.crc"))
     with caplog.at_level(logging.WARNING):
         old = PathModel.load(path)
     assert old.temperature is None and "uncalibrated" in caplog.text

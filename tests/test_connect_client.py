@@ -105,7 +105,7 @@ def test_atomic_outputs_over_the_client_file_system(tmp_path, monkeypatch):
             write(staged, 5)
             raise RuntimeError("boom")
     assert read_marker(remote, out)["rows"] == 3
-    assert [n for n in os.listdir(tmp_path) if n.startswith(".pred")] == []
+    assert [n for n in os.listdir(tmp_path) if n.startswith((".pred.pcem-tmp-", ".pred.pcem-old-"))] == []
     with pytest.raises(OutputPathError, match="nothing was written .* Spark Connect client can see"):
         with atomic_output(remote, out, "predictions", overwrite=True):
             pass

@@ -121,7 +121,10 @@ def _worker(spark, kind):
 
 
 def _driver(kind):
+    from pcem_spark.io.leases import OutputBusyError
+
     return {
+        "TransientError and subclasses": OutputBusyError("model is being written by another run"),
         "InputError and subclasses": DocumentsError("docs.jsonl: bad"),
         "FileExistsError": FileExistsError("output exists"),
         "FileNotFoundError": FileNotFoundError("taxonomy.tsv"),
@@ -151,6 +154,10 @@ def _message(spark, marker, tmp_path):
                 "bigger than spark.driver.maxResultSize (1024.0 MiB)"
             ),
         )
+    if marker == failures.MKDIRS_RULE:  # Hadoop's bare IOException, for a folder under a file
+        (tmp_path / "a_file").write_text("x")
+        jvm = spark.sparkContext._jvm
+        return _job_failure(spark, jvm.java.io.IOException(f"Mkdirs failed to create file:{tmp_path}/a_file/out"))
     if marker.startswith("EOFException"):  # a truncated .gz file
         path = tmp_path / "cut.jsonl.gz"
         data = gzip.compress(b"".join(b'{"id": "%d", "text": "word"}\n' % i for i in range(2000)))

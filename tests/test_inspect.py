@@ -273,11 +273,14 @@ def test_write_inspection_is_atomic_and_refuses_what_it_should(tmp_path):
     out = tmp_path / "insp"
     inspection.write_inspection(str(out), {"a.txt": b"one"})
     assert (out / "a.txt").read_bytes() == b"one" and (out / "_PCEM_COMPLETE").exists()
+    first_run = json.loads((out / "_PCEM_COMPLETE").read_text())["run_id"]
     with pytest.raises(FileExistsError, match="--overwrite"):
         inspection.write_inspection(str(out), {"a.txt": b"two"})
     inspection.write_inspection(str(out), {"b.txt": b"two"}, overwrite=True)
     assert sorted(os.listdir(out)) == ["_PCEM_COMPLETE", "b.txt"]  # replaced whole, not merged
-    assert [n for n in os.listdir(tmp_path) if n != "insp"] == []  # no temporary sibling left
+    # no temporary sibling left (the replaced version is retained for readers, the lease file stays)
+    assert [n for n in os.listdir(tmp_path) if ".pcem-tmp-" in n or ".pcem-old-" in n] == []
+    assert [n for n in os.listdir(tmp_path) if ".pcem-v-" in n] == [f".insp.pcem-v-{first_run}"]
     with pytest.raises(ValueError, match="local directory"):
         inspection.check_local_output("hdfs://nn/x")
     (tmp_path / "file").write_text("x")

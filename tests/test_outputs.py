@@ -84,8 +84,10 @@ def _run(args):
 
 
 def _leftovers(path):
+    """What killed or failed runs left beside ``path`` (temporary and old copies), not its lease or the
+    versions retained for readers."""
     parent, name = os.path.split(path.rstrip("/"))
-    return sorted(n for n in os.listdir(parent) if n.startswith(f".{name}.pcem-"))
+    return sorted(n for n in os.listdir(parent) if n.startswith((f".{name}.pcem-tmp-", f".{name}.pcem-old-")))
 
 
 # ----------------------------------------------------------------- unit level

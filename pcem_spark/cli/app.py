@@ -40,6 +40,7 @@ from pcem_spark.cli.experiment_commands import cmd_experiment, cmd_report
 from pcem_spark.cli.failures import EXIT_BAD_INPUT, EXIT_BUG, EXIT_TRANSIENT, classify_failure
 from pcem_spark.cli.inputs import settings_from_args
 from pcem_spark.cli.parser import build_parser
+from pcem_spark.io.snapshots import missing_file
 
 __all__ = ["COMMANDS", "main"]
 
@@ -63,9 +64,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     from pcem_spark.engine.session import setup_logging
 
     setup_logging(args.log_level)
+    from pcem_spark.io import leases
+    from pcem_spark.io.output_policy import configure
+    from pcem_spark.io.snapshots import replaced_pins
+    from pcem_spark.io.versions import new_run_id
+
+    gone: List[str] = []  # pinned inputs a writer replaced during the run
     try:
         settings = settings_from_args(args)
-        return COMMANDS[args.command](args, settings)
+        configure(settings.output)
+        # Every output's lease is taken before any work (cli.inputs.check_outputs) and released here.
+        with leases.run(new_run_id(), f"pcem {args.command}"):
+            try:
+                return COMMANDS[args.command](args, settings)
+            finally:
+                gone[:] = replaced_pins()
     except KeyboardInterrupt:
         print(f"pcem {args.command}: interrupted", file=sys.stderr)
         return 130
@@ -73,6 +86,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         if isinstance(exc, SystemExit):
             raise
         code, message = classify_failure(exc)
+        if code == EXIT_BAD_INPUT and gone and missing_file(exc):
+            # A file of a pinned input vanished: a writer replaced the input during the run, not bad input.
+            code, message = (
+                EXIT_TRANSIENT,
+                (f"a writer replaced {', '.join(gone)} while this run read it; retry ({message})"),
+            )
         if code == EXIT_BUG:
             log.exception("unexpected error (a bug in pcem-spark; please report it)")
         else:

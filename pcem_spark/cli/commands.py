@@ -74,7 +74,7 @@ def cmd_ingest(args, settings) -> int:
         check_outputs(spark, [Output("--output", out, "documents")], inputs, args.overwrite)
         slices = max(spark.sparkContext.defaultParallelism, n // 2000 + 1)  # ~2,000 messages per task
         df = spark.createDataFrame(spark.sparkContext.parallelize(rows, slices), DOCUMENT_SCHEMA)
-        with atomic_output(spark, out, "documents", overwrite=args.overwrite) as staged:
+        with atomic_output(spark, out, "documents", overwrite=args.overwrite, parts=[""]) as staged:
             df.write.parquet(staged.tmp)
             staged.info.update({"rows": n, "per_split": per_split})
     log.info(
@@ -161,7 +161,16 @@ def _train_on(spark, args, settings, given_taxonomy) -> int:
         warm = WarmStart.load(args.init_model)
         warm.check(given_taxonomy or warm.model.taxonomy, settings.model, where="--init-model")
     counts: dict = {}
-    docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, args.docs_format)
+    docs = read_valid_documents(
+        spark,
+        args.docs,
+        rejects.path,
+        args.split,
+        counts,
+        args.docs_format,
+        allow_incomplete=args.allow_incomplete_input,
+        require_success=args.require_success,
+    )
     taxonomy = given_taxonomy or (warm.model.taxonomy if warm is not None else taxonomy_for(args, docs))
     sup = settings.supervision
     args.supervision = args.supervision or sup.kind
@@ -320,6 +329,7 @@ def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
 
     from pcem_spark.engine.progress import log_progress
     from pcem_spark.io.outputs import atomic_output
+    from pcem_spark.io.partition_folders import FOLDER_NAME_BYTES, check_partition_folders, partition_folder
     from pcem_spark.model.path_model import PathModel
     from pcem_spark.model.schema import LEVEL1
 
@@ -336,11 +346,36 @@ def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
     model = PathModel.load(args.model)
     model.tokenizer = settings.predict.tokenizer
     width = model.beam_width(beam, beam_name)  # "auto" resolved; a beam for a method that has none refused
+    max_partitions = settings.predict.max_partitions
+    if partition_by == LEVEL1:  # the folders are the level-1 nodes (and one for an empty path): known now
+        level1 = [n for n in model.taxonomy.children(model.taxonomy.root) if n in model.taxonomy.real_nodes]
+        check_partition_folders(LEVEL1, level1, output_names[1])
+        _check_partition_count(len(level1) + 1, max_partitions, output_names[1], LEVEL1)
     counts: dict = {}
     # Not cached again: the valid rows are a filter of the checked rows read_valid_documents persisted,
     # and it has counted them.
-    docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, args.docs_format, keep)
+    docs = read_valid_documents(
+        spark,
+        args.docs,
+        rejects.path,
+        args.split,
+        counts,
+        args.docs_format,
+        keep,
+        allow_incomplete=args.allow_incomplete_input,
+        require_success=args.require_success,
+        distinct=partition_by if partition_by and partition_by != LEVEL1 else None,
+    )
     n_in = counts["selected"] if args.split is not None else counts["valid"]
+    if "distinct_values" in counts:  # counted in the pass that counted the rows: before anything is written
+        _check_partition_count(counts["distinct_values"], max_partitions, output_names[1], partition_by)
+        longest = len(partition_folder(partition_by, "").split("=", 1)[0]) + 1 + counts["longest_folder_value"]
+        if longest > FOLDER_NAME_BYTES:
+            raise InputError(
+                f"{output_names[1]} = {partition_by!r}: a value of the column would be written to a folder named "
+                f"{longest} bytes long, over the {FOLDER_NAME_BYTES} a folder name may have; partition by "
+                "another column"
+            )
     if partition_by and partition_by != LEVEL1:
         kind = docs.schema[partition_by].dataType.simpleString()
         if kind.startswith(("array", "map", "struct", "binary")):
@@ -371,7 +406,7 @@ def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
         writer = writer.partitionBy(partition_by)
     # Written to a temporary sibling and moved into place with its marker: --overwrite keeps the old
     # predictions until the new ones are complete, and a killed run never leaves part files to be read.
-    with atomic_output(spark, args.output, "predictions", overwrite=args.overwrite) as staged:
+    with atomic_output(spark, args.output, "predictions", overwrite=args.overwrite, parts=[""]) as staged:
         with log_progress(spark, "predict", n_in):
             writer.parquet(staged.tmp)
         n_out = spark.read.parquet(staged.tmp).count()
@@ -381,6 +416,7 @@ def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
             {
                 "rows": n_out,
                 "model": args.model,
+                "model_version": model.version,  # the run id of the model version that predicted
                 "input": counts,
                 "min_probability": float(min_probability),
                 "top_k": int(top_k),
@@ -400,6 +436,16 @@ def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
             log.info("predict: --min-probability %g: %s", min_probability, staged.info["abstention"])
     log.info("predict: %d predictions -> %s in %.1fs", n_out, args.output, time.perf_counter() - t0)
     return 0
+
+
+def _check_partition_count(n_values: int, max_partitions: int, name: str, column: str) -> None:
+    """Refuse a partitioning into more folders than ``predict.max_partitions`` (one folder per value)."""
+    if n_values > max_partitions:
+        raise InputError(
+            f"{name} = {column!r}: {n_values:,} distinct values would make {n_values:,} folders, over "
+            f"predict.max_partitions = {max_partitions:,} (a folder per value costs a file per task in each); "
+            "partition by a column with fewer values, or raise predict.max_partitions"
+        )
 
 
 def _output_columns(args, settings):
@@ -422,7 +468,9 @@ def cmd_evaluate(args, settings) -> int:
     from pcem_spark.core.taxonomy import load_taxonomy
     from pcem_spark.engine.session import build_session
     from pcem_spark.evaluation.metrics import evaluate_predictions, format_metrics
-    from pcem_spark.io.outputs import atomic_write_text, require_complete
+    from pcem_spark.io.file_system import file_system, session_path
+    from pcem_spark.io.outputs import atomic_write_text
+    from pcem_spark.io.snapshots import read_pinned
     from pcem_spark.model.path_model import PathModel
 
     if not (args.taxonomy or args.model):
@@ -437,29 +485,34 @@ def cmd_evaluate(args, settings) -> int:
             [("--predictions", args.predictions), ("--model", args.model), ("--taxonomy", args.taxonomy)],
             args.overwrite,
         )
-    require_complete(spark, args.predictions, "predictions")
     if args.taxonomy:
         taxonomy = load_taxonomy(args.taxonomy)
     else:
         taxonomy = PathModel.load(args.model).taxonomy
-    pred = spark.read.parquet(args.predictions)
-    for col in ("path", "labels"):
-        if col not in pred.columns:
-            raise InputError(f"{args.predictions}: column {col!r} is missing (found {pred.columns})")
-    n_rows, n_labeled = pred.select(F.count(F.lit(1)), F.count("labels")).first()
-    if n_labeled == 0:
-        raise InputError(
-            f"{args.predictions}: none of the {n_rows} predictions has true labels to score "
-            "against (predict documents that carry a 'labels' path)"
-        )
-    if n_labeled < n_rows:
-        log.warning(
-            "evaluate: %d of %d predictions have no true labels; they are not scored", n_rows - n_labeled, n_rows
-        )
-    # Rows without labels are counted (n_without_labels), not scored. Predictions whose labels or paths the
-    # taxonomy does not know: a warning and counts in the metrics, or, for most rows, exit 2 before any output.
     source = f"--taxonomy {args.taxonomy}" if args.taxonomy else f"the taxonomy of --model {args.model}"
-    metrics = evaluate_predictions(pred, taxonomy, where=f"{args.predictions} scored against {source}")
+
+    def score(snap):
+        pred = snap.table(spark)
+        for col in ("path", "labels"):
+            if col not in pred.columns:
+                raise InputError(f"{args.predictions}: column {col!r} is missing (found {pred.columns})")
+        n_rows, n_labeled = pred.select(F.count(F.lit(1)), F.count("labels")).first()
+        if n_labeled == 0:
+            raise InputError(
+                f"{args.predictions}: none of the {n_rows} predictions has true labels to score "
+                "against (predict documents that carry a 'labels' path)"
+            )
+        if n_labeled < n_rows:
+            log.warning(
+                "evaluate: %d of %d predictions have no true labels; they are not scored", n_rows - n_labeled, n_rows
+            )
+        # Rows without labels are counted (n_without_labels), not scored. Predictions whose labels or paths the
+        # taxonomy does not know: a warning and counts in the metrics, or, for most rows, exit 2 before any output.
+        return evaluate_predictions(pred, taxonomy, where=f"{args.predictions} scored against {source}")
+
+    # One version of the predictions, whatever a concurrent predict --overwrite does to the path.
+    predictions = session_path(spark, args.predictions)
+    metrics = read_pinned(file_system(spark, predictions), predictions, "predictions", score)
     print(format_metrics(metrics))
     if args.output:
         atomic_write_text(args.output, json.dumps(metrics, indent=2))
@@ -470,16 +523,10 @@ def cmd_evaluate(args, settings) -> int:
 def cmd_inspect(args, settings) -> int:
     """Per-node masses, priors and top terms (+ per-level confusion) as plain files (pcem_spark.ops.inspection)."""
     from pcem_spark.engine.session import build_session
-    from pcem_spark.io.outputs import require_complete
+    from pcem_spark.io.file_system import file_system, session_path
+    from pcem_spark.io.snapshots import read_pinned
     from pcem_spark.model.path_model import PathModel
-    from pcem_spark.ops.inspection import (
-        check_local_output,
-        confusion_counts,
-        confusion_tables,
-        inspect_model,
-        inspection_files,
-        write_inspection,
-    )
+    from pcem_spark.ops.inspection import check_local_output, inspect_model, inspection_files, write_inspection
 
     if args.top_terms < 1:
         raise InputError(f"--top-terms must be >= 1, got {args.top_terms}")
@@ -498,29 +545,20 @@ def cmd_inspect(args, settings) -> int:
     spark = build_session(settings.spark, connect_ok=True)
     model = PathModel.load(args.model)
     report = inspect_model(model, args.top_terms, model_path=args.model, rank=args.rank_terms)
-    confusion = None
+    confusion, reliability = None, None
     if args.predictions:
-        require_complete(spark, args.predictions, "predictions")
-        pred = spark.read.parquet(args.predictions)
-        cells, n_scored, n_without = confusion_counts(pred)
-        if n_scored == 0:
-            raise InputError(
-                f"--predictions {args.predictions}: none of the {n_without} predictions has true "
-                "labels to build a confusion table from (predict documents that carry 'labels')"
-            )
-        if n_without:
-            log.warning(
-                "inspect: %d of %d predictions have no true labels; not in the confusion tables",
-                n_without,
-                n_scored + n_without,
-            )
-        confusion = confusion_tables(cells, model.taxonomy, n_scored, n_without)
-        confusion["predictions"] = args.predictions
+        # One version of the predictions for the confusion tables and the reliability diagram alike.
+        predictions = session_path(spark, args.predictions)
+        confusion, reliability = read_pinned(
+            file_system(spark, predictions),
+            predictions,
+            "predictions",
+            lambda snap: _confusion_and_reliability(snap.table(spark), args.predictions, model.taxonomy),
+        )
     files = inspection_files(report, confusion)
-    if args.predictions and "node_probabilities" in pred.columns:
-        from pcem_spark.ops.reliability import reliability_counts, reliability_files, reliability_report
+    if reliability is not None:
+        from pcem_spark.ops.reliability import reliability_files
 
-        reliability = reliability_report(*reliability_counts(pred), source=args.predictions)
         files.update(reliability_files(reliability))
         log.info("inspect: node-probability ECE %.4f over %d nodes", reliability["ece"], reliability["node_events"])
     elif args.predictions:
@@ -528,3 +566,28 @@ def cmd_inspect(args, settings) -> int:
     write_inspection(out, files, overwrite=args.overwrite, info={"model": args.model, "predictions": args.predictions})
     log.info("inspect: %s -> %s (%s) in %.1fs", args.model, out, ", ".join(sorted(files)), time.perf_counter() - t0)
     return 0
+
+
+def _confusion_and_reliability(pred, source: str, taxonomy):
+    """(confusion tables, reliability report or None) of a predictions table, for ``pcem inspect``."""
+    from pcem_spark.ops.inspection import confusion_counts, confusion_tables
+
+    cells, n_scored, n_without = confusion_counts(pred)
+    if n_scored == 0:
+        raise InputError(
+            f"--predictions {source}: none of the {n_without} predictions has true "
+            "labels to build a confusion table from (predict documents that carry 'labels')"
+        )
+    if n_without:
+        log.warning(
+            "inspect: %d of %d predictions have no true labels; not in the confusion tables",
+            n_without,
+            n_scored + n_without,
+        )
+    confusion = confusion_tables(cells, taxonomy, n_scored, n_without)
+    confusion["predictions"] = source
+    if "node_probabilities" not in pred.columns:
+        return confusion, None
+    from pcem_spark.ops.reliability import reliability_counts, reliability_report
+
+    return confusion, reliability_report(*reliability_counts(pred), source=source)

@@ -12,11 +12,20 @@ from pcem_spark.engine.features import FeatureSettings
 from pcem_spark.engine.python_tokens import TOKENIZERS
 from pcem_spark.engine.session import SparkSettings
 from pcem_spark.experiment.settings import ConfigError, ExperimentSettings, SupervisionSettings
+from pcem_spark.io.output_policy import OutputSettings
 from pcem_spark.ml.tune_settings import TuneSettings
 from pcem_spark.model.settings import ModelSettings
 from pcem_spark.util.constraints import Interval, Options, check_constraints
 
-__all__ = ["ConfigError", "ExperimentSettings", "SupervisionSettings", "PredictSettings", "Settings", "load_settings"]
+__all__ = [
+    "ConfigError",
+    "ExperimentSettings",
+    "SupervisionSettings",
+    "PredictSettings",
+    "OutputSettings",
+    "Settings",
+    "load_settings",
+]
 
 
 @dataclass
@@ -38,10 +47,13 @@ class PredictSettings:
     keep_columns: List[str] = field(default_factory=list)
     # write the predictions partitioned by a kept column, or "level1" (the first node of the path); "" = not
     partition_by: str = ""
+    # more distinct values of the partition column than this: exit 2 before writing (a folder per value)
+    max_partitions: int = 10000
 
     CONSTRAINTS: ClassVar[Dict[str, Any]] = {
         "beam": [Interval(int, 0, None, note="(0 = exact, N = beam width)"), "auto"],
         "tokenizer": Options(TOKENIZERS),
+        "max_partitions": Interval(int, 1, None),
     }
 
     def validate(self) -> None:
@@ -79,6 +91,7 @@ class Settings:
     supervision: SupervisionSettings = field(default_factory=SupervisionSettings)
     tune: TuneSettings = field(default_factory=TuneSettings)
     predict: PredictSettings = field(default_factory=PredictSettings)
+    output: OutputSettings = field(default_factory=OutputSettings)
 
 
 _SECTIONS = {
@@ -89,6 +102,7 @@ _SECTIONS = {
     "supervision": SupervisionSettings,
     "tune": TuneSettings,
     "predict": PredictSettings,
+    "output": OutputSettings,
 }
 
 
@@ -159,6 +173,7 @@ def load_settings(path: Optional[str] = None, overrides: Optional[List[str]] = N
     settings.supervision.validate()
     settings.experiment.validate()
     settings.predict.validate()
+    settings.output.validate(error=ConfigError)
     try:
         settings.tune.validate()
     except ValueError as exc:

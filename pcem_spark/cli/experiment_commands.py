@@ -126,7 +126,16 @@ def cmd_experiment(args, settings) -> int:
     check_outputs(None, [Output("--output-dir (its rejects)", rejects_path, "rejects", source=args.docs)], inputs, True)
     spark = build_session(settings.spark)
     os.makedirs(args.output_dir, exist_ok=True)
-    docs = read_valid_documents(spark, args.docs, rejects_path, None, None, args.docs_format)
+    docs = read_valid_documents(
+        spark,
+        args.docs,
+        rejects_path,
+        None,
+        None,
+        args.docs_format,
+        allow_incomplete=args.allow_incomplete_input,
+        require_success=args.require_success,
+    )
     taxonomy = given_taxonomy or taxonomy_for(args, docs)
     descriptions = None
     if "dataless" in setting_list:

@@ -35,7 +35,11 @@ Ambiguous kinds, and the side chosen:
   transient (75): a remounted volume or a cleaned disk makes the same run pass;
   ``EACCES`` (:class:`PermissionError`, ``AccessDeniedException``,
   ``AccessControlException``) is bad input (2): permissions do not change by
-  themselves;
+  themselves; Hadoop's bare ``Mkdirs failed to create PATH`` is decided by
+  looking at PATH: a name over 255 bytes, a file on the way or (local disk)
+  a parent this process may not write is bad input (2), anything else transient;
+* :class:`~pcem_spark.errors.TransientError` (another run writing the same
+  output, an input replaced or unfinished) is transient (75);
 * the JVM exiting before it started (``JAVA_GATEWAY_EXITED``) is bad settings
   (2): its causes are a bad ``spark.master``, a malformed ``spark.*`` value or
   no usable Java; a machine too short of memory to start a JVM would be the
@@ -54,7 +58,7 @@ import re
 import tarfile
 from typing import Iterator, List, Optional, Tuple
 
-from pcem_spark.errors import InputError
+from pcem_spark.errors import InputError, TransientError
 
 __all__ = [
     "EXIT_OK",
@@ -67,6 +71,7 @@ __all__ = [
     "BUG_WORKER_TYPES",
     "DEPLOYMENT_WORKER_TYPES",
     "MESSAGE_RULES",
+    "MKDIRS_RULE",
     "root_cause",
     "java_chain",
     "classify_failure",
@@ -338,6 +343,8 @@ def classify_failure(exc: BaseException) -> Tuple[int, str]:
     from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
     from pyspark.errors import PySparkException
 
+    if isinstance(exc, TransientError):  # another writer, a replaced input, an unfinished upstream output
+        return EXIT_TRANSIENT, str(exc)
     if _bad_input_python(exc):
         return EXIT_BAD_INPUT, str(exc)
     if isinstance(exc, (Py4JNetworkError, ConnectionError)) or (
@@ -383,6 +390,10 @@ def _classify_spark(exc: BaseException) -> Tuple[int, str]:
         return EXIT_BUG, f"{type(exc).__name__}: {_text(exc)}"
     if any(name in TRANSIENT_JAVA for name, _ in chain):
         return EXIT_TRANSIENT, f"Spark job failed (executors or their files lost): {cause}"
+    folder = _MKDIRS.search(_full_text(exc))
+    problem = _folder_problem(folder.group(1)) if folder else None
+    if problem is not None:
+        return EXIT_BAD_INPUT, f"{problem} ({cause})"
     for java_class in _bad_input_classes(exc, chain):
         return EXIT_BAD_INPUT, f"{BAD_INPUT_JAVA[java_class]}: {cause}"
     for marker, code, template in MESSAGE_RULES:
@@ -394,6 +405,41 @@ def _classify_spark(exc: BaseException) -> Tuple[int, str]:
         return EXIT_BAD_INPUT, _message(exc, cause)
     # Tasks that failed after Spark's own retries, lost executors, I/O errors: worth a retry.
     return EXIT_TRANSIENT, f"Spark job failed: {cause}"
+
+
+# Hadoop's bare "Mkdirs failed to create PATH" (an IOException): permanent or not, only the file system says.
+_MKDIRS = re.compile(r"Mkdirs failed to create (\S+?)(?:\s|$|\))")
+MKDIRS_RULE = "Mkdirs failed to create, where the folder cannot be (a file, permission, a name over 255 bytes)"
+
+
+def _folder_problem(folder: str) -> Optional[str]:
+    """Why the folder Hadoop failed to create can never be created, by looking at it: a name longer than a
+    folder name may be, a file on the way, or (local disk) a parent this process may not write. None: no
+    permanent reason (a full disk, a lost connection: transient)."""
+    name_max = 255
+    for part in folder.split("/"):
+        if len(part.encode("utf-8")) > name_max:
+            return f"cannot create the folder {folder!r}: its name {part[:40]!r}... is longer than {name_max} bytes"
+    try:
+        from pcem_spark.io.leases import parent_problem
+
+        if folder.startswith("file:") or "://" not in folder:
+            from pcem_spark.io.arrow_fs import ArrowFS
+
+            fs = ArrowFS(folder)
+        else:
+            from pyspark.sql import SparkSession
+
+            from pcem_spark.io.hadoop_fs import HadoopFS
+
+            spark = SparkSession.getActiveSession()
+            if spark is None:
+                return None
+            fs = HadoopFS(spark, folder)
+        problem = parent_problem(fs, folder.rstrip("/") + "/_")
+    except Exception:  # noqa: BLE001 - cannot look: no permanent reason known
+        return None
+    return None if problem is None else str(problem)
 
 
 def _message(exc: BaseException, cause: str) -> str:
@@ -424,6 +470,7 @@ def iter_rules() -> Iterator[Tuple[str, Tuple[str, ...], int]]:
 
     A kind that starts with "other" is the fallback of its origin.
     """
+    yield "driver Python", ("TransientError and subclasses",), EXIT_TRANSIENT
     yield "driver Python", ("InputError and subclasses",), EXIT_BAD_INPUT
     yield "driver Python", tuple(cls.__name__ for cls in _driver_bad_input_types()[1:]), EXIT_BAD_INPUT
     yield "driver Python", ("OSError with another errno (EROFS, ENOSPC, EIO)", "MemoryError"), EXIT_TRANSIENT
@@ -435,6 +482,7 @@ def iter_rules() -> Iterator[Tuple[str, Tuple[str, ...], int]]:
     yield "Java cause chain", tuple(sorted(BAD_INPUT_JAVA)), EXIT_BAD_INPUT
     for marker, code, _ in MESSAGE_RULES:
         yield "Java message (no class of its own)", (marker,), code
+    yield "Java message (no class of its own)", (MKDIRS_RULE,), EXIT_BAD_INPUT
     yield "pyspark, from the JVM", ("AnalysisException", "IllegalArgumentException"), EXIT_BAD_INPUT
     yield (
         "Java cause chain",

@@ -110,10 +110,37 @@ def taxonomy_for(args, docs=None):
 
 
 def check_outputs(spark, outputs, inputs, overwrite: bool, check_existing: bool = True) -> None:
-    """Fail before any work if an output would replace an input, another output or existing data."""
+    """Fail before any work if an output would replace an input, another output or existing data.
+
+    With ``check_existing``, the run then becomes the one writer of each output
+    directory: its lease is taken (:mod:`pcem_spark.io.leases`) -- exit 75 at once
+    when another live run holds it, exit 2 when the folder cannot be written -- and
+    kept until the command ends, before what exists there is looked at.
+    """
     from pcem_spark.io.output_paths import check_output_paths
 
-    check_output_paths(spark, outputs, inputs, overwrite, check_existing)
+    if not check_existing:
+        check_output_paths(spark, outputs, inputs, overwrite, check_existing=False)
+        return
+    check_output_paths(spark, outputs, inputs, overwrite, check_existing=False)  # the path rules, first
+    _take_leases(spark, outputs)
+    check_output_paths(spark, outputs, inputs, overwrite, check_existing=True)
+
+
+def _take_leases(spark, outputs) -> None:
+    """Hold the lease of every output directory (a whole-output kind) for the rest of the command."""
+    from pcem_spark.io import leases
+    from pcem_spark.io.arrow_fs import ArrowFS
+    from pcem_spark.io.file_system import file_system, session_path
+
+    for out in outputs:
+        if out.kind is None or not out.directory:
+            continue  # a results folder or a single file: replaced file by file (os.replace)
+        if spark is None:
+            leases.keep(ArrowFS(out.path), out.path)
+        else:
+            path = session_path(spark, out.path)
+            leases.keep(file_system(spark, path), path)
 
 
 def rejects_output(args, main_path: str, docs: str):
@@ -146,6 +173,9 @@ def read_valid_documents(
     counts: Optional[dict] = None,
     fmt: Optional[str] = None,
     keep: Sequence[str] = (),
+    allow_incomplete: bool = False,
+    require_success: bool = False,
+    distinct: Optional[str] = None,
 ):
     """Read documents, write the rejects table (atomically), log counts; return the valid rows.
 
@@ -156,23 +186,34 @@ def read_valid_documents(
     holds the counts (rows read = valid + rejected). ``counts`` (a dict) is
     filled with them for the main output's marker. ``keep``: more input
     columns the valid rows carry (Parquet; :func:`read_documents`).
+    ``allow_incomplete`` / ``require_success``: how a folder from an unfinished
+    job is taken (:func:`pcem_spark.io.input_files.input_files`); a
+    pcem-spark output is pinned to one version for the run. ``distinct``: a kept
+    column whose distinct values (and longest folder name) are counted in the
+    same pass, into ``counts`` (:func:`pcem_spark.io.rejects.split_rejects`).
     """
     from pyspark.sql import functions as F
 
     from pcem_spark.io.documents import count_input_rows, detect_format, read_documents
+    from pcem_spark.io.file_system import session_path
+    from pcem_spark.io.input_files import input_files
     from pcem_spark.io.outputs import atomic_output
     from pcem_spark.io.rejects import log_counts, split_rejects
 
+    source = input_files(spark, session_path(spark, path), allow_incomplete, require_success)
     fmt = fmt or detect_format(spark, path)
-    raw = read_documents(spark, path, fmt, keep)
+    raw = read_documents(spark, source.base, fmt, keep, source.files)
     verdicts: dict = {}
-    good, rejects = split_rejects(raw, counts=verdicts)  # both read one persisted, fully parsed copy
+    from pcem_spark.io.documents import KEPT_PREFIX
+
+    # both read one persisted, fully parsed copy
+    good, rejects = split_rejects(raw, counts=verdicts, distinct=KEPT_PREFIX + distinct if distinct else None)
     # Counted from the stored rows (lines), not from the parser's output: the checks below then prove
     # that every input row is either valid or rejected.
-    n_in, n_good = count_input_rows(spark, path, fmt), verdicts["valid"]
+    n_in, n_good = count_input_rows(spark, source.base, fmt, source.files), verdicts["valid"]
     if verdicts["parsed"] != n_in:
         raise RuntimeError(f"{path}: {n_in} rows stored but {verdicts['parsed']} parsed")
-    with atomic_output(spark, rejects_path, "rejects", overwrite=True) as staged:
+    with atomic_output(spark, rejects_path, "rejects", overwrite=True, parts=[""]) as staged:
         rejects.write.parquet(staged.tmp)
         by_reason = log_counts(path, n_in, n_good, rejects)
         n_rej = spark.read.parquet(staged.tmp).count()
@@ -180,6 +221,7 @@ def read_valid_documents(
             raise RuntimeError(f"{path}: {n_in} rows read, {n_good} valid, but {n_rej} rejects written")
         summary = {
             "source": path,
+            **({"source_version": source.version} if source.version else {}),
             "rows_read": n_in,
             "valid": n_good,
             "rejected": n_rej,
@@ -188,6 +230,9 @@ def read_valid_documents(
         staged.info.update(summary)
     if counts is not None:
         counts.update({**summary, "rejects": rejects_path})
+        for key in ("distinct_values", "longest_folder_value"):
+            if key in verdicts:
+                counts[key] = verdicts[key]
     if n_in != n_good:
         log.warning("%d rejected rows written to %s", n_in - n_good, rejects_path)
     if split is not None:

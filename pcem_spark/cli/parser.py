@@ -41,6 +41,22 @@ def _int_or_auto(text: str):
     return text if text == "auto" else int(text)
 
 
+def _incomplete_input_flags(p) -> None:
+    """--allow-incomplete-input / --require-success: how a --docs folder from an unfinished job is taken."""
+    p.add_argument(
+        "--allow-incomplete-input",
+        action="store_true",
+        help="read a --docs folder although its writer has not finished (a _temporary/ folder, no _SUCCESS) or "
+        "left zero-byte Parquet files (left out, counted in a warning); refused by default: exit 75 / 2",
+    )
+    p.add_argument(
+        "--require-success",
+        action="store_true",
+        help="refuse (exit 75) a --docs folder without the _SUCCESS file its Spark / Hadoop writer leaves when "
+        "it finishes (not needed for a pcem-spark output, whose completion marker says more)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pcem", description="Path cost-sensitive NB/EM on Spark")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -94,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["json", "parquet"],
         help="format of --docs (default: from the file names; a folder from the files in it)",
     )
+    _incomplete_input_flags(p)
     p.add_argument("--model", required=True, help="output model directory")
     p.add_argument("--taxonomy", help="taxonomy file (TSV parent<TAB>child or JSON); inferred from labels if omitted")
     p.add_argument(
@@ -146,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["json", "parquet"],
         help="format of --docs (default: from the file names; a folder from the files in it)",
     )
+    _incomplete_input_flags(p)
     p.add_argument("--output", required=True, help="Parquet output directory")
     p.add_argument("--split", help="predict only documents with this split value")
     p.add_argument("--rejects", help="where to write rejected rows (default: OUTPUT_rejects)")
@@ -246,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["json", "parquet"],
         help="format of --docs (default: from the file names; a folder from the files in it)",
     )
+    _incomplete_input_flags(p)
     p.add_argument(
         "--output-dir",
         required=True,

@@ -29,7 +29,7 @@ from typing import List, Optional, Tuple
 
 from pcem_spark.engine.storage import local_path, pyarrow_name, resolve
 
-__all__ = ["ArrowFS", "shared_path"]
+__all__ = ["ArrowFS", "shared_path", "create_local_exclusive"]
 
 
 def shared_path(path: str) -> str:
@@ -43,6 +43,17 @@ def shared_path(path: str) -> str:
     if "://" in path or path.startswith("file:"):
         return path
     return os.path.abspath(path)
+
+
+def create_local_exclusive(path: str, text: str) -> bool:
+    """Create the local file ``path`` holding ``text`` with O_EXCL: True if created, False if it existed."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return True
 
 
 class ArrowFS:
@@ -113,6 +124,32 @@ class ArrowFS:
             if info.type == pafs.FileType.File
         ]
 
+    def sizes_below(self, path: Optional[str] = None) -> List[Tuple[str, int]]:
+        """``(path relative to the directory, size in bytes)`` of every file below it, recursively, sorted."""
+        import pyarrow.fs as pafs
+
+        root = self._p(path).rstrip("/")
+        infos = self.fs.get_file_info(pafs.FileSelector(root, recursive=True))
+        return sorted((i.path[len(root) + 1 :], int(i.size)) for i in infos if i.type == pafs.FileType.File)
+
+    def local(self, path: Optional[str] = None) -> Optional[str]:
+        """The local path when ``path`` is on this machine's disk, else None."""
+        return local_path(self.path if path is None else path)
+
+    @property
+    def atomic_create(self) -> bool:
+        """Whether :meth:`create_exclusive` is atomic here: on local disk (O_EXCL) only."""
+        return self.local() is not None
+
+    def mtime(self, path: Optional[str] = None) -> Optional[float]:
+        """Last modification, seconds since the epoch (None when the path does not exist or has no time)."""
+        import pyarrow.fs as pafs
+
+        info = self._info(path)
+        if info.type == pafs.FileType.NotFound or info.mtime is None:
+            return None
+        return info.mtime.timestamp()
+
     def list_names(self, directory: Optional[str] = None) -> List[str]:
         """The names of a directory's entries ([] when it does not exist)."""
         import pyarrow.fs as pafs
@@ -149,6 +186,27 @@ class ArrowFS:
             self.fs.create_dir((target + relative).rsplit("/", 1)[0], recursive=True)
             self.fs.copy_file(source + relative, target + relative)
         self.fs.delete_dir(source)
+
+    def create_exclusive(self, path: str, text: str) -> bool:
+        """Create a file holding ``text`` unless one exists: True if this call created it (O_EXCL on local
+        disk; elsewhere a check, then a write: see :attr:`atomic_create`)."""
+        local = self.local(path)
+        if local is not None:
+            return create_local_exclusive(local, text)
+        if self.exists(path):
+            return False
+        self.write_text(path, text)
+        return True
+
+    def touch(self, path: Optional[str] = None) -> None:
+        """Set a file's modification time to now (local disk), or write it again (elsewhere)."""
+        local = self.local(path)
+        if local is not None:
+            os.utime(local)
+            return
+        text = self.read_text(path)
+        if text is not None:
+            self.write_text(path, text)
 
     def mkdirs(self, path: Optional[str] = None) -> None:
         self.fs.create_dir(self._p(path), recursive=True)

@@ -334,9 +334,9 @@ def _parse_line_batches(batches):
         yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
-def _read_json_lines(spark: SparkSession, path: str) -> DataFrame:
+def _read_json_lines(spark: SparkSession, path: str, files: Optional[Sequence[str]] = None) -> DataFrame:
     """Strictly parsed JSON Lines: one RAW_SCHEMA row per physical line, rejects included."""
-    lines = spark.read.text(path).select(
+    lines = spark.read.text(list(files) if files else path).select(
         # The binary cast keeps the bytes as read, so invalid UTF-8 is still visible to the parser.
         F.col("value").cast(T.BinaryType()).alias("value"),
         F.input_file_name().alias("source_file"),
@@ -453,9 +453,18 @@ def _similarities_reason(sims: Column) -> Column:
     )
 
 
-def _read_parquet(spark: SparkSession, path: str, keep: Sequence[str] = ()) -> DataFrame:
+def _parquet(spark: SparkSession, path: str, files: Optional[Sequence[str]]) -> DataFrame:
+    """The Parquet table at ``path``: all of it, or only ``files`` (partition columns kept)."""
+    if files:
+        return spark.read.option("basePath", path).parquet(*files)
+    return spark.read.parquet(path)
+
+
+def _read_parquet(
+    spark: SparkSession, path: str, keep: Sequence[str] = (), files: Optional[Sequence[str]] = None
+) -> DataFrame:
     """Parquet documents with the per-row checks its types do not guarantee, as RAW_SCHEMA rows (+ ``keep``)."""
-    df = spark.read.parquet(path)
+    df = _parquet(spark, path, files)
     _check_parquet_schema(df.schema, path)
     for name in keep:
         if name not in df.columns:
@@ -487,7 +496,13 @@ def _read_parquet(spark: SparkSession, path: str, keep: Sequence[str] = ()) -> D
     )
 
 
-def read_documents(spark: SparkSession, path: str, fmt: Optional[str] = None, keep: Sequence[str] = ()) -> DataFrame:
+def read_documents(
+    spark: SparkSession,
+    path: str,
+    fmt: Optional[str] = None,
+    keep: Sequence[str] = (),
+    files: Optional[Sequence[str]] = None,
+) -> DataFrame:
     """Read a documents table: one row per input row (per physical line for JSON), rejects included.
 
     Parameters
@@ -527,13 +542,15 @@ def read_documents(spark: SparkSession, path: str, fmt: Optional[str] = None, ke
                 f"{path}: keeping input columns ({', '.join(keep)}) needs a Parquet documents table; "
                 "JSON Lines documents are read as id, text, labels, split, similarities only"
             )
-        return _read_json_lines(spark, path)
+        return _read_json_lines(spark, path, files)
     if fmt == "parquet":
-        return _read_parquet(spark, path, keep)
+        return _read_parquet(spark, path, keep, files)
     raise DocumentsError(f"unknown documents format {fmt!r}: expected 'parquet' or 'json'")
 
 
-def count_input_rows(spark: SparkSession, path: str, fmt: Optional[str] = None) -> int:
+def count_input_rows(
+    spark: SparkSession, path: str, fmt: Optional[str] = None, files: Optional[Sequence[str]] = None
+) -> int:
     """Rows in the input as stored -- physical lines of JSON Lines, rows of Parquet -- without parsing.
 
     Independent of the parser, so ``valid + rejected == count_input_rows``
@@ -542,5 +559,5 @@ def count_input_rows(spark: SparkSession, path: str, fmt: Optional[str] = None) 
     path = session_path(spark, path)
     fmt = fmt or detect_format(spark, path)
     if fmt == "json":
-        return spark.read.text(path).count()
-    return spark.read.parquet(path).count()
+        return spark.read.text(list(files) if files else path).count()
+    return _parquet(spark, path, files).count()

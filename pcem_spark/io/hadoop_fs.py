@@ -16,7 +16,10 @@ naming ``what`` needed it.
 
 from __future__ import annotations
 
+import os
 from typing import Iterator, List, Optional, Tuple
+
+from pcem_spark.io.arrow_fs import create_local_exclusive
 
 __all__ = ["HadoopFS", "OUTPUTS_USE", "OUTPUTS_NEEDS", "FILESYSTEM_NEEDS"]
 
@@ -101,6 +104,33 @@ class HadoopFS:
             for s in self.files_under(path)
         ]
 
+    def sizes_below(self, path=None) -> List[Tuple[str, int]]:
+        """``(path relative to the directory, size in bytes)`` of every file below it, recursively, sorted."""
+        root = self.fs.makeQualified(self.p(path)).toUri().getPath().rstrip("/")
+        return sorted(
+            (str(s.getPath().toUri().getPath())[len(root) + 1 :], int(s.getLen())) for s in self.files_under(path)
+        )
+
+    def local(self, path=None) -> Optional[str]:
+        """The local path when ``path`` lives on the driver's local disk (the ``file`` scheme), else None."""
+        qualified = self.qualified(path)
+        if str(qualified.toUri().getScheme() or "") != "file":
+            return None
+        return str(qualified.toUri().getPath())
+
+    @property
+    def atomic_create(self) -> bool:
+        """Whether :meth:`create_exclusive` is atomic here: local disk (O_EXCL) and HDFS (the NameNode) are;
+        object stores (S3A, GCS, ABFS) check and then write."""
+        return self.local() is not None or str(self.fs.getUri().getScheme()) in ("hdfs", "viewfs")
+
+    def mtime(self, path=None) -> Optional[float]:
+        """Last modification, seconds since the epoch (None when the path does not exist)."""
+        p = self.p(path)
+        if not self.fs.exists(p):
+            return None
+        return int(self.fs.getFileStatus(p).getModificationTime()) / 1000.0
+
     def list_names(self, directory=None) -> List[str]:
         """The names of a directory's entries ([] when it does not exist)."""
         d = self.p(directory)
@@ -116,6 +146,41 @@ class HadoopFS:
     def rename(self, src, dst) -> None:
         if not self.fs.rename(self.p(src), self.p(dst)):
             raise OSError(f"could not rename {src} to {dst}")
+
+    def create_exclusive(self, path, text: str) -> bool:
+        """Create a file holding ``text`` unless one exists: True if this call created it.
+
+        O_EXCL on local disk; Hadoop's ``create(overwrite=false)`` elsewhere (atomic
+        on HDFS; a check then a write on object stores, see :attr:`atomic_create`).
+        """
+        local = self.local(path)
+        if local is not None:
+            return create_local_exclusive(local, text)
+        from py4j.protocol import Py4JJavaError
+
+        p = self.p(path)
+        try:
+            out = self.fs.create(p, False)
+        except Py4JJavaError as exc:
+            if "FileAlreadyExistsException" in str(exc.java_exception.getClass().getName()) or self.fs.exists(p):
+                return False
+            raise
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+        return True
+
+    def touch(self, path=None) -> None:
+        """Set a file's modification time to now (local disk), or write it again (elsewhere: object stores
+        keep no settable time)."""
+        local = self.local(path)
+        if local is not None:
+            os.utime(local)
+            return
+        text = self.read_text(path)
+        if text is not None:
+            self.write_text(path, text)
 
     def mkdirs(self, path=None) -> None:
         if not self.fs.mkdirs(self.p(path)):

@@ -28,6 +28,7 @@ from pcem_spark.io.documents import (
     SPLIT_START_COL,
 )
 from pcem_spark.io.json_lines import RECORD_CHARS
+from pcem_spark.io.partition_folders import escaped_bytes
 
 __all__ = ["split_rejects", "log_counts", "BROADCAST_REPEATED_IDS", "BROADCAST_REPEATED_BYTES"]
 
@@ -37,7 +38,10 @@ _LOGGED_REASONS = 20  # distinct reject reasons log_counts lists
 
 
 def split_rejects(
-    df: DataFrame, require_text: bool = True, counts: Optional[Dict[str, int]] = None
+    df: DataFrame,
+    require_text: bool = True,
+    counts: Optional[Dict[str, int]] = None,
+    distinct: Optional[str] = None,
 ) -> Tuple[DataFrame, DataFrame]:
     """Split a documents DataFrame into (valid documents, rejects).
 
@@ -58,7 +62,11 @@ def split_rejects(
 
     ``counts`` (a dict) gets ``parsed`` (rows) and ``valid``, both counted
     in one job; when no row is rejected, the rejects are then an empty
-    table that reads nothing.
+    table that reads nothing. With ``distinct`` (a column), the same job
+    counts its distinct values among the valid rows (``distinct_values``,
+    null counting as one) and the bytes of the longest once escaped into a
+    partition folder name (``longest_folder_value``): what ``--partition-by``
+    would make of it.
 
     ``labels`` of the valid rows: a list of paths (array<array<string>>)
     when any valid row wrote one (``_nested_labels``), else one path
@@ -103,8 +111,17 @@ def split_rejects(
     shaped = NESTED_LABELS_COL in df.columns and has_label_paths(df)
     any_nested = F.max(F.when(valid & F.col(NESTED_LABELS_COL), 1).otherwise(0)) if shaped else F.lit(0)
     if counts is not None:
-        row = flagged.agg(F.count(F.lit(1)), F.count(F.when(valid, 1)), any_nested).first()
+        folders = []
+        if distinct is not None:
+            value = F.col(distinct).cast("string")
+            folders = [
+                F.count_distinct(F.when(valid, value)) + F.max(F.when(valid & value.isNull(), 1).otherwise(0)),
+                F.max(F.when(valid, escaped_bytes(value))),
+            ]
+        row = flagged.agg(F.count(F.lit(1)), F.count(F.when(valid, 1)), *folders, any_nested).first()
         counts.update(parsed=int(row[0]), valid=int(row[1]))
+        if distinct is not None:
+            counts.update(distinct_values=int(row[2] or 0), longest_folder_value=int(row[3] or 0))
     else:
         row = flagged.agg(any_nested).first() if shaped else (0, 0, 0)
     labels = F.col("labels") if not shaped or row[-1] else F.try_element_at("labels", F.lit(1)).alias("labels")

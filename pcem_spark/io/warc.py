@@ -375,7 +375,7 @@ def ingest_warc(
             "inputs": list(inputs),
         }
         # The rejects first: when nothing is a document they are what the user needs to see.
-        with atomic_output(spark, rejects_path, "rejects", overwrite=True) as staged_rejects:
+        with atomic_output(spark, rejects_path, "rejects", overwrite=True, parts=[""]) as staged_rejects:
             rejects.write.parquet(staged_rejects.tmp)
             written = spark.read.parquet(staged_rejects.tmp)
             if written.count() != n_rejects:
@@ -390,7 +390,7 @@ def ingest_warc(
                 f"{n_skipped} of them skipped by type {skipped_by_type}); the {n_rejects} "
                 f"rejects, with their reasons, are in {rejects_path}"
             )
-        with atomic_output(spark, output, "documents", overwrite=overwrite) as staged:
+        with atomic_output(spark, output, "documents", overwrite=overwrite, parts=[""]) as staged:
             documents.write.parquet(staged.tmp)
             n_written = spark.read.parquet(staged.tmp).count()
             if n_written != n_documents:

@@ -8,8 +8,9 @@ ValueError / InputError that names what is wrong.
 
 from __future__ import annotations
 
+import json
 import logging
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 from pyspark.sql import SparkSession
@@ -17,12 +18,18 @@ from pyspark.sql import functions as F
 
 from pcem_spark.core.calibration import Calibration
 from pcem_spark.core.parameters import PathParameters
+from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.features import FeatureSettings
 from pcem_spark.engine.limits import check_result_size
 from pcem_spark.errors import InputError
+from pcem_spark.model.settings import ModelSettings
+from pcem_spark.util.faults import reached
 
 __all__ = [
     "FORMAT_VERSION",
+    "MODEL_PARTS",
+    "ModelParts",
+    "read_model_parts",
     "READABLE_FORMAT_VERSIONS",
     "read_parameters",
     "in_index_order",
@@ -38,17 +45,81 @@ FORMAT_VERSION = 3
 # 3 added the calibration (``temperature``); older models load uncalibrated, with a warning.
 READABLE_FORMAT_VERSIONS = (1, 2, 3)
 
+# The sub-directories of a model: each must hold data before the model is marked complete.
+MODEL_PARTS = ("metadata", "vocabulary", "parameters")
+
+
+class ModelParts(NamedTuple):
+    """What a saved model version holds, read and checked (:func:`read_model_parts`)."""
+
+    meta: dict
+    format_version: int
+    taxonomy: Taxonomy
+    vocabulary: list
+    params: PathParameters
+    model_settings: ModelSettings
+    feature_settings: FeatureSettings
+
+
+def read_model_parts(spark: SparkSession, snap) -> ModelParts:
+    """The parts of one pinned model version (a :class:`pcem_spark.io.snapshots.Snapshot`), each checked.
+
+    Reads only that version's files (:meth:`~pcem_spark.io.snapshots.Snapshot.table`); raises
+    :class:`~pcem_spark.errors.InputError` naming what is damaged.
+    """
+    path = snap.path
+    meta_rows = snap.table(spark, "metadata", "text").collect()
+    reached("model:read:metadata")
+    try:
+        meta = json.loads(meta_rows[0]["value"])
+        version = meta.get("format_version")
+    except (IndexError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
+        raise InputError(
+            f"{path}/metadata: not a pcem-spark model metadata line ({type(exc).__name__}: "
+            f"{exc}); the model directory is damaged, retrain it"
+        ) from None
+    if version not in READABLE_FORMAT_VERSIONS:
+        raise InputError(
+            f"{path}: model format version {version}, this pcem-spark reads "
+            f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))}"
+        )
+    try:
+        taxonomy = Taxonomy(meta["taxonomy"]["children"], root=meta["taxonomy"]["root"])
+        vocab = snap.table(spark, "vocabulary")
+        if "term" not in vocab.columns or "index" not in vocab.columns:
+            raise KeyError("the vocabulary table has no index / term column")
+        # As one Arrow table, not a Row per term (a 2**18-term vocabulary collects in a second, not
+        # ~20), and put in order here rather than by a Spark sort (one job instead of three).
+        vocabulary = in_index_order(vocab.select("index", "term").toArrow(), "index", "the vocabulary")
+        vocabulary = vocabulary.column("term").to_pylist()
+        reached("model:read:vocabulary")
+        params = read_parameters(spark, snap, version, len(vocabulary))
+        reached("model:read:parameters")
+        # Models written before unlabeled_weight / path_weight existed were trained with the paper's 1.
+        model_settings = ModelSettings(**meta["model_settings"]).resolved()
+        feature_settings = feature_settings_of(meta["feature_settings"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{path}: damaged model ({type(exc).__name__}: {exc}); retrain it") from None
+    if params.shape[1] != len(vocabulary) or len(vocabulary) != meta.get("vocab_size", len(vocabulary)):
+        raise InputError(
+            f"{path}: damaged model: parameters are {params.shape[0]} x {params.shape[1]}, "
+            f"the vocabulary has {len(vocabulary)} terms and the metadata says "
+            f"{meta.get('vocab_size')}; retrain it"
+        )
+    return ModelParts(meta, version, taxonomy, vocabulary, params, model_settings, feature_settings)
+
 
 def calibration_record(temperature: Optional[float], probability_map=None) -> Optional[dict]:
     """The metadata's ``calibration`` entry of a model calibrated so (None: uncalibrated)."""
     return None if temperature is None else Calibration(temperature, probability_map).as_record()
 
 
-def read_parameters(spark: SparkSession, path: str, version: int, vocab_size: int) -> PathParameters:
-    """The ``parameters/`` table of a model directory as sparse parameters (either format version)."""
+def read_parameters(spark: SparkSession, snap, version: int, vocab_size: int) -> PathParameters:
+    """The ``parameters/`` table of a pinned model version as sparse parameters (either format version)."""
     import scipy.sparse as sp
 
-    table = spark.read.parquet(f"{path}/parameters")
+    path = snap.path
+    table = snap.table(spark, "parameters")
     if version == 1:
         # Format 1 stored dense log theta rows.
         n_rows = table.count()

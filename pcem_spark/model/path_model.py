@@ -43,12 +43,11 @@ from pcem_spark.errors import InputError
 from pcem_spark.model.labels import check_vector_size
 from pcem_spark.model.model_files import (
     FORMAT_VERSION,
+    MODEL_PARTS,
     READABLE_FORMAT_VERSIONS,
     calibration_of,
     calibration_record,
-    feature_settings_of,
-    in_index_order,
-    read_parameters,
+    read_model_parts,
 )
 from pcem_spark.model.schema import (
     OutputOptions,
@@ -65,6 +64,14 @@ log = logging.getLogger(__name__)
 
 
 # 2: parameters stored sparse (log_base + log_ratio, PathParameters); 1: dense log_theta rows.
+def _session(what: str) -> SparkSession:
+    """The thread's active SparkSession, else the process's default one (a save from a worker thread)."""
+    try:
+        return SparkSession.active()
+    except Exception:  # noqa: BLE001 - pyspark's "no active or default session"
+        raise RuntimeError(f"PathModel.{what} needs an active SparkSession") from None
+
+
 class PathModel:
     """A fitted PCNB / PCEM / flat NB / flat EM model.
 
@@ -171,6 +178,8 @@ class PathModel:
         self.features_col: Optional[str] = None
         self.temperature: Optional[float] = None
         self.probability_map = None
+        # The run id of the saved version it was loaded from (None: not loaded)
+        self.version: Optional[str] = None
 
     @property
     def log_prior(self) -> np.ndarray:
@@ -492,9 +501,7 @@ class PathModel:
         from pcem_spark.io.file_system import session_path
         from pcem_spark.io.outputs import atomic_output
 
-        spark = SparkSession.getActiveSession()
-        if spark is None:
-            raise RuntimeError("PathModel.save needs an active SparkSession")
+        spark = _session("save")
         meta = {
             "format_version": FORMAT_VERSION,
             # pyspark.ml's PipelineModel reader loads a stage by this class name.
@@ -512,7 +519,8 @@ class PathModel:
         # marker (pcem_spark.io.outputs): a killed save never leaves new metadata
         # beside old parameters, and load() refuses a directory without it.
         # (over Spark Connect, a relative local path is the client's: made absolute for the server too)
-        with atomic_output(spark, session_path(spark, path), "model", overwrite=overwrite) as staged:
+        # Every part must hold data before the marker is written: a model is never marked without its metadata.
+        with atomic_output(spark, session_path(spark, path), "model", overwrite=overwrite, parts=MODEL_PARTS) as staged:
             spark.createDataFrame([(json.dumps(meta),)], "value string").coalesce(1).write.text(
                 f"{staged.tmp}/metadata"
             )
@@ -542,58 +550,38 @@ class PathModel:
 
     @classmethod
     def load(cls, path: str) -> "PathModel":
-        """Read a model directory written by :meth:`save`; refuse an incomplete or corrupt one (ValueError)."""
-        from pcem_spark.io.file_system import session_path
-        from pcem_spark.io.outputs import require_complete
+        """Read a model directory written by :meth:`save`; refuse an incomplete or corrupt one (ValueError).
 
-        spark = SparkSession.getActiveSession()
-        if spark is None:
-            raise RuntimeError("PathModel.load needs an active SparkSession")
+        One version is read, whatever a concurrent ``save`` does to ``path``: its
+        metadata, vocabulary and parameters all come from the version the
+        marker named when the read began (:func:`pcem_spark.io.snapshots.read_pinned`).
+        """
+        from pcem_spark.io.file_system import file_system, session_path
+        from pcem_spark.io.snapshots import read_pinned
+
+        spark = _session("load")
         path = session_path(spark, path)
-        require_complete(spark, path, "model")
-        meta_rows = spark.read.text(f"{path}/metadata").collect()
-        try:
-            meta = json.loads(meta_rows[0]["value"])
-            version = meta.get("format_version")
-        except (IndexError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
-            raise InputError(
-                f"{path}/metadata: not a pcem-spark model metadata line ({type(exc).__name__}: "
-                f"{exc}); the model directory is damaged, retrain it"
-            ) from None
-        if version not in READABLE_FORMAT_VERSIONS:
-            raise InputError(
-                f"{path}: model format version {version}, this pcem-spark reads "
-                f"{', '.join(map(str, READABLE_FORMAT_VERSIONS))}"
-            )
-        try:
-            taxonomy = Taxonomy(meta["taxonomy"]["children"], root=meta["taxonomy"]["root"])
-            vocab = spark.read.parquet(f"{path}/vocabulary")
-            if "term" not in vocab.columns or "index" not in vocab.columns:
-                raise KeyError("the vocabulary table has no index / term column")
-            # As one Arrow table, not a Row per term (a 2**18-term vocabulary collects in a second, not
-            # ~20), and put in order here rather than by a Spark sort (one job instead of three).
-            vocabulary = in_index_order(vocab.select("index", "term").toArrow(), "index", "the vocabulary")
-            vocabulary = vocabulary.column("term").to_pylist()
-            params = read_parameters(spark, path, version, len(vocabulary))
-            # Models written before unlabeled_weight / path_weight existed were trained with the paper's 1.
-            model_settings = ModelSettings(**meta["model_settings"]).resolved()
-            feature_settings = feature_settings_of(meta["feature_settings"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InputError(f"{path}: damaged model ({type(exc).__name__}: {exc}); retrain it") from None
-        if params.shape[1] != len(vocabulary) or len(vocabulary) != meta.get("vocab_size", len(vocabulary)):
-            raise InputError(
-                f"{path}: damaged model: parameters are {params.shape[0]} x {params.shape[1]}, "
-                f"the vocabulary has {len(vocabulary)} terms and the metadata says "
-                f"{meta.get('vocab_size')}; retrain it"
-            )
+        return read_pinned(file_system(spark, path), path, "model", lambda snap: cls._read(spark, snap))
+
+    @classmethod
+    def _read(cls, spark: SparkSession, snap) -> "PathModel":
+        """The model of one pinned version (:class:`pcem_spark.io.snapshots.Snapshot`)."""
+        parts = read_model_parts(spark, snap)
         try:
             model = cls(
-                taxonomy, vocabulary, None, params, feature_settings, model_settings, meta.get("training_summary")
+                parts.taxonomy,
+                parts.vocabulary,
+                None,
+                parts.params,
+                parts.feature_settings,
+                parts.model_settings,
+                parts.meta.get("training_summary"),
             )
         except ValueError as exc:
-            raise InputError(f"{path}: damaged model ({exc}); retrain it") from None
-        model.features_col = meta.get("features_col")
-        calibration = calibration_of(path, meta, version)
+            raise InputError(f"{snap.path}: damaged model ({exc}); retrain it") from None
+        model.features_col = parts.meta.get("features_col")
+        model.version = snap.run_id
+        calibration = calibration_of(snap.path, parts.meta, parts.format_version)
         if calibration is not None:
             model.temperature, model.probability_map = calibration
         return model

@@ -137,19 +137,23 @@ def check_output_columns(
     keep_name, partition_name = names
     # text, split and similarities are the documents' own fields (read as such, not as kept columns)
     own = set(prediction_schema(min_probability, top_k, True, 1.0).names) | {LEVEL1, "text", "split", "similarities"}
+    # Compared case-insensitively, as Spark resolves column names (spark.sql.caseSensitive = false):
+    # "Path" would be ambiguous with "path".
+    own_folded = {c.lower(): c for c in own}
     seen = set()
     for column in keep_columns:
         if not column or column != column.strip():
             raise InputError(f"{keep_name}: {column!r} is not a column name")
-        if column in own:
+        if column.lower() in own_folded:
+            clash = own_folded[column.lower()]
             raise InputError(
-                f"{keep_name}: column {column!r} clashes with a column the predictions already have "
-                f"({', '.join(sorted(own))})"
+                f"{keep_name}: column {column!r} clashes with the predictions' own column {clash!r} (Spark "
+                f"compares column names ignoring case); the predictions have {', '.join(sorted(own))}"
             )
-        if column in seen:
-            raise InputError(f"{keep_name}: column {column!r} is named twice")
-        seen.add(column)
-    if partition_by and partition_by != LEVEL1 and partition_by not in seen:
+        if column.lower() in seen:
+            raise InputError(f"{keep_name}: column {column!r} is named twice (names are compared ignoring case)")
+        seen.add(column.lower())
+    if partition_by and partition_by != LEVEL1 and partition_by.lower() not in seen:
         raise InputError(
             f"{partition_name} = {partition_by!r}: expected a kept column ({keep_name}: "
             f"{', '.join(keep_columns) or 'none'}) or {LEVEL1!r} (the first node of the predicted path)"

@@ -19,6 +19,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from pcem_spark.errors import InputError
+from pcem_spark.ops.rendering import md_text
 
 __all__ = ["N_BINS", "reliability_counts", "reliability_report", "reliability_files"]
 
@@ -90,7 +91,7 @@ def _markdown(report: Dict[str, object]) -> str:
         "# Reliability of the node probabilities",
         "",
         f"{report['node_events']:,} predicted-path nodes of {report['documents_scored']:,} labelled documents "
-        f"({report['predictions']}); expected calibration error (ECE) **{report['ece']:.4f}**.",
+        f"({md_text(report['predictions'])}); expected calibration error (ECE) **{report['ece']:.4f}**.",
         "",
         "| probability bin | nodes | mean probability | precision (share correct) |",
         "|---|---|---|---|",

@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import html
 import logging
+import unicodedata
 from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["NONE_LABEL", "render_model_markdown", "render_confusion_markdown", "render_html", "render_png"]
+__all__ = [
+    "NONE_LABEL",
+    "visible",
+    "md_text",
+    "html_text",
+    "render_model_markdown",
+    "render_confusion_markdown",
+    "render_html",
+    "render_png",
+]
 
 log = logging.getLogger(__name__)
 
@@ -26,14 +36,46 @@ def _fmt(x, digits: int = 1) -> str:
     return f"{x:,.{digits}f}"
 
 
-def _md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+# Characters a label or term may hold that must never act in a report: control characters (NUL, escape,
+# newlines), the bidirectional controls that reorder what is displayed (a right-to-left override can make
+# "exe.txt" read "txt.exe"), and the line / paragraph separators.
+_INVISIBLE = {0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
+# Markdown's syntax (CommonMark backslash escapes): links and images ([x](y), ![x](y)), code spans, emphasis,
+# table pipes, headings and list markers.
+_MD_SYNTAX = set("\\`*_{}[]()#+-.!|~")
+
+
+def visible(text: object) -> str:
+    """``text`` with control, bidirectional-control and separator characters shown as ``<U+XXXX>``."""
+    return "".join(
+        f"<U+{ord(c):04X}>" if ord(c) in _INVISIBLE or unicodedata.category(c) == "Cc" else c for c in str(text)
+    )
+
+
+def md_text(text: object) -> str:
+    r"""``text`` as literal Markdown text: every syntax character backslash-escaped, HTML's ``& < >`` as
+    entities, invisible characters shown (:func:`visible`). Nothing in it can become a link, an image, a
+    table cell, markup or script.
+
+    >>> print(md_text("[x](javascript:alert(1)) <img src=x> a|b"))
+    \[x\]\(javascript:alert\(1\)\) &lt;img src=x&gt; a\|b
+    """
+    escaped = "".join("\\" + c if c in _MD_SYNTAX else c for c in visible(text))
+    return html.escape(escaped, quote=False)
+
+
+def html_text(text: object) -> str:
+    """``text`` as literal HTML text or attribute value (quotes escaped), invisible characters shown."""
+    return html.escape(visible(text), quote=True)
+
+
+_md_cell = md_text
 
 
 def render_model_markdown(report: Dict[str, object]) -> str:
     """``model.md``: summary, a legend of the columns, then one table row per node in tree order."""
     ms, ts, mass, lo = report["model_settings"], report["training_summary"], report["mass"], report["log_odds"]
-    lines = [f"# Model inspection: {report['model'] or report['method']}", ""]
+    lines = [f"# Model inspection: {md_text(report['model'] or report['method'])}", ""]
     lines.append(
         f"- method: **{report['method']}**; smoothing {ms['smoothing']:g}, unlabelled weight (lambda) "
         f"{ms['unlabeled_weight']}, path weight {ms['path_weight']}, doc_length {ms['doc_length']:g}, "
@@ -150,7 +192,7 @@ def render_confusion_markdown(conf: Dict[str, object]) -> str:
         acc = "n/a" if lv["accuracy"] is None else f"{100 * lv['accuracy']:.2f}%"
         lines += [f"## Level {d}", "", f"accuracy {acc} ({lv['correct']:,} of {lv['documents']:,})", ""]
         if lv["unknown_nodes"]:
-            lines += [f"names not in the taxonomy at this level: {', '.join(lv['unknown_nodes'])}", ""]
+            lines += [f"names not in the taxonomy at this level: {', '.join(map(md_text, lv['unknown_nodes']))}", ""]
         nodes = lv["nodes"]
         cols = [str(i + 1) for i in range(len(nodes))] + [NONE_LABEL]
         lines.append("| true \\ predicted | " + " | ".join(cols) + " | recall |")
@@ -207,7 +249,7 @@ def render_html(report: Dict[str, object]) -> str:
     expected; masses when documents are not known) relative to the largest node at its depth, the
     labelled part dark and the expected part light; top terms as text and (with their scores and
     counts) as a tooltip. Self-contained: inline CSS, no script, no external resource."""
-    esc = html.escape
+    esc = html_text
     nodes = report["nodes"]
     split = report["mass"]["source"] == "training_summary"
     amounts = [_html_amounts(report, n) for n in nodes]
@@ -265,7 +307,7 @@ def render_html(report: Dict[str, object]) -> str:
         cls = "row inner" if not n["leaf"] else "row"
         pad = 1.4 * (n["depth"] - 1)
         out.append(
-            f"<div class='{cls}' title='{esc(tip, quote=True)}'>"
+            f"<div class='{cls}' title='{esc(tip)}'>"
             f"<div class='name' style='padding-left:{pad:.1f}em'>{esc(n['node'])}</div>"
             f"<div class='bar'>{bar}</div><div class='num'>{esc(num)}</div>"
             f"<div class='terms'>{esc(terms)}</div></div>"

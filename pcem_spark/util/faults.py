@@ -12,13 +12,21 @@
 
 Executors inherit the variable from the driver in local mode; the tests set it
 for the ``pcem`` process they start.
+
+Named points (:func:`reached`) mark the steps of the output protocol's writers
+and readers (``model:staged``, ``model:read:vocabulary`` ...). A test kills the
+process at one (``PCEM_KILL_AT``), or registers a function to run there
+(:func:`on_point`): another run's step, interleaved deterministically, with no
+sleep.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from typing import Callable, Dict, List
 
-__all__ = ["ENV", "KILL_ENV", "InjectedFault", "maybe_fail", "maybe_kill"]
+__all__ = ["ENV", "KILL_ENV", "InjectedFault", "maybe_fail", "maybe_kill", "reached", "on_point"]
 
 ENV = "PCEM_INJECT_FAULT"
 
@@ -57,7 +65,37 @@ def maybe_kill(kind: str, point: str) -> None:
     ``committed`` (new in place, old copy not yet deleted). A real kill, not
     an exception: no ``finally`` runs, exactly as when a scheduler kills the task.
     """
-    if os.environ.get(KILL_ENV) == f"{kind}:{point}":
+    reached(f"{kind}:{point}")
+
+
+_HOOKS: Dict[str, List[Callable[[], None]]] = {}
+_HOOKS_LOCK = threading.Lock()
+
+
+def reached(name: str) -> None:
+    """A named step: SIGKILL here if ``PCEM_KILL_AT`` names it, then run the functions registered for it."""
+    if os.environ.get(KILL_ENV) == name:
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)
+    if _HOOKS:
+        with _HOOKS_LOCK:
+            hooks = list(_HOOKS.get(name, ()))
+        for hook in hooks:
+            hook()
+
+
+def on_point(name: str, hook: Callable[[], None]) -> Callable[[], None]:
+    """Run ``hook()`` whenever this process reaches the step ``name`` (tests only); returns its remover."""
+    with _HOOKS_LOCK:
+        _HOOKS.setdefault(name, []).append(hook)
+
+    def remove() -> None:
+        with _HOOKS_LOCK:
+            hooks = _HOOKS.get(name, [])
+            if hook in hooks:
+                hooks.remove(hook)
+            if not hooks:
+                _HOOKS.pop(name, None)
+
+    return remove

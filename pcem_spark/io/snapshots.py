@@ -1,0 +1,317 @@
+"""Reading an output as one version: pin it, read only its files, never a mixture.
+
+:func:`read_pinned` is how every reader of a pcem-spark output (a model,
+predictions, rejects, a documents table written by ``ingest``) reads it:
+
+1. **Resolve** (:func:`resolve`): read the marker of ``NAME`` -- the version to
+   read, with its run id and manifest. ``NAME`` missing while a writer holds
+   its lease and has a complete version waiting means the writer is between
+   the two renames of its commit: wait for it (``output.commit_wait_seconds``),
+   then exit 75. ``NAME`` missing with no live writer and a dead writer's
+   complete version beside it: finish that commit, under the lease.
+2. **Check** the manifest: every file of the version present with its size.
+3. **Read** only those files (:meth:`Snapshot.table` passes Spark the file
+   list, never the folder), so data of another version cannot be read: its
+   files have other names (Spark names every part file after its write job).
+4. **Verify**: the marker of ``NAME`` still names the pinned run -- or the
+   pinned version is still retained. A replacement that moved the pinned
+   version away mid-read (a missing file) sends the reader after it, to
+   ``.NAME.pcem-v-RUNID``, where a replaced version stays for
+   ``output.keep_superseded_seconds``; a version already deleted there sends it
+   back to step 1 for the new one. After :data:`ATTEMPTS` replacements in a
+   row it gives up with :class:`OutputReplacedError` (exit 75).
+
+Outputs of an older pcem-spark have no manifest: they are read by folder, and
+step 4 (plus one writer at a time) keeps them unmixed.
+
+A documents input that is a pcem-spark output is pinned for the whole run
+(:func:`pin`): Spark reads it lazily, during the run. If a writer replaced it
+meanwhile, the run's missing-file failure is reported as such, exit 75
+(:func:`replaced_pins`), never as bad input.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Dict, List, Optional, TypeVar
+
+from pcem_spark.errors import InputError, TransientError
+from pcem_spark.io import leases
+from pcem_spark.io.output_policy import policy
+from pcem_spark.io.versions import (
+    MARKER,
+    OUTPUT_FORMAT_VERSION,
+    TMP,
+    marker_at,
+    needs_recovery,
+    new_run_id,
+    recover,
+    siblings,
+    version_path,
+)
+from pcem_spark.util.faults import reached
+
+__all__ = [
+    "ATTEMPTS",
+    "IncompleteOutputError",
+    "DamagedOutputError",
+    "OutputReplacedError",
+    "Snapshot",
+    "resolve",
+    "read_pinned",
+    "pin",
+    "replaced_pins",
+    "missing_file",
+]
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS = 5
+T = TypeVar("T")
+
+
+class IncompleteOutputError(InputError):
+    """An output directory lacks its completion marker (partial, foreign or older)."""
+
+
+class DamagedOutputError(InputError):
+    """A file of a complete version was removed or changed after it was written (not by a replacement): exit 2."""
+
+
+class OutputReplacedError(TransientError):
+    """A writer replaced the output while it was read, too often or too early to finish: retry (exit 75)."""
+
+
+class Snapshot:
+    """One complete version of the output ``path``: its marker, and where its files are now.
+
+    ``location`` is ``path`` itself while the version is current, or the
+    retained ``.NAME.pcem-v-RUNID`` after a later commit replaced it.
+    """
+
+    def __init__(self, path: str, location: str, marker: Dict[str, object]):
+        self.path, self.location, self.marker = path.rstrip("/"), location.rstrip("/"), marker
+
+    @property
+    def run_id(self) -> str:
+        return str(self.marker.get("run_id"))
+
+    @property
+    def manifest(self) -> Optional[Dict[str, int]]:
+        manifest = self.marker.get("manifest")
+        return manifest if isinstance(manifest, dict) else None
+
+    def files(self, part: str = "") -> Optional[List[str]]:
+        """Full paths of the data files under ``part`` (a sub-directory; "" = all), or None without a manifest."""
+        if self.manifest is None:
+            return None
+        prefix = f"{part.strip('/')}/" if part else ""
+        return [
+            f"{self.location}/{rel}"
+            for rel in sorted(self.manifest)
+            if rel.startswith(prefix) and not any(p.startswith(("_", ".")) for p in rel.split("/"))
+        ]
+
+    def table(self, spark, part: str = "", fmt: str = "parquet"):
+        """The DataFrame of ``part`` read from this version's files only (partition columns kept)."""
+        base = f"{self.location}/{part}" if part else self.location
+        files = self.files(part)
+        if not files:  # an older output without a manifest (or a part with no data file): by folder
+            return spark.read.format(fmt).load(base)
+        return spark.read.format(fmt).option("basePath", base).load(files)
+
+    def check_files(self, fs) -> None:
+        """Raise FileNotFoundError unless every manifest file is present with its size."""
+        if self.manifest is None:
+            return
+        present = dict(fs.sizes_below(self.location))
+        for rel, size in self.manifest.items():
+            if present.get(rel) != size:
+                raise FileNotFoundError(
+                    f"{self.location}/{rel}: "
+                    + ("missing" if rel not in present else f"{present[rel]} bytes, the manifest says {size}")
+                )
+
+    def moved(self, fs) -> Optional["Snapshot"]:
+        """This version where a later commit retained it, if it is there (and complete)."""
+        retained = version_path(self.path, self.run_id)
+        marker = marker_at(fs, retained)
+        if marker is None or marker.get("run_id") != self.run_id:
+            return None
+        return Snapshot(self.path, retained, marker)
+
+    def still_readable(self, fs) -> bool:
+        """Whether this version is still where it was read from (current, or retained)."""
+        marker = marker_at(fs, self.location)
+        return marker is not None and marker.get("run_id") == self.run_id
+
+
+def _check_marker(path: str, marker: Dict[str, object], kind: Optional[str]) -> None:
+    if kind is not None and marker.get("kind") != kind:
+        raise IncompleteOutputError(f"{path} is a pcem-spark {marker.get('kind')} output, expected {kind}")
+    version = marker.get("format_version")
+    if version != OUTPUT_FORMAT_VERSION:
+        raise IncompleteOutputError(
+            f"{path}: output format version {version}, this pcem-spark reads {OUTPUT_FORMAT_VERSION}"
+        )
+
+
+def resolve(fs, path: str, kind: Optional[str] = None) -> Snapshot:
+    """The current version of ``path`` (step 1 of the module docstring).
+
+    Raises FileNotFoundError (no such output), :class:`IncompleteOutputError`
+    (a directory without a marker, or of another kind), or
+    :class:`OutputReplacedError` when a writer's commit does not finish within
+    ``output.commit_wait_seconds`` or its first version is still being written.
+    """
+    path = path.rstrip("/")
+    deadline = time.monotonic() + policy().commit_wait_seconds
+    pause = 0.05
+    while True:
+        marker = marker_at(fs, path)
+        if marker is not None:
+            _check_marker(path, marker, kind)
+            return Snapshot(path, path, marker)
+        if fs.exists(path):
+            raise IncompleteOutputError(
+                f"{path} has no completion marker ({MARKER}): it was not written completely by pcem-spark "
+                "(a killed or failed run, another tool, or a version before markers). Rerun the command "
+                "that writes it"
+            )
+        holder = leases.live_holder(fs, path)
+        if holder is not None:
+            committing = any(marker_at(fs, t) is not None for t in siblings(fs, path, TMP))
+            if not committing:
+                raise OutputReplacedError(
+                    f"{path} does not exist yet: {holder.describe()} is writing it. Exit 75: retry after it finishes"
+                )
+            if time.monotonic() >= deadline:
+                raise OutputReplacedError(
+                    f"{path}: a writer is committing a new version ({holder.describe()}) and did not finish "
+                    f"within output.commit_wait_seconds = {policy().commit_wait_seconds:g}. Exit 75: retry"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+            continue
+        if needs_recovery(fs, path):
+            try:
+                with leases.hold(fs, path, new_run_id(), "recovering a killed commit"):
+                    recover(fs, path, policy().keep_superseded_seconds)
+            except leases.OutputBusyError:
+                pass  # another run is on it: look again
+            continue
+        raise FileNotFoundError(f"{path} does not exist")
+
+
+def missing_file(exc: BaseException) -> bool:
+    """Whether a read failed because a file it listed is gone (what a replaced version looks like to Spark)."""
+    text = f"{type(exc).__name__}: {exc}"
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            text += "\n" + str(java.toString())
+        except Exception:  # noqa: BLE001 - the JVM may be gone
+            pass
+    return isinstance(exc, FileNotFoundError) or any(
+        m in text
+        for m in (
+            "FileNotFoundException",
+            "NoSuchFileException",
+            "PATH_NOT_FOUND",
+            "FILE_NOT_EXIST",
+            "does not exist",
+            "No such file or directory",
+        )
+    )
+
+
+def read_pinned(fs, path: str, kind: Optional[str], read: Callable[[Snapshot], T]) -> T:
+    """``read(snapshot)`` of one version of ``path``, never a mixture (see the module docstring).
+
+    ``read`` must read only through the snapshot (:meth:`Snapshot.table`,
+    :meth:`Snapshot.files`) and finish its work (collect, count) before it
+    returns: a lazy DataFrame would be read after the pin is gone.
+    """
+    replaced = 0
+    reached(f"{kind}:read:start")
+    snap = resolve(fs, path, kind)
+    while True:
+        reached(f"{kind}:read:resolved")
+        try:
+            snap.check_files(fs)
+            value = read(snap)
+        except Exception as exc:
+            if not missing_file(exc):
+                raise
+            value, snap = None, _after_loss(fs, snap, kind, exc)
+        else:
+            reached(f"{kind}:read:done")
+            if snap.still_readable(fs) or snap.manifest is not None:
+                # With a manifest, only the pinned version's own files were read: a later replacement
+                # cannot have mixed anything in. Without one (an older output), the marker must not have moved.
+                return value
+            snap = _after_loss(fs, snap, kind, None)
+        replaced += 1
+        if replaced >= ATTEMPTS:
+            raise OutputReplacedError(
+                f"{path}: replaced by writers {replaced} times while it was read; exit 75: retry when they are done"
+            )
+        log.info("%s: replaced while it was read; reading version %s at %s", path, snap.run_id, snap.location)
+
+
+def _after_loss(fs, snap: Snapshot, kind: Optional[str], exc: Optional[BaseException]) -> Snapshot:
+    """Where to read next when the pinned version's files went away: the same version, retained; else the new one."""
+    if snap.location == snap.path:
+        moved = snap.moved(fs)
+        if moved is not None:
+            return moved
+    elif exc is not None and snap.still_readable(fs):
+        raise exc  # the retained version is intact: the missing file is a real error, not a replacement
+    try:
+        again = resolve(fs, snap.path, kind)
+    except FileNotFoundError:
+        raise OutputReplacedError(f"{snap.path}: deleted while it was read; exit 75: retry") from exc
+    if exc is not None and again.run_id == snap.run_id and again.location == snap.location:
+        # Nothing replaced it: the version itself lost or changed a file after it was written.
+        raise DamagedOutputError(
+            f"{snap.path} is damaged: {exc} (a file of the version written by run {snap.run_id} was removed or "
+            "changed since); rewrite it with the command that made it"
+        ) from exc
+    return again
+
+
+# ------------------------------------------------------------------ pinned inputs of a run
+_PINS: Dict[str, tuple] = {}
+_PINS_LOCK = threading.Lock()
+
+
+def pin(fs, path: str, kind: Optional[str] = None) -> Snapshot:
+    """Pin the current version of the input ``path`` for this run (the same snapshot every time it is asked)."""
+    key = path.rstrip("/")
+    with _PINS_LOCK:
+        if key in _PINS:
+            return _PINS[key][1]
+    snap = resolve(fs, path, kind)
+    with _PINS_LOCK:
+        return _PINS.setdefault(key, (fs, snap))[1]
+
+
+def replaced_pins(clear: bool = True) -> List[str]:
+    """The pinned inputs whose pinned version is no longer readable (a writer replaced and removed it).
+
+    ``clear``: forget every pin (the end of a command).
+    """
+    with _PINS_LOCK:
+        pins = list(_PINS.items())
+        if clear:
+            _PINS.clear()
+    gone = []
+    for path, (fs, snap) in pins:
+        try:
+            if not snap.still_readable(fs):
+                gone.append(f"{path} (pinned version {snap.run_id})")
+        except Exception:  # noqa: BLE001 - cannot look (the JVM is gone): say nothing
+            pass
+    return gone
