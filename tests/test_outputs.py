@@ -251,11 +251,14 @@ def trained(tmp_path_factory):
 def test_train_killed_at_each_write_stage_leaves_old_or_new_model(spark, trained):
     d, docs, model = trained
     current = "pcnb"
-    for point, replaced in (("staged", False), ("marked", False), ("old_moved", True), ("committed", True)):
+    stages = [("lease:taken", False)] + [
+        (f"model:{point}", replaced)
+        for point, replaced in (("staged", False), ("marked", False), ("old_moved", True), ("committed", True))
+    ]
+    for point, replaced in stages:
         new = "flat-nb" if current == "pcnb" else "pcnb"
-        proc = _pcem(
-            ["train", "--docs", docs, "--model", model, "--method", new, "--overwrite", *FAST], kill_at=f"model:{point}"
-        )
+        # each run after a kill takes the killed run's lease over at once (same host, its process gone)
+        proc = _pcem(["train", "--docs", docs, "--model", model, "--method", new, "--overwrite", *FAST], kill_at=point)
         assert proc.returncode == -9, proc.stderr[-2000:]
         loaded = PathModel.load(model)  # complete, whichever it is (recover() runs first)
         assert loaded.model_settings.method == (new if replaced else current), point
@@ -430,3 +433,24 @@ def test_progress_is_logged_while_a_long_job_runs(spark, caplog):
     assert lines and all(line.startswith("predict: ") and "of 100 rows" in line for line in lines)
     # the job group is cleared afterwards: later jobs are not counted as predict's
     assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None
+
+
+# ------------------------------------------------------- outputs written by the release before this one
+RELEASE_0_1 = os.path.join(ROOT, "tests", "data", "release_0_1")
+
+
+def test_a_model_and_predictions_of_the_previous_release_load_and_predict_identically(spark, tmp_path):
+    """tests/data/release_0_1: a model and its predictions (node probabilities, top 2 paths) written by
+    pcem-spark 0.1.0 before manifests, leases and retained versions; read by folder, as then."""
+    model_dir = os.path.join(RELEASE_0_1, "model")
+    assert "manifest" not in read_marker(spark, model_dir)
+    model = PathModel.load(model_dir)
+    assert model.version == read_marker(spark, model_dir)["run_id"]
+    out = str(tmp_path / "pred")
+    docs = os.path.join(RELEASE_0_1, "docs.jsonl")
+    _run(["predict", "--model", model_dir, "--docs", docs, "--output", out, "--node-probabilities", "--top-k", "2"])
+    columns = ["id", "path", "probability", "node_probabilities", "top_paths"]
+    old = spark.read.parquet(os.path.join(RELEASE_0_1, "predictions")).select(*columns)
+    assert_df_equality(spark.read.parquet(out).select(*columns), old, ignore_row_order=True, ignore_nullable=True)
+    # and the old predictions are read as they are, by folder (evaluate)
+    assert main(["evaluate", "--predictions", os.path.join(RELEASE_0_1, "predictions"), "--model", model_dir]) == 0

@@ -11,12 +11,9 @@ No step waits on a clock but the reader's bounded wait for a commit in flight (s
 import os
 import threading
 
-import numpy as np
 import pytest
-from test_predict_evaluate import TAX  # noqa: E402 (the four-topic taxonomy)
-from test_tuning import FS  # noqa: E402
+from test_overlap_cases import _model, _same
 
-from pcem_spark.core.parameters import PathParameters
 from pcem_spark.errors import TransientError
 from pcem_spark.io import leases
 from pcem_spark.io.file_system import file_system
@@ -24,7 +21,6 @@ from pcem_spark.io.output_policy import OutputSettings, configure
 from pcem_spark.io.outputs import atomic_output, read_marker
 from pcem_spark.io.snapshots import read_pinned
 from pcem_spark.model.path_model import PathModel
-from pcem_spark.model.settings import ModelSettings
 from pcem_spark.util.faults import on_point
 
 SLOW = pytest.mark.slow
@@ -98,22 +94,6 @@ def interleave(read, reader_step, write, writer_step):
 
 
 # ------------------------------------------------------------------------------ models
-def _model(seed, vocab_size):
-    rng = np.random.default_rng(seed)
-    theta = rng.dirichlet(np.full(vocab_size, 0.3), size=TAX.n_paths)
-    params = PathParameters.from_log_theta(np.log(rng.dirichlet(np.ones(TAX.n_paths))), np.log(theta))
-    ms = ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0)
-    return PathModel(TAX, [f"s{seed}w{i}" for i in range(vocab_size)], None, params, FS, ms)
-
-
-def _same(a, b):
-    return (
-        a.vocabulary == b.vocabulary
-        and np.allclose(a.params.log_prior, b.params.log_prior)
-        and np.allclose(a.log_theta, b.log_theta)
-    )
-
-
 @pytest.fixture(scope="module")
 def two_models():
     # Different vocabularies, of different sizes, and different parameters: any mixture shows.

@@ -31,7 +31,6 @@ from pcem_spark.cli.commands import (
     cmd_ingest,
     cmd_ingest_warc,
     cmd_inspect,
-    cmd_predict,
     cmd_train,
 )
 from pcem_spark.cli.experiment_commands import cmd_experiment, cmd_report
@@ -40,6 +39,7 @@ from pcem_spark.cli.experiment_commands import cmd_experiment, cmd_report
 from pcem_spark.cli.failures import EXIT_BAD_INPUT, EXIT_BUG, EXIT_TRANSIENT, classify_failure
 from pcem_spark.cli.inputs import settings_from_args
 from pcem_spark.cli.parser import build_parser
+from pcem_spark.cli.predict_command import cmd_predict
 from pcem_spark.io.snapshots import missing_file
 
 __all__ = ["COMMANDS", "main"]

@@ -7,7 +7,7 @@ import os
 from dataclasses import replace
 from typing import List, Tuple
 
-from pcem_spark.cli.inputs import check_outputs, read_valid_documents, taxonomy_for
+from pcem_spark.cli.inputs import DocsOptions, check_outputs, read_valid_documents, taxonomy_for
 from pcem_spark.errors import InputError
 
 __all__ = ["cmd_experiment", "cmd_report", "experiment_plan"]
@@ -126,16 +126,7 @@ def cmd_experiment(args, settings) -> int:
     check_outputs(None, [Output("--output-dir (its rejects)", rejects_path, "rejects", source=args.docs)], inputs, True)
     spark = build_session(settings.spark)
     os.makedirs(args.output_dir, exist_ok=True)
-    docs = read_valid_documents(
-        spark,
-        args.docs,
-        rejects_path,
-        None,
-        None,
-        args.docs_format,
-        allow_incomplete=args.allow_incomplete_input,
-        require_success=args.require_success,
-    )
+    docs = read_valid_documents(spark, args.docs, rejects_path, None, None, DocsOptions.of(args))
     taxonomy = given_taxonomy or taxonomy_for(args, docs)
     descriptions = None
     if "dataless" in setting_list:

@@ -15,6 +15,7 @@ import logging
 import os
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from pcem_spark.cli.parser import DEFAULT_CONFIG
@@ -26,6 +27,7 @@ __all__ = [
     "check_outputs",
     "rejects_output",
     "check_label_rate",
+    "DocsOptions",
     "read_valid_documents",
     "connect_staging",
 ]
@@ -165,17 +167,43 @@ def check_label_rate(rate: Optional[float]) -> None:
         raise InputError(f"--label-rate must be in (0, 1], got {rate}")
 
 
+@dataclass(frozen=True)
+class DocsOptions:
+    """How a command reads its ``--docs``.
+
+    ``fmt``: ``--format`` (None: detected); ``keep``: more input columns the
+    valid rows carry (Parquet; :func:`pcem_spark.io.documents.read_documents`);
+    ``allow_incomplete`` / ``require_success``: ``--allow-incomplete-input`` /
+    ``--require-success`` (:func:`pcem_spark.io.input_files.input_files`);
+    ``distinct``: a kept column whose distinct values (and longest partition
+    folder name) are counted in the pass that counts the rows
+    (:func:`pcem_spark.io.rejects.split_rejects`).
+    """
+
+    fmt: Optional[str] = None
+    keep: Sequence[str] = ()
+    allow_incomplete: bool = False
+    require_success: bool = False
+    distinct: Optional[str] = None
+
+    @classmethod
+    def of(cls, args, **more) -> "DocsOptions":
+        """The options a command's flags give (``--format``, ``--allow-incomplete-input``, ``--require-success``)."""
+        return cls(
+            fmt=getattr(args, "docs_format", None),
+            allow_incomplete=bool(getattr(args, "allow_incomplete_input", False)),
+            require_success=bool(getattr(args, "require_success", False)),
+            **more,
+        )
+
+
 def read_valid_documents(
     spark,
     path: str,
     rejects_path: str,
     split: Optional[str],
     counts: Optional[dict] = None,
-    fmt: Optional[str] = None,
-    keep: Sequence[str] = (),
-    allow_incomplete: bool = False,
-    require_success: bool = False,
-    distinct: Optional[str] = None,
+    options: Optional["DocsOptions"] = None,
 ):
     """Read documents, write the rejects table (atomically), log counts; return the valid rows.
 
@@ -184,14 +212,13 @@ def read_valid_documents(
     rejects table belongs to the run's main output, whose existence the
     caller has checked, so a leftover of a failed run is replaced; its marker
     holds the counts (rows read = valid + rejected). ``counts`` (a dict) is
-    filled with them for the main output's marker. ``keep``: more input
-    columns the valid rows carry (Parquet; :func:`read_documents`).
-    ``allow_incomplete`` / ``require_success``: how a folder from an unfinished
-    job is taken (:func:`pcem_spark.io.input_files.input_files`); a
-    pcem-spark output is pinned to one version for the run. ``distinct``: a kept
-    column whose distinct values (and longest folder name) are counted in the
-    same pass, into ``counts`` (:func:`pcem_spark.io.rejects.split_rejects`).
+    filled with them for the main output's marker. ``options``
+    (:class:`DocsOptions`): the format, the kept columns, how a folder from an
+    unfinished job is taken, a column whose distinct values to count. A
+    pcem-spark output is pinned to one version for the run.
     """
+    options = options or DocsOptions()
+    fmt, keep = options.fmt, options.keep
     from pyspark.sql import functions as F
 
     from pcem_spark.io.documents import count_input_rows, detect_format, read_documents
@@ -200,14 +227,15 @@ def read_valid_documents(
     from pcem_spark.io.outputs import atomic_output
     from pcem_spark.io.rejects import log_counts, split_rejects
 
-    source = input_files(spark, session_path(spark, path), allow_incomplete, require_success)
+    source = input_files(spark, session_path(spark, path), options.allow_incomplete, options.require_success)
     fmt = fmt or detect_format(spark, path)
     raw = read_documents(spark, source.base, fmt, keep, source.files)
     verdicts: dict = {}
     from pcem_spark.io.documents import KEPT_PREFIX
 
     # both read one persisted, fully parsed copy
-    good, rejects = split_rejects(raw, counts=verdicts, distinct=KEPT_PREFIX + distinct if distinct else None)
+    distinct = KEPT_PREFIX + options.distinct if options.distinct else None
+    good, rejects = split_rejects(raw, counts=verdicts, distinct=distinct)
     # Counted from the stored rows (lines), not from the parser's output: the checks below then prove
     # that every input row is either valid or rejected.
     n_in, n_good = count_input_rows(spark, source.base, fmt, source.files), verdicts["valid"]

@@ -105,7 +105,14 @@ class HadoopFS:
         ]
 
     def sizes_below(self, path=None) -> List[Tuple[str, int]]:
-        """``(path relative to the directory, size in bytes)`` of every file below it, recursively, sorted."""
+        """``(path relative to the directory, size in bytes)`` of every file below it, recursively, sorted.
+
+        On the driver's local disk, listed by Python (no JVM call per file); checksum files
+        (``.NAME.crc``), which Hadoop's local file system hides, are left out there too.
+        """
+        local = self.local(path)
+        if local is not None:
+            return _local_sizes(local)
         root = self.fs.makeQualified(self.p(path)).toUri().getPath().rstrip("/")
         return sorted(
             (str(s.getPath().toUri().getPath())[len(root) + 1 :], int(s.getLen())) for s in self.files_under(path)
@@ -219,3 +226,14 @@ class HadoopFS:
             return "\n".join(lines)
         finally:
             stream.close()
+
+
+def _local_sizes(root: str) -> List[Tuple[str, int]]:
+    found = []
+    for directory, _, names in os.walk(root):
+        for name in names:
+            if name.startswith(".") and name.endswith(".crc"):
+                continue
+            full = os.path.join(directory, name)
+            found.append((os.path.relpath(full, root), os.path.getsize(full)))
+    return sorted(found)

@@ -206,11 +206,13 @@ class Lease:
         self.fs, self.path, self.generation, self.run_id = fs, path, generation, run_id
         self.file = _lease_file(path, generation)
         self.released = False
+        self.last_beat = time.monotonic()
 
     def renew(self) -> None:
         """The heartbeat: touch the lease file."""
         if not self.released:
             self.fs.touch(self.file)
+            self.last_beat = time.monotonic()
 
     def check(self) -> None:
         """Fencing, before a commit: raise :class:`LeaseLostError` unless this is still the newest lease."""
@@ -292,7 +294,7 @@ def _ensure_parent(fs, path: str) -> str:
         if not fs.exists(parent):
             fs.mkdirs(parent)
     except Exception as exc:  # noqa: BLE001 - classified: permanent (exit 2) or not
-        problem = _unwritable(path, parent, exc) or parent_problem(fs, path)
+        problem = parent_problem(fs, path) or _unwritable(path, parent, exc)
         if problem is None:
             raise
         raise problem from exc
@@ -349,7 +351,7 @@ def acquire(fs, path: str, run_id: str, command: str = "", wait_seconds: Optiona
         try:
             created = fs.create_exclusive(_lease_file(path, generation), json.dumps(record, sort_keys=True))
         except Exception as exc:  # noqa: BLE001 - classified: permanent (exit 2) or not
-            problem = _unwritable(path, parent, exc) or parent_problem(fs, path)
+            problem = parent_problem(fs, path) or _unwritable(path, parent, exc)
             if problem is None:
                 raise
             raise problem from exc
@@ -408,10 +410,13 @@ def _unregister(lease: Lease) -> None:
 
 def _heartbeat() -> None:
     while True:
-        time.sleep(policy().heartbeat_seconds)
+        # Short naps, so that a policy changed meanwhile (a shorter heartbeat) takes effect at once.
+        time.sleep(min(policy().heartbeat_seconds, 1.0))
         with _ALL_LOCK:
             leases = list(_ALL.values())
         for lease in leases:
+            if time.monotonic() - lease.last_beat < policy().heartbeat_seconds:
+                continue
             try:
                 lease.renew()
             except Exception as exc:  # noqa: BLE001 - a missed beat; the lease expires only after several

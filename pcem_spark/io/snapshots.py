@@ -206,7 +206,12 @@ def resolve(fs, path: str, kind: Optional[str] = None) -> Snapshot:
 
 
 def missing_file(exc: BaseException) -> bool:
-    """Whether a read failed because a file it listed is gone (what a replaced version looks like to Spark)."""
+    """Whether a read failed because a file it listed is gone (what a replaced version looks like to Spark).
+
+    Never for pcem-spark's own input errors: they say what is wrong with what was read, not that it went.
+    """
+    if isinstance(exc, InputError):
+        return False
     text = f"{type(exc).__name__}: {exc}"
     java = getattr(exc, "java_exception", None)
     if java is not None:
@@ -248,7 +253,7 @@ def read_pinned(fs, path: str, kind: Optional[str], read: Callable[[Snapshot], T
             value, snap = None, _after_loss(fs, snap, kind, exc)
         else:
             reached(f"{kind}:read:done")
-            if snap.still_readable(fs) or snap.manifest is not None:
+            if snap.manifest is not None or snap.still_readable(fs):
                 # With a manifest, only the pinned version's own files were read: a later replacement
                 # cannot have mixed anything in. Without one (an older output), the marker must not have moved.
                 return value
@@ -283,30 +288,32 @@ def _after_loss(fs, snap: Snapshot, kind: Optional[str], exc: Optional[BaseExcep
 
 
 # ------------------------------------------------------------------ pinned inputs of a run
-_PINS: Dict[str, tuple] = {}
-_PINS_LOCK = threading.Lock()
+# Per thread: a command runs in one thread, and two commands in two threads of one process pin apart.
+_PINS = threading.local()
+
+
+def _pins() -> Dict[str, tuple]:
+    if not hasattr(_PINS, "by_path"):
+        _PINS.by_path = {}
+    return _PINS.by_path
 
 
 def pin(fs, path: str, kind: Optional[str] = None) -> Snapshot:
-    """Pin the current version of the input ``path`` for this run (the same snapshot every time it is asked)."""
+    """Pin the current version of the input ``path`` for this thread's run (the same snapshot every time)."""
     key = path.rstrip("/")
-    with _PINS_LOCK:
-        if key in _PINS:
-            return _PINS[key][1]
-    snap = resolve(fs, path, kind)
-    with _PINS_LOCK:
-        return _PINS.setdefault(key, (fs, snap))[1]
+    if key not in _pins():
+        _pins()[key] = (fs, resolve(fs, path, kind))
+    return _pins()[key][1]
 
 
 def replaced_pins(clear: bool = True) -> List[str]:
-    """The pinned inputs whose pinned version is no longer readable (a writer replaced and removed it).
+    """The inputs this thread pinned whose pinned version is no longer where it was read (a writer replaced it).
 
-    ``clear``: forget every pin (the end of a command).
+    ``clear``: forget the pins (the end of a command).
     """
-    with _PINS_LOCK:
-        pins = list(_PINS.items())
-        if clear:
-            _PINS.clear()
+    pins = list(_pins().items())
+    if clear:
+        _pins().clear()
     gone = []
     for path, (fs, snap) in pins:
         try:

@@ -131,9 +131,18 @@ def marker_at(fs, directory: str) -> Optional[Dict[str, object]]:
     return parse_marker(fs.read_text(f"{directory.rstrip('/')}/{MARKER}"))
 
 
+def _checksum(relative: str) -> bool:
+    """Hadoop's local checksum files (``.NAME.crc``): listed by pyarrow, hidden by Hadoop's local file system."""
+    name = relative.rsplit("/", 1)[-1]
+    return name.startswith(".") and name.endswith(".crc")
+
+
 def manifest_of(fs, directory: str) -> Dict[str, int]:
-    """``{path relative to directory: size}`` of every file of a version (its marker and stamp excluded)."""
-    return {rel: size for rel, size in fs.sizes_below(directory) if rel not in (MARKER, SUPERSEDED)}
+    """``{path relative to directory: size}`` of every file of a version: its marker, its superseded stamp and
+    checksum files excluded (the same manifest whichever file system client lists it)."""
+    return {
+        rel: size for rel, size in fs.sizes_below(directory) if rel not in (MARKER, SUPERSEDED) and not _checksum(rel)
+    }
 
 
 def _is_data_file(relative: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import logging
+import re
 import unicodedata
 from typing import Dict, Optional, Tuple
 
@@ -40,9 +41,10 @@ def _fmt(x, digits: int = 1) -> str:
 # newlines), the bidirectional controls that reorder what is displayed (a right-to-left override can make
 # "exe.txt" read "txt.exe"), and the line / paragraph separators.
 _INVISIBLE = {0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
-# Markdown's syntax (CommonMark backslash escapes): links and images ([x](y), ![x](y)), code spans, emphasis,
-# table pipes, headings and list markers.
-_MD_SYNTAX = set("\\`*_{}[]()#+-.!|~")
+# Markdown's syntax that can act inside a line (CommonMark backslash escapes): link and image brackets, code
+# spans, emphasis, strikethrough, table pipes, headings. List markers act only at the start: see md_text.
+_MD_SYNTAX = set("\\`*_[]|~#")
+_LIST_START = re.compile(r"^(\d+)([.)])")
 
 
 def visible(text: object) -> str:
@@ -58,9 +60,14 @@ def md_text(text: object) -> str:
     table cell, markup or script.
 
     >>> print(md_text("[x](javascript:alert(1)) <img src=x> a|b"))
-    \[x\]\(javascript:alert\(1\)\) &lt;img src=x&gt; a\|b
+    \[x\](javascript:alert(1)) &lt;img src=x&gt; a\|b
+    >>> print(md_text("- 1. item"), md_text("1. item"))
+    \- 1. item 1\. item
     """
     escaped = "".join("\\" + c if c in _MD_SYNTAX else c for c in visible(text))
+    if escaped[:1] in ("+", "-"):
+        escaped = "\\" + escaped
+    escaped = _LIST_START.sub(r"\1\\\2", escaped)
     return html.escape(escaped, quote=False)
 
 
@@ -332,7 +339,7 @@ def render_png(report: Dict[str, object]) -> Optional[bytes]:
 
     nodes = report["nodes"]
     split = report["mass"]["source"] == "training_summary"
-    names = [n["node"] for n in nodes]
+    names = [visible(n["node"]) for n in nodes]
     y = np.arange(len(nodes))[::-1]
     colours = [f"C{min(n['depth'] - 1, 9)}" for n in nodes]
     height = max(3.0, 0.28 * len(nodes) + 1.2)
@@ -380,7 +387,7 @@ def render_png(report: Dict[str, object]) -> Optional[bytes]:
     last = axes[-1]
     xmax = last.get_xlim()[1]
     for yi, n in zip(y, nodes):
-        terms = ", ".join(t["term"] for t in n["top_terms"][:3])
+        terms = visible(", ".join(t["term"] for t in n["top_terms"][:3]))
         last.text(xmax * 1.02, yi, terms, va="center", fontsize=7, color="#444", clip_on=False)
     fig.suptitle(
         f"{report['model'] or report['method']} ({report['method']}): training documents per node; "
