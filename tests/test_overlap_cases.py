@@ -91,6 +91,7 @@ def _patch_module_function(monkeypatch, modules, name, wrapper):
 
 
 # ------------------------------------------------------------------ readers against a writer
+@pytest.mark.slow
 def test_predict_while_train_overwrite_commits_reads_one_model(spark, corpus, tmp_path, monkeypatch):
     """The writer commits between the reader's vocabulary read and its parameters read."""
     from pcem_spark.model import model_files, path_model
@@ -200,6 +201,7 @@ def test_a_second_predict_into_the_same_path_exits_75_and_the_first_finishes(
     assert read_marker(spark, out)["rows"] == 40
 
 
+@pytest.mark.slow
 def test_a_second_train_while_the_first_saves_exits_75_and_the_model_is_whole(spark, corpus, tmp_path, monkeypatch):
     from pcem_spark.io import outputs
 
@@ -294,9 +296,9 @@ def _copy_folder(src, dst):
     [
         ("_temporary", [], EXIT_TRANSIENT, "_temporary/ folder"),
         ("zero-byte part", [], EXIT_BAD_INPUT, "zero-byte Parquet file"),
-        ("no _SUCCESS", ["--require-success"], EXIT_TRANSIENT, "no _SUCCESS file"),
-        ("no _SUCCESS", [], 0, ""),
-        ("_temporary", ["--allow-incomplete-input"], 0, ""),
+        pytest.param("no _SUCCESS", ["--require-success"], EXIT_TRANSIENT, "no _SUCCESS file", marks=pytest.mark.slow),
+        pytest.param("no _SUCCESS", [], 0, "", marks=pytest.mark.slow),
+        pytest.param("_temporary", ["--allow-incomplete-input"], 0, "", marks=pytest.mark.slow),
         ("zero-byte part", ["--allow-incomplete-input"], 0, ""),
     ],
 )

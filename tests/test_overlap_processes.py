@@ -84,6 +84,11 @@ def test_predicts_during_retrains_each_read_one_model_and_two_trains_never_mix(s
         if code == 0:
             versions.setdefault(read_marker(spark, out)["model_version"], []).append(out)
     assert len(versions) >= 2, versions  # the predicts did overlap the replacements
+    print(
+        f"{len(codes)} predicts during {len(methods)} replacements: exit codes "
+        f"{sorted(code for _, code, _ in codes)}, {len(versions)} model versions read: "
+        + ", ".join(f"{v}: {len(o)}" for v, o in versions.items())
+    )
     for version, outs in versions.items():
         # the version it read: the current model, or the replaced one retained beside it
         where = model if read_marker(spark, model)["run_id"] == version else version_path(model, version)
@@ -98,6 +103,7 @@ def test_predicts_during_retrains_each_read_one_model_and_two_trains_never_mix(s
     second = _start([*train, "--overwrite", "--method", "flat-nb"])
     results = sorted([first.wait(600), second.wait(600)])
     assert results in ([0, 0], [0, 75]), results
+    print(f"two overlapping train --overwrite: exit codes {results}")
     loaded = PathModel.load(model)
     assert loaded.model_settings.method in ("pcnb", "flat-nb")
     assert len(loaded.vocabulary) == loaded.log_theta.shape[1]
