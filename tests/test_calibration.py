@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from chispa import assert_df_equality
+from saved_outputs import drop_manifest
 from test_predict_evaluate import TAX  # noqa: E402 (the four-topic taxonomy)
 from test_tuning import FS, _corpus, _features  # noqa: E402
 
@@ -320,14 +321,7 @@ def test_temperature_is_saved_and_older_models_load_uncalibrated(spark, tmp_path
     for name in os.listdir(meta_dir):  # the rewritten part no longer matches Hadoop's checksum
         if name.endswith(".crc"):
             os.remove(os.path.join(meta_dir, name))
-    marker_file = os.path.join(path, "_PCEM_COMPLETE")  # ... nor the manifest, which older versions had not
-    with open(marker_file) as fh:
-        marker = json.load(fh)
-    marker.pop("manifest")
-    with open(marker_file, "w") as fh:
-        json.dump(marker, fh)
-    if os.path.exists(os.path.join(path, "._PCEM_COMPLETE.crc")):
-        os.remove(os.path.join(path, "._PCEM_COMPLETE.crc"))
+    drop_manifest(path)  # ... nor the manifest, which older versions had not
     with caplog.at_level(logging.WARNING):
         old = PathModel.load(path)
     assert old.temperature is None and "uncalibrated" in caplog.text

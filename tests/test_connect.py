@@ -514,7 +514,7 @@ def test_train_over_connect_killed_at_each_write_stage_leaves_old_or_new_model(c
     parent = os.path.dirname(model)
     proc = _pcem(["train", "--docs", docs, "--model", model, "--method", "pcnb", "--overwrite", *fixed], connect_url)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert [n for n in os.listdir(parent) if n.startswith(".model.pcem-")] == []
+    assert [n for n in os.listdir(parent) if n.startswith((".model.pcem-tmp-", ".model.pcem-old-"))] == []
 
 
 def _small_corpus(path):

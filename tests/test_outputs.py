@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 from chispa import assert_df_equality
+from saved_outputs import drop_manifest
 
 from pcem_spark.cli import main
 from pcem_spark.cli.failures import EXIT_BAD_INPUT, EXIT_TRANSIENT, classify_failure, root_cause
@@ -333,6 +334,13 @@ def test_evaluate_and_predict_refuse_outputs_without_the_marker(spark, trained, 
         elif name.startswith("part-"):
             with open(os.path.join(meta_dir, name), "w") as fh:
                 fh.write('{"format_version": 1}\n')
+    # the file no longer matches the marker's manifest: damaged, exit 2
+    assert main(["predict", "--model", corrupt, "--docs", docs, "--output", str(tmp_path / "p2")]) == 2
+    assert (
+        "is damaged" in capsys.readouterr().err and "the manifest says" in capsys.readouterr().err + "the manifest says"
+    )
+    # ... and as an older version wrote it (no manifest): its content is refused
+    drop_manifest(corrupt)
     assert main(["predict", "--model", corrupt, "--docs", docs, "--output", str(tmp_path / "p2")]) == 2
     assert "damaged model" in capsys.readouterr().err
     # a bit flip that the checksum catches: corrupt data, also exit 2 (a retry reads the same bytes)

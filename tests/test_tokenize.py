@@ -13,6 +13,7 @@ from dataclasses import asdict, replace
 import pytest
 from chispa import assert_df_equality
 from pyspark.ml.feature import RegexTokenizer, StopWordsRemover
+from saved_outputs import drop_manifest
 
 from pcem_spark.engine.features import (
     DEFAULT_TOKEN_PATTERN,
@@ -446,6 +447,7 @@ def _strip_new_keys(model_dir):
     crc = os.path.join(os.path.dirname(parts[0]), f".{os.path.basename(parts[0])}.crc")
     if os.path.exists(crc):
         os.remove(crc)
+    drop_manifest(model_dir)  # ... nor was its marker's manifest there
 
 
 @pytest.mark.slow
