@@ -260,7 +260,7 @@ def test_cv_task_keeps_only_held_out_predictions_of_a_fit_without_them(spark):
 
 
 def _small_model(spark):
-    docs = _corpus(spark)
+    docs = _corpus(spark, n_per_leaf=20, n_labeled=12)  # 48 labelled: enough out-of-fold documents for a map
     from pcem_spark.ml.training import TrainOptions, train
 
     ms = ModelSettings(method="pcem", smoothing=0.5, unlabeled_weight=0.5, path_weight=1.0, max_iter=5)

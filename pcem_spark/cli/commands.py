@@ -206,6 +206,11 @@ def _train_on(spark, args, settings, given_taxonomy) -> int:
                 '--tune: nothing to tune; set [tune] grid (e.g. --set \'tune.grid={"smoothing": '
                 '[0.03, 0.1, 0.3]}\') or leave model.unlabeled_weight / path_weight at "auto"'
             )
+        descriptions = None
+        if args.descriptions:  # with true labels, the descriptions add to the category names (model.names)
+            from pcem_spark.io.descriptions import load_descriptions
+
+            descriptions = load_descriptions(args.descriptions, taxonomy, every_leaf=False)
         model, result = train(
             docs,
             taxonomy,
@@ -216,6 +221,7 @@ def _train_on(spark, args, settings, given_taxonomy) -> int:
             extra_grid=settings.tune.grid if args.tune else None,
             init_model=warm,
             retune_auto=args.tune,
+            descriptions=descriptions,
         )
         tuning = model.training_summary.get("tuning")
         if tuning and tuning.get("tuned"):

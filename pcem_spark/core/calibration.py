@@ -35,6 +35,7 @@ __all__ = [
     "Calibration",
     "TOP_PATHS",
     "MIN_OUT_OF_FOLD",
+    "map_events",
     "TEMPERATURE_BOUNDS",
     "OutOfFold",
     "out_of_fold",
@@ -358,7 +359,7 @@ def fit_map(kind: str, probability: np.ndarray, correct: np.ndarray, depth: np.n
     return logistic_map(probability, correct)
 
 
-def _apply_events(probability: np.ndarray, mapping, depth: np.ndarray) -> np.ndarray:
+def map_events(probability: np.ndarray, mapping, depth: np.ndarray) -> np.ndarray:
     """``probability`` of events at ``depth`` through ``mapping`` (one map, or one per depth)."""
     if not isinstance(mapping, DepthMaps):
         return apply_map(probability, mapping)
@@ -397,7 +398,7 @@ def choose_map(
                 loss = np.inf if len(kinds) > 1 else 0.0
                 break
             fitted = fit_map(kind, probability[fit_on], correct[fit_on], depth[fit_on])
-            q = np.clip(_apply_events(probability[~fit_on], fitted, depth[~fit_on]), 1e-6, 1 - 1e-6)
+            q = np.clip(map_events(probability[~fit_on], fitted, depth[~fit_on]), 1e-6, 1 - 1e-6)
             t = correct[~fit_on]
             loss -= float(np.sum(t * np.log(q) + (1 - t) * np.log(1 - q)))
         losses[kind] = loss / max(len(probability), 1)
@@ -568,7 +569,7 @@ def calibration_report(
         "ece_uncalibrated": round(expected_calibration_error(*before), 6),
         "ece_temperature": round(expected_calibration_error(after[0], after[1]), 6),
         "ece_calibrated": round(
-            expected_calibration_error(_apply_events(after[0], probability_map, after[2]), after[1]), 6
+            expected_calibration_error(map_events(after[0], probability_map, after[2]), after[1]), 6
         ),
         "log_loss_uncalibrated": round(true_path_log_loss(oof, 1.0), 6),
         "log_loss_calibrated": round(true_path_log_loss(oof, temperature), 6),

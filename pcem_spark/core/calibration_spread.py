@@ -20,6 +20,8 @@ Pure numpy; it reads the out-of-fold set the calibration was fitted on.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from pcem_spark.core.calibration import (
@@ -55,8 +57,10 @@ def calibrated_node_matrix(oof: OutOfFold, path_nodes: np.ndarray, temperature: 
     return nodes if mapping is None else map_nodes(nodes, mapping)
 
 
-def _fit(oof: OutOfFold, path_nodes: np.ndarray, kind: str):
+def _fit(oof: OutOfFold, path_nodes: np.ndarray, kind: Optional[str]):
     temperature = fit_temperature(oof)
+    if not kind:  # the temperature alone
+        return temperature, None
     probability, correct, depth = predicted_node_events(oof, path_nodes, temperature, with_depth=True)
     return temperature, fit_map(kind, probability, correct.astype(np.float64), depth)
 
@@ -64,7 +68,7 @@ def _fit(oof: OutOfFold, path_nodes: np.ndarray, kind: str):
 def probability_spread(
     oof: OutOfFold,
     path_nodes: np.ndarray,
-    kind: str,
+    kind: Optional[str],
     draws: int = SPREAD_DRAWS,
     seed: int = 0,
     max_documents: int = SPREAD_MAX_DOCUMENTS,
@@ -76,7 +80,7 @@ def probability_spread(
     ----------
     oof : OutOfFold, the out-of-fold set the calibration was fitted on (n rows)
     path_nodes : int ndarray (M, D), -1 at dummies (``core.path_node_table``)
-    kind : str, one of :data:`~pcem_spark.core.calibration.MAP_KINDS`
+    kind : str, one of :data:`~pcem_spark.core.calibration.MAP_KINDS`, or None: the temperature alone
     draws : int, bootstrap resamples (seeded by ``seed``)
     max_documents : int, above this many rows the bootstrap runs on a seeded
         subsample of m rows and the result is scaled by ``sqrt(m / n)``

@@ -28,6 +28,7 @@ import numpy as np
 from pyspark import RDD
 from pyspark.sql import DataFrame
 
+from pcem_spark.core.convergence import not_converged_advice
 from pcem_spark.core.parameters import (
     DEFAULT_SMOOTHING_GRID,
     PathParameters,
@@ -413,8 +414,13 @@ def _iterate(
             break
         prev = loglik
     if not result.converged:
+        truncated = s.posterior_floor > 0 or 0 < s.top_k < run.score_matrix.shape[0]
         log.warning(
-            "%s: EM stopped at max_iter=%d before the relative change fell below tol=%g", label, s.max_iter, s.tol
+            "%s: EM stopped at max_iter=%d before the relative change fell below tol=%g: %s",
+            label,
+            s.max_iter,
+            s.tol,
+            not_converged_advice(result.loglik_history, s.tol, s.max_iter, truncated),
         )
     result.params = params
     return result

@@ -15,17 +15,18 @@ __all__ = ["load_descriptions", "check_descriptions"]
 log = logging.getLogger(__name__)
 
 
-def load_descriptions(path: str, taxonomy: Taxonomy) -> Dict[str, str]:
-    """Read a JSON object node -> description and check it against the taxonomy (:func:`check_descriptions`)."""
+def load_descriptions(path: str, taxonomy: Taxonomy, every_leaf: bool = True) -> Dict[str, str]:
+    """Read a JSON object node -> description and check it against the taxonomy (:func:`check_descriptions`;
+    ``every_leaf`` False: leaves may lack one, as when the descriptions add to the category names)."""
     try:
         with open(path, "r", encoding="utf-8") as fh:
             obj = json.load(fh)
     except (OSError, json.JSONDecodeError) as exc:
         raise TaxonomyError(f"{path}: cannot read label descriptions ({exc})") from None
-    return check_descriptions(obj, taxonomy, where=path)
+    return check_descriptions(obj, taxonomy, where=path, every_leaf=every_leaf)
 
 
-def check_descriptions(obj, taxonomy: Taxonomy, where: str = "descriptions") -> Dict[str, str]:
+def check_descriptions(obj, taxonomy: Taxonomy, where: str = "descriptions", every_leaf: bool = True) -> Dict[str, str]:
     """Validate a parsed node -> description mapping against the taxonomy.
 
     Returns a dict node -> description text for the described nodes of the
@@ -39,7 +40,9 @@ def check_descriptions(obj, taxonomy: Taxonomy, where: str = "descriptions") -> 
       every node has its own description);
     * a leaf with no description: :class:`TaxonomyError` naming the leaves.
       Such a leaf could never get a weak label, and the fix is one line of
-      the file, so failing before training is the cheaper outcome.
+      the file, so failing before training is the cheaper outcome. With
+      ``every_leaf`` False (descriptions that add to the category names of a
+      labelled training, ``model.names``) it is fine: its name still counts.
     """
     if not isinstance(obj, dict):
         raise TaxonomyError(f"{where}: expected a JSON object node -> description text")
@@ -66,7 +69,7 @@ def check_descriptions(obj, taxonomy: Taxonomy, where: str = "descriptions") -> 
     missing = sorted((n for n in known if not _text(obj.get(n))), key=lambda n: (taxonomy.node_depth(n), n))
     leaves = set(taxonomy.leaves)
     missing_leaves = [n for n in missing if n in leaves]
-    if missing_leaves:
+    if missing_leaves and every_leaf:
         raise TaxonomyError(
             f"{where}: no description for leaf node(s) {missing_leaves[:_MAX_NAMES]}{_more(missing_leaves)} "
             f"({len(missing_leaves)} of {len(leaves)} leaves): a leaf without a description can never get a "
@@ -74,7 +77,7 @@ def check_descriptions(obj, taxonomy: Taxonomy, where: str = "descriptions") -> 
             f"to {where}, or remove those leaves from the taxonomy"
         )
     missing_inner = [n for n in missing if n not in leaves]
-    if missing_inner:
+    if missing_inner and every_leaf:
         log.warning(
             "%s: no description for inner node(s) %s%s: each is described by its descendants' "
             "descriptions only. Add own descriptions to %s to follow the paper's setup.",

@@ -24,6 +24,7 @@ import time
 from dataclasses import replace
 from typing import Dict, List, Optional, Tuple, Union
 
+import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -37,6 +38,7 @@ from pcem_spark.core.calibration import (
     choose_map,
     concat_out_of_fold,
     fit_temperature,
+    map_events,
     map_record,
     predicted_node_events,
 )
@@ -48,7 +50,14 @@ from pcem_spark.ml.tuning import LABELS_COL, draw_cv_sample
 from pcem_spark.model.sampled_cv import CVSample, run_sampled_cv, with_weight
 from pcem_spark.model.settings import ModelSettings
 
-__all__ = ["CALIBRATED_METHODS", "SPREAD_WARNING", "fit_calibration", "out_of_fold_predictions"]
+__all__ = [
+    "CALIBRATED_METHODS",
+    "SPREAD_WARNING",
+    "MIN_MAP_OUT_OF_FOLD",
+    "MAX_MEAN_SHIFT",
+    "fit_calibration",
+    "out_of_fold_predictions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +65,10 @@ log = logging.getLogger(__name__)
 CALIBRATED_METHODS = ("pcnb", "pcem", "flat-nb", "flat-em")
 # Above this bootstrap spread of the calibrated probabilities, training warns that thresholds are approximate.
 SPREAD_WARNING = 0.03
+# Fewer out-of-fold documents: the temperature alone, no monotone map (a map has breakpoints to fit).
+MIN_MAP_OUT_OF_FOLD = 40
+# A map that moves the mean probability of the out-of-fold nodes further than this from their precision is wrong.
+MAX_MEAN_SHIFT = 0.1
 
 
 def fit_calibration(
@@ -91,7 +104,14 @@ def fit_calibration(
     found = out_of_fold_predictions(feats, taxonomy, vocab_size, settings, tune, seed)
     if isinstance(found, str):
         return _uncalibrated(found)
-    oof, drawn, n_iter = found
+    oof, drawn, n_iter, (n_scored, n_skipped) = found
+    counted = {"out_of_fold_scored": n_scored, "out_of_fold_skipped": n_skipped}
+    if oof.n < MIN_OUT_OF_FOLD:
+        return _uncalibrated(
+            f"only {oof.n} out-of-fold documents could be scored ({n_skipped} held out had no labelled document "
+            f"of their leaf in training); a calibration needs {MIN_OUT_OF_FOLD}",
+            counted,
+        )
     temperature = fit_temperature(oof)
     path_nodes = path_node_table(taxonomy.path_node_matrix(sparse=True), taxonomy.is_dummy)
     # Then the node marginals at that temperature -> observed precision, by a monotone map: isotonic
@@ -100,19 +120,33 @@ def fit_calibration(
     probability, correct, rows, depth = predicted_node_events(
         oof, path_nodes, temperature, with_rows=True, with_depth=True
     )
-    kind, maps, map_losses = choose_map(
-        probability, correct, rows, kinds=(forced,) if forced else MAP_KINDS, depth=depth
-    )
-    probability_map = maps[kind]
-    spread = probability_spread(oof, path_nodes, kind, seed=seed)
+    if oof.n < MIN_MAP_OUT_OF_FOLD:
+        kind, maps, map_losses = "", {}, {}
+        log.warning(
+            "calibration: only %d out-of-fold documents could be scored (%d skipped: no labelled document of "
+            "their leaf in training): the temperature alone, no map (a map needs %d)",
+            oof.n,
+            n_skipped,
+            MIN_MAP_OUT_OF_FOLD,
+        )
+    else:
+        kind, maps, map_losses = choose_map(
+            probability, correct, rows, kinds=(forced,) if forced else MAP_KINDS, depth=depth
+        )
+    probability_map = maps.get(kind)
+    kind, probability_map = _never_collapsed(probability, correct, depth, kind, probability_map)
+    spread = probability_spread(oof, path_nodes, kind or None, seed=seed)
     summary = {
-        "method": f"temperature+{kind}",
+        **counted,
+        "method": f"temperature+{kind}" if kind else "temperature",
         # every candidate, fitted on all the out-of-fold nodes (what bench_calibration compares)
         "maps": {k: map_record(m) for k, m in maps.items()},
         "map_held_out_log_loss": {k: round(v, 6) for k, v in map_losses.items()},
         "temperature": round(temperature, 6),
         "map_breakpoints": int(
-            sum(len(m[0]) for m in probability_map.maps)
+            0
+            if probability_map is None
+            else sum(len(m[0]) for m in probability_map.maps)
             if isinstance(probability_map, DepthMaps)
             else len(probability_map[0])
         ),
@@ -127,12 +161,13 @@ def fit_calibration(
         "seconds": round(time.perf_counter() - t0, 2),
     }
     log.info(
-        "calibration: temperature %.4g and a %d-point %s map from %d out-of-fold predictions; "
+        "calibration: temperature %.4g and a %d-point %s map from %d out-of-fold predictions (%d skipped); "
         "node-marginal ECE %.4f -> %.4f (temperature) -> %.4f (and the map, in sample), log-loss %.4f -> %.4f (%.1fs)",
         temperature,
         summary["map_breakpoints"],
-        kind,
+        kind or "(no)",
         oof.n,
+        n_skipped,
         summary["ece_uncalibrated"],
         summary["ece_temperature"],
         summary["ece_calibrated"],
@@ -174,6 +209,11 @@ def out_of_fold_predictions(
     try:
         if drawn.n_labeled_sampled < max(tune.folds, MIN_OUT_OF_FOLD):
             return f"the sample drew only {drawn.n_labeled_sampled} labelled documents"
+        if drawn.n_held_out < MIN_OUT_OF_FOLD:
+            return (
+                f"only {drawn.n_held_out} of {drawn.n_labeled_sampled} sampled labelled documents can be held out "
+                f"(a leaf's only labelled document never is; a calibration needs {MIN_OUT_OF_FOLD})"
+            )
         fit_settings = with_weight(replace(settings, calibration="none"), drawn.unlabeled_scale)
         results = run_sampled_cv(
             sample, taxonomy, vocab_size, [fit_settings], tune.folds, settings.block_size, keep_out_of_fold=True
@@ -181,9 +221,30 @@ def out_of_fold_predictions(
     finally:
         sample.unpersist()
     oof = concat_out_of_fold([r["out_of_fold"] for r in results[0]])
-    return oof, drawn, [int(r["n_iter"]) for r in results[0]]
+    scored = (sum(int(r.get("scored", 0)) for r in results[0]), sum(int(r.get("skipped", 0)) for r in results[0]))
+    return oof, drawn, [int(r["n_iter"]) for r in results[0]], scored
 
 
-def _uncalibrated(reason: str) -> Tuple[None, Dict[str, object]]:
+def _never_collapsed(probability, correct, depth, kind: str, probability_map):
+    """``(kind, map)``, or ``("", None)`` (the temperature alone) when the map would move the mean probability
+    of the out-of-fold nodes more than :data:`MAX_MEAN_SHIFT` away from their observed precision: a map
+    must never push every probability towards 0 (or 1)."""
+    if probability_map is None or not len(probability):
+        return kind, probability_map
+    mapped = float(np.mean(map_events(probability, probability_map, depth)))
+    observed = float(np.mean(correct))
+    if abs(mapped - observed) <= MAX_MEAN_SHIFT:
+        return kind, probability_map
+    log.warning(
+        "calibration: the %s map would make the mean node probability %.3f where the out-of-fold precision is "
+        "%.3f: not used, the temperature alone",
+        kind,
+        mapped,
+        observed,
+    )
+    return "", None
+
+
+def _uncalibrated(reason: str, extra: Optional[Dict[str, object]] = None) -> Tuple[None, Dict[str, object]]:
     log.warning("calibration skipped: %s; the model's probabilities are uncalibrated (over-confident)", reason)
-    return None, {"method": "none", "reason": reason}
+    return None, {"method": "none", "reason": reason, **(extra or {})}

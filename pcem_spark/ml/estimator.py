@@ -182,7 +182,9 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         parameterDtype="float64",
         seed=0,
         calibration="temperature",
+        names="auto",
         unlabeledTable="",
+        labeledTable="",
         tokenPattern=DEFAULT_TOKEN_PATTERN,
         minTokenLength=2,
         stopWords="auto",
@@ -237,6 +239,12 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
                     F.col(fcol).alias("features"),
                     F.lit(None).cast(docs.schema["labels"].dataType).alias("labels"),  # one path or several
                 )
+            )
+        if g(self.labeledTable):
+            kept = dataset.sparkSession.table(g(self.labeledTable))
+            ids = F.col(icol).cast("string") if icol in kept.columns else F.lit(None).cast("string")
+            docs = docs.unionByName(
+                kept.select(ids.alias("id"), F.col(fcol).alias("features"), F.col(lcol).alias("labels"))
             )
         size = vector_size(dataset, fcol)
         if size is None:
@@ -569,7 +577,7 @@ def train(docs, taxonomy, feature_settings, model_settings, **options):
     estimator that cross-validation fits for the settings left at "auto";
     ``options`` are the fields of :class:`pcem_spark.ml.training.TrainOptions`
     (``vocabulary``, ``featurized``, ``tune``, ``seed``, ``extra_grid``,
-    ``init_model``, ``retune_auto``). Returns ``(PathModel, FitResult)``.
+    ``init_model``, ``retune_auto``, ``descriptions``). Returns ``(PathModel, FitResult)``.
     """
     run = training.TrainOptions(estimator_class=PathEM, **options)
     return training.train(docs, taxonomy, feature_settings, model_settings, run)

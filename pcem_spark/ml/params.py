@@ -50,6 +50,7 @@ MODEL_PARAMS: Dict[str, str] = {
     "components": "components",
     "seed": "seed",
     "calibration": "calibration",
+    "names": "names",
 }
 TUNE_PARAMS: Dict[str, str] = {
     "folds": "tuneFolds",
@@ -163,12 +164,27 @@ class _PathEMParams(Params):
         "'temperature' (probabilities calibrated on out-of-fold predictions; paths unchanged) or 'none'",
         TypeConverters.toString,
     )
+    names = Param(
+        Params._dummy(),
+        "names",
+        "category names as evidence: 'auto' (decided from the labelled documents), 'on' (each path's node "
+        "names and descriptions as one more labelled document of it) or 'off'",
+        TypeConverters.toString,
+    )
     unlabeledTable = Param(
         Params._dummy(),
         "unlabeledTable",
         "name of a table / temporary view whose rows are added to every fit as unlabelled "
         "documents (same feature / text column; cross-validation keeps them in every "
         "fold's training set); empty = none",
+        TypeConverters.toString,
+    )
+    labeledTable = Param(
+        Params._dummy(),
+        "labeledTable",
+        "name of a table / temporary view whose labelled rows are added to every fit (same feature and labels "
+        "columns) and never scored: cross-validation's documents that no fold may hold out, each the only one "
+        "of its leaf; empty = none",
         TypeConverters.toString,
     )
     tokenPattern = Param(Params._dummy(), "tokenPattern", "Java regex of a token", TypeConverters.toString)
@@ -301,6 +317,7 @@ class _PathEMParams(Params):
             labelsCol="labels",
             taxonomy="",
             unlabeledTable="",
+            labeledTable="",
             supervision="labels",
             descriptions="",
             weakMode="argmax",

@@ -52,7 +52,8 @@ class TrainOptions:
     --tune``) cross-validates the weights again, each fit warm-started.
     ``estimator_class``: what cross-validation fits
     (:class:`pcem_spark.ml.PathEM`; :func:`pcem_spark.ml.train` passes it),
-    needed only when something is tuned.
+    needed only when something is tuned. ``descriptions``: node -> text, added
+    to the node names' words when ``model.names`` uses them.
     """
 
     vocabulary: Optional[List[str]] = None
@@ -63,6 +64,7 @@ class TrainOptions:
     init_model: Any = None
     retune_auto: bool = False
     estimator_class: Any = None
+    descriptions: Optional[Dict[str, str]] = None
 
 
 def _fit_result(model: PathModel) -> FitResult:
@@ -129,10 +131,45 @@ def train(
         warm.check(taxonomy, model_settings)
         if not opts.retune_auto:  # the weights left at "auto" are the previous model's, not cross-validated again
             model_settings, _ = warm.inherit(model_settings, CROSS_VALIDATED_SETTINGS)
-    model, result = _tune_and_fit(featurized, taxonomy, vocabulary, feature_settings, model_settings, opts, warm)
+    with ExitStack() as cleanup:
+        names_info, names_apply = None, opts.featurized is None and model_settings.names != "off"
+        if opts.featurized is None and model_settings.names == "off":
+            names_info = {"setting": "off", "choice": "off", "reason": "model.names = off"}
+        if model_settings.auto_params() or opts.extra_grid or model_settings.calibration != "none" or names_apply:
+            # Read again by the names' decision, the cross-validation sample(s) and the refit.
+            featurized = featurized.cache()
+            cleanup.callback(featurized.unpersist)
+        if names_apply:  # features given (PathEM on featuresCol): their featuriser is not this one, no names
+            featurized, names_info = _with_names(
+                featurized, taxonomy, vocabulary, feature_settings, model_settings, opts
+            )
+        model, result = _tune_and_fit(featurized, taxonomy, vocabulary, feature_settings, model_settings, opts, warm)
     if stop_words_info is not None:
         model.training_summary["stop_words"] = stop_words_info
+    if names_info is not None:
+        model.training_summary["names"] = names_info
     return model, result
+
+
+def _with_names(featurized, taxonomy, vocabulary, feature_settings, model_settings, opts):
+    """``featurized`` (cached) with the name documents when ``model.names`` uses them (the union is not cached
+    again: its large part is), and what was decided (:func:`pcem_spark.model.names.resolve_names`)."""
+    from pcem_spark.model.names import resolve_names
+
+    seed = model_settings.seed if opts.seed is None else opts.seed
+    name_docs, info = resolve_names(
+        featurized,
+        taxonomy,
+        vocabulary,
+        feature_settings,
+        model_settings.names,
+        opts.descriptions,
+        seed,
+        model_settings.doc_length,
+    )
+    if name_docs is None:
+        return featurized, info
+    return featurized.select("id", "features", "labels").unionByName(name_docs), info
 
 
 def _tune_and_fit(
@@ -146,35 +183,31 @@ def _tune_and_fit(
 ) -> Tuple[PathModel, FitResult]:
     """Cross-validate the settings left at "auto" (if any), fit on every document, then calibrate."""
     seed = model_settings.seed if opts.seed is None else opts.seed
-    with ExitStack() as cleanup:
-        info = None
-        if model_settings.auto_params() or opts.extra_grid or model_settings.calibration != "none":
-            # Read again by the cross-validation sample(s) and the refit.
-            featurized = featurized.cache()
-            cleanup.callback(featurized.unpersist)
-        if model_settings.auto_params() or opts.extra_grid:
-            model_settings, info, tuned = resolve_auto(
-                featurized,
-                taxonomy,
-                vocabulary,
-                feature_settings,
-                model_settings,
-                opts.tune,
-                seed=seed,
-                extra_grid=opts.extra_grid,
-                init_model=None if warm is None else warm.path,
-                estimator_class=opts.estimator_class,
-            )
-            if tuned is not None:
-                return _calibrated(tuned, featurized, opts, seed), _fit_result(tuned)
-        lookup, path_node = taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True)
-        with packed_blocks(
-            label_blocks(featurized, lookup, path_node, len(vocabulary), model_settings.block_size)
-        ) as blocks:
-            model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings, warm_start=warm)
-        if info is not None:
-            model.training_summary["tuning"] = info
-        return _calibrated(model, featurized, opts, seed), result
+    # train() cached featurized when it is read more than once (the cross-validation, the refit, calibration).
+    info = None
+    if model_settings.auto_params() or opts.extra_grid:
+        model_settings, info, tuned = resolve_auto(
+            featurized,
+            taxonomy,
+            vocabulary,
+            feature_settings,
+            model_settings,
+            opts.tune,
+            seed=seed,
+            extra_grid=opts.extra_grid,
+            init_model=None if warm is None else warm.path,
+            estimator_class=opts.estimator_class,
+        )
+        if tuned is not None:
+            return _calibrated(tuned, featurized, opts, seed), _fit_result(tuned)
+    lookup, path_node = taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True)
+    with packed_blocks(
+        label_blocks(featurized, lookup, path_node, len(vocabulary), model_settings.block_size)
+    ) as blocks:
+        model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings, warm_start=warm)
+    if info is not None:
+        model.training_summary["tuning"] = info
+    return _calibrated(model, featurized, opts, seed), result
 
 
 def _calibrated(model: PathModel, featurized: DataFrame, opts: TrainOptions, seed: int) -> PathModel:

@@ -40,8 +40,10 @@ from pcem_spark.engine.label_columns import first_label_path
 from pcem_spark.errors import InputError
 from pcem_spark.ml.params import MODEL_PARAMS, param_values
 from pcem_spark.ml.tune_settings import METRICS, SELECTIONS, TuneSettings, check_grid
+from pcem_spark.model.names import is_name_document
 from pcem_spark.model.path_model import PathModel
 from pcem_spark.model.sampled_cv import (
+    KEPT_PART,
     UNLABELED_PART,
     CVSample,
     fold_metric,
@@ -74,13 +76,21 @@ def stratified_folds(
 
     Within a leaf the rows are ordered by a seeded hash of their id and dealt
     round-robin starting at a seeded per-leaf offset, so every leaf with at
-    least ``n_folds`` labelled documents is in every fold and singletons
-    spread over the folds instead of piling into fold 0.
+    least ``n_folds`` labelled documents is in every fold and a leaf's few
+    documents go to different folds. A leaf's only labelled document gets
+    :data:`~pcem_spark.model.sampled_cv.KEPT_PART`: every fold trains on it and
+    none holds it out (the fewest-labels rule), so every held-out document's
+    leaf has a labelled document in its fold's training set, as a test
+    document's leaf has in the final model's.
     """
     leaf = F.element_at(first_label_path(labeled, labels_col), -1)  # several paths: by the first one's leaf
-    order = Window.partitionBy(leaf).orderBy(F.xxhash64(F.col(id_col), F.lit(seed)), F.col(id_col))
+    # A name document (model.names) trains every fold and is never held out: it is dealt last and kept.
+    name = is_name_document(id_col)
+    order = Window.partitionBy(leaf).orderBy(name, F.xxhash64(F.col(id_col), F.lit(seed)), F.col(id_col))
     offset = F.pmod(F.xxhash64(leaf, F.lit(seed + 1)), F.lit(n_folds))
-    return labeled.withColumn(fold_col, F.pmod(F.row_number().over(order) - 1 + offset, F.lit(n_folds)).cast("int"))
+    dealt = F.pmod(F.row_number().over(order) - 1 + offset, F.lit(n_folds))
+    alone = F.count(F.when(~name, 1)).over(Window.partitionBy(leaf)) == 1
+    return labeled.withColumn(fold_col, F.when(name | alone, F.lit(KEPT_PART)).otherwise(dealt).cast("int"))
 
 
 def select_grid_point(
@@ -288,11 +298,23 @@ def _resolve(
     folded = stratified_folds(
         labeled.select(ID_COL, FEATURES_COL, LABELS_COL), tune.folds, seed, LABELS_COL, ID_COL
     ).cache()
+    # A leaf's only labelled document: in every fit, held out by none (PathEM labeledTable), not in a fold.
+    kept_view = f"_pcem_kept_{uuid.uuid4().hex[:12]}"
+    folded.where(F.col("fold") == KEPT_PART).createOrReplaceTempView(kept_view)
+    n_held = folded.where(F.col("fold") >= 0).count()
+    if n_held < tune.folds * tune.min_labeled_per_fold:
+        spark.catalog.dropTempView(view)
+        spark.catalog.dropTempView(kept_view)
+        unlabeled.unpersist()
+        folded.unpersist()
+        drawn = CVSample(n_labeled, n_unlabeled, n_labeled, n_unlabeled, seed, n_held)
+        return _not_scorable(model_settings, grid_spec, drawn)
     # The fold fits are scored by their paths only: no calibration of their probabilities (the refit's is fitted once).
     base = replace(model_settings.resolved(), smoothing=model_settings.smoothing, calibration="none")
     if estimator_class is None:
         raise TypeError("resolve_auto: estimator_class is required to cross-validate (pcem_spark.ml.PathEM)")
     est = _estimator(estimator_class, taxonomy, base, view, init_model)
+    est.set(est.labeledTable, kept_view)
     builder = ParamGridBuilder()
     for key, values in grid_spec.items():
         builder.addGrid(est.getParam(MODEL_PARAMS[key]), values)
@@ -319,7 +341,7 @@ def _resolve(
     )
     grid_rows = []
     try:
-        cv_model = cv.fit(folded)
+        cv_model = cv.fit(folded.where(F.col("fold") >= 0))
         scores = [float(v) for v in cv_model.avgMetrics]
         stds = [float(v) for v in (cv_model.stdMetrics or [0.0] * len(scores))]
         for pm, score, std in zip(param_maps, scores, stds):
@@ -331,9 +353,10 @@ def _resolve(
         best_model = cv_model.bestModel
         if pick != best:
             # CrossValidator refitted its argmax; the one-SE choice needs its own refit on all the data.
-            best_model = est.fit(folded, params=param_maps[pick])
+            best_model = est.fit(folded.where(F.col("fold") >= 0), params=param_maps[pick])
     finally:
         spark.catalog.dropTempView(view)
+        spark.catalog.dropTempView(kept_view)
         unlabeled.unpersist()
         folded.unpersist()
     info = _record_choice(grid_rows, grid_spec, tune, (best, pick), {"strategy": "exhaustive", "n_labeled": n_labeled})
@@ -371,11 +394,10 @@ def draw_cv_sample(
     """
     n_labeled, n_unlabeled = n_docs
     labeled_cap, unlabeled_cap = tune.sample_caps(taxonomy.n_paths)
-    lab = sample_rows(
-        feats.where(F.col(LABELS_COL).isNotNull()).select(ID_COL, FEATURES_COL, LABELS_COL),
-        n_labeled,
-        labeled_cap,
-        seed,
+    labelled = feats.where(F.col(LABELS_COL).isNotNull()).select(ID_COL, FEATURES_COL, LABELS_COL)
+    # Name documents are in every sample (one per path at most): never sampled out.
+    lab = sample_rows(labelled.where(~is_name_document(ID_COL)), n_labeled, labeled_cap, seed).unionByName(
+        labelled.where(is_name_document(ID_COL))
     )
     unl = sample_rows(
         feats.where(F.col(LABELS_COL).isNull()).select(ID_COL, FEATURES_COL, LABELS_COL),
@@ -388,8 +410,10 @@ def draw_cv_sample(
         .unionByName(unl.withColumn("fold", F.lit(UNLABELED_PART)))
         .cache()
     )
-    counts = {int(r[0]): int(r[1]) for r in sample.groupBy(F.col("fold") == UNLABELED_PART).count().collect()}
-    return sample, CVSample(n_labeled, n_unlabeled, counts.get(0, 0), counts.get(1, 0), seed)
+    counts = {int(r[0]): int(r[1]) for r in sample.groupBy("fold").count().collect()}
+    n_lab = sum(n for fold, n in counts.items() if fold != UNLABELED_PART)
+    held = sum(n for fold, n in counts.items() if fold >= 0)
+    return sample, CVSample(n_labeled, n_unlabeled, n_lab, counts.get(UNLABELED_PART, 0), seed, held)
 
 
 def _sampled_cv(
@@ -417,6 +441,8 @@ def _sampled_cv(
                 f"tuning: the sample drew {drawn.n_labeled_sampled} labelled documents for {tune.folds} folds; "
                 f"raise tune.max_labeled (now {tune.max_labeled})"
             )
+        if drawn.n_held_out < tune.folds * tune.min_labeled_per_fold:
+            return _not_scorable(model_settings, grid_spec, drawn)
         log.info(
             "tuning: sampled %d of %d labelled and %d of %d unlabelled documents (seed %d) in %.1fs",
             drawn.n_labeled_sampled,
@@ -451,15 +477,20 @@ def _sampled_cv(
         sample.unpersist()
     grid_rows = []
     for point, per_fold in zip(points, results):
+        # A fold with no scorable held-out document says nothing: left out of the mean.
         fold_scores = [
-            fold_metric(np.array(r["tp"]), np.array(r["fp"]), np.array(r["fn"]), tune.metric) for r in per_fold
+            fold_metric(np.array(r["tp"]), np.array(r["fp"]), np.array(r["fn"]), tune.metric)
+            for r in per_fold
+            if r.get("scored", 1)
         ]
         grid_rows.append(
             {
                 **point,
-                "cv_score": float(np.mean(fold_scores)),
-                "cv_std": float(np.std(fold_scores)),
+                "cv_score": float(np.mean(fold_scores)) if fold_scores else 0.0,
+                "cv_std": float(np.std(fold_scores)) if fold_scores else 0.0,
                 "fold_scores": [round(x, 6) for x in fold_scores],
+                "scored": [int(r.get("scored", 0)) for r in per_fold],
+                "skipped": [int(r.get("skipped", 0)) for r in per_fold],
                 "n_iter": [int(r["n_iter"]) for r in per_fold],
                 "fit_seconds": round(float(sum(r["seconds"] for r in per_fold)), 3),
             }
@@ -485,6 +516,23 @@ def _sampled_cv(
     _log_choice(info, grid_spec, " on the sample")
     chosen = info["chosen"]
     return model_settings.resolved(**chosen), info, None
+
+
+def _not_scorable(model_settings: ModelSettings, grid_spec: Dict[str, list], drawn: CVSample):
+    """No tuning: too few labelled documents can be held out (most leaves have one); the fallback values."""
+    reason = (
+        f"only {drawn.n_held_out} of the {drawn.n_labeled_sampled} sampled labelled documents can be held out (a "
+        "leaf's only labelled document never is: its leaf would have none to train on, unlike a test document's)"
+    )
+    fallback = model_settings.resolved()
+    log.warning(
+        "tuning skipped: %s; %s keep their fallback values (%s)",
+        reason,
+        ", ".join(grid_spec),
+        ", ".join(f"{k} {getattr(fallback, k)}" for k in grid_spec),
+    )
+    info = {"chosen": {}, "tuned": False, "skipped": True, "reason": reason, "sample": drawn.as_dict()}
+    return fallback, info, None
 
 
 def _record_choice(

@@ -258,6 +258,16 @@ def warn_singleton_leaves(
     singles = sorted(leaf for leaf, n in counts.items() if n == 1)
     if not singles:
         return {}
+    if 2 * len(singles) > len(counts):
+        # Most leaves have one labelled document: the fewest-labels case by design, not typos.
+        log.info(
+            "%s%d of %d leaves have one labelled document each: the fewest-labels case (a leaf's only document "
+            "is never held out by the cross-validation); pass --taxonomy FILE to catch label typos",
+            _prefix(where),
+            len(singles),
+            len(counts),
+        )
+        return {leaf: None for leaf in singles}
     # A typo's intended spelling is the leaf that many documents use.
     common = sorted(leaf for leaf, n in counts.items() if n >= 2)
     hints: Dict[str, Optional[str]] = {leaf: None for leaf in singles}

@@ -52,6 +52,8 @@ __all__ = [
     "fold_confusion",
     "cv_task",
     "fold_metric",
+    "KEPT_PART",
+    "trained_paths",
     "sample_rows",
     "run_sampled_cv",
     "with_weight",
@@ -59,6 +61,9 @@ __all__ = [
 
 # The part number of the unlabelled sample's blocks; labelled blocks carry their fold (0..k-1).
 UNLABELED_PART = -1
+# ... and of labelled documents that every fold trains on and none holds out: the only labelled document of
+# its leaf (the fewest-labels rule: a held-out document's leaf must have one in training, as a test one's has).
+KEPT_PART = -2
 _HASH_RANGE = 1 << 31
 
 
@@ -70,6 +75,8 @@ class CVSample(NamedTuple):
     n_labeled_sampled: int
     n_unlabeled_sampled: int
     seed: int
+    # sampled labelled documents that a fold may hold out (not the only one of their leaf); -1: not counted
+    n_held_out: int = -1
 
     @property
     def unlabeled_scale(self) -> float:
@@ -171,18 +178,26 @@ def cv_task(
     tables = scoring_tables(result.params, settings.parameter_dtype)
     path_node = taxonomy.path_node_matrix(sparse=True)
     indicator = metric_indicator(taxonomy)
+    # Only a held-out row whose path has a labelled row in training is scored, as every test document's has.
+    trained = trained_paths([b.node_scores for b in train], path_node, taxonomy.is_dummy)
     n_nodes = indicator.shape[1]
     tp, fp, fn = (np.zeros(n_nodes, dtype=np.int64) for _ in range(3))
     keep = keep_out_of_fold and spec.structure is None
-    kept = []
+    kept, scored, skipped = [], 0, 0
     for b in held:
         # Scored on the held-out rows with one true path: a row in several categories trains the other
         # folds' fits, but has no single path to count a hit or a calibration event against.
         single = single_path_rows(b.node_scores)
         if not single.any():
             continue
-        node_scores, X = (b.node_scores, b.X) if single.all() else (b.node_scores[single], b.X[single])
-        true = true_paths(node_scores, path_node)
+        true = np.full(b.X.shape[0], -1, dtype=np.int64)
+        true[single] = true_paths(b.node_scores[single], path_node)
+        scorable = single & (true >= 0) & trained[np.maximum(true, 0)]
+        skipped += int(single.sum() - scorable.sum())
+        if not scorable.any():
+            continue
+        scored += int(scorable.sum())
+        X, true = (b.X, true) if scorable.all() else (b.X[scorable], true[scorable])
         if keep:
             X = length_normalize(X, settings.doc_length) if settings.doc_length > 0 else X
             jll = np.vstack([chunk for _, chunk in block_scores(X, tables)])
@@ -196,12 +211,37 @@ def cv_task(
         "tp": tp.tolist(),
         "fp": fp.tolist(),
         "fn": fn.tolist(),
+        "scored": scored,
+        "skipped": skipped,
         "n_iter": result.n_iter,
         "seconds": time.perf_counter() - t0,
     }
     if keep:
         out["out_of_fold"] = concat_out_of_fold(kept)
     return out
+
+
+def trained_paths(node_scores: Sequence[sp.csr_matrix], path_node, is_dummy) -> np.ndarray:
+    """(R,) bool: the paths that some labelled row of ``node_scores`` (blocks' node scores) is labelled with.
+
+    A row is labelled with a path when it scores every real node of it (a row in several categories
+    scores several paths' nodes); unlabelled rows score nothing.
+
+    >>> import scipy.sparse as sp
+    >>> pn = sp.csr_matrix([[1, 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 1]])  # two paths under node 0, one alone
+    >>> trained_paths([sp.csr_matrix([[1.0, 0, 1.0, 0], [0, 0, 0, 0]])], pn, [False] * 4).tolist()
+    [False, True, False]
+    """
+    real = sp.csr_matrix(path_node, dtype=np.int64)[:, np.flatnonzero(~np.asarray(is_dummy, dtype=bool))]
+    needed = np.asarray(real.sum(axis=1)).ravel()
+    present = np.zeros(real.shape[0], dtype=bool)
+    for ns in node_scores:
+        if ns is None or ns.shape[0] == 0:
+            continue
+        scored = sp.csr_matrix(ns, dtype=np.float64)[:, np.flatnonzero(~np.asarray(is_dummy, dtype=bool))]
+        hits = sp.csr_matrix(sp.csr_matrix((scored != 0).astype(np.int64)) @ real.T)  # scored nodes per path
+        present[hits.indices[hits.data >= needed[hits.indices]]] = True
+    return present
 
 
 def _hash_share(id_col: str, seed: int, share: float):
@@ -228,8 +268,9 @@ def run_sampled_cv(
     """Run every (grid point, fold) fit as one task; returns ``results[point][fold]`` (:func:`cv_task`).
 
     ``sample``: ``features, labels, fold`` rows over ``vocab_size`` terms --
-    the labelled sample with its fold, the unlabelled sample with fold
-    :data:`UNLABELED_PART`. ``grid``: the settings of each grid point, lambda
+    the labelled sample with its fold (:data:`KEPT_PART`: trained on by every
+    fold, never held out), the unlabelled sample with fold :data:`UNLABELED_PART`.
+    ``grid``: the settings of each grid point, lambda
     already rescaled. One Spark job packs the sample and runs the
     ``len(grid) x n_folds`` tasks next to it: with RDDs on a classic session
     (:func:`_tasks_on_rdd`), with DataFrames alone over Spark Connect
@@ -246,7 +287,7 @@ def run_sampled_cv(
 
     packed = [
         (part, packed_label_frame(sample.where(F.col("fold") == part), lookup, path_node, block_size))
-        for part in [*range(n_folds), UNLABELED_PART]
+        for part in [*range(n_folds), KEPT_PART, UNLABELED_PART]
     ]
     runner = _tasks_on_frames if is_spark_connect(sample) else _tasks_on_rdd
     out = runner(packed, len(tasks), run, vocab_size, path_node.shape[1])

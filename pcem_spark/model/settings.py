@@ -14,7 +14,15 @@ from pcem_spark.core.methods import EM_METHODS, GENERATIVE
 from pcem_spark.errors import InputError
 from pcem_spark.util.constraints import Interval, Options, check_constraints
 
-__all__ = ["METHODS", "AUTO", "CALIBRATIONS", "PER_NODE_POSTERIOR_METHODS", "PAPER_MODEL_SETTINGS", "ModelSettings"]
+__all__ = [
+    "METHODS",
+    "AUTO",
+    "CALIBRATIONS",
+    "NAMES",
+    "PER_NODE_POSTERIOR_METHODS",
+    "PAPER_MODEL_SETTINGS",
+    "ModelSettings",
+]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +41,8 @@ CALIBRATIONS = (
     "temperature+logistic-depth",
     "none",
 )
+# Whether category names count as evidence (ModelSettings.names).
+NAMES = ("auto", "on", "off")
 
 
 @dataclass
@@ -69,6 +79,9 @@ class ModelSettings:
     # node depth, whichever predicts held-out out-of-fold nodes best ("temperature+<kind>" forces one);
     # "none" = the raw naive-Bayes posterior (over-confident).
     calibration: str = "temperature"
+    # Category names as evidence (model.names): each path's node names (and --descriptions) as one more
+    # labelled document of it; "auto" = decided from the labelled documents (pcem_spark.model.names).
+    names: str = "auto"
 
     # What each setting accepts (pcem_spark.util.constraints), checked in this order by validate().
     CONSTRAINTS: ClassVar[Dict[str, Any]] = {
@@ -85,6 +98,7 @@ class ModelSettings:
         "block_size": Interval(int, 1, None),
         "components": Interval(int, 1, None),
         "calibration": Options(CALIBRATIONS),
+        "names": Options(NAMES),
     }
 
     def validate(self) -> None:

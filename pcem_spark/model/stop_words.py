@@ -136,13 +136,24 @@ def vocabulary_columns(
 
 # --------------------------------------------------------------------------- pure: naive Bayes and its score
 def stratified_folds(path_index: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
-    """Fold (0 .. k-1) of each document: every path's documents shuffled with ``seed`` and dealt in turn."""
+    """Fold (0 .. k-1) of each document: every path's documents shuffled with ``seed`` and dealt in turn.
+
+    A path's only document gets fold -1: it is never held out (the fewest-labels rule), so every held-out
+    document's path has a labelled document in its fold's training set, as a test document's has.
+
+    >>> folds = stratified_folds(np.array([0, 0, 1, 2, 2, 2]), 2)
+    >>> int(folds[2]), sorted(folds[:2].tolist()), sorted(folds[3:].tolist())
+    (-1, [0, 1], [0, 0, 1])
+    """
     y = np.asarray(path_index)
     rng = np.random.default_rng(seed)
     fold = np.empty(len(y), dtype=np.int64)
     start = 0
     for cls in np.unique(y):
         idx = np.flatnonzero(y == cls)
+        if len(idx) == 1:
+            fold[idx] = -1
+            continue
         idx = idx[rng.permutation(len(idx))]
         fold[idx] = (start + np.arange(len(idx))) % k
         start = (start + len(idx)) % k
@@ -195,12 +206,15 @@ def scored_path_nodes(taxonomy: Taxonomy) -> sp.csr_matrix:
 
 
 def cross_validated_f1(X: sp.csr_matrix, path_index: np.ndarray, path_nodes, folds: np.ndarray) -> np.ndarray:
-    """(k, 2) hierarchical (micro, macro) F1 of naive Bayes on each held-out fold of ``folds``."""
+    """(k, 2) hierarchical (micro, macro) F1 of naive Bayes on each held-out fold of ``folds`` that holds out
+    any document (fold -1: always trained on)."""
     n_paths = path_nodes.shape[0]
     y = np.asarray(path_index)
     out = []
     for f in range(int(folds.max()) + 1):
         test = folds == f
+        if not test.any():
+            continue
         pred = naive_bayes_paths(X[~test], y[~test], X[test], n_paths)
         out.append(hierarchical_f1(y[test], pred, path_nodes))
     return np.array(out)
@@ -246,6 +260,12 @@ def choose_stop_words(
         raise ValueError(f"{n} labelled documents are too few for {folds} folds (2 per fold at least)")
     X, terms = term_counts(sample.tokens)
     fold = stratified_folds(sample.path_index, folds, seed)
+    held_folds = len(np.unique(fold[fold >= 0]))
+    if held_folds < 2:
+        raise ValueError(
+            f"{int((fold >= 0).sum())} of {n} labelled documents can be held out (a path's only document never "
+            "is): too few to compare"
+        )
     scores, vocab = {}, {}
     for option in OPTIONS:
         cols = vocabulary_columns(X, terms, settings, stop_list if option == "english" else ())
@@ -353,10 +373,17 @@ def resolve_stop_words(
     t0 = time.perf_counter()
     sample = labelled_sample(docs, taxonomy, feature_settings, seed)
     n = len(sample.tokens)
-    if n < 2 * FOLDS:
-        what = "no labelled document" if n == 0 else f"only {n} labelled documents (fewer than 2 per fold)"
+    # The documents that can be held out: not the only one of their path (the fewest-labels rule).
+    n_held = int((np.bincount(sample.path_index)[sample.path_index] > 1).sum()) if n else 0
+    if n < 2 * FOLDS or n_held < 2 * FOLDS:
+        if n == 0:
+            what = "no labelled document"
+        elif n < 2 * FOLDS:
+            what = f"only {n} labelled documents (fewer than 2 per fold)"
+        else:
+            what = f"only {n_held} of {n} labelled documents can be held out (a leaf's only document never is)"
         settings, info = fallback_stop_words(feature_settings, f"{what}: no cross-validation, the list is kept")
-        info.update(n_sampled=n, folds=FOLDS, seconds=round(time.perf_counter() - t0, 3))
+        info.update(n_sampled=n, n_held_out=n_held, folds=FOLDS, seconds=round(time.perf_counter() - t0, 3))
         return settings, info
     info = choose_stop_words(
         sample, scored_path_nodes(taxonomy), StopWordsRemover.loadDefaultStopWords("english"), feature_settings, seed

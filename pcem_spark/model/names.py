@@ -1,0 +1,314 @@
+"""Category names as evidence: a *name document* per path, and whether it helps (``model.names = "auto"``).
+
+The leaf names of most taxonomies are words (``book_flight``, ``SoccerPlayer``,
+``comp.sys.ibm.pc.hardware``). Each path gets a name document: the words of
+its nodes' names (:func:`pcem_spark.core.names.name_words`) and their
+``--descriptions``, counted over the model's vocabulary like any text, and
+scaled to the length of an average labelled document -- one more labelled
+document of the path, the weakest evidence a model can be given. Name documents
+train every fit (the cross-validation's folds keep them in every training set
+and never hold one out, :data:`pcem_spark.model.sampled_cv.KEPT_PART`); they are
+never scored. A node name with no word in the vocabulary contributes nothing
+and is counted (``names_without_vocabulary``).
+
+``"auto"`` decides from the labelled documents, as ``features.stop_words`` does
+(:func:`choose_names`): with enough documents that can be held out, a k-fold
+naive-Bayes comparison with and without the name documents (on only when the
+gain is positive and over one standard error); at one labelled document per
+leaf, where no fold can hold one out, whether the names alone predict the
+labelled documents' leaves clearly better than chance (a one-sided binomial
+test at :data:`CHANCE_P`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from pcem_spark.core.names import path_name_text
+from pcem_spark.core.taxonomy import Taxonomy
+from pcem_spark.model.stop_words import (
+    FOLDS,
+    hierarchical_f1,
+    naive_bayes_paths,
+    scored_path_nodes,
+    stratified_folds,
+)
+
+__all__ = [
+    "NAME_ID_PREFIX",
+    "CHANCE_P",
+    "SAMPLE_LIMIT",
+    "NameDocuments",
+    "is_name_document",
+    "name_documents",
+    "name_document_rows",
+    "choose_names",
+    "resolve_names",
+]
+
+log = logging.getLogger(__name__)
+
+# Name documents' ids: a prefix no crawled id carries (a NUL), so folds and counts can tell them apart.
+NAME_ID_PREFIX = "\u0000pcem-name:"
+# At one labelled document per leaf: names are on when the names alone predict the leaves of the labelled
+# documents this unlikely by chance (one-sided binomial test against a uniform guess over the leaves).
+CHANCE_P = 0.01
+SAMPLE_LIMIT = 5000  # labelled documents the decision reads (a seeded hash sample, as the stop words')
+
+
+def is_name_document(id_col):
+    """A Spark column: whether the row is a name document (by its id)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.col(id_col).startswith(NAME_ID_PREFIX), F.lit(False))
+
+
+@dataclass
+class NameDocuments:
+    """The name documents of a taxonomy over a vocabulary.
+
+    ``X``: (M, V) CSR term counts, one row per path, each scaled to ``tokens``
+    tokens (rows without a vocabulary word are empty); ``texts``: the text of
+    each; ``empty_nodes``: the real nodes whose name (and description) has no
+    vocabulary word.
+    """
+
+    X: sp.csr_matrix
+    texts: List[str]
+    empty_nodes: List[str]
+    tokens: float
+
+    @property
+    def paths_with_words(self) -> np.ndarray:
+        return np.flatnonzero(np.diff(self.X.indptr) > 0)
+
+    def summary(self) -> Dict[str, object]:
+        return {
+            "paths": int(self.X.shape[0]),
+            "paths_with_words": int(len(self.paths_with_words)),
+            "names_without_vocabulary": len(self.empty_nodes),
+            "examples_without_vocabulary": self.empty_nodes[:10],
+            "tokens_per_name_document": round(float(self.tokens), 3),
+        }
+
+
+def _counts(tokens: List[List[str]], vocabulary: List[str]) -> sp.csr_matrix:
+    index = {t: i for i, t in enumerate(vocabulary)}
+    rows, cols = [], []
+    for r, toks in enumerate(tokens):
+        for t in toks:
+            i = index.get(t)
+            if i is not None:
+                rows.append(r)
+                cols.append(i)
+    data = np.ones(len(rows))
+    return sp.csr_matrix((data, (rows, cols)), shape=(len(tokens), len(vocabulary)))
+
+
+def name_documents(
+    spark,
+    taxonomy: Taxonomy,
+    vocabulary: List[str],
+    feature_settings,
+    descriptions: Optional[Mapping[str, str]] = None,
+    tokens: float = 10.0,
+) -> NameDocuments:
+    """The name documents of every path of ``taxonomy`` (see the module docstring), tokenised by the model's
+    own featuriser (one small Spark job over the node and path texts; never documents)."""
+    from pcem_spark.engine.features import tokenize
+
+    nodes = sorted(taxonomy.real_nodes)
+    paths = [taxonomy.real_path(j) for j in range(taxonomy.n_paths)]
+    texts = [path_name_text(p, descriptions) for p in paths]
+    node_texts = [path_name_text([n], descriptions) for n in nodes]
+    df = spark.createDataFrame(
+        [(i, t) for i, t in enumerate(texts + node_texts)], "i int, text string"
+    )  # at most (paths + nodes) rows: the taxonomy's size, not the corpus's
+    rows = sorted(tokenize(df, feature_settings, "text").select("i", "tokens").collect(), key=lambda r: r["i"])
+    toks = [list(r["tokens"] or []) for r in rows]
+    X = _counts(toks[: len(paths)], vocabulary)
+    node_X = _counts(toks[len(paths) :], vocabulary)
+    empty_nodes = [n for n, k in zip(nodes, np.diff(node_X.indptr)) if k == 0]
+    totals = np.asarray(X.sum(axis=1)).ravel()
+    scale = np.where(totals > 0, tokens / np.maximum(totals, 1e-12), 0.0)
+    X = sp.csr_matrix(sp.diags(scale) @ X)
+    X.sum_duplicates()  # sorted, unique column indices per row, as a SparseVector needs
+    return NameDocuments(X, texts, empty_nodes, float(tokens))
+
+
+def name_document_rows(names: NameDocuments, taxonomy: Taxonomy, several_paths: bool) -> List[tuple]:
+    """``(id, features, labels)`` rows of the name documents with words (``several_paths``: labels as a
+    list of paths, the shape of a corpus whose documents may be in several categories)."""
+    from pyspark.ml.linalg import SparseVector
+
+    out = []
+    for j in names.paths_with_words:
+        row = names.X.getrow(j)
+        vec = SparseVector(names.X.shape[1], row.indices.tolist(), row.data.tolist())
+        path = list(taxonomy.real_path(int(j)))
+        out.append((f"{NAME_ID_PREFIX}{int(j)}", vec, [path] if several_paths else path))
+    return out
+
+
+# --------------------------------------------------------------------------- the decision (numpy, no Spark)
+def _binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    if k <= 0:
+        return 1.0
+    return float(sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)))
+
+
+def choose_names(
+    X: sp.csr_matrix, path_index: np.ndarray, names: NameDocuments, path_nodes, seed: int = 0, folds: int = FOLDS
+) -> Dict[str, object]:
+    """``{"choice": "on" | "off", "reason", ...}`` from labelled documents (``X`` term counts, their paths).
+
+    See the module docstring for the rule.
+    """
+    y = np.asarray(path_index, dtype=np.int64)
+    n_paths = names.X.shape[0]
+    with_words = names.paths_with_words
+    if len(with_words) == 0:
+        return {"choice": "off", "reason": "no name has a word of the vocabulary", "rule": "none"}
+    name_X, name_y = names.X[with_words], with_words
+    n_held = int((np.bincount(y, minlength=n_paths)[y] > 1).sum()) if len(y) else 0
+    if n_held >= 2 * folds:
+        fold = stratified_folds(y, folds, seed)
+        gains, off_scores, on_scores = [], [], []
+        for f in range(int(fold.max()) + 1):
+            test = fold == f
+            if not test.any():
+                continue
+            train = ~test
+            off = np.mean(hierarchical_f1(y[test], naive_bayes_paths(X[train], y[train], X[test], n_paths), path_nodes))
+            on_pred = naive_bayes_paths(
+                sp.vstack([X[train], name_X]).tocsr(), np.concatenate([y[train], name_y]), X[test], n_paths
+            )
+            on = np.mean(hierarchical_f1(y[test], on_pred, path_nodes))
+            off_scores.append(off)
+            on_scores.append(on)
+            gains.append(on - off)
+        gain = np.asarray(gains)
+        mean = float(gain.mean())
+        se = float(gain.std(ddof=1) / math.sqrt(len(gain))) if len(gain) > 1 else float("inf")
+        choice = "on" if mean > 0 and mean > se else "off"
+        reason = (
+            f"{len(gain)}-fold naive Bayes on {len(y)} labelled documents: the names "
+            f"{'add' if mean >= 0 else 'cost'} {100 * abs(mean):.2f} points (standard error {100 * se:.2f}); "
+            + ("on" if choice == "on" else "off: on needs a gain over one standard error")
+        )
+        return {
+            "choice": choice,
+            "reason": reason,
+            "rule": "cross-validation",
+            "gain": round(mean, 6),
+            "standard_error": round(se, 6),
+            "mean_f1_off": round(float(np.mean(off_scores)), 6),
+            "mean_f1_on": round(float(np.mean(on_scores)), 6),
+            "held_out": n_held,
+        }
+    # One labelled document per leaf (or nearly): no fold can hold one out. Do the names alone point at
+    # the leaves of the labelled documents more often than a uniform guess would?
+    labelled_leaves = np.unique(y)
+    predicted = naive_bayes_paths(name_X, name_y, X, n_paths)
+    hits = int((predicted == y).sum())
+    chance = 1.0 / max(len(with_words), 1)
+    p_value = _binomial_tail(hits, len(y), chance)
+    choice = "on" if p_value < CHANCE_P else "off"
+    reason = (
+        f"{n_held} of {len(y)} labelled documents can be held out, too few to cross-validate; the names alone "
+        f"predict {hits} of the {len(y)} labelled documents' paths, against {chance * len(y):.1f} by chance "
+        f"(p = {p_value:.2g}; on needs p < {CHANCE_P:g})"
+    )
+    return {
+        "choice": choice,
+        "reason": reason,
+        "rule": "names alone against chance",
+        "hits": hits,
+        "documents": int(len(y)),
+        "labelled_leaves": int(len(labelled_leaves)),
+        "chance": round(chance, 6),
+        "p_value": p_value,
+        "held_out": n_held,
+    }
+
+
+def _labelled_sample(featurized, taxonomy: Taxonomy, vocab_size: int, seed: int) -> Tuple[sp.csr_matrix, np.ndarray]:
+    """(X, path index) of at most :data:`SAMPLE_LIMIT` labelled rows of ``featurized`` (first path of each)."""
+    from pyspark.sql import functions as F
+
+    from pcem_spark.engine.arrow_io import csr_of
+    from pcem_spark.engine.label_columns import first_label_path
+    from pcem_spark.model.sampled_cv import sample_rows
+
+    labelled = featurized.where(F.col("labels").isNotNull() & ~is_name_document("id"))
+    n = labelled.count()
+    if n == 0:
+        return sp.csr_matrix((0, vocab_size)), np.zeros(0, dtype=np.int64)
+    picked = sample_rows(labelled, n, SAMPLE_LIMIT, seed).select(
+        "features", first_label_path(labelled, "labels").alias("path")
+    )
+    table = picked.toArrow()
+    lookup = taxonomy.path_lookup()
+    paths = [lookup.get(tuple(p)) for p in table.column("path").to_pylist()]
+    keep = np.array([p is not None for p in paths], dtype=bool)
+    X = csr_of(table.column("features").combine_chunks(), vocab_size)
+    return X[keep], np.array([p for p in paths if p is not None], dtype=np.int64)
+
+
+def resolve_names(
+    featurized,
+    taxonomy: Taxonomy,
+    vocabulary: List[str],
+    feature_settings,
+    setting: str,
+    descriptions: Optional[Mapping[str, str]] = None,
+    seed: int = 0,
+    doc_length: float = 100.0,
+):
+    """``(name documents' DataFrame or None, info)`` for ``model.names = setting`` over ``featurized``.
+
+    ``featurized``: ``id, features, labels`` of the training documents. The
+    name documents, when used, are to be added to it as labelled rows; ``info``
+    (the training summary's ``names``) says what was decided and why, and how
+    many names have no vocabulary word.
+    """
+    if setting == "off":
+        return None, {"setting": "off", "choice": "off", "reason": "model.names = off"}
+    t0 = time.perf_counter()
+    spark = featurized.sparkSession
+    X, y = _labelled_sample(featurized, taxonomy, len(vocabulary), seed)
+    # One labelled document's worth: the mean length of the labelled documents, as the model counts them.
+    lengths = np.asarray(X.sum(axis=1)).ravel()
+    tokens = float(np.mean(np.minimum(lengths, doc_length) if doc_length > 0 else lengths)) if len(lengths) else 10.0
+    names = name_documents(spark, taxonomy, vocabulary, feature_settings, descriptions, max(tokens, 1.0))
+    info: Dict[str, object] = {"setting": setting, **names.summary()}
+    if setting == "on":
+        info.update(choice="on", reason="model.names = on")
+    elif len(y) == 0:
+        info.update(choice="on", reason="no labelled document to decide on: the names are all there is")
+    else:
+        info.update(choose_names(X, y, names, scored_path_nodes(taxonomy), seed))
+    info["seconds"] = round(time.perf_counter() - t0, 3)
+    log.info(
+        'model.names = "%s": %s (%s; %d of %d paths have a name word in the vocabulary, %d node names none)',
+        setting,
+        info["choice"],
+        info["reason"],
+        info["paths_with_words"],
+        info["paths"],
+        info["names_without_vocabulary"],
+    )
+    if info["choice"] != "on" or not len(names.paths_with_words):
+        return None, info
+    several = "array<array" in featurized.schema["labels"].dataType.simpleString()
+    rows = name_document_rows(names, taxonomy, several)
+    docs = spark.createDataFrame(rows, featurized.select("id", "features", "labels").schema)
+    return docs, info

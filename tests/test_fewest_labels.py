@@ -1,0 +1,229 @@
+"""The fewest labels: folds that never hold out a leaf's last labelled document, a calibration that falls back
+instead of collapsing, and category names as evidence (``model.names``)."""
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from test_predict_evaluate import TAX  # noqa: E402 (the four-topic taxonomy: sport/football ... tech/chips)
+
+from pcem_spark.core.names import name_words, path_name_text
+from pcem_spark.core.taxonomy import Taxonomy
+from pcem_spark.engine.features import FeatureSettings
+from pcem_spark.model.sampled_cv import KEPT_PART, cv_task, trained_paths
+from pcem_spark.model.settings import ModelSettings
+from pcem_spark.model.stop_words import stratified_folds as numpy_folds
+
+FS = FeatureSettings(min_df=1, max_df=1.0, vocab_size=0, stop_words="english")
+TOPIC_WORDS = {
+    ("sport", "football"): "goal keeper striker league pitch referee",
+    ("sport", "tennis"): "serve racket volley court deuce wimbledon",
+    ("tech", "phones"): "android screen battery camera apps mobile",
+    ("tech", "chips"): "silicon transistor wafer foundry nanometer cpu",
+}
+
+
+# ------------------------------------------------------------------------------- the fold rule
+def test_numpy_folds_never_hold_out_a_paths_only_document():
+    y = np.array([0, 1, 1, 2, 2, 2, 2, 2, 3])
+    for seed in range(5):
+        folds = numpy_folds(y, 3, seed)
+        assert folds[0] == -1 and folds[8] == -1  # paths 0 and 3 have one document each
+        assert len(set(folds[1:3])) == 2  # path 1's two documents: held out in different folds
+        assert (folds[3:8] >= 0).all()
+
+
+def test_spark_folds_keep_a_leafs_only_document_in_every_training_set(spark):
+    from pcem_spark.ml.tuning import stratified_folds
+
+    rows = [("a1", ["sport", "football"]), ("b1", ["sport", "tennis"]), ("b2", ["sport", "tennis"])]
+    rows += [(f"c{i}", ["tech", "chips"]) for i in range(5)]
+    df = spark.createDataFrame(rows, "id string, labels array<string>")
+    for seed in (0, 1, 2):
+        got = {r["id"]: r["fold"] for r in stratified_folds(df, 3, seed).collect()}
+        assert got["a1"] == KEPT_PART  # the only football document: trained on by every fold
+        assert got["b1"] != got["b2"] and {got["b1"], got["b2"]} <= {0, 1, 2}
+        assert all(0 <= got[f"c{i}"] < 3 for i in range(5))
+        assert got == {r["id"]: r["fold"] for r in stratified_folds(df, 3, seed).collect()}  # deterministic
+
+
+def test_a_cv_task_scores_only_held_out_documents_whose_path_is_trained():
+    from pcem_spark.engine.blocks import Block
+
+    paths = TAX.path_node_matrix(sparse=True)
+    V = 6
+
+    def block(rows):  # rows: (path index, term index)
+        n = len(rows)
+        X = sp.csr_matrix((np.ones(n), (np.arange(n), [t for _, t in rows])), shape=(n, V))
+        ns = sp.vstack([paths[p] for p, _ in rows]).tocsr().astype(np.float64)
+        return Block(X, ns, np.ones(n, dtype=bool))
+
+    parts = [
+        (0, block([(0, 0), (1, 1)])),  # fold 0 holds out a path-0 and a path-1 document
+        (1, block([(0, 0), (2, 2)])),  # fold 1 trains path 0 and 2 (not path 1)
+        (KEPT_PART, block([(3, 3)])),
+    ]
+    ms = ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=0.0, doc_length=0.0)
+    out = cv_task(parts, 0, TAX, V, ms.resolved())
+    assert out["scored"] == 1 and out["skipped"] == 1  # path 1 has no labelled document in training
+    assert trained_paths([b.node_scores for p, b in parts if p != 0], paths, TAX.is_dummy).tolist() == [
+        True,
+        False,
+        True,
+        True,
+    ]
+
+
+# ------------------------------------------------------------------------------- names
+@pytest.mark.parametrize(
+    "name,words",
+    [
+        ("book_flight", ["book", "flight"]),
+        ("SoccerPlayer", ["soccer", "player"]),
+        ("comp.sys.ibm.pc.hardware", ["comp", "sys", "ibm", "pc", "hardware"]),
+        ("HTTPServer2", ["http", "server", "2"]),
+        ("windows95-apps", ["windows", "95", "apps"]),
+        ("talk politics", ["talk", "politics"]),
+        ("Ünïcode_Straße", ["ünïcode", "straße"]),
+        ("x", ["x"]),
+    ],
+)
+def test_name_words_split_dots_underscores_camel_case_and_digits(name, words):
+    assert name_words(name) == words
+
+
+def test_a_paths_name_text_joins_its_nodes_and_their_descriptions():
+    assert path_name_text(["comp", "comp.sys.mac"], {"comp.sys.mac": "apple macintosh"}) == (
+        "comp comp sys mac apple macintosh"
+    )
+
+
+# Twelve leaves under three topics; each leaf's documents use its own words, among them its name.
+LEAVES = {
+    "sport": ["football", "tennis", "golf", "boxing"],
+    "tech": ["phones", "chips", "laptops", "routers"],
+    "food": ["pasta", "sushi", "curry", "salad"],
+}
+WIDE = Taxonomy.from_label_paths([[top, leaf] for top, leaves in LEAVES.items() for leaf in leaves])
+
+
+def _corpus(spark, labelled_per_leaf, n_per_leaf=25, seed=0, names=None):
+    """Documents of twelve leaves; the leaf names are words of their documents unless ``names`` renames them."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for top, leaves in LEAVES.items():
+        for leaf in leaves:
+            own = [f"{leaf}{suffix}" for suffix in ("er", "ing", "s", "ist")]
+            vocab = own + [leaf] * 2 + [top, f"{top}y"] + "common shared words across topics".split()
+            for i in range(n_per_leaf):
+                text = " ".join(rng.choice(vocab, size=4))
+                path = [top, (names or {}).get(leaf, leaf)]
+                rows.append((f"{leaf}-{i}", text, path if i < labelled_per_leaf else None))
+    return spark.createDataFrame(rows, "id string, text string, labels array<string>")
+
+
+def _train(spark, docs, names, taxonomy=WIDE, **settings):
+    from pcem_spark.ml import train
+
+    base = dict(method="pcem", smoothing=1.0, unlabeled_weight=1.0, path_weight=0.0, max_iter=5)
+    ms = ModelSettings(**{**base, **settings, "names": names})
+    model, _ = train(docs, taxonomy, FS, ms)
+    return model
+
+
+def test_names_auto_turns_on_at_one_label_per_leaf_when_names_are_words(spark):
+    docs = _corpus(spark, labelled_per_leaf=1)
+    model = _train(spark, docs, "auto")
+    names = model.training_summary["names"]
+    assert names["choice"] == "on" and names["rule"] == "names alone against chance"
+    assert names["paths_with_words"] == 12 and names["names_without_vocabulary"] == 0
+    # the names are one more labelled document of each path: its words weigh more on it (naive Bayes, no EM)
+    pcnb = dict(method="pcnb", unlabeled_weight=0.0)
+    on, off = _train(spark, docs, "on", **pcnb), _train(spark, docs, "off", **pcnb)
+    j = WIDE.path_lookup()[("sport", "football")]
+    w = on.vocabulary.index("football")
+    assert on.log_theta[j, w] > off.log_theta[j, w]
+    assert off.training_summary["names"]["choice"] == "off"
+
+
+def test_names_that_are_not_words_stay_off_and_are_counted(spark):
+    renamed = {leaf: f"qx{i}" for i, leaf in enumerate(sum(LEAVES.values(), []))}
+    tax = Taxonomy.from_label_paths([[top, renamed[leaf]] for top, leaves in LEAVES.items() for leaf in leaves])
+    docs = _corpus(spark, labelled_per_leaf=1, names=renamed)
+    names = _train(spark, docs, "auto", tax).training_summary["names"]
+    # the twelve leaf names are no words; the top names are, but the same for four paths each: no better than chance
+    assert names["names_without_vocabulary"] == 12 and names["paths_with_words"] == 12
+    assert names["choice"] == "off" and names["rule"] == "names alone against chance"
+
+
+def test_names_auto_cross_validates_when_leaves_have_several_labelled_documents(spark):
+    docs = _corpus(spark, labelled_per_leaf=8)
+    names = _train(spark, docs, "auto").training_summary["names"]
+    assert names["rule"] == "cross-validation" and names["held_out"] == 96
+    assert names["choice"] in ("on", "off") and "standard error" in names["reason"]
+
+
+def test_the_names_setting_is_validated_and_saved(spark, tmp_path):
+    from pcem_spark.errors import InputError
+    from pcem_spark.model.path_model import PathModel
+
+    with pytest.raises(InputError, match="names"):
+        ModelSettings(names="maybe").validate()
+    model = _train(spark, _corpus(spark, labelled_per_leaf=1), "on")
+    model.save(str(tmp_path / "m"))
+    assert PathModel.load(str(tmp_path / "m")).model_settings.names == "on"
+
+
+# ------------------------------------------------------------------------------- the calibration at the fewest labels
+def test_at_one_label_per_leaf_the_calibration_is_skipped_with_the_numbers_not_collapsed(spark):
+    two_corpora = _corpus(spark, labelled_per_leaf=1).unionByName(_corpus(spark, 1, seed=1).where("labels is null"))
+    docs = two_corpora.unionByName(
+        _corpus(spark, labelled_per_leaf=1, names={leaf: leaf + "2" for leaf in sum(LEAVES.values(), [])})
+        .where("labels is not null")
+        .selectExpr("concat(id, 'b') as id", "text", "labels")
+    )  # 24 leaves of one labelled document each: enough labelled documents, none that can be held out
+    tax = Taxonomy.from_label_paths(
+        [[top, leaf + suffix] for top, leaves in LEAVES.items() for leaf in leaves for suffix in ("", "2")]
+    )
+    model = _train(spark, docs, "off", tax)
+    cal = model.training_summary["calibration"]
+    assert cal["method"] == "none" and "can be held out" in cal["reason"]
+    assert model.temperature is None
+    tuning = model.training_summary.get("tuning") or {}
+    assert not tuning.get("tuned", False)
+
+
+def test_few_scorable_documents_give_the_temperature_alone():
+    from pcem_spark.ml.calibrating import _never_collapsed
+
+    probability = np.linspace(0.05, 0.95, 200)
+    correct = (np.arange(200) % 2).astype(float)  # precision 0.5 everywhere
+    collapse = (np.array([0.0, 1.0]), np.array([0.0, 0.01]))  # a map sending every probability to ~0
+    assert _never_collapsed(probability, correct, np.zeros(200, int), "logistic", collapse) == ("", None)
+    honest = (np.array([0.0, 1.0]), np.array([0.5, 0.5]))
+    assert _never_collapsed(probability, correct, np.zeros(200, int), "isotonic", honest)[0] == "isotonic"
+
+
+def test_pcem_train_records_the_names_and_descriptions_count(spark, tmp_path, capsys):
+    from pcem_spark.cli import main
+
+    docs = tmp_path / "docs.jsonl"
+    rng = np.random.default_rng(3)
+    with open(docs, "w") as fh:
+        for (parent, leaf), words in TOPIC_WORDS.items():
+            for i in range(12):
+                text = " ".join(rng.choice(words.split() + [leaf], size=5))
+                fh.write(json.dumps({"id": f"{leaf}-{i}", "text": text, "labels": [parent, leaf] if i == 0 else None}))
+                fh.write("\n")
+    descriptions = tmp_path / "desc.json"
+    descriptions.write_text(json.dumps({"football": "soccer goal", "chips": "cpu silicon"}))
+    model = str(tmp_path / "model")
+    args = ["train", "--docs", str(docs), "--model", model, "--descriptions", str(descriptions)]
+    fast = ["--set", "model.max_iter=3", "--set", "features.min_df=1", "--log-level", "WARNING"]
+    assert main([*args, "--set", "model.names=on", *fast]) == 0
+    from pcem_spark.model.path_model import PathModel
+
+    names = PathModel.load(model).training_summary["names"]
+    assert names["choice"] == "on" and names["setting"] == "on" and names["paths_with_words"] == 4
