@@ -28,6 +28,8 @@ skipped) and ``OUT/summary.md`` (means over seeds)::
     pip install -e ".[bench]"
     python scripts/bench_fewest_labels.py --docs out/20ng.jsonl.gz --out out/fewest \\
         --corpora subjects,20ng,dotted --per-leaf 1,2,5 --seeds 0,1,2
+    # the same with the release before, for the "today" rows:
+    PYTHONPATH=/path/to/b0d0c13 python scripts/bench_fewest_labels.py ... --variants pcem-default --sklearn ""
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Dict, Iterable, List
 
 import numpy as np
@@ -243,7 +245,9 @@ def main(argv=None) -> int:
                 train_df, test_df = train_df.cache(), test_df.cache()
                 for m in [m for m in todo if m in VARIANTS]:
                     t0 = time.perf_counter()
-                    model_settings = replace(settings.model, names=VARIANTS[m])
+                    # (an older pcem-spark, on PYTHONPATH to compare with, has no names setting: its own default)
+                    has_names = "names" in {f.name for f in fields(settings.model)}
+                    model_settings = replace(settings.model, names=VARIANTS[m]) if has_names else settings.model
                     model, result = train(
                         train_df, taxonomy, settings.features, model_settings, tune=settings.tune, seed=seed
                     )

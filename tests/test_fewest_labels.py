@@ -34,6 +34,19 @@ def test_numpy_folds_never_hold_out_a_paths_only_document():
         assert (folds[3:8] >= 0).all()
 
 
+def test_a_leafs_only_document_is_held_out_when_its_name_document_keeps_the_leaf_known(spark):
+    from pcem_spark.ml.tuning import stratified_folds
+    from pcem_spark.model.names import NAME_ID_PREFIX
+
+    rows = [("a1", ["sport", "football"]), (NAME_ID_PREFIX + "0", ["sport", "football"]), ("b1", ["sport", "tennis"])]
+    got = {
+        r["id"]: r["fold"]
+        for r in stratified_folds(spark.createDataFrame(rows, "id string, labels array<string>"), 3, 0).collect()
+    }
+    assert got[NAME_ID_PREFIX + "0"] == KEPT_PART and got["b1"] == KEPT_PART  # tennis has no name document
+    assert 0 <= got["a1"] < 3
+
+
 def test_spark_folds_keep_a_leafs_only_document_in_every_training_set(spark):
     from pcem_spark.ml.tuning import stratified_folds
 
@@ -137,7 +150,7 @@ def test_names_auto_turns_on_at_one_label_per_leaf_when_names_are_words(spark):
     docs = _corpus(spark, labelled_per_leaf=1)
     model = _train(spark, docs, "auto")
     names = model.training_summary["names"]
-    assert names["choice"] == "on" and names["rule"] == "names alone against chance"
+    assert names["choice"] == "on" and names["rule"] == "names alone against shuffled names"
     assert names["paths_with_words"] == 12 and names["names_without_vocabulary"] == 0
     # the names are one more labelled document of each path: its words weigh more on it (naive Bayes, no EM)
     pcnb = dict(method="pcnb", unlabeled_weight=0.0)
@@ -153,9 +166,9 @@ def test_names_that_are_not_words_stay_off_and_are_counted(spark):
     tax = Taxonomy.from_label_paths([[top, renamed[leaf]] for top, leaves in LEAVES.items() for leaf in leaves])
     docs = _corpus(spark, labelled_per_leaf=1, names=renamed)
     names = _train(spark, docs, "auto", tax).training_summary["names"]
-    # the twelve leaf names are no words; the top names are, but the same for four paths each: no better than chance
-    assert names["names_without_vocabulary"] == 12 and names["paths_with_words"] == 12
-    assert names["choice"] == "off" and names["rule"] == "names alone against chance"
+    # the twelve leaf names are no words (the top names are, but they cannot tell a top's four leaves apart)
+    assert names["names_without_vocabulary"] == 12 and names["leaves_with_words"] == 0
+    assert names["choice"] == "off" and "leaf names have a word" in names["reason"]
 
 
 def test_names_auto_cross_validates_when_leaves_have_several_labelled_documents(spark):
@@ -178,21 +191,41 @@ def test_the_names_setting_is_validated_and_saved(spark, tmp_path):
 
 # ------------------------------------------------------------------------------- the calibration at the fewest labels
 def test_at_one_label_per_leaf_the_calibration_is_skipped_with_the_numbers_not_collapsed(spark):
-    two_corpora = _corpus(spark, labelled_per_leaf=1).unionByName(_corpus(spark, 1, seed=1).where("labels is null"))
-    docs = two_corpora.unionByName(
-        _corpus(spark, labelled_per_leaf=1, names={leaf: leaf + "2" for leaf in sum(LEAVES.values(), [])})
-        .where("labels is not null")
-        .selectExpr("concat(id, 'b') as id", "text", "labels")
-    )  # 24 leaves of one labelled document each: enough labelled documents, none that can be held out
-    tax = Taxonomy.from_label_paths(
-        [[top, leaf + suffix] for top, leaves in LEAVES.items() for leaf in leaves for suffix in ("", "2")]
-    )
+    docs, tax = _twenty_four_leaves(spark)  # enough labelled documents, none that can be held out
     model = _train(spark, docs, "off", tax)
     cal = model.training_summary["calibration"]
     assert cal["method"] == "none" and "can be held out" in cal["reason"]
+    assert cal["out_of_fold_scored"] == 0 and cal["out_of_fold_skipped"] == 24
     assert model.temperature is None
     tuning = model.training_summary.get("tuning") or {}
     assert not tuning.get("tuned", False)
+
+
+def _twenty_four_leaves(spark):
+    """24 leaves of one labelled document each (the twelve, and a copy of each named ``LEAF2``)."""
+    twins = {leaf: leaf + "2" for leaf in sum(LEAVES.values(), [])}
+    docs = (
+        _corpus(spark, labelled_per_leaf=1)
+        .unionByName(_corpus(spark, 1, seed=1).where("labels is null"))
+        .unionByName(
+            _corpus(spark, labelled_per_leaf=1, names=twins)
+            .where("labels is not null")
+            .selectExpr("concat(id, 'b') as id", "text", "labels")
+        )
+    )
+    tax = Taxonomy.from_label_paths(
+        [[top, leaf + suffix] for top, leaves in LEAVES.items() for leaf in leaves for suffix in ("", "2")]
+    )
+    return docs, tax
+
+
+def test_with_names_one_label_per_leaf_is_scored_out_of_fold_and_calibrated(spark):
+    docs, tax = _twenty_four_leaves(spark)
+    model = _train(spark, docs, "on", tax)
+    cal = model.training_summary["calibration"]
+    # each leaf stays known by its name document, so its only labelled document is held out and scored
+    assert cal["out_of_fold_scored"] == 24 and cal["out_of_fold_skipped"] == 0
+    assert model.temperature is not None and cal["method"] == "temperature"  # too few documents for a map
 
 
 def test_few_scorable_documents_give_the_temperature_alone():
@@ -227,3 +260,18 @@ def test_pcem_train_records_the_names_and_descriptions_count(spark, tmp_path, ca
 
     names = PathModel.load(model).training_summary["names"]
     assert names["choice"] == "on" and names["setting"] == "on" and names["paths_with_words"] == 4
+
+
+# ------------------------------------------------------------------------------- convergence advice
+def test_the_advice_for_a_slow_em_names_the_iterations_and_the_tol_that_would_stop():
+    from pcem_spark.core.convergence import not_converged_advice
+
+    slow = [-1000.0 * (1 + 0.5 * 0.9**t) for t in range(50)]  # linear convergence at rate 0.9
+    advice = not_converged_advice(slow, 1e-6, 50, truncated=False)
+    assert "shrinking x0.90" in advice and "model.max_iter =" in advice
+    more = int(advice.split("about ")[1].split(" more")[0])
+    rel = 0.5 * 0.9**49 * 0.1 / (1 + 0.5 * 0.9**48)  # the last relative change of that history
+    assert abs(more - np.log(1e-6 / rel) / np.log(0.9)) <= 1.5
+    assert "max_iter = 10 iterations by request" in not_converged_advice(slow[:10], 0.0, 10, truncated=False)
+    flat = [-100.0, -90.0, -80.0, -70.0, -60.0]  # a change that keeps its size is not converging at all
+    assert "not shrinking" in not_converged_advice(flat, 1e-6, 5, truncated=False)

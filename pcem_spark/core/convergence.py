@@ -33,6 +33,9 @@ def not_converged_advice(loglik_history: Sequence[float], tol: float, max_iter: 
     rel = relative_changes(loglik_history)
     if len(rel) == 0:
         return f"raise model.max_iter (now {max_iter})"
+    if tol <= 0:
+        # tol 0 asks for every iteration: there is nothing to reach, only a budget that was spent.
+        return f"model.tol is 0, so EM runs all model.max_iter = {max_iter} iterations by request"
     last = float(rel[-1])
     ll = np.asarray(loglik_history, dtype=np.float64)
     decreases = int((np.diff(ll) < -1e-9 * np.abs(ll[:-1])).sum())

@@ -88,6 +88,9 @@ class EMSettings:
     prior_smoothing: Optional[float] = None
     """The path prior's pseudo-count (None: = ``smoothing``, or Laplace's 1 when ``smoothing`` is "auto")."""
     smoothing_grid: Sequence[float] = DEFAULT_SMOOTHING_GRID
+    capped: bool = False
+    """``max_iter`` is a deliberate cap (the cross-validation's short fits): not converging is expected there,
+    and said at debug level only."""
     """The candidates of ``smoothing="auto"``."""
     doc_length: float = 0.0
     """> 0: documents longer than this many tokens are scaled down to it (0 = raw counts)."""
@@ -413,9 +416,9 @@ def _iterate(
             result.converged = True
             break
         prev = loglik
-    if not result.converged:
+    if not result.converged and s.tol > 0:  # tol 0 asks for exactly max_iter iterations
         truncated = s.posterior_floor > 0 or 0 < s.top_k < run.score_matrix.shape[0]
-        log.warning(
+        (log.debug if s.capped else log.warning)(
             "%s: EM stopped at max_iter=%d before the relative change fell below tol=%g: %s",
             label,
             s.max_iter,

@@ -102,8 +102,8 @@ def fit_calibration(
         return _uncalibrated(f"{settings.method} decodes by its own rule, not Eq. 5's softmax over paths")
     t0 = time.perf_counter()
     found = out_of_fold_predictions(feats, taxonomy, vocab_size, settings, tune, seed)
-    if isinstance(found, str):
-        return _uncalibrated(found)
+    if isinstance(found[0], str):
+        return _uncalibrated(*found)
     oof, drawn, n_iter, (n_scored, n_skipped) = found
     counted = {"out_of_fold_scored": n_scored, "out_of_fold_skipped": n_skipped}
     if oof.n < MIN_OUT_OF_FOLD:
@@ -194,8 +194,9 @@ def out_of_fold_predictions(
     settings: ModelSettings,
     tune: TuneSettings,
     seed: int = 0,
-) -> Union[str, Tuple[OutOfFold, CVSample, List[int]]]:
-    """``(out-of-fold set, what was sampled, EM iterations per fold)``, or why there is none (a str).
+) -> Union[Tuple[str, Dict[str, int]], Tuple[OutOfFold, CVSample, List[int], Tuple[int, int]]]:
+    """``(out-of-fold set, what was sampled, EM iterations per fold, (scored, skipped))``, or why there is
+    none: ``(reason, {"out_of_fold_scored": 0, "out_of_fold_skipped": n})``.
 
     The folds of the seeded cross-validation sample, each predicted by a fit
     of ``settings`` (to its own ``max_iter``) on the other folds and the
@@ -204,15 +205,20 @@ def out_of_fold_predictions(
     counts = {bool(r[0]): int(r[1]) for r in feats.groupBy(F.col(LABELS_COL).isNull()).count().collect()}
     n_docs = (counts.get(False, 0), counts.get(True, 0))
     if n_docs[0] < max(tune.folds * tune.min_labeled_per_fold, MIN_OUT_OF_FOLD):
-        return f"only {n_docs[0]} labelled documents"
+        return f"only {n_docs[0]} labelled documents", {"out_of_fold_scored": 0, "out_of_fold_skipped": 0}
     sample, drawn = draw_cv_sample(feats, taxonomy, tune, n_docs, seed)
     try:
         if drawn.n_labeled_sampled < max(tune.folds, MIN_OUT_OF_FOLD):
-            return f"the sample drew only {drawn.n_labeled_sampled} labelled documents"
+            return (
+                f"the sample drew only {drawn.n_labeled_sampled} labelled documents",
+                {"out_of_fold_scored": 0, "out_of_fold_skipped": 0},
+            )
         if drawn.n_held_out < MIN_OUT_OF_FOLD:
             return (
                 f"only {drawn.n_held_out} of {drawn.n_labeled_sampled} sampled labelled documents can be held out "
-                f"(a leaf's only labelled document never is; a calibration needs {MIN_OUT_OF_FOLD})"
+                f"(a leaf's only labelled document never is; a calibration needs {MIN_OUT_OF_FOLD})",
+                # none was scored: the ones never held out are the skipped ones
+                {"out_of_fold_scored": 0, "out_of_fold_skipped": drawn.n_labeled_sampled},
             )
         fit_settings = with_weight(replace(settings, calibration="none"), drawn.unlabeled_scale)
         results = run_sampled_cv(

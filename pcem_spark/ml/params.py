@@ -51,6 +51,7 @@ MODEL_PARAMS: Dict[str, str] = {
     "seed": "seed",
     "calibration": "calibration",
     "names": "names",
+    "names_weight": "namesWeight",
 }
 TUNE_PARAMS: Dict[str, str] = {
     "folds": "tuneFolds",
@@ -170,6 +171,12 @@ class _PathEMParams(Params):
         "category names as evidence: 'auto' (decided from the labelled documents), 'on' (each path's node "
         "names and descriptions as one more labelled document of it) or 'off'",
         TypeConverters.toString,
+    )
+    namesWeight = Param(
+        Params._dummy(),
+        "namesWeight",
+        "how many average labelled documents each name document weighs (model.names)",
+        TypeConverters.toFloat,
     )
     unlabeledTable = Param(
         Params._dummy(),

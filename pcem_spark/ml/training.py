@@ -166,6 +166,7 @@ def _with_names(featurized, taxonomy, vocabulary, feature_settings, model_settin
         opts.descriptions,
         seed,
         model_settings.doc_length,
+        model_settings.names_weight,
     )
     if name_docs is None:
         return featurized, info

@@ -89,7 +89,10 @@ def stratified_folds(
     order = Window.partitionBy(leaf).orderBy(name, F.xxhash64(F.col(id_col), F.lit(seed)), F.col(id_col))
     offset = F.pmod(F.xxhash64(leaf, F.lit(seed + 1)), F.lit(n_folds))
     dealt = F.pmod(F.row_number().over(order) - 1 + offset, F.lit(n_folds))
-    alone = F.count(F.when(~name, 1)).over(Window.partitionBy(leaf)) == 1
+    # The only labelled document of a leaf is held out only when the leaf keeps evidence without it: its
+    # name document. Then, as for a test document, the leaf is known -- by its name alone.
+    leaf_rows = Window.partitionBy(leaf)
+    alone = (F.count(F.when(~name, 1)).over(leaf_rows) == 1) & ~F.max(name).over(leaf_rows)
     return labeled.withColumn(fold_col, F.when(name | alone, F.lit(KEPT_PART)).otherwise(dealt).cast("int"))
 
 

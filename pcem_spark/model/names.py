@@ -15,9 +15,12 @@ and is counted (``names_without_vocabulary``).
 (:func:`choose_names`): with enough documents that can be held out, a k-fold
 naive-Bayes comparison with and without the name documents (on only when the
 gain is positive and over one standard error); at one labelled document per
-leaf, where no fold can hold one out, whether the names alone predict the
-labelled documents' leaves clearly better than chance (a one-sided binomial
-test at :data:`CHANCE_P`).
+leaf, where no fold can hold one out, on when most leaf names have a vocabulary
+word and the names alone classify the labelled documents better than the same
+names shuffled over the paths (a permutation test at :data:`SHUFFLE_P`). With
+names, a leaf keeps evidence when its only labelled document is held out, so
+the cross-validation and the calibration can score that document
+(:func:`pcem_spark.ml.tuning.stratified_folds`).
 """
 
 from __future__ import annotations
@@ -43,7 +46,9 @@ from pcem_spark.model.stop_words import (
 
 __all__ = [
     "NAME_ID_PREFIX",
-    "CHANCE_P",
+    "SHUFFLE_P",
+    "PERMUTATIONS",
+    "MIN_LEAVES_WITH_WORDS",
     "SAMPLE_LIMIT",
     "NameDocuments",
     "is_name_document",
@@ -57,9 +62,13 @@ log = logging.getLogger(__name__)
 
 # Name documents' ids: a prefix no crawled id carries (a NUL), so folds and counts can tell them apart.
 NAME_ID_PREFIX = "\u0000pcem-name:"
-# At one labelled document per leaf: names are on when the names alone predict the leaves of the labelled
-# documents this unlikely by chance (one-sided binomial test against a uniform guess over the leaves).
-CHANCE_P = 0.01
+# At one labelled document per leaf: names are on when the names alone classify the labelled documents
+# better than the same names shuffled over the paths do, with this p-value (a permutation test). Weak evidence
+# suffices: a name document weighs one document, and misplaced names are what the test rules out.
+SHUFFLE_P = 0.25
+PERMUTATIONS = 200
+# ... and when at least this share of the leaves' own names has a vocabulary word (else they cannot tell leaves apart).
+MIN_LEAVES_WITH_WORDS = 0.5
 SAMPLE_LIMIT = 5000  # labelled documents the decision reads (a seeded hash sample, as the stop words')
 
 
@@ -84,6 +93,7 @@ class NameDocuments:
     texts: List[str]
     empty_nodes: List[str]
     tokens: float
+    leaves_with_words: float = 1.0  # share of the leaves whose own name (or description) has a vocabulary word
 
     @property
     def paths_with_words(self) -> np.ndarray:
@@ -96,6 +106,7 @@ class NameDocuments:
             "names_without_vocabulary": len(self.empty_nodes),
             "examples_without_vocabulary": self.empty_nodes[:10],
             "tokens_per_name_document": round(float(self.tokens), 3),
+            "leaves_with_words": round(float(self.leaves_with_words), 4),
         }
 
 
@@ -140,7 +151,10 @@ def name_documents(
     scale = np.where(totals > 0, tokens / np.maximum(totals, 1e-12), 0.0)
     X = sp.csr_matrix(sp.diags(scale) @ X)
     X.sum_duplicates()  # sorted, unique column indices per row, as a SparseVector needs
-    return NameDocuments(X, texts, empty_nodes, float(tokens))
+    leaves = [n for n in nodes if n in set(taxonomy.leaves)]
+    empty = set(empty_nodes)
+    covered = sum(n not in empty for n in leaves) / max(len(leaves), 1)
+    return NameDocuments(X, texts, empty_nodes, float(tokens), covered)
 
 
 def name_document_rows(names: NameDocuments, taxonomy: Taxonomy, several_paths: bool) -> List[tuple]:
@@ -158,13 +172,6 @@ def name_document_rows(names: NameDocuments, taxonomy: Taxonomy, several_paths: 
 
 
 # --------------------------------------------------------------------------- the decision (numpy, no Spark)
-def _binomial_tail(k: int, n: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, p)."""
-    if k <= 0:
-        return 1.0
-    return float(sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)))
-
-
 def choose_names(
     X: sp.csr_matrix, path_index: np.ndarray, names: NameDocuments, path_nodes, seed: int = 0, folds: int = FOLDS
 ) -> Dict[str, object]:
@@ -214,28 +221,40 @@ def choose_names(
             "mean_f1_on": round(float(np.mean(on_scores)), 6),
             "held_out": n_held,
         }
-    # One labelled document per leaf (or nearly): no fold can hold one out. Do the names alone point at
-    # the leaves of the labelled documents more often than a uniform guess would?
-    labelled_leaves = np.unique(y)
-    predicted = naive_bayes_paths(name_X, name_y, X, n_paths)
-    hits = int((predicted == y).sum())
-    chance = 1.0 / max(len(with_words), 1)
-    p_value = _binomial_tail(hits, len(y), chance)
-    choice = "on" if p_value < CHANCE_P else "off"
+    # One labelled document per leaf (or nearly): no fold can hold one out without the names. Names can tell
+    # leaves apart only if the leaves' own names have words; and they help only if they point at the right
+    # paths: the names alone, as a classifier of the labelled documents, against the same names shuffled
+    # over the paths (a permutation test of the name-path assignment, with partial credit for the right top).
+    if names.leaves_with_words < MIN_LEAVES_WITH_WORDS:
+        return {
+            "choice": "off",
+            "reason": f"{100 * names.leaves_with_words:.0f}% of the leaf names have a word of the vocabulary "
+            f"(at least {100 * MIN_LEAVES_WITH_WORDS:.0f}% needed to tell leaves apart by name)",
+            "rule": "names alone against shuffled names",
+            "held_out": n_held,
+        }
+    rng = np.random.default_rng(seed)
+
+    def score(labels):
+        return float(np.mean(hierarchical_f1(y, naive_bayes_paths(name_X, labels, X, n_paths), path_nodes)))
+
+    actual = score(name_y)
+    shuffled = np.array([score(rng.permutation(name_y)) for _ in range(PERMUTATIONS)])
+    p_value = float((1 + (shuffled >= actual).sum()) / (1 + PERMUTATIONS))
+    choice = "on" if p_value < SHUFFLE_P else "off"
     reason = (
-        f"{n_held} of {len(y)} labelled documents can be held out, too few to cross-validate; the names alone "
-        f"predict {hits} of the {len(y)} labelled documents' paths, against {chance * len(y):.1f} by chance "
-        f"(p = {p_value:.2g}; on needs p < {CHANCE_P:g})"
+        f"{n_held} of {len(y)} labelled documents can be held out, too few to cross-validate; the names alone score "
+        f"{100 * actual:.1f} (mean F1) on the labelled documents, the same names shuffled over the paths "
+        f"{100 * shuffled.mean():.1f} (p = {p_value:.2g}; on needs p < {SHUFFLE_P:g})"
     )
     return {
         "choice": choice,
         "reason": reason,
-        "rule": "names alone against chance",
-        "hits": hits,
-        "documents": int(len(y)),
-        "labelled_leaves": int(len(labelled_leaves)),
-        "chance": round(chance, 6),
+        "rule": "names alone against shuffled names",
+        "f1_names": round(actual, 6),
+        "f1_shuffled": round(float(shuffled.mean()), 6),
         "p_value": p_value,
+        "documents": int(len(y)),
         "held_out": n_held,
     }
 
@@ -272,6 +291,7 @@ def resolve_names(
     descriptions: Optional[Mapping[str, str]] = None,
     seed: int = 0,
     doc_length: float = 100.0,
+    weight: float = 1.0,
 ):
     """``(name documents' DataFrame or None, info)`` for ``model.names = setting`` over ``featurized``.
 
@@ -288,7 +308,7 @@ def resolve_names(
     # One labelled document's worth: the mean length of the labelled documents, as the model counts them.
     lengths = np.asarray(X.sum(axis=1)).ravel()
     tokens = float(np.mean(np.minimum(lengths, doc_length) if doc_length > 0 else lengths)) if len(lengths) else 10.0
-    names = name_documents(spark, taxonomy, vocabulary, feature_settings, descriptions, max(tokens, 1.0))
+    names = name_documents(spark, taxonomy, vocabulary, feature_settings, descriptions, weight * max(tokens, 1.0))
     info: Dict[str, object] = {"setting": setting, **names.summary()}
     if setting == "on":
         info.update(choice="on", reason="model.names = on")

@@ -174,7 +174,9 @@ def cv_task(
     train = [b for p, b in parts if p != fold]
     held = [b for p, b in parts if p == fold]
     spec = method_spec(taxonomy, settings.method, settings.components, settings.path_weight)
-    result = passes.fit(train, spec.score_matrix, vocab_size, em_settings(settings, spec), structure=spec.structure)
+    # The fold fits stop at the tuning's max_iter on purpose: no warning that they did not converge.
+    em = replace(em_settings(settings, spec), capped=True)
+    result = passes.fit(train, spec.score_matrix, vocab_size, em, structure=spec.structure)
     tables = scoring_tables(result.params, settings.parameter_dtype)
     path_node = taxonomy.path_node_matrix(sparse=True)
     indicator = metric_indicator(taxonomy)

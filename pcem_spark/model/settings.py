@@ -82,6 +82,8 @@ class ModelSettings:
     # Category names as evidence (model.names): each path's node names (and --descriptions) as one more
     # labelled document of it; "auto" = decided from the labelled documents (pcem_spark.model.names).
     names: str = "auto"
+    # ... each name document weighing this many average labelled documents
+    names_weight: float = 1.0
 
     # What each setting accepts (pcem_spark.util.constraints), checked in this order by validate().
     CONSTRAINTS: ClassVar[Dict[str, Any]] = {
@@ -99,6 +101,7 @@ class ModelSettings:
         "components": Interval(int, 1, None),
         "calibration": Options(CALIBRATIONS),
         "names": Options(NAMES),
+        "names_weight": Interval(float, 0, None, closed="neither"),
     }
 
     def validate(self) -> None:
