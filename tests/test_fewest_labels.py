@@ -226,6 +226,24 @@ def test_with_names_one_label_per_leaf_is_scored_out_of_fold_and_calibrated(spar
     # each leaf stays known by its name document, so its only labelled document is held out and scored
     assert cal["out_of_fold_scored"] == 24 and cal["out_of_fold_skipped"] == 0
     assert model.temperature is not None and cal["method"] == "temperature"  # too few documents for a map
+    # 24 documents: the spread says so (at least the binomial error of their precision) and the warning fires
+    from pcem_spark.ml.calibrating import SPREAD_WARNING
+
+    assert cal["probability_spread"] > SPREAD_WARNING
+
+
+def test_a_temperature_alone_reports_at_least_the_binomial_error_of_its_precision():
+    from pcem_spark.core.calibration import out_of_fold
+    from pcem_spark.core.calibration_spread import mean_precision_error, probability_spread
+
+    rng = np.random.default_rng(0)
+    jll = rng.normal(size=(20, 12)) * 30  # sharp scores: a temperature fitted on 20 documents barely moves
+    true = np.where(rng.random(20) < 0.2, jll.argmax(axis=1), (jll.argmax(axis=1) + 1) % 12)
+    oof = out_of_fold(jll, true, k=12)
+    flat = np.arange(12).reshape(12, 1)
+    correct = (jll.argmax(axis=1) == true).astype(float)
+    assert mean_precision_error(correct, 20) == pytest.approx(np.sqrt(correct.mean() * (1 - correct.mean()) / 20))
+    assert mean_precision_error(correct, 20) > 0.05 > probability_spread(oof, flat, None)  # what the bootstrap hides
 
 
 def test_few_scorable_documents_give_the_temperature_alone():

@@ -32,7 +32,13 @@ from pcem_spark.core.calibration import (
     predicted_node_events,
 )
 
-__all__ = ["SPREAD_DRAWS", "SPREAD_MAX_DOCUMENTS", "calibrated_node_matrix", "probability_spread"]
+__all__ = [
+    "SPREAD_DRAWS",
+    "SPREAD_MAX_DOCUMENTS",
+    "calibrated_node_matrix",
+    "probability_spread",
+    "mean_precision_error",
+]
 
 SPREAD_DRAWS = 30  # bootstrap resamples: the spread's own relative error is about 1 / sqrt(2 * draws)
 # Larger out-of-fold sets are subsampled to m documents and the spread scaled by sqrt(m / n): the rate of the
@@ -105,3 +111,22 @@ def probability_spread(
         refitted = calibrated_node_matrix(oof, path_nodes, t, m)
         changes.append(float(np.mean(np.abs(refitted[real] - fitted[real]))))
     return float(np.mean(changes)) * scale
+
+
+def mean_precision_error(correct: np.ndarray, n_documents: int) -> float:
+    """``sqrt(p (1 - p) / n)``: the standard error of the out-of-fold precision ``p = mean(correct)`` of
+    ``n_documents`` documents.
+
+    A temperature alone (too few documents for a map) is one number fitted to
+    match that precision on average, so the calibrated probabilities as a
+    whole are known no better than this. The bootstrap of the temperature
+    misses it (it moves little where every probability is small), which is
+    why the calibration reports the larger of the two there.
+
+    >>> round(mean_precision_error(np.array([1, 0, 0, 0] * 5), 20), 4)
+    0.0968
+    """
+    if n_documents < 1 or not len(correct):
+        return 0.0
+    p = float(np.mean(correct))
+    return float(np.sqrt(p * (1.0 - p) / n_documents))

@@ -42,7 +42,7 @@ from pcem_spark.core.calibration import (
     map_record,
     predicted_node_events,
 )
-from pcem_spark.core.calibration_spread import probability_spread
+from pcem_spark.core.calibration_spread import mean_precision_error, probability_spread
 from pcem_spark.core.decoding import path_node_table
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.ml.tune_settings import TuneSettings
@@ -136,6 +136,11 @@ def fit_calibration(
     probability_map = maps.get(kind)
     kind, probability_map = _never_collapsed(probability, correct, depth, kind, probability_map)
     spread = probability_spread(oof, path_nodes, kind or None, seed=seed)
+    spread_basis = "bootstrap"
+    if not kind and mean_precision_error(correct, oof.n) > spread:
+        # a temperature alone knows the overall precision only to its binomial error; its bootstrap
+        # moves little where the probabilities are small, so it would hide how few documents there are
+        spread, spread_basis = mean_precision_error(correct, oof.n), "binomial"
     summary = {
         **counted,
         "method": f"temperature+{kind}" if kind else "temperature",
@@ -158,6 +163,7 @@ def fit_calibration(
         **calibration_report(oof, path_nodes, temperature, probability_map),
         # how far the calibrated probabilities move when the calibration is refitted on a bootstrap of its documents
         "probability_spread": round(spread, 6),
+        "probability_spread_basis": spread_basis,
         "seconds": round(time.perf_counter() - t0, 2),
     }
     log.info(

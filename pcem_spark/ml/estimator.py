@@ -183,7 +183,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         seed=0,
         calibration="temperature",
         names="auto",
-        namesWeight=1.0,
+        namesWeight=2.0,
         unlabeledTable="",
         labeledTable="",
         tokenPattern=DEFAULT_TOKEN_PATTERN,

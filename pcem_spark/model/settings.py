@@ -83,7 +83,7 @@ class ModelSettings:
     # labelled document of it; "auto" = decided from the labelled documents (pcem_spark.model.names).
     names: str = "auto"
     # ... each name document weighing this many average labelled documents
-    names_weight: float = 1.0
+    names_weight: float = 2.0
 
     # What each setting accepts (pcem_spark.util.constraints), checked in this order by validate().
     CONSTRAINTS: ClassVar[Dict[str, Any]] = {

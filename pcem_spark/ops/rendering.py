@@ -123,8 +123,9 @@ def render_model_markdown(report: Dict[str, object]) -> str:
             kind = str(cal.get("method", "")).partition("+")[2]
             then = f" then {'an' if kind[:1] in 'aeiou' else 'a'} {kind} map" if kind else ""
             spread = (
-                f"; uncertain by about +-{cal['probability_spread']:.3f} (bootstrap of "
-                f"{cal.get('documents', '?')} labelled documents)"
+                f"; uncertain by about +-{cal['probability_spread']:.3f} ("
+                f"{'binomial error' if cal.get('probability_spread_basis') == 'binomial' else 'bootstrap'} of "
+                f"{cal.get('documents', cal.get('out_of_fold_scored', '?'))} labelled documents)"
                 if "probability_spread" in cal
                 else ""
             )
