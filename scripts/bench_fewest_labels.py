@@ -182,6 +182,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--sklearn", default=",".join(SK_METHODS))
+    ap.add_argument(
+        "--before",
+        default="",
+        help="OUT of a run of the release before (its results.csv): its pcem rows join summary.md as 'before'",
+    )
+    ap.add_argument("--summary-only", action="store_true", help="only rewrite summary.md from the CSVs")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -195,8 +201,6 @@ def main(argv=None) -> int:
     from pcem_spark.ml import train
 
     settings = load_settings(None, args.overrides)
-    spark = build_session(settings.spark)
-    spark.sparkContext.setLogLevel("WARN")
     os.makedirs(args.out, exist_ok=True)
     csv_path = os.path.join(args.out, "results.csv")
     rows: List[Dict[str, object]] = []
@@ -211,7 +215,17 @@ def main(argv=None) -> int:
             w.writeheader()
             w.writerows(rows)
         os.replace(csv_path + ".tmp", csv_path)
-        write_summary(rows, os.path.join(args.out, "summary.md"))
+        before = []
+        if args.before and os.path.exists(os.path.join(args.before, "results.csv")):
+            with open(os.path.join(args.before, "results.csv"), newline="") as fh:
+                before = [{**r, "method": "before"} for r in csv.DictReader(fh) if r["method"].startswith("pcem")]
+        write_summary(rows + before, os.path.join(args.out, "summary.md"))
+
+    if args.summary_only:
+        save()
+        return 0
+    spark = build_session(settings.spark)
+    spark.sparkContext.setLogLevel("WARN")
 
     posts = read_jsonl(args.docs)
     schema = "id string, text string, labels array<string>"
@@ -317,7 +331,15 @@ def write_summary(rows: List[Dict[str, object]], path: str) -> None:
         vals = [float(r[key]) for r in rs if r.get(key) not in ("", None) and str(r[key]) != "nan"]
         return float(np.mean(vals)) if vals else float("nan")
 
-    cols = ["micro_f1", "macro_f1", "accuracy", "mean_probability", "ece", "precision_0.7", "coverage_0.7"]
+    cols = [
+        "micro_f1",
+        "macro_f1",
+        "accuracy",
+        "mean_probability",
+        "ece",
+        *[f"precision_{t}" for t in THRESHOLDS],
+        "coverage_0.7",
+    ]
     lines = [
         "| corpus | per leaf | method | seeds | " + " | ".join(cols) + " | names on |",
         "|---|---|---|---|" + "---|" * (len(cols) + 1),
