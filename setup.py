@@ -8,6 +8,8 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["pcem_spark", "pcem_spark.*"]),
+    # the shipped defaults: read from the installed package, so they do not depend on the current folder
+    package_data={"pcem_spark": ["conf/defaults.toml"]},
     python_requires=">=3.11",
     # pyarrow (+ pandas, which PySpark's mapInArrow imports): blocks and
     # predictions cross between the JVM and Python as Arrow batches, so no

@@ -21,6 +21,7 @@ from pcem_spark.cli.inputs import (
     check_label_rate,
     check_outputs,
     connect_staging,
+    preflight,
     read_valid_documents,
     rejects_output,
     taxonomy_for,
@@ -33,6 +34,7 @@ __all__ = [
     "cmd_train",
     "cmd_evaluate",
     "cmd_inspect",
+    "cmd_settings",
 ]
 
 log = logging.getLogger("pcem")
@@ -127,6 +129,15 @@ def cmd_train(args, settings) -> int:
     for path in (args.descriptions,):
         if path and "://" not in path and not os.path.exists(path):
             raise FileNotFoundError(f"--descriptions {path!r} does not exist")
+    from pcem_spark.io.output_paths import Output
+
+    preflight(
+        settings,
+        [Output("--model", args.model, "model"), rejects_output(args, args.model, args.docs)],
+        [("--docs", args.docs), ("--taxonomy", args.taxonomy), ("--init-model", args.init_model)],
+        args.overwrite,
+        models=[("--init-model", args.init_model)],
+    )
     spark = build_session(settings.spark, connect_ok=True)
     with connect_staging(spark, args.model):
         return _train_on(spark, args, settings, given_taxonomy)
@@ -275,6 +286,15 @@ def cmd_evaluate(args, settings) -> int:
 
     if not (args.taxonomy or args.model):
         raise InputError("evaluate needs --model or --taxonomy (the set of nodes to score)")
+    from pcem_spark.io.output_paths import Output
+
+    preflight(
+        settings,
+        [Output("--output", args.output, None, directory=False)] if args.output else [],
+        [("--predictions", args.predictions), ("--model", args.model), ("--taxonomy", args.taxonomy)],
+        args.overwrite,
+        models=[("--model", args.model)],
+    )
     spark = build_session(settings.spark, connect_ok=True)
     if args.output:
         from pcem_spark.io.output_paths import Output
@@ -391,3 +411,13 @@ def _confusion_and_reliability(pred, source: str, taxonomy):
     from pcem_spark.ops.reliability import reliability_counts, reliability_report
 
     return confusion, reliability_report(*reliability_counts(pred), source=source)
+
+
+def cmd_settings(args, settings) -> int:
+    """Print the effective settings as JSON: what every other command would run with, from this folder."""
+    import json
+
+    from pcem_spark.cli.config import settings_table
+
+    print(json.dumps(settings_table(settings), indent=2, sort_keys=True, default=str))
+    return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-__all__ = ["DEFAULT_CONFIG", "build_parser"]
+__all__ = ["build_parser"]
 
 # Re-exported: schedulers' wrappers and the tests import them from here.
 
@@ -13,11 +13,12 @@ __all__ = ["DEFAULT_CONFIG", "build_parser"]
 log = logging.getLogger("pcem")
 
 
-DEFAULT_CONFIG = "conf/pcem.toml"
-
-
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=None, help=f"TOML settings file (default: {DEFAULT_CONFIG} if it exists)")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="TOML settings file layered over the package defaults and $PCEM_CONFIG (only the settings it changes)",
+    )
     p.add_argument(
         "--set",
         dest="overrides",
@@ -307,5 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", required=True, help="results.csv written by pcem experiment")
     p.add_argument("--output-dir", help="where to write (default: the CSV's directory)")
     p.add_argument("--rate", type=float, help="label rate of the Table-2 columns (default [experiment] report_rate)")
+    _common(p)
+
+    p = sub.add_parser(
+        "settings",
+        help="print the effective settings as JSON (package defaults, $PCEM_CONFIG, --config, --set); starts no Spark",
+    )
     _common(p)
     return parser

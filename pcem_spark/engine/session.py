@@ -8,9 +8,11 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
-from pyspark.sql import SparkSession
+if TYPE_CHECKING:  # pyspark is imported when a session is built: reading settings needs no pyspark
+    from pyspark.sql import SparkSession
+
 
 from pcem_spark.errors import InputError
 
@@ -23,6 +25,7 @@ __all__ = [
     "require_classic_session",
     "connect_requested",
     "setup_logging",
+    "paths_are_local",
 ]
 
 
@@ -57,6 +60,8 @@ def build_session(settings: SparkSettings, connect_ok: bool = False) -> SparkSes
         # Local workers must run the driver's interpreter (where the package and
         # numpy/scipy are); on a cluster the executors' Python is the cluster's.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
     builder = SparkSession.builder.appName(settings.app_name)
     if settings.master and not under_submit:
         builder = builder.master(settings.master)
@@ -90,6 +95,8 @@ def _connect_session(settings: SparkSettings, asked: str) -> SparkSession:
             asked,
             ", ".join(ignored),
         )
+    from pyspark.sql import SparkSession
+
     builder = SparkSession.builder.appName(settings.app_name)
     builder = builder.remote(url) if url else builder.config("spark.api.mode", "connect")
     for key, value in conf.items():
@@ -127,6 +134,19 @@ def _effective_master(settings: SparkSettings) -> str:
     if any(d and os.path.exists(os.path.join(d, "spark-defaults.conf")) for d in conf_dirs):
         return ""
     return "local[*]"
+
+
+def paths_are_local(settings: SparkSettings) -> bool:
+    """True when a path without a scheme names a local file for this run: pcem launches a local-master JVM
+    itself (not spark-submit, not Spark Connect) and nothing names another default file system. Then such
+    paths can be checked before the JVM starts (``cli.inputs.preflight``)."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ or connect_requested(settings):
+        return False
+    if os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR"):
+        return False  # core-site.xml may name hdfs:// as the default file system
+    if any(key.endswith("fs.defaultFS") or key.endswith("fs.default.name") for key in settings.conf):
+        return False
+    return is_local_master(_effective_master(settings))
 
 
 def _jvm_state() -> Tuple[bool, bool]:
