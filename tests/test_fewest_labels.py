@@ -293,3 +293,45 @@ def test_the_advice_for_a_slow_em_names_the_iterations_and_the_tol_that_would_st
     assert "max_iter = 10 iterations by request" in not_converged_advice(slow[:10], 0.0, 10, truncated=False)
     flat = [-100.0, -90.0, -80.0, -70.0, -60.0]  # a change that keeps its size is not converging at all
     assert "not shrinking" in not_converged_advice(flat, 1e-6, 5, truncated=False)
+
+
+# ------------------------------------------------------------------------------- the shuffled-names test's statistic
+def _named_corpus(n_paths=20, hit=0.3, seed=0, vocab=60):
+    """One labelled document per path, 5 words from a shared pool; with probability ``hit`` one is its path's name
+    word (word p for path p)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for p in range(n_paths):
+        words = rng.integers(n_paths, vocab, size=5)
+        if rng.random() < hit:
+            words[0] = p
+        rows.append(np.bincount(words, minlength=vocab))
+    X = sp.csr_matrix(np.array(rows, dtype=float))
+    name_X = sp.csr_matrix(np.eye(n_paths, vocab))  # path p's name is word p
+    return X, np.arange(n_paths), name_X, np.arange(n_paths)
+
+
+def test_the_name_rank_is_the_share_of_other_paths_the_true_path_outscores():
+    from pcem_spark.model.names import shuffled_name_ranks
+    from pcem_spark.model.stop_words import naive_bayes_scores
+
+    X, y, name_X, name_y = _named_corpus(seed=4)
+    actual, shuffled = shuffled_name_ranks(X, y, name_X, name_y, 20, seed=0)
+    S = naive_bayes_scores(name_X, name_y, X, 20)  # the dense computation, row by row
+    want = np.mean([((S[i] < S[i, y[i]]).sum() + 0.5 * ((S[i] == S[i, y[i]]).sum() - 1)) / 19 for i in range(len(y))])
+    assert actual == pytest.approx(want)
+    assert len(shuffled) >= 20 and abs(shuffled.mean() - 0.5) < 0.05  # a shuffle says nothing, on average
+
+
+def test_names_that_point_at_their_paths_pass_the_test_and_misplaced_names_fail_it():
+    from pcem_spark.model.names import SHUFFLE_P, shuffled_name_ranks
+
+    passed = failed = 0
+    for seed in range(6):
+        X, y, name_X, name_y = _named_corpus(seed=seed, hit=0.3)
+        actual, shuffled = shuffled_name_ranks(X, y, name_X, name_y, 20, seed=seed)
+        passed += (1 + (shuffled >= actual).sum()) / (1 + len(shuffled)) < SHUFFLE_P
+        wrong = np.roll(name_y, 1)  # every name on another path
+        actual, shuffled = shuffled_name_ranks(X, y, name_X, wrong, 20, seed=seed)
+        failed += (1 + (shuffled >= actual).sum()) / (1 + len(shuffled)) >= SHUFFLE_P
+    assert passed == 6 and failed == 6

@@ -60,6 +60,7 @@ __all__ = [
     "vocabulary_columns",
     "stratified_folds",
     "naive_bayes_paths",
+    "naive_bayes_scores",
     "hierarchical_f1",
     "scored_path_nodes",
     "cross_validated_f1",
@@ -160,29 +161,34 @@ def stratified_folds(path_index: np.ndarray, k: int, seed: int = 0) -> np.ndarra
     return fold
 
 
-def naive_bayes_paths(
+def naive_bayes_scores(
     X_train: sp.csr_matrix, y_train: np.ndarray, X_test: sp.csr_matrix, n_paths: int, doc_length: float = DOC_LENGTH
 ) -> np.ndarray:
-    """The most probable path of each test row under flat naive Bayes fitted on the training rows.
+    """(n_test, n_paths) joint log-likelihoods of the test rows under flat naive Bayes fitted on the training rows.
 
     As the model's first (labelled) pass fits it: counts of documents longer
     than ``doc_length`` tokens scaled down, word smoothing chosen by the
     Dirichlet-multinomial evidence of the (unscaled) path counts, path prior
-    pseudo-count 1, ties to the first path.
+    pseudo-count 1.
     """
     Xn = length_normalize(X_train, doc_length)
     y_train = np.asarray(y_train, dtype=np.int64)
     totals = np.bincount(y_train, minlength=n_paths).astype(np.float64)
     if X_train.shape[1] == 0:  # an empty vocabulary: the prior alone decides
-        jll = np.tile(log_path_prior(totals, 1.0), (X_test.shape[0], 1))
-        return decode(jll)[0]
+        return np.tile(log_path_prior(totals, 1.0), (X_test.shape[0], 1))
     Y = sp.csr_matrix((np.ones(len(y_train)), (y_train, np.arange(len(y_train)))), shape=(n_paths, len(y_train)))
     wc = sp.csr_matrix(Y @ Xn)
     counted, raw = float(Xn.sum()), float(X_train.sum())
     smoothing, _ = choose_smoothing(wc * (raw / counted) if counted > 0 else wc)
     params = sparse_log_parameters(wc, totals, smoothing, None, 1.0)
-    jll = tables_joint_log_likelihood(length_normalize(X_test, doc_length), scoring_tables(params))
-    return decode(jll)[0]
+    return tables_joint_log_likelihood(length_normalize(X_test, doc_length), scoring_tables(params))
+
+
+def naive_bayes_paths(
+    X_train: sp.csr_matrix, y_train: np.ndarray, X_test: sp.csr_matrix, n_paths: int, doc_length: float = DOC_LENGTH
+) -> np.ndarray:
+    """The most probable path of each test row under :func:`naive_bayes_scores` (ties to the first path)."""
+    return decode(naive_bayes_scores(X_train, y_train, X_test, n_paths, doc_length))[0]
 
 
 def hierarchical_f1(true_paths: np.ndarray, pred_paths: np.ndarray, path_nodes) -> Tuple[float, float]:
