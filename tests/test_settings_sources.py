@@ -110,3 +110,63 @@ def test_local_path_errors_exit_2_before_the_jvm_starts(tmp_path, args, message)
     assert code == 2, stderr
     assert message in stderr
     assert "JAVA_HOME" not in stderr and "gateway" not in stderr.lower()  # no JVM was ever asked for
+
+
+# ------------------------------------------------------------------------------- errors that teach
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["train", "--modle", "m", "--docs", "d"],
+            "pcem train: error: unrecognized option --modle; did you mean --model",
+        ),
+        (["train", "--docs", "d", "--model", "m", "--label_rate", "0.1"], "did you mean --label-rate?"),
+        (["trian", "--docs", "d"], "unknown command 'trian'; did you mean train?"),
+        (["predict", "--model", "m", "--docs", "d", "--output", "o", "--bogus-flag"], "see pcem predict --help"),
+    ],
+)
+def test_an_unknown_option_gets_its_commands_usage_and_the_closest_names(argv, message, capsys):
+    from pcem_spark.cli.parser import build_parser
+
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    if argv[0] != "trian":
+        assert f"usage: pcem {argv[0]}" in err  # the command's usage, not the top-level one
+
+
+def test_abbreviations_still_work_and_the_version_is_printed(capsys):
+    from pcem_spark import __version__
+    from pcem_spark.cli.parser import build_parser
+
+    args = build_parser().parse_args(["predict", "--model", "m", "--docs", "d", "--output", "o", "--min-prob", "0.5"])
+    assert args.min_probability == 0.5
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--version"])
+    assert capsys.readouterr().out.strip() == f"pcem-spark {__version__}"
+
+
+def test_labels_written_as_one_string_get_an_error_that_shows_the_expected_form(spark, tmp_path, caplog):
+    from pcem_spark.cli import main
+
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text(
+        '{"id": "1", "text": "goal keeper", "labels": "sports/football"}\n'
+        '{"id": "2", "text": "racket serve", "labels": "sports/tennis"}\n{"id": "3", "text": "volley"}\n'
+    )
+    assert main(["train", "--docs", str(docs), "--model", str(tmp_path / "m"), "--log-level", "ERROR"]) == 2
+    message = " ".join(r.getMessage() for r in caplog.records if r.levelname == "ERROR")
+    assert "every labelled row was rejected for its labels (2 rows" in message
+    assert '"labels": ["sports", "football"]' in message
+
+
+def test_csv_documents_are_refused_with_how_to_convert_them(spark, tmp_path, caplog):
+    from pcem_spark.cli import main
+
+    docs = tmp_path / "docs.csv"
+    docs.write_text("id,text,labels\n1,goal keeper,sports/football\n")
+    assert main(["train", "--docs", str(docs), "--model", str(tmp_path / "m"), "--log-level", "ERROR"]) == 2
+    message = " ".join(r.getMessage() for r in caplog.records if r.levelname == "ERROR")
+    assert "is CSV/TSV; pcem reads JSON Lines or Parquet" in message and ".csv(IN)" in message

@@ -32,6 +32,7 @@ from pcem_spark.cli.commands import (
     cmd_ingest,
     cmd_ingest_warc,
     cmd_inspect,
+    cmd_quickstart,
     cmd_settings,
     cmd_train,
 )
@@ -60,6 +61,7 @@ COMMANDS = {
     "experiment": cmd_experiment,
     "report": cmd_report,
     "settings": cmd_settings,
+    "quickstart": cmd_quickstart,
 }
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "cmd_evaluate",
     "cmd_inspect",
     "cmd_settings",
+    "cmd_quickstart",
 ]
 
 log = logging.getLogger("pcem")
@@ -173,7 +174,7 @@ def _train_on(spark, args, settings, given_taxonomy) -> int:
         warm.check(given_taxonomy or warm.model.taxonomy, settings.model, where="--init-model")
     counts: dict = {}
     docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, DocsOptions.of(args))
-    taxonomy = given_taxonomy or (warm.model.taxonomy if warm is not None else taxonomy_for(args, docs))
+    taxonomy = given_taxonomy or (warm.model.taxonomy if warm is not None else taxonomy_for(args, docs, counts))
     sup = settings.supervision
     args.supervision = args.supervision or sup.kind
     args.descriptions = args.descriptions or sup.descriptions or None
@@ -420,4 +421,21 @@ def cmd_settings(args, settings) -> int:
     from pcem_spark.cli.config import settings_table
 
     print(json.dumps(settings_table(settings), indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def cmd_quickstart(args, settings) -> int:
+    """Write the README quick start's sample documents (``train.jsonl``: 84 documents of six categories, two of
+    each labelled; ``test.jsonl``: 30 labelled documents kept out of training) into ``--output``."""
+    from importlib import resources
+
+    os.makedirs(args.output, exist_ok=True)
+    for name in ("train", "test"):
+        target = os.path.join(args.output, f"{name}.jsonl")
+        if os.path.exists(target) and not args.overwrite:
+            raise FileExistsError(f"{target!r} already exists; pass --overwrite to replace it")
+        text = resources.files("pcem_spark").joinpath(f"examples/quickstart_{name}.jsonl").read_text(encoding="utf-8")
+        with open(target, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        log.info("quickstart: wrote %s (%d documents)", target, text.count("\n"))
     return 0

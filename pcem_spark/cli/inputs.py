@@ -94,16 +94,35 @@ def _share_local_paths(args) -> None:
             setattr(args, name, shared_path(value))
 
 
-def taxonomy_for(args, docs=None):
-    """``--taxonomy`` when given, else the taxonomy the documents' label paths imply (warning on singleton leaves)."""
-    from pcem_spark.core.taxonomy import load_taxonomy
+def taxonomy_for(args, docs=None, counts: Optional[dict] = None):
+    """``--taxonomy`` when given, else the taxonomy the documents' label paths imply (warning on singleton leaves).
+
+    ``counts``: what :func:`read_valid_documents` counted; when no labelled
+    document is left and rows were rejected for their ``labels``, the error says
+    so, with the form labels must have.
+    """
+    from pcem_spark.core.taxonomy import TaxonomyError, load_taxonomy
 
     if getattr(args, "taxonomy", None):
         return load_taxonomy(args.taxonomy)
     from pcem_spark.model.label_checks import warn_singleton_leaves
     from pcem_spark.model.labels import infer_taxonomy
 
-    taxonomy = infer_taxonomy(docs)
+    try:
+        taxonomy = infer_taxonomy(docs)
+    except TaxonomyError as exc:
+        label_rejects = {
+            reason: n for reason, n in ((counts or {}).get("rejected_by_reason") or {}).items() if "labels" in reason
+        }
+        if not label_rejects:
+            raise
+        reason, n = max(label_rejects.items(), key=lambda rn: rn[1])
+        raise TaxonomyError(
+            f"{exc}: every labelled row was rejected for its labels ({sum(label_rejects.values())} rows; most often "
+            f"{n} x {reason}; the rejects table {(counts or {}).get('rejects')!r} lists them). labels must be the "
+            'path as a JSON array, top node first: {"id": "d1", "text": "...", "labels": ["sports", "football"]} '
+            '(not "sports/football"); null or no labels for an unlabelled document'
+        ) from None
     # Before --label-rate hides labels: sampling would make false singletons.
     warn_singleton_leaves(docs, taxonomy, where=getattr(args, "docs", None))
     return taxonomy
@@ -185,7 +204,10 @@ def preflight(settings, outputs, inputs, overwrite: bool, models=()) -> None:
             try:
                 resolve(ArrowFS(name), os.path.abspath(name), "model")
             except FileNotFoundError:
-                raise FileNotFoundError(f"{flag} {path!r} does not exist (current folder: {os.getcwd()})") from None
+                what = "the init model to warm-start from" if flag == "--init-model" else "the model to read"
+                raise FileNotFoundError(
+                    f"{flag} {path!r} does not exist ({what}; current folder: {os.getcwd()})"
+                ) from None
 
 
 def _take_leases(spark, outputs) -> None:

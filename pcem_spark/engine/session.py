@@ -8,11 +8,9 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
-if TYPE_CHECKING:  # pyspark is imported when a session is built: reading settings needs no pyspark
-    from pyspark.sql import SparkSession
-
+from pyspark.sql import SparkSession
 
 from pcem_spark.errors import InputError
 
@@ -60,8 +58,6 @@ def build_session(settings: SparkSettings, connect_ok: bool = False) -> SparkSes
         # Local workers must run the driver's interpreter (where the package and
         # numpy/scipy are); on a cluster the executors' Python is the cluster's.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     builder = SparkSession.builder.appName(settings.app_name)
     if settings.master and not under_submit:
         builder = builder.master(settings.master)
@@ -74,7 +70,25 @@ def build_session(settings: SparkSettings, connect_ok: bool = False) -> SparkSes
         require_classic_session(spark, _COMMANDS, _COMMANDS_NEED)  # e.g. a Connect session made earlier
     if not is_spark_connect(spark):
         spark.sparkContext.setLogLevel("WARN")
+        _quiet_loggers(spark)
     return spark
+
+
+log = logging.getLogger(__name__)
+
+# Spark loggers whose warnings are about pcem's own hidden paths, not about the run: DataSource says "All paths
+# were ignored" whenever a table is read back from its staged ".NAME.pcem-tmp-*" folder (a hidden name to Spark).
+QUIET_LOGGERS = ("org.apache.spark.sql.execution.datasources.DataSource",)
+
+
+def _quiet_loggers(spark) -> None:
+    try:
+        jvm = spark.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.ERROR
+        for name in QUIET_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+    except Exception as exc:  # noqa: BLE001 - a logging nicety never fails a run (another log backend)
+        log.debug("could not quieten %s: %s", QUIET_LOGGERS, exc)
 
 
 def _connect_session(settings: SparkSettings, asked: str) -> SparkSession:
@@ -95,8 +109,6 @@ def _connect_session(settings: SparkSettings, asked: str) -> SparkSession:
             asked,
             ", ".join(ignored),
         )
-    from pyspark.sql import SparkSession
-
     builder = SparkSession.builder.appName(settings.app_name)
     builder = builder.remote(url) if url else builder.config("spark.api.mode", "connect")
     for key, value in conf.items():
