@@ -1,13 +1,22 @@
+import re
+
 from setuptools import find_packages, setup
+
+# The version lives in one place, pcem_spark/__init__.py (pcem --version prints it).
+with open("pcem_spark/__init__.py", encoding="utf-8") as fh:
+    VERSION = re.search(r'^__version__ = "([^"]+)"', fh.read(), re.M).group(1)
 
 setup(
     name="pcem-spark",
-    version="0.1.0",
+    version=VERSION,
     description="Path cost-sensitive naive Bayes and EM (WWW'19) for semi-supervised and "
     "weakly supervised hierarchical text classification on Apache Spark",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["pcem_spark", "pcem_spark.*"]),
+    # the shipped defaults (read from the installed package, so they do not depend on the current folder)
+    # and the quick start's sample documents (pcem quickstart)
+    package_data={"pcem_spark": ["conf/defaults.toml", "examples/*.jsonl"]},
     python_requires=">=3.11",
     # pyarrow (+ pandas, which PySpark's mapInArrow imports): blocks and
     # predictions cross between the JVM and Python as Arrow batches, so no

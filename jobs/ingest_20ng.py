@@ -3,7 +3,7 @@
     spark-submit jobs/ingest_20ng.py [options of `pcem ingest-20ng --help`]
 
 The SparkSession is built inside main() (never at import time); settings come
-from conf/*.toml (--config) and spark-submit's own --master / --conf.
+from the package defaults, $PCEM_CONFIG and --config and spark-submit's own --master / --conf.
 """
 
 import sys

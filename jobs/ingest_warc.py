@@ -3,7 +3,7 @@
     spark-submit jobs/ingest_warc.py [options of `pcem ingest-warc --help`]
 
 The SparkSession is built inside main() (never at import time); settings come
-from conf/*.toml (--config) and spark-submit's own --master / --conf. The
+from the package defaults, $PCEM_CONFIG and --config and spark-submit's own --master / --conf. The
 executors need FastWARC and Resiliparse (pip install "pcem-spark[warc]") and
 memory for one whole input file per core (see pcem_spark/warc.py).
 """

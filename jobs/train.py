@@ -3,7 +3,7 @@
     spark-submit jobs/train.py [options of `pcem train --help`]
 
 The SparkSession is built inside main() (never at import time); settings come
-from conf/*.toml (--config) and spark-submit's own --master / --conf.
+from the package defaults, $PCEM_CONFIG and --config and spark-submit's own --master / --conf.
 """
 
 import sys

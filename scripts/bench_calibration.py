@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rates", default="0.01,0.1", help="shares of the training documents labelled")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--thresholds", default="0.7,0.8,0.9,0.95")
-    ap.add_argument("--config", default=os.path.join(os.path.dirname(HERE), "conf", "pcem.toml"))
+    ap.add_argument("--config", default=None, help="settings file layered over the package defaults")
     ap.add_argument("--out", default="out/bench_calibration")
     ap.add_argument(
         "--floor-draws", type=int, default=20, help="draws of the noise floor (0 = not measured, see the docstring)"

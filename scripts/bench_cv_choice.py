@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0,1,2")
     variants = '[{}, {"strategy": "exhaustive"}]'
     ap.add_argument("--variants", default=variants, help="JSON list of TuneSettings overrides")
-    ap.add_argument("--config", default=os.path.join(os.path.dirname(HERE), "conf", "pcem.toml"))
+    ap.add_argument("--config", default=None, help="settings file layered over the package defaults")
     args = ap.parse_args(argv)
 
     from pyspark.sql import functions as F

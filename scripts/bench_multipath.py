@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--pair-share", type=float, default=0.4, help="share of documents joined into pairs")
     ap.add_argument("--thresholds", default="0.1,0.2,0.3,0.4,0.5,0.6,0.7")
-    ap.add_argument("--config", default=os.path.join(os.path.dirname(HERE), "conf", "pcem.toml"))
+    ap.add_argument("--config", default=None, help="settings file layered over the package defaults")
     ap.add_argument("--out", default="out/bench_multipath")
     args = ap.parse_args(argv)
     thresholds = [float(x) for x in args.thresholds.split(",")]

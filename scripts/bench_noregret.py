@@ -199,7 +199,7 @@ def main(argv=None) -> int:
         help="stop words of the scikit-learn peers (match features.stop_words)",
     )
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    ap.add_argument("--config", default="conf/pcem.toml")
+    ap.add_argument("--config", default=None)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("py4j", "pyspark"):

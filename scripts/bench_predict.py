@@ -390,7 +390,7 @@ def main(argv=None) -> int:
     ap.add_argument("--format", choices=["parquet", "json"], default="parquet")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--config", default="conf/pcem.toml", help="the settings file pcem predict reads (its [spark])")
+    ap.add_argument("--config", default=None, help="the settings file pcem predict reads (its [spark])")
     ap.add_argument("--driver-memory", default="6g")
     ap.add_argument("--out", default="out/bench_predict")
     ap.add_argument("--core-only", action="store_true", help="only the in-process decoders: no Spark, no pcem predict")

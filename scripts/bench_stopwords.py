@@ -187,7 +187,7 @@ def main(argv=None) -> int:
         default="english,none,auto",
         help="stop-word arms: english, none, auto (the decision on each split, scored as the arm it picks)",
     )
-    ap.add_argument("--config", default="conf/pcem.toml", help="settings file (as bench_noregret's)")
+    ap.add_argument("--config", default=None, help="settings file (as bench_noregret's)")
     args = ap.parse_args(argv)
     import bench_noregret
 

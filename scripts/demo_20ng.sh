@@ -3,6 +3,7 @@
 # ingest -> train PCEM on the archive's train split with 1% of labels -> predict
 # the test split -> evaluate. Outputs go to out/demo/ (override with OUT=...).
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac  # the header above, no work
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 OUT=${OUT:-out/demo}

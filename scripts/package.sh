@@ -6,6 +6,7 @@
 #                          with --conf spark.pyspark.python=./environment/bin/python
 # Usage: bash scripts/package.sh [--out dist] [--no-env] [--force] [--python python3.11]
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac  # the header above, no work
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 # warc: FastWARC + Resiliparse for pcem ingest-warc (the executors need them too: see

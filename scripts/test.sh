@@ -9,6 +9,7 @@
 # Further arguments go to pytest (e.g. -x, -k name). The Airflow DAG tests (tests/dags, also slow)
 # need Airflow in its own venv: scripts/test_airflow.sh. .ci/run runs all three.
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac  # the header above, no work
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 tier=(-m "not slow")

@@ -8,6 +8,7 @@
 #   PYTHON=python3.11   interpreter the venv is made from (default python3)
 #   AIRFLOW_VENV=dir    venv location (default .venv-airflow)
 set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac  # the header above, no work
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=${AIRFLOW_VENV:-.venv-airflow}

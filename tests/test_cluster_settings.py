@@ -130,7 +130,8 @@ def test_py_files_zip_holds_the_package_and_imports(tmp_path):
             sys.executable,
             "-c",
             "import sys; sys.path.insert(0, sys.argv[1]); "
-            "import pcem_spark.cli, pcem_spark.engine; print(pcem_spark.engine.__file__)",
+            "import pcem_spark.cli, pcem_spark.engine; print(pcem_spark.engine.__file__); "
+            "from pcem_spark.cli.config import load_settings; print(load_settings(None).spark.conf)",
             path,
         ],
         capture_output=True,
@@ -140,6 +141,7 @@ def test_py_files_zip_holds_the_package_and_imports(tmp_path):
     )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip().startswith(path)
+    assert "spark.sql.shuffle.partitions" in probe.stdout  # the shipped defaults travel inside the zip
 
 
 def test_driver_pins_name_the_installed_versions():

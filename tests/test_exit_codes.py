@@ -219,10 +219,12 @@ def _exception(spark, origin, kind, tmp_path):
 CASES = [(origin, kind, code) for origin, kinds, code in iter_rules() for kind in kinds]
 
 
-def test_the_readme_table_is_the_rule_table():
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+def test_the_guides_table_is_the_rule_table():
+    with open(os.path.join(ROOT, "docs", "GUIDE.md"), encoding="utf-8") as fh:
         readme = fh.read()
-    assert rules_markdown() in readme, "README's exit-code table is out of date: python -m pcem_spark.cli.failures"
+    assert rules_markdown() in readme, (
+        "the user guide's exit-code table is out of date: python -m pcem_spark.cli.failures"
+    )
 
 
 @pytest.mark.parametrize("origin,kind,code", CASES, ids=[f"{o}:{k}"[:60] for o, k, _ in CASES])

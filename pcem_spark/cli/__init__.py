@@ -1,8 +1,8 @@
 """The ``pcem`` command line: the top of the import graph.
 
-``parser`` defines the arguments, ``config`` reads ``conf/*.toml`` into
-settings objects, ``commands`` and ``experiment_commands`` hold one function
-per command (each parses nothing and calls the library), ``inputs`` the
+``parser`` defines the arguments, ``config`` layers the package defaults,
+``$PCEM_CONFIG``, ``--config`` and ``--set`` into settings objects, ``commands``
+and ``experiment_commands`` hold one function per command (each parses nothing and calls the library), ``inputs`` the
 checks and reads of inputs and outputs they share, ``failures`` maps an
 exception to the exit code a scheduler acts on, and ``app`` (:func:`main`) ties them
 together. ``jobs/*.py`` are

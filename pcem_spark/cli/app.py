@@ -1,7 +1,8 @@
 """The ``pcem`` command: ingest-20ng, ingest-warc, train, predict, evaluate, inspect, experiment, report.
 
-Every command reads its settings from a TOML file (``--config``, default
-``conf/pcem.toml`` when present) with ``--set section.key=value`` overrides.
+Every command reads the package's default settings, then the TOML files of
+``$PCEM_CONFIG`` and ``--config``, then ``--set section.key=value`` overrides
+(:mod:`pcem_spark.cli.config`); its first log line names them.
 :data:`COMMANDS` maps each command to its function
 (:mod:`pcem_spark.cli.commands`, :mod:`pcem_spark.cli.experiment_commands`);
 :func:`main` runs one and returns its exit code. Exit codes, for schedulers
@@ -31,8 +32,11 @@ from pcem_spark.cli.commands import (
     cmd_ingest,
     cmd_ingest_warc,
     cmd_inspect,
+    cmd_quickstart,
+    cmd_settings,
     cmd_train,
 )
+from pcem_spark.cli.config import describe_sources
 from pcem_spark.cli.experiment_commands import cmd_experiment, cmd_report
 
 # Re-exported: schedulers' wrappers and the tests import them from here.
@@ -56,6 +60,8 @@ COMMANDS = {
     "inspect": cmd_inspect,
     "experiment": cmd_experiment,
     "report": cmd_report,
+    "settings": cmd_settings,
+    "quickstart": cmd_quickstart,
 }
 
 
@@ -72,6 +78,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     gone: List[str] = []  # pinned inputs a writer replaced during the run
     try:
         settings = settings_from_args(args)
+        log.info("%s", describe_sources(settings))
         configure(settings.output)
         # Every output's lease is taken before any work (cli.inputs.check_outputs) and released here.
         with leases.run(new_run_id(), f"pcem {args.command}"):

@@ -21,6 +21,7 @@ from pcem_spark.cli.inputs import (
     check_label_rate,
     check_outputs,
     connect_staging,
+    preflight,
     read_valid_documents,
     rejects_output,
     taxonomy_for,
@@ -33,6 +34,8 @@ __all__ = [
     "cmd_train",
     "cmd_evaluate",
     "cmd_inspect",
+    "cmd_settings",
+    "cmd_quickstart",
 ]
 
 log = logging.getLogger("pcem")
@@ -127,6 +130,15 @@ def cmd_train(args, settings) -> int:
     for path in (args.descriptions,):
         if path and "://" not in path and not os.path.exists(path):
             raise FileNotFoundError(f"--descriptions {path!r} does not exist")
+    from pcem_spark.io.output_paths import Output
+
+    preflight(
+        settings,
+        [Output("--model", args.model, "model"), rejects_output(args, args.model, args.docs)],
+        [("--docs", args.docs), ("--taxonomy", args.taxonomy), ("--init-model", args.init_model)],
+        args.overwrite,
+        models=[("--init-model", args.init_model)],
+    )
     spark = build_session(settings.spark, connect_ok=True)
     with connect_staging(spark, args.model):
         return _train_on(spark, args, settings, given_taxonomy)
@@ -162,7 +174,7 @@ def _train_on(spark, args, settings, given_taxonomy) -> int:
         warm.check(given_taxonomy or warm.model.taxonomy, settings.model, where="--init-model")
     counts: dict = {}
     docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, DocsOptions.of(args))
-    taxonomy = given_taxonomy or (warm.model.taxonomy if warm is not None else taxonomy_for(args, docs))
+    taxonomy = given_taxonomy or (warm.model.taxonomy if warm is not None else taxonomy_for(args, docs, counts))
     sup = settings.supervision
     args.supervision = args.supervision or sup.kind
     args.descriptions = args.descriptions or sup.descriptions or None
@@ -275,6 +287,15 @@ def cmd_evaluate(args, settings) -> int:
 
     if not (args.taxonomy or args.model):
         raise InputError("evaluate needs --model or --taxonomy (the set of nodes to score)")
+    from pcem_spark.io.output_paths import Output
+
+    preflight(
+        settings,
+        [Output("--output", args.output, None, directory=False)] if args.output else [],
+        [("--predictions", args.predictions), ("--model", args.model), ("--taxonomy", args.taxonomy)],
+        args.overwrite,
+        models=[("--model", args.model)],
+    )
     spark = build_session(settings.spark, connect_ok=True)
     if args.output:
         from pcem_spark.io.output_paths import Output
@@ -391,3 +412,30 @@ def _confusion_and_reliability(pred, source: str, taxonomy):
     from pcem_spark.ops.reliability import reliability_counts, reliability_report
 
     return confusion, reliability_report(*reliability_counts(pred), source=source)
+
+
+def cmd_settings(args, settings) -> int:
+    """Print the effective settings as JSON: what every other command would run with, from this folder."""
+    import json
+
+    from pcem_spark.cli.config import settings_table
+
+    print(json.dumps(settings_table(settings), indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def cmd_quickstart(args, settings) -> int:
+    """Write the README quick start's sample documents (``train.jsonl``: 84 documents of six categories, two of
+    each labelled; ``test.jsonl``: 30 labelled documents kept out of training) into ``--output``."""
+    from importlib import resources
+
+    os.makedirs(args.output, exist_ok=True)
+    for name in ("train", "test"):
+        target = os.path.join(args.output, f"{name}.jsonl")
+        if os.path.exists(target) and not args.overwrite:
+            raise FileExistsError(f"{target!r} already exists; pass --overwrite to replace it")
+        text = resources.files("pcem_spark").joinpath(f"examples/quickstart_{name}.jsonl").read_text(encoding="utf-8")
+        with open(target, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        log.info("quickstart: wrote %s (%d documents)", target, text.count("\n"))
+    return 0

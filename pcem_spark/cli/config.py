@@ -1,15 +1,24 @@
-"""Settings from TOML files in ``conf/`` (with ``--set section.key=value`` overrides)."""
+"""Settings: the package's shipped defaults, then ``PCEM_CONFIG``, then ``--config``, then ``--set`` overrides.
+
+The defaults live in the package (``pcem_spark/conf/defaults.toml``), so a
+command gives the same settings from any folder: an installed package on an
+Airflow worker runs with exactly what a run inside the checkout gets. Each
+layer needs only the settings it changes; sections merge key by key (and
+``[spark.conf]`` entry by entry). :attr:`Settings.sources` names the layers
+used, for the first log line of every command.
+"""
 
 from __future__ import annotations
 
 import ast
 import copy
+import os
 import tomllib
 from dataclasses import dataclass, field, fields
+from importlib import resources
 from typing import Any, ClassVar, Dict, List, Optional
 
-from pcem_spark.engine.features import FeatureSettings
-from pcem_spark.engine.python_tokens import TOKENIZERS
+from pcem_spark.engine.feature_settings import TOKENIZERS, FeatureSettings
 from pcem_spark.engine.session import SparkSettings
 from pcem_spark.experiment.settings import ConfigError, ExperimentSettings, SupervisionSettings
 from pcem_spark.io.output_policy import OutputSettings
@@ -24,8 +33,16 @@ __all__ = [
     "PredictSettings",
     "OutputSettings",
     "Settings",
+    "CONFIG_ENV",
+    "DEFAULTS_RESOURCE",
     "load_settings",
+    "shipped_defaults",
+    "describe_sources",
+    "settings_table",
 ]
+
+CONFIG_ENV = "PCEM_CONFIG"  # a settings file layered over the defaults for every command (below --config)
+DEFAULTS_RESOURCE = "conf/defaults.toml"  # inside the pcem_spark package
 
 
 @dataclass
@@ -92,6 +109,8 @@ class Settings:
     tune: TuneSettings = field(default_factory=TuneSettings)
     predict: PredictSettings = field(default_factory=PredictSettings)
     output: OutputSettings = field(default_factory=OutputSettings)
+    # the layers these settings came from, lowest first ("package defaults", "PCEM_CONFIG=...", ...)
+    sources: List[str] = field(default_factory=list)
 
 
 _SECTIONS = {
@@ -132,21 +151,58 @@ def _build(cls, values: Dict[str, Any], where: str):
     return obj
 
 
-def load_settings(path: Optional[str] = None, overrides: Optional[List[str]] = None) -> Settings:
-    """Read a TOML settings file (sections spark, features, model, experiment).
+def shipped_defaults() -> Dict[str, Dict[str, Any]]:
+    """The package's default settings (``pcem_spark/conf/defaults.toml``) as a TOML table."""
+    text = resources.files("pcem_spark").joinpath(DEFAULTS_RESOURCE).read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def _read_toml(path: str, what: str) -> Dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {path!r} not found (current folder: {os.getcwd()})") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} {path!r} is a folder; expected a TOML file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML ({exc})") from None
+
+
+def _merge(base: Dict[str, Any], layer: Dict[str, Any], where: str) -> None:
+    """Layer ``layer`` onto ``base`` in place: a section's keys replace the base's, ``[spark.conf]`` by entry."""
+    for section, values in layer.items():
+        if section not in _SECTIONS:
+            raise ConfigError(f"{where}: unknown section [{section}]; known: {sorted(_SECTIONS)}")
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}: [{section}] must be a table of settings, got {values!r}")
+        into = base.setdefault(section, {})
+        for key, value in values.items():
+            if section == "spark" and key == "conf" and isinstance(value, dict):
+                into.setdefault("conf", {}).update({k: str(v) for k, v in value.items()})
+            else:
+                into[key] = value
+
+
+def load_settings(
+    path: Optional[str] = None, overrides: Optional[List[str]] = None, *, environment: bool = True
+) -> Settings:
+    """The effective settings: the shipped defaults, then ``$PCEM_CONFIG`` (when ``environment``), then the
+    TOML file ``path``, then ``overrides``.
 
     ``overrides`` are ``section.key=value`` strings; the value is parsed as a
     Python literal when possible (``0.01``, ``[1, 2]``), else taken as a string.
     """
     raw: Dict[str, Dict[str, Any]] = {}
+    _merge(raw, shipped_defaults(), "pcem_spark/" + DEFAULTS_RESOURCE)
+    sources = ["package defaults"]
+    env_path = os.environ.get(CONFIG_ENV, "").strip() if environment else ""
+    if env_path:
+        _merge(raw, _read_toml(env_path, f"{CONFIG_ENV} names settings file"), env_path)
+        sources.append(f"{CONFIG_ENV}={env_path}")
     if path:
-        try:
-            with open(path, "rb") as fh:
-                raw = tomllib.load(fh)
-        except FileNotFoundError:
-            raise ConfigError(f"settings file {path!r} not found") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: invalid TOML ({exc})") from None
+        _merge(raw, _read_toml(path, "settings file"), path)
+        sources.append(f"--config {path}")
     raw = copy.deepcopy(raw)
     for item in overrides or []:
         key, sep, value = item.partition("=")
@@ -160,13 +216,15 @@ def load_settings(path: Optional[str] = None, overrides: Optional[List[str]] = N
         if section == "spark" and name.startswith("conf."):
             raw.setdefault("spark", {}).setdefault("conf", {})[name[5:]] = str(value)
         else:
+            if section not in _SECTIONS:
+                raise ConfigError(f"override {item!r}: unknown section [{section}]; known: {sorted(_SECTIONS)}")
             raw.setdefault(section, {})[name] = parsed
+    if overrides:
+        sources.append(f"{len(overrides)} --set")
     where = path or "settings"
-    for section in raw:
-        if section not in _SECTIONS:
-            raise ConfigError(f"{where}: unknown section [{section}]; known: {sorted(_SECTIONS)}")
     settings = Settings(
-        **{name: _build(cls, raw.get(name, {}), f"{where} [{name}]") for name, cls in _SECTIONS.items()}
+        **{name: _build(cls, raw.get(name, {}), f"{where} [{name}]") for name, cls in _SECTIONS.items()},
+        sources=sources,
     )
     settings.features.validate()
     settings.model.validate()
@@ -179,3 +237,19 @@ def load_settings(path: Optional[str] = None, overrides: Optional[List[str]] = N
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return settings
+
+
+def describe_sources(settings: Settings) -> str:
+    """One line: where the settings came from, and the Spark settings they give (for every command's first line)."""
+    spark = settings.spark
+    conf = ", ".join(f"{k}={v}" for k, v in sorted(spark.conf.items()))
+    master = spark.master or "(from the environment)"
+    sources = " + ".join(settings.sources or ["built-in"])
+    return f"settings: {sources}; spark: master {master}, app {spark.app_name}" + (f", {conf}" if conf else "")
+
+
+def settings_table(settings: Settings) -> Dict[str, Any]:
+    """Every section's effective values (what ``pcem settings`` prints), with ``sources``."""
+    from dataclasses import asdict
+
+    return {name: asdict(getattr(settings, name)) for name in _SECTIONS} | {"sources": list(settings.sources)}

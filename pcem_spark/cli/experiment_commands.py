@@ -126,8 +126,9 @@ def cmd_experiment(args, settings) -> int:
     check_outputs(None, [Output("--output-dir (its rejects)", rejects_path, "rejects", source=args.docs)], inputs, True)
     spark = build_session(settings.spark)
     os.makedirs(args.output_dir, exist_ok=True)
-    docs = read_valid_documents(spark, args.docs, rejects_path, None, None, DocsOptions.of(args))
-    taxonomy = given_taxonomy or taxonomy_for(args, docs)
+    counts: dict = {}
+    docs = read_valid_documents(spark, args.docs, rejects_path, None, counts, DocsOptions.of(args))
+    taxonomy = given_taxonomy or taxonomy_for(args, docs, counts)
     descriptions = None
     if "dataless" in setting_list:
         from pcem_spark.io.descriptions import load_descriptions

@@ -26,7 +26,7 @@ a message, so a new failure of a known kind lands on the right side:
 
 Two failures have no class of their own and are recognised by the text Spark
 gives them; each is listed in :data:`MESSAGE_RULES` with the reason. The table
-in the README ("Exit codes") lists every rule, and ``tests/test_exit_codes.py``
+in the user guide (docs/GUIDE.md, "Exit codes") lists every rule, and ``tests/test_exit_codes.py``
 raises a real exception for each of its rows.
 
 Ambiguous kinds, and the side chosen:
@@ -466,7 +466,7 @@ def _classify_worker(line: str) -> Tuple[int, str]:
 
 
 def iter_rules() -> Iterator[Tuple[str, Tuple[str, ...], int]]:
-    """(where raised, kinds, exit code) of every rule, in the order of the README's table (and its test).
+    """(where raised, kinds, exit code) of every rule, in the order of the user guide's table (and its test).
 
     A kind that starts with "other" is the fallback of its origin.
     """
@@ -495,7 +495,7 @@ def iter_rules() -> Iterator[Tuple[str, Tuple[str, ...], int]]:
 
 
 def rules_markdown() -> str:
-    """The README's exit-code table (``python -m pcem_spark.cli.failures`` prints it)."""
+    """The user guide's exit-code table (``python -m pcem_spark.cli.failures`` prints it)."""
     rows = ["| raised in | kinds | exit |", "|---|---|---|"]
     for origin, kinds, code in iter_rules():
         rows.append(

@@ -18,7 +18,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from pcem_spark.cli.parser import DEFAULT_CONFIG
 from pcem_spark.errors import InputError
 
 __all__ = [
@@ -30,19 +29,18 @@ __all__ = [
     "DocsOptions",
     "read_valid_documents",
     "connect_staging",
+    "preflight",
 ]
 
 log = logging.getLogger("pcem")
 
 
 def settings_from_args(args):
-    """The settings of ``--config`` (default: ``conf/pcem.toml`` when present) with the ``--set`` overrides."""
+    """The package defaults, then ``$PCEM_CONFIG``, then ``--config``, then the ``--set`` overrides (the same from
+    any folder: no settings file is read from the current one unless named)."""
     from pcem_spark.cli.config import load_settings
 
-    path = args.config
-    if path is None and os.path.exists(DEFAULT_CONFIG):
-        path = DEFAULT_CONFIG
-    settings = load_settings(path, args.overrides)
+    settings = load_settings(args.config, args.overrides)
     if getattr(args, "remote", None):  # --remote wins over the settings file and SPARK_REMOTE
         settings.spark.conf["spark.remote"] = args.remote
     from pcem_spark.engine.session import connect_requested
@@ -96,16 +94,35 @@ def _share_local_paths(args) -> None:
             setattr(args, name, shared_path(value))
 
 
-def taxonomy_for(args, docs=None):
-    """``--taxonomy`` when given, else the taxonomy the documents' label paths imply (warning on singleton leaves)."""
-    from pcem_spark.core.taxonomy import load_taxonomy
+def taxonomy_for(args, docs=None, counts: Optional[dict] = None):
+    """``--taxonomy`` when given, else the taxonomy the documents' label paths imply (warning on singleton leaves).
+
+    ``counts``: what :func:`read_valid_documents` counted; when no labelled
+    document is left and rows were rejected for their ``labels``, the error says
+    so, with the form labels must have.
+    """
+    from pcem_spark.core.taxonomy import TaxonomyError, load_taxonomy
 
     if getattr(args, "taxonomy", None):
         return load_taxonomy(args.taxonomy)
     from pcem_spark.model.label_checks import warn_singleton_leaves
     from pcem_spark.model.labels import infer_taxonomy
 
-    taxonomy = infer_taxonomy(docs)
+    try:
+        taxonomy = infer_taxonomy(docs)
+    except TaxonomyError as exc:
+        label_rejects = {
+            reason: n for reason, n in ((counts or {}).get("rejected_by_reason") or {}).items() if "labels" in reason
+        }
+        if not label_rejects:
+            raise
+        reason, n = max(label_rejects.items(), key=lambda rn: rn[1])
+        raise TaxonomyError(
+            f"{exc}: every labelled row was rejected for its labels ({sum(label_rejects.values())} rows; most often "
+            f"{n} x {reason}; the rejects table {(counts or {}).get('rejects')!r} lists them). labels must be the "
+            'path as a JSON array, top node first: {"id": "d1", "text": "...", "labels": ["sports", "football"]} '
+            '(not "sports/football"); null or no labels for an unlabelled document'
+        ) from None
     # Before --label-rate hides labels: sampling would make false singletons.
     warn_singleton_leaves(docs, taxonomy, where=getattr(args, "docs", None))
     return taxonomy
@@ -127,6 +144,70 @@ def check_outputs(spark, outputs, inputs, overwrite: bool, check_existing: bool 
     check_output_paths(spark, outputs, inputs, overwrite, check_existing=False)  # the path rules, first
     _take_leases(spark, outputs)
     check_output_paths(spark, outputs, inputs, overwrite, check_existing=True)
+
+
+def _local(path: str) -> Optional[str]:
+    """The local file name of ``path`` when it is one plain path (``file:`` or no scheme; no glob, no list)."""
+    if not path or any(c in path for c in "*?[{,"):
+        return None
+    if path.startswith("file:"):
+        return path[len("file:") :]
+    return None if "://" in path else path
+
+
+def _being_written(name: str) -> bool:
+    """Whether a live run holds the lease of the missing local path ``name`` (its first version is on the way:
+    the full check says "retry", exit 75)."""
+    from pcem_spark.io import leases
+    from pcem_spark.io.arrow_fs import ArrowFS
+
+    path = os.path.abspath(name)
+    return leases.live_holder(ArrowFS(path), path) is not None
+
+
+def preflight(settings, outputs, inputs, overwrite: bool, models=()) -> None:
+    """The checks of local paths that need no JVM, run before Spark starts, so they fail in a second.
+
+    An existing output without ``--overwrite`` (and the rules of
+    :func:`~pcem_spark.io.output_paths.check_output_paths`), an input that does
+    not exist, and a model input (``models``: (flag, path) pairs) that is not a
+    complete model -- read as a reader would (:func:`~pcem_spark.io.snapshots.resolve`,
+    so a model another run is writing still means "retry", exit 75). Only paths
+    that surely name local files are looked at (a plain path while pcem runs a
+    local master itself, or a ``file:`` one); the full checks run again once
+    Spark is up, under the outputs' leases.
+    """
+    from pcem_spark.engine.session import paths_are_local
+    from pcem_spark.io.output_paths import check_output_paths
+
+    plain_is_local = paths_are_local(settings.spark)
+
+    def local(path):
+        name = _local(path) if path else None
+        if name is None or (not plain_is_local and not path.startswith("file:")):
+            return None
+        return name
+
+    for flag, path in inputs:
+        name = local(path)
+        if name is not None and not os.path.lexists(name) and flag not in dict(models) and not _being_written(name):
+            raise FileNotFoundError(f"{flag} {path!r} does not exist (current folder: {os.getcwd()})")
+    local_outputs = [out for out in outputs if local(out.path) is not None]
+    if local_outputs:
+        check_output_paths(None, local_outputs, [(f, p) for f, p in inputs if p], overwrite, check_existing=True)
+    for flag, path in models:
+        name = local(path)
+        if name is not None:
+            from pcem_spark.io.arrow_fs import ArrowFS
+            from pcem_spark.io.snapshots import resolve
+
+            try:
+                resolve(ArrowFS(name), os.path.abspath(name), "model")
+            except FileNotFoundError:
+                what = "the init model to warm-start from" if flag == "--init-model" else "the model to read"
+                raise FileNotFoundError(
+                    f"{flag} {path!r} does not exist ({what}; current folder: {os.getcwd()})"
+                ) from None
 
 
 def _take_leases(spark, outputs) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
+import sys
 
-__all__ = ["DEFAULT_CONFIG", "build_parser"]
+__all__ = ["build_parser"]
 
 # Re-exported: schedulers' wrappers and the tests import them from here.
 
@@ -13,11 +15,12 @@ __all__ = ["DEFAULT_CONFIG", "build_parser"]
 log = logging.getLogger("pcem")
 
 
-DEFAULT_CONFIG = "conf/pcem.toml"
-
-
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=None, help=f"TOML settings file (default: {DEFAULT_CONFIG} if it exists)")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="TOML settings file layered over the package defaults and $PCEM_CONFIG (only the settings it changes)",
+    )
     p.add_argument(
         "--set",
         dest="overrides",
@@ -57,8 +60,44 @@ def _incomplete_input_flags(p) -> None:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """``pcem``'s parser: an unknown option is reported by its command's parser (that command's usage) with the
+    closest known options, before a missing required option can hide it (``--modle`` -> "did you mean
+    --model?"; ``--label_rate`` -> ``--label-rate``)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self._subparsers is not None:  # the top-level parser: check the command's options first
+            self._check_options(sys.argv[1:] if args is None else list(args))
+        return super().parse_known_args(args, namespace)
+
+    def _check_options(self, argv) -> None:
+        commands = next(a for a in self._subparsers._group_actions if isinstance(a, argparse._SubParsersAction))
+        at = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+        if at is None or argv[at] not in commands.choices:
+            if at is not None:
+                close = difflib.get_close_matches(argv[at], list(commands.choices), n=3)
+                hint = f"; did you mean {' or '.join(close)}?" if close else ""
+                self.error(f"unknown command {argv[at]!r}{hint} (commands: {', '.join(commands.choices)})")
+            return
+        command = commands.choices[argv[at]]
+        known = [o for action in command._actions for o in action.option_strings]
+        for token in argv[at + 1 :]:
+            if token == "--":
+                break
+            name = token.split("=", 1)[0]
+            if not name.startswith("--") or name in known or any(o.startswith(name) for o in known):
+                continue  # known, or an abbreviation argparse resolves (or reports as ambiguous)
+            close = difflib.get_close_matches(name.replace("_", "-"), known, n=2, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(close)}?" if close else f"; see pcem {argv[at]} --help"
+            command.error(f"unrecognized option {name}{hint}")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pcem", description="Path cost-sensitive NB/EM on Spark")
+    # The version's one home is pcem_spark.__version__; the root package is always loaded before this module
+    # (a parent is imported before its children), so it is read from there rather than imported upwards.
+    version = sys.modules["pcem_spark"].__version__
+    parser = _Parser(prog="pcem", description="Path cost-sensitive NB/EM on Spark")
+    parser.add_argument("--version", action="version", version=f"pcem-spark {version}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("ingest-20ng", help="20news-bydate archive -> documents table (JSON Lines or Parquet)")
@@ -307,5 +346,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", required=True, help="results.csv written by pcem experiment")
     p.add_argument("--output-dir", help="where to write (default: the CSV's directory)")
     p.add_argument("--rate", type=float, help="label rate of the Table-2 columns (default [experiment] report_rate)")
+    _common(p)
+
+    p = sub.add_parser(
+        "quickstart",
+        help="write the quick start's sample documents (train.jsonl, test.jsonl: six categories) into a folder",
+    )
+    p.add_argument("--output", required=True, help="the folder to write them into (created)")
+    p.add_argument("--overwrite", action="store_true", help="replace the files if they exist")
+    _common(p)
+
+    p = sub.add_parser(
+        "settings",
+        help="print the effective settings as JSON (package defaults, $PCEM_CONFIG, --config, --set); starts no Spark",
+    )
     _common(p)
     return parser

@@ -11,7 +11,14 @@ import logging
 import time
 from typing import NamedTuple
 
-from pcem_spark.cli.inputs import DocsOptions, check_outputs, connect_staging, read_valid_documents, rejects_output
+from pcem_spark.cli.inputs import (
+    DocsOptions,
+    check_outputs,
+    connect_staging,
+    preflight,
+    read_valid_documents,
+    rejects_output,
+)
 from pcem_spark.errors import InputError
 
 __all__ = ["cmd_predict"]
@@ -44,6 +51,15 @@ def cmd_predict(args, settings) -> int:
     multi_path = settings.predict.multi_path if args.multi_path is None else args.multi_path
     check_multi_path(multi_path, "--multi-path" if args.multi_path is not None else "predict.multi_path")
     check_output_columns(keep, partition_by, min_probability, top_k, names=output_names)
+    from pcem_spark.io.output_paths import Output
+
+    preflight(
+        settings,
+        [Output("--output", args.output, "predictions"), rejects_output(args, args.output, args.docs)],
+        [("--model", args.model), ("--docs", args.docs)],
+        args.overwrite,
+        models=[("--model", args.model)],
+    )
     spark = build_session(settings.spark, connect_ok=True)
     options = _PredictOptions(
         min_probability, top_k, beam, beam_name, keep, partition_by, output_names, node_probabilities, multi_path

@@ -14,51 +14,47 @@ imports :mod:`pcem_spark.core`, :mod:`pcem_spark.util` and
 :mod:`pcem_spark.errors`, never a package above it.
 """
 
-from pcem_spark.engine.arrow_io import (  # noqa: F401
-    PredictionLayout,
-    PredictionOptions,
-    arrow_blocks,
-    csr_of,
-    label_path_index,
-    node_score_rows,
-    predicted_path_batches,
-    prefix_path_arrays,
-    sparse_vector_arrays,
-    top_paths_array,
-    weak_score_rows,
-)
-from pcem_spark.engine.blocks import (  # noqa: F401
-    RDD_NEEDS,
-    Block,
-    blocks_from_labels,
-    blocks_from_node_scores,
-    cache_blocks,
-    label_blocks,
-    node_score_blocks,
-    packed_blocks,
-    packed_label_frame,
-)
-from pcem_spark.engine.frame_sums import frame_sufficient_stats  # noqa: F401
-from pcem_spark.engine.limits import (  # noqa: F401
-    ResultSizeError,
-    check_result_size,
-    max_result_size,
-)
-from pcem_spark.engine.passes import (  # noqa: F401
-    EM_MODES,
-    EMSettings,
-    FitResult,
-    em_mode,
-    fit,
-)
-from pcem_spark.engine.sums import (  # noqa: F401
-    COALESCE_TO_CORES,
-    E_STEP_MAX_CELLS,
-    SPARSE_SUMS_MIN_CELLS,
-    PassOptions,
-    PassSettings,
-    sufficient_stats,
-)
+from pcem_spark.util.lazy import lazy_exports
+
+# Each public name and the module that defines it, imported on first use (pcem_spark.util.lazy).
+_EXPORTS = {
+    "PredictionLayout": "pcem_spark.engine.arrow_io",
+    "PredictionOptions": "pcem_spark.engine.arrow_io",
+    "arrow_blocks": "pcem_spark.engine.arrow_io",
+    "csr_of": "pcem_spark.engine.arrow_io",
+    "label_path_index": "pcem_spark.engine.arrow_io",
+    "node_score_rows": "pcem_spark.engine.arrow_io",
+    "predicted_path_batches": "pcem_spark.engine.arrow_io",
+    "prefix_path_arrays": "pcem_spark.engine.arrow_io",
+    "sparse_vector_arrays": "pcem_spark.engine.arrow_io",
+    "top_paths_array": "pcem_spark.engine.arrow_io",
+    "weak_score_rows": "pcem_spark.engine.arrow_io",
+    "RDD_NEEDS": "pcem_spark.engine.blocks",
+    "Block": "pcem_spark.engine.blocks",
+    "blocks_from_labels": "pcem_spark.engine.blocks",
+    "blocks_from_node_scores": "pcem_spark.engine.blocks",
+    "cache_blocks": "pcem_spark.engine.blocks",
+    "label_blocks": "pcem_spark.engine.blocks",
+    "node_score_blocks": "pcem_spark.engine.blocks",
+    "packed_blocks": "pcem_spark.engine.blocks",
+    "packed_label_frame": "pcem_spark.engine.blocks",
+    "frame_sufficient_stats": "pcem_spark.engine.frame_sums",
+    "ResultSizeError": "pcem_spark.engine.limits",
+    "check_result_size": "pcem_spark.engine.limits",
+    "max_result_size": "pcem_spark.engine.limits",
+    "EM_MODES": "pcem_spark.engine.passes",
+    "EMSettings": "pcem_spark.engine.passes",
+    "FitResult": "pcem_spark.engine.passes",
+    "em_mode": "pcem_spark.engine.passes",
+    "fit": "pcem_spark.engine.passes",
+    "COALESCE_TO_CORES": "pcem_spark.engine.sums",
+    "E_STEP_MAX_CELLS": "pcem_spark.engine.sums",
+    "SPARSE_SUMS_MIN_CELLS": "pcem_spark.engine.sums",
+    "PassOptions": "pcem_spark.engine.sums",
+    "PassSettings": "pcem_spark.engine.sums",
+    "sufficient_stats": "pcem_spark.engine.sums",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "SPARSE_SUMS_MIN_CELLS",

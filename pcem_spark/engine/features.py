@@ -36,8 +36,7 @@ from __future__ import annotations
 
 import logging
 import unicodedata
-from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Dict, List
+from typing import List
 
 import pandas as pd
 import pyarrow as pa
@@ -45,8 +44,18 @@ from pyspark.ml.feature import CountVectorizer, CountVectorizerModel, RegexToken
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from pcem_spark.engine.feature_settings import (  # re-exported: callers look here
+    AUTO_STOP_WORDS,
+    BIGRAM_REGEX,
+    CJK_CHAR,
+    CJK_MODES,
+    DEFAULT_TOKEN_PATTERN,
+    NORMALIZE_MODES,
+    STOP_WORD_LANGUAGES,
+    FeatureSettings,
+    StopWordsChoice,
+)
 from pcem_spark.errors import InputError
-from pcem_spark.util.constraints import Constraint, Interval, Options, check_constraints
 
 __all__ = [
     "DEFAULT_TOKEN_PATTERN",
@@ -71,116 +80,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Java regex: a run of word characters holding at least one letter.
-DEFAULT_TOKEN_PATTERN = r"(?U)\b\w*\p{L}\w*\b"
-
-NORMALIZE_MODES = ("nfkc", "none")
-CJK_MODES = ("bigrams", "chars", "none")
-
-# features.stop_words: decided from the labelled documents (pcem_spark.model.stop_words).
-AUTO_STOP_WORDS = "auto"
-# The languages of Spark's StopWordsRemover.loadDefaultStopWords (Spark 3.0 - 4.x).
-STOP_WORD_LANGUAGES = (
-    "danish",
-    "dutch",
-    "english",
-    "finnish",
-    "french",
-    "german",
-    "hungarian",
-    "italian",
-    "norwegian",
-    "portuguese",
-    "russian",
-    "spanish",
-    "swedish",
-    "turkish",
-)
-
-# One character of a script written without spaces between words. U+30FC / U+FF70
-# (the katakana prolonged sound mark "ー" and its halfwidth form) belong to the
-# Common script, but occur only inside kana words, so they count as CJK too.
-# Every such character is at or above U+1100 (Hangul Jamo), so the leading range
-# changes nothing but speed: Java tests it first and stops there for Latin text,
-# where the script lookups alone made the bigram pass 7x slower on 20NG.
-CJK_CHAR = r"[\x{1100}-\x{10FFFF}&&[\p{IsHan}\p{IsHiragana}\p{IsKatakana}\p{IsHangul}\x{30FC}\x{FF70}]]"
-
-# Overlapping bigrams in one regexp_replace; its alternatives, tried in order at each character:
-#   groups 1, 2: a CJK char followed by another -> " $1$2 ", the bigram starting here;
-#   group 3: a CJK char with no CJK neighbour -> " $3 ", kept as a unigram;
-#   else the last char of a run (its bigram was made one step earlier) -> " ".
-# Groups that did not take part are replaced by "" (java.util.regex.Matcher).
-BIGRAM_REGEX = f"({CJK_CHAR})(?=({CJK_CHAR}))|(?<!{CJK_CHAR})({CJK_CHAR})(?!{CJK_CHAR})|{CJK_CHAR}"
-
 # NFKC with ICU4J, which Spark 4 bundles for its collations: Spark SQL has no
 # normalize() before 4.4, and reflect() cannot pass java.text.Normalizer's enum
 # argument, but ICU's static Normalizer.compose(String, boolean compat) takes
 # only a string and a boolean; compat = true is NFKC.
 _ICU_NORMALIZER = "com.ibm.icu.text.Normalizer"
-
-# Keys that older models' metadata lacks, mapped to the behaviour of the version
-# that wrote them (FeatureSettings.from_dict): their vocabulary was fitted so.
-# stop_words was always saved; "english" was its default before "auto".
-_BEFORE_SETTING_EXISTED: Dict[str, Any] = {"normalize": "none", "cjk": "none", "stop_words": "english"}
-
-
-class StopWordsChoice(Constraint):
-    """``"none"`` or a language of Spark's stop-word lists, in any case (``"English"`` works as before)."""
-
-    def accepts(self, value: Any) -> bool:
-        return isinstance(value, str) and value.lower() in ("none",) + STOP_WORD_LANGUAGES
-
-    def describe(self, plural: bool = False) -> str:
-        return '"none" or a language of Spark\'s StopWordsRemover (' + ", ".join(STOP_WORD_LANGUAGES) + ")"
-
-
-@dataclass
-class FeatureSettings:
-    token_pattern: str = DEFAULT_TOKEN_PATTERN
-    min_token_length: int = 2  # CJK tokens are exempt (one Han character is a word)
-    # "auto" (decided from the labelled documents before the vocabulary is fitted:
-    # pcem_spark.model.stop_words), a StopWordsRemover language, or "none"
-    stop_words: str = AUTO_STOP_WORDS
-    min_df: float = 3.0  # >= 1: document count; < 1: fraction
-    max_df: float = 0.5  # fraction of documents (<= 1) or count (> 1)
-    vocab_size: int = 20000  # keep the most frequent terms (0 = no cap)
-    vocabulary_docs: str = "all"  # fit the vocabulary on "all" training docs or only "labeled" ones
-    normalize: str = "nfkc"  # Unicode normalisation before tokenising: "nfkc" or "none"
-    cjk: str = "chars"  # Han/kana/Hangul: one token per "chars", "bigrams", or "none" (whole runs)
-
-    @classmethod
-    def from_dict(cls, d: Dict[str, Any]) -> "FeatureSettings":
-        """Settings saved in a model's metadata (``asdict`` of an instance).
-
-        Keys missing from ``d`` -- a model saved before the setting existed --
-        get the behaviour of that older version, not today's default, so the
-        model keeps tokenising exactly as when it was trained. Unknown keys (a
-        model from a newer version) raise ValueError.
-        """
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise InputError(
-                f"unknown feature settings {unknown} (a model from a newer pcem-spark?); known: {sorted(known)}"
-            )
-        settings = cls(**{**_BEFORE_SETTING_EXISTED, **d})
-        settings.validate()
-        return settings
-
-    # What each setting accepts (pcem_spark.util.constraints), checked in this order by validate().
-    CONSTRAINTS: ClassVar[Dict[str, Any]] = {
-        "min_token_length": Interval(int, 1, None),
-        "stop_words": [AUTO_STOP_WORDS, StopWordsChoice()],
-        "min_df": Interval(float, 0, None, closed="neither"),
-        "max_df": Interval(float, 0, None, closed="neither"),
-        "vocabulary_docs": Options(("all", "labeled")),
-        "vocab_size": Interval(int, 0, None),
-        "normalize": Options(NORMALIZE_MODES),
-        "cjk": Options(CJK_MODES),
-    }
-
-    def validate(self) -> None:
-        check_constraints(self, self.CONSTRAINTS, "features")
 
 
 def require_resolved_stop_words(settings: FeatureSettings) -> None:

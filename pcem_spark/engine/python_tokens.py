@@ -42,7 +42,13 @@ from typing import List, Optional, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from pcem_spark.engine.features import BIGRAM_REGEX, CJK_CHAR, DEFAULT_TOKEN_PATTERN, FeatureSettings
+from pcem_spark.engine.feature_settings import (  # TOKENIZERS re-exported: where prediction tokenises
+    BIGRAM_REGEX,
+    CJK_CHAR,
+    DEFAULT_TOKEN_PATTERN,
+    TOKENIZERS,
+    FeatureSettings,
+)
 from pcem_spark.engine.unicode_classes import CJK, LETTER, WORD
 
 __all__ = [
@@ -54,10 +60,6 @@ __all__ = [
     "reachable_vocabulary",
     "TextFeaturizer",
 ]
-
-
-# Where prediction tokenises text (PathModel.tokenizer, predict.tokenizer): here, or by Spark ML.
-TOKENIZERS = ("python", "spark")
 
 
 def code_points(ranges: str) -> List[int]:

@@ -23,6 +23,7 @@ __all__ = [
     "require_classic_session",
     "connect_requested",
     "setup_logging",
+    "paths_are_local",
 ]
 
 
@@ -69,7 +70,25 @@ def build_session(settings: SparkSettings, connect_ok: bool = False) -> SparkSes
         require_classic_session(spark, _COMMANDS, _COMMANDS_NEED)  # e.g. a Connect session made earlier
     if not is_spark_connect(spark):
         spark.sparkContext.setLogLevel("WARN")
+        _quiet_loggers(spark)
     return spark
+
+
+log = logging.getLogger(__name__)
+
+# Spark loggers whose warnings are about pcem's own hidden paths, not about the run: DataSource says "All paths
+# were ignored" whenever a table is read back from its staged ".NAME.pcem-tmp-*" folder (a hidden name to Spark).
+QUIET_LOGGERS = ("org.apache.spark.sql.execution.datasources.DataSource",)
+
+
+def _quiet_loggers(spark) -> None:
+    try:
+        jvm = spark.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.ERROR
+        for name in QUIET_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+    except Exception as exc:  # noqa: BLE001 - a logging nicety never fails a run (another log backend)
+        log.debug("could not quieten %s: %s", QUIET_LOGGERS, exc)
 
 
 def _connect_session(settings: SparkSettings, asked: str) -> SparkSession:
@@ -127,6 +146,19 @@ def _effective_master(settings: SparkSettings) -> str:
     if any(d and os.path.exists(os.path.join(d, "spark-defaults.conf")) for d in conf_dirs):
         return ""
     return "local[*]"
+
+
+def paths_are_local(settings: SparkSettings) -> bool:
+    """True when a path without a scheme names a local file for this run: pcem launches a local-master JVM
+    itself (not spark-submit, not Spark Connect) and nothing names another default file system. Then such
+    paths can be checked before the JVM starts (``cli.inputs.preflight``)."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ or connect_requested(settings):
+        return False
+    if os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR"):
+        return False  # core-site.xml may name hdfs:// as the default file system
+    if any(key.endswith("fs.defaultFS") or key.endswith("fs.default.name") for key in settings.conf):
+        return False
+    return is_local_master(_effective_master(settings))
 
 
 def _jvm_state() -> Tuple[bool, bool]:

@@ -4,15 +4,17 @@ pyspark.ml ``Evaluator`` for ``CrossValidator`` (``evaluator``). Imports
 :mod:`pcem_spark.core` (the taxonomy) and :mod:`pcem_spark.errors`.
 """
 
-from pcem_spark.evaluation.evaluator import (  # noqa: F401
-    HierarchicalF1Evaluator,
-)
-from pcem_spark.evaluation.metrics import (  # noqa: F401
-    evaluate_predictions,
-    f1_scores,
-    format_metrics,
-    node_confusion,
-)
+from pcem_spark.util.lazy import lazy_exports
+
+# Each public name and the module that defines it, imported on first use (pcem_spark.util.lazy).
+_EXPORTS = {
+    "HierarchicalF1Evaluator": "pcem_spark.evaluation.evaluator",
+    "evaluate_predictions": "pcem_spark.evaluation.metrics",
+    "f1_scores": "pcem_spark.evaluation.metrics",
+    "format_metrics": "pcem_spark.evaluation.metrics",
+    "node_confusion": "pcem_spark.evaluation.metrics",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "HierarchicalF1Evaluator",

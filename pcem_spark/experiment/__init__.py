@@ -5,17 +5,17 @@ settings) into a CSV; ``report`` turns that CSV into the paper-shaped tables
 and figures. Imports :mod:`pcem_spark.baselines`, :mod:`pcem_spark.ml` and below.
 """
 
-from pcem_spark.experiment.protocol import (  # noqa: F401
-    assign_roles,
-    run_experiment,
-)
-from pcem_spark.experiment.report import (  # noqa: F401
-    write_report,
-)
-from pcem_spark.experiment.settings import (  # noqa: F401
-    ExperimentSettings,
-    SupervisionSettings,
-)
+from pcem_spark.util.lazy import lazy_exports
+
+# Each public name and the module that defines it, imported on first use (pcem_spark.util.lazy).
+_EXPORTS = {
+    "assign_roles": "pcem_spark.experiment.protocol",
+    "run_experiment": "pcem_spark.experiment.protocol",
+    "write_report": "pcem_spark.experiment.report",
+    "ExperimentSettings": "pcem_spark.experiment.settings",
+    "SupervisionSettings": "pcem_spark.experiment.settings",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "ExperimentSettings",

@@ -99,6 +99,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -253,6 +254,9 @@ def _has_parquet_magic(spark: SparkSession, path: str) -> bool:
     return input_fs(spark, path).read_head(n=len(_PARQUET_MAGIC)) == _PARQUET_MAGIC
 
 
+_DELIMITED = re.compile(r"\.(csv|tsv|tab)(\.gz|\.bz2)?$", re.I)  # delimited text: refused with how to convert
+
+
 def detect_format(spark: SparkSession, path: str) -> str:
     """``"json"`` or ``"parquet"`` for a file or directory, from the data files' names.
 
@@ -274,11 +278,20 @@ def detect_format(spark: SparkSession, path: str) -> str:
     by_kind: Dict[str, List[str]] = {}
     for f in files:
         by_kind.setdefault(_kind_by_name(f) or "unknown", []).append(f)
+    for f in by_kind.get("unknown", []):
+        if _DELIMITED.search(f):
+            raise DocumentsError(
+                f"documents input {path!r}: {f!r} is CSV/TSV; pcem reads JSON Lines or Parquet, where labels are "
+                'a list (["sports", "football"]) and text may hold any character. Convert it once, e.g. with '
+                "pyspark: spark.read.option('header', True).option('multiLine', True).csv(IN)"
+                ".withColumn('labels', F.split('labels', '/')).write.parquet(OUT) (labels joined by '/'), "
+                "then pass OUT as --docs"
+            )
     for f in by_kind.pop("unknown", [])[:_SNIFF_LIMIT]:
         if not _has_parquet_magic(spark, f):
             raise DocumentsError(
                 f"documents input {path!r}: cannot tell the format of {f!r} (expected .parquet, "
-                f".json, .jsonl or .ndjson, optionally .gz); pass the format explicitly"
+                f".json, .jsonl or .ndjson, optionally .gz); pass --format json or --format parquet"
             )
         by_kind.setdefault("parquet", []).append(f)
     if len(by_kind) > 1:

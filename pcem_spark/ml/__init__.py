@@ -13,22 +13,20 @@ an estimator class it is given, so the recursion ``PathEM.fit`` ->
 is a call, not an import cycle. Imports :mod:`pcem_spark.model` and below.
 """
 
-from pcem_spark.evaluation.evaluator import (  # noqa: F401
-    HierarchicalF1Evaluator,
-)
-from pcem_spark.ml.estimator import (  # noqa: F401
-    PathEM,
-    PathEMModel,
-    train,
-)
-from pcem_spark.ml.training import (  # noqa: F401
-    TrainOptions,
-    train_weak,
-)
-from pcem_spark.ml.tuning import (  # noqa: F401
-    TuneSettings,
-    resolve_auto,
-)
+from pcem_spark.util.lazy import lazy_exports
+
+# Each public name and the module that defines it, imported on first use (pcem_spark.util.lazy).
+_EXPORTS = {
+    "HierarchicalF1Evaluator": "pcem_spark.evaluation.evaluator",
+    "PathEM": "pcem_spark.ml.estimator",
+    "PathEMModel": "pcem_spark.ml.estimator",
+    "train": "pcem_spark.ml.estimator",
+    "TrainOptions": "pcem_spark.ml.training",
+    "train_weak": "pcem_spark.ml.training",
+    "TuneSettings": "pcem_spark.ml.tuning",
+    "resolve_auto": "pcem_spark.ml.tuning",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "PathEM",

@@ -15,7 +15,7 @@ Spark ML's own featurisation, tuned by Spark ML's own tuner::
 
 The estimator's Params (:mod:`pcem_spark.ml.params`, one table per settings
 class) map one to one onto ``[features]`` / ``[model]`` / ``[tune]`` of
-``conf/pcem.toml``; the heavy lifting is :func:`pcem_spark.ml.training.train`.
+``pcem_spark/conf/defaults.toml``; the heavy lifting is :func:`pcem_spark.ml.training.train`.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
 
     All arguments are keyword-only Params (``explainParams()`` lists every
     one); they map one to one onto ``[features]`` / ``[model]`` / ``[tune]``
-    of ``conf/pcem.toml``. The main ones:
+    of ``pcem_spark/conf/defaults.toml``. The main ones:
 
     Parameters
     ----------

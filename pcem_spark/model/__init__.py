@@ -12,26 +12,22 @@ Imports :mod:`pcem_spark.io`, :mod:`pcem_spark.engine`,
 :mod:`pcem_spark.core` and below.
 """
 
-from pcem_spark.model.fitting import (  # noqa: F401
-    fit_blocks,
-    score_matrix,
-)
-from pcem_spark.model.path_model import (  # noqa: F401
-    PathModel,
-)
-from pcem_spark.model.schema import (  # noqa: F401
-    PREDICTION_SCHEMA,
-    prediction_schema,
-)
-from pcem_spark.model.settings import (  # noqa: F401
-    AUTO,
-    PAPER_MODEL_SETTINGS,
-    ModelSettings,
-)
-from pcem_spark.model.stop_words import (  # noqa: F401
-    fallback_stop_words,
-    resolve_stop_words,
-)
+from pcem_spark.util.lazy import lazy_exports
+
+# Each public name and the module that defines it, imported on first use (pcem_spark.util.lazy).
+_EXPORTS = {
+    "fit_blocks": "pcem_spark.model.fitting",
+    "score_matrix": "pcem_spark.model.fitting",
+    "PathModel": "pcem_spark.model.path_model",
+    "PREDICTION_SCHEMA": "pcem_spark.model.schema",
+    "prediction_schema": "pcem_spark.model.schema",
+    "AUTO": "pcem_spark.model.settings",
+    "PAPER_MODEL_SETTINGS": "pcem_spark.model.settings",
+    "ModelSettings": "pcem_spark.model.settings",
+    "fallback_stop_words": "pcem_spark.model.stop_words",
+    "resolve_stop_words": "pcem_spark.model.stop_words",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "AUTO",

@@ -99,7 +99,7 @@ def build_py_files(out_dir: str) -> str:
             for root, dirs, files in os.walk(src):
                 dirs[:] = sorted(d for d in dirs if d != "__pycache__")
                 for name in sorted(files):
-                    if not name.endswith((".py", ".json", ".txt")):
+                    if not name.endswith((".py", ".json", ".txt", ".toml")):  # .toml: the shipped default settings
                         continue
                     path = os.path.join(root, name)
                     arcname = os.path.join("pcem_spark", os.path.relpath(path, src))
