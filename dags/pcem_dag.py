@@ -10,7 +10,7 @@ through the apache-spark provider's ``SparkSubmitOperator``:
 
 where ``RUN = <data_root>/<logical date, YYYY-MM-DD>``. Every output is keyed by
 the logical date and written atomically (a temporary sibling moved into place
-with its ``_PCEM_COMPLETE`` marker, see ``pcem_spark/outputs.py``), and every
+with its ``_PCEM_COMPLETE`` marker, see ``pcem_spark/io/outputs.py``), and every
 writer replaces what a failed or earlier try of the same date left, so a retry
 or a cleared task of the same date is safe.
 

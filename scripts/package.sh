@@ -10,6 +10,6 @@ case "${1:-}" in -h | --help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 # warc: FastWARC + Resiliparse for pcem ingest-warc (the executors need them too: see
-# OPTIONAL_EXECUTOR_REQUIREMENTS in pcem_spark/packaging.py, which packs them when installed here).
+# OPTIONAL_EXECUTOR_REQUIREMENTS in pcem_spark/ops/packaging.py, which packs them when installed here).
 "$PY" -m pip install --quiet -e ".[cluster,warc]"
 exec "$PY" -m pcem_spark.ops.packaging "$@"

@@ -335,3 +335,16 @@ def test_names_that_point_at_their_paths_pass_the_test_and_misplaced_names_fail_
         actual, shuffled = shuffled_name_ranks(X, y, name_X, wrong, 20, seed=seed)
         failed += (1 + (shuffled >= actual).sum()) / (1 + len(shuffled)) >= SHUFFLE_P
     assert passed == 6 and failed == 6
+
+
+def test_with_several_labels_names_stay_on_unless_the_folds_show_they_clearly_cost(spark):
+    right = _train(spark, _corpus(spark, labelled_per_leaf=4), "auto").training_summary["names"]
+    assert right["rule"] == "cross-validation" and right["choice"] == "on"
+    # every leaf named after its neighbour in the same top node: the names point at the wrong paths
+    swapped = {}
+    for kids in LEAVES.values():
+        for i, leaf in enumerate(kids):
+            swapped[leaf] = kids[(i + 1) % len(kids)]
+    tax = Taxonomy.from_label_paths([[top, swapped[leaf]] for top, kids in LEAVES.items() for leaf in kids])
+    wrong = _train(spark, _corpus(spark, labelled_per_leaf=4, names=swapped), "auto", tax).training_summary["names"]
+    assert wrong["choice"] == "off" and "clearly cost" in wrong["reason"], wrong["reason"]

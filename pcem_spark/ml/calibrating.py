@@ -184,10 +184,11 @@ def fit_calibration(
     if spread > SPREAD_WARNING:
         log.warning(
             "calibration: fitted on %d labelled documents, the calibrated probabilities are uncertain by about "
-            "+-%.3f (a bootstrap of those documents), so a threshold P keeps nodes of precision about P +- %.2f "
+            "+-%.3f (%s of those documents), so a threshold P keeps nodes of precision about P +- %.2f "
             "on new documents, and likely more; each 4x more labelled documents halves it",
             oof.n,
             spread,
+            "the binomial error of the precision" if spread_basis == "binomial" else "a bootstrap",
             spread,
         )
     return Calibration(temperature, probability_map), summary
