@@ -170,3 +170,29 @@ def test_csv_documents_are_refused_with_how_to_convert_them(spark, tmp_path, cap
     assert main(["train", "--docs", str(docs), "--model", str(tmp_path / "m"), "--log-level", "ERROR"]) == 2
     message = " ".join(r.getMessage() for r in caplog.records if r.levelname == "ERROR")
     assert "is CSV/TSV; pcem reads JSON Lines or Parquet" in message and ".csv(IN)" in message
+
+
+def test_evaluating_predictions_of_the_training_documents_warns(spark, tmp_path, caplog):
+    from pcem_spark.cli import main
+    from pcem_spark.cli.commands import training_documents
+
+    assert training_documents({"source": "d.jsonl", "split": "test"}, {"source": "d.jsonl", "split": "train"}) == ""
+    assert training_documents({"source": "other.jsonl"}, {"source": "d.jsonl"}) == ""
+    same = {"source": str(tmp_path / "d")}
+    assert "trained on" in training_documents({"source": "file:" + same["source"]}, same)
+    docs = tmp_path / "docs.jsonl"
+    rows = [("sport", "football", "goal keeper striker league"), ("tech", "phones", "android screen battery apps")]
+    with open(docs, "w") as fh:
+        for i in range(12):
+            top, leaf, words = rows[i % 2]
+            labels = [top, leaf] if i < 6 else None
+            fh.write(json.dumps({"id": str(i), "text": f"{words} {i}", "labels": labels}) + "\n")
+    model, pred = str(tmp_path / "m"), str(tmp_path / "p")
+    fast = ["--set", "model.max_iter=2", "--set", "features.min_df=1", "--set", "model.calibration=none"]
+    assert main(["train", "--docs", str(docs), "--model", model, *fast, "--log-level", "WARNING"]) == 0
+    assert main(["predict", "--model", model, "--docs", str(docs), "--output", pred, "--log-level", "WARNING"]) == 0
+    caplog.clear()
+    out = tmp_path / "metrics.json"
+    assert main(["evaluate", "--predictions", pred, "--model", model, "--output", str(out)]) == 0
+    assert any("the documents the model was trained on" in r.getMessage() for r in caplog.records)
+    assert json.loads(out.read_text())["predicted_training_documents"] is True

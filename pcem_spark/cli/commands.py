@@ -36,6 +36,7 @@ __all__ = [
     "cmd_inspect",
     "cmd_settings",
     "cmd_quickstart",
+    "training_documents",
 ]
 
 log = logging.getLogger("pcem")
@@ -306,13 +307,20 @@ def cmd_evaluate(args, settings) -> int:
             [("--predictions", args.predictions), ("--model", args.model), ("--taxonomy", args.taxonomy)],
             args.overwrite,
         )
-    if args.taxonomy:
-        taxonomy = load_taxonomy(args.taxonomy)
-    else:
-        taxonomy = PathModel.load(args.model).taxonomy
+    model = PathModel.load(args.model) if args.model else None
+    taxonomy = load_taxonomy(args.taxonomy) if args.taxonomy else model.taxonomy
     source = f"--taxonomy {args.taxonomy}" if args.taxonomy else f"the taxonomy of --model {args.model}"
+    trained_on = ((model.training_summary or {}).get("input") or {}) if model is not None else {}
+    found: dict = {}
 
     def score(snap):
+        seen = found["seen"] = training_documents(snap.marker.get("input") or {}, trained_on)
+        if seen:
+            log.warning(
+                "evaluate: %s: F1 on them flatters the model (its labelled documents are among them); evaluate "
+                "predictions of labelled documents kept out of training (predict --split test, or a held-out file)",
+                seen,
+            )
         pred = snap.table(spark)
         for col in ("path", "labels"):
             if col not in pred.columns:
@@ -334,6 +342,8 @@ def cmd_evaluate(args, settings) -> int:
     # One version of the predictions, whatever a concurrent predict --overwrite does to the path.
     predictions = session_path(spark, args.predictions)
     metrics = read_pinned(file_system(spark, predictions), predictions, "predictions", score)
+    if model is not None:
+        metrics["predicted_training_documents"] = bool(found.get("seen"))
     print(format_metrics(metrics))
     if args.output:
         atomic_write_text(args.output, json.dumps(metrics, indent=2))
@@ -439,3 +449,26 @@ def cmd_quickstart(args, settings) -> int:
             fh.write(text)
         log.info("quickstart: wrote %s (%d documents)", target, text.count("\n"))
     return 0
+
+
+def training_documents(predicted: dict, trained: dict) -> str:
+    """Why the predicted documents are the model's own training documents ("" when they are not, or unknown).
+
+    ``predicted`` / ``trained``: the ``input`` records of the predictions'
+    marker and of the model's training summary (``source``, ``split``). The same
+    source with the same split, or without a split on either side, holds the
+    model's labelled documents.
+    """
+    source, train_source = predicted.get("source"), trained.get("source")
+    if not source or not train_source or _normalised(source) != _normalised(train_source):
+        return ""
+    split, train_split = predicted.get("split"), trained.get("split")
+    if split is not None and train_split is not None and split != train_split:
+        return ""
+    where = f" (split {split!r})" if split is not None else ""
+    return f"the predictions are of {source}{where}, the documents the model was trained on"
+
+
+def _normalised(path: str) -> str:
+    local = path[len("file:") :] if path.startswith("file:") else path
+    return os.path.abspath(local) if "://" not in local else local.rstrip("/")
