@@ -114,6 +114,7 @@ def test_sampled_cv_without_sampling_scores_every_grid_point_as_the_exhaustive_c
     assert sampled["strategy"] == "sampled" and exhaustive["strategy"] == "exhaustive"
     n_unl = docs.where(F.col("labels").isNull()).count()
     assert sampled["sample"] == {
+        "n_held_out": 24,  # every leaf has several labelled documents: each can be held out
         "n_labeled": 24,
         "n_unlabeled": n_unl,
         "n_labeled_sampled": 24,
