@@ -51,6 +51,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from bench_noregret import dotted_labels  # the dotted-name taxonomy, as the no-regret benchmark builds it
+
 log = logging.getLogger("bench_fewest_labels")
 
 VARIANTS = {"pcem-default": "auto", "pcem-names-on": "on", "pcem-names-off": "off"}
@@ -106,12 +108,6 @@ def read_jsonl(path: str) -> List[dict]:
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
-
-
-def dotted(labels: List[str]) -> List[str]:
-    """20NG's 2-level path -> the prefixes of its dotted group name."""
-    parts = labels[-1].split(".")
-    return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def split(docs: List[dict], per_leaf: int, seed: int, test_fraction: float = 0.2):
@@ -235,7 +231,7 @@ def main(argv=None) -> int:
         else:
             docs = [{"id": d["id"], "text": d["text"], "labels": d["labels"]} for d in posts]
         if corpus == "dotted":
-            docs = [{**d, "labels": dotted(d["labels"])} for d in docs]
+            docs = [{**d, "labels": dotted_labels(d["labels"])} for d in docs]
         taxonomy = Taxonomy.from_label_paths(sorted({tuple(d["labels"]) for d in docs}))
         for per_leaf in [int(k) for k in args.per_leaf.split(",")]:
             for seed in [int(s) for s in args.seeds.split(",")]:
