@@ -42,6 +42,13 @@ setup(
         # (scripts/bench_warc.py) ~7x the pages/s per core of warcio + trafilatura.
         # Floors = what the tests passed with (2.0.1; older FastWARC has another API).
         "warc": ["fastwarc>=2.0.1", "resiliparse>=2.0.1"],
+        # The user guide and API reference (scripts/build_docs.sh): Sphinx with autodoc and
+        # numpydoc, the convention of pyspark and scikit-learn whose docstrings the package
+        # follows; MyST reads the guide's Markdown, so README.md and docs/*.md stay the
+        # pages GitHub shows and their links are checked at build time.
+        "docs": ["sphinx>=8", "numpydoc>=1.8", "myst-parser>=4"],
+        # python -m build and twine check of the distributions (scripts/check_dist.sh).
+        "dist": ["build>=1.2", "twine>=6"],
         "test": [
             "pytest>=7",
             "chispa>=0.10",

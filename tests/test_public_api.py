@@ -64,3 +64,23 @@ def test_public_definitions_are_declared(name):
     )
     stale = sorted(n for n in excluded if n in module.__all__ or not hasattr(module, n))
     assert not stale, f"EXCLUDED[{name!r}] lists names that are declared or gone: {stale}"
+
+
+def test_the_api_reference_has_a_page_for_every_package():
+    """docs/conf.py writes one reference page per entry of PACKAGES, from its ``__all__``:
+    a package missing there would be missing from the reference that scripts/build_docs.sh builds."""
+    import ast
+    import os
+
+    conf = os.path.join(os.path.dirname(__file__), "..", "docs", "conf.py")
+    tree = ast.parse(open(conf, encoding="utf-8").read())
+    listed = next(
+        [element.elts[0].value for element in node.value.elts]
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "PACKAGES"
+    )
+    packages = {info.name for info in pkgutil.iter_modules(pcem_spark.__path__, prefix="pcem_spark.") if info.ispkg}
+    assert packages <= set(listed), f"packages with no reference page: {sorted(packages - set(listed))}"
+    assert len(listed) == len(set(listed))
+    for name in listed:  # each entry imports (a stale name would fail the docs build only in CI)
+        importlib.import_module(name)

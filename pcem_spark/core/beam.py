@@ -147,16 +147,26 @@ def beam_tables(params: PathParameters, path_node, smoothing: float = 1.0) -> Be
 class BeamLevel(NamedTuple):
     """One depth of a :class:`BeamScorer`: its nodes' scoring tables, the children of a parent adjacent.
 
-    tables : ScoringTables whose R columns are the depth's nodes ordered by (parent slot, slot); for a
-        depth scored at the kept parents only, its ``sparse_t`` is None (the ``pair_*`` tables hold it)
-    col_slot : int64 (R,), the slot of each column (node position at the depth; path index at the last)
-    col_parent : int64 (R,), the parent slot of each column (0 at depth 1: the root), non-decreasing
-    start, count : int64 (P,), first column and number of children of each parent slot
-    full : bool, scored with one product over every node of the depth (then gathered)
-    pair_terms : int64 (T,) or None, the term of each (parent, term) row, parents in order, terms sorted
-    pair_ptr : int64 (P + 1,) or None, the rows of each parent in ``pair_terms``
-    pair_table : csr_matrix (T, C) or None, at (parent, term) the children's log ratios of that term, by
-        child rank (the column minus the parent's ``start``)
+    Attributes
+    ----------
+    tables : ScoringTables
+        R columns, the depth's nodes ordered by (parent slot, slot); for a depth scored at the
+        kept parents only, its ``sparse_t`` is None (the ``pair_*`` tables hold it).
+    col_slot : int64 (R,)
+        The slot of each column (node position at the depth; path index at the last).
+    col_parent : int64 (R,)
+        The parent slot of each column (0 at depth 1: the root), non-decreasing.
+    start, count : int64 (P,)
+        First column and number of children of each parent slot.
+    full : bool
+        Scored with one product over every node of the depth (then gathered).
+    pair_terms : int64 (T,) or None
+        The term of each (parent, term) row, parents in order, terms sorted.
+    pair_ptr : int64 (P + 1,) or None
+        The rows of each parent in ``pair_terms``.
+    pair_table : csr_matrix (T, C) or None
+        At (parent, term) the children's log ratios of that term, by child rank (the column
+        minus the parent's ``start``).
     """
 
     tables: ScoringTables

@@ -409,15 +409,25 @@ def top_k_paths(path_post: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
 class PathPredictions(NamedTuple):
     """What one block's prediction holds with abstaining / top-k (:func:`predict_path_details`).
 
-    best : int64 (n,), the decoded path (as :func:`predict_paths`)
-    probability : (n,), its score (as :func:`predict_paths`)
-    kept : int64 (n,) or None, nodes of ``best`` kept (:func:`abstain_depth`)
-    kept_probability : (n,) or None, marginal of the last kept node (1 for an empty path: the root)
-    top_index, top_probability : (n, min(k, M)) or None (:func:`top_k_paths`)
-    node_probability : (n, D) or None, the marginal of each depth's node of ``best`` (NaN at dummies)
-    top_posterior : (n, min(k, M)) or None, the top paths' tempered posteriors before the probability map
-    member_probability : (n, min(k, M)) or None, the probability that each top path is one of the
-        document's paths (:func:`pcem_spark.core.multi_path.with_membership`)
+    Attributes
+    ----------
+    best : int64 (n,)
+        The decoded path (as :func:`predict_paths`).
+    probability : (n,)
+        Its score (as :func:`predict_paths`).
+    kept : int64 (n,) or None
+        Nodes of ``best`` kept (:func:`abstain_depth`).
+    kept_probability : (n,) or None
+        Marginal of the last kept node (1 for an empty path: the root).
+    top_index, top_probability : (n, min(k, M)) or None
+        The k best paths and their probabilities (:func:`top_k_paths`).
+    node_probability : (n, D) or None
+        The marginal of each depth's node of ``best`` (NaN at dummies).
+    top_posterior : (n, min(k, M)) or None
+        The top paths' tempered posteriors before the probability map.
+    member_probability : (n, min(k, M)) or None
+        The probability that each top path is one of the document's paths
+        (:func:`pcem_spark.core.multi_path.with_membership`).
     """
 
     best: np.ndarray

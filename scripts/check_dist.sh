@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Build the distributions, check them, and install the wheel into a clean venv as a new user
+# would: `python -m build` (sdist + wheel into build/dist), `twine check`, then a fresh venv
+# with only the wheel (and what it depends on) runs `pcem --version` and the README's quick start
+# verbatim, from an empty folder outside the checkout, and prints each command's time.
+#
+# Usage: bash scripts/check_dist.sh
+#   PYTHON=python3.11      interpreter (default python3)
+#   DIST_VENV=dir          the clean venv (default: a new temporary folder, removed at the end)
+set -euo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac  # the header above, no work
+cd "$(dirname "$0")/.."
+REPO=$PWD
+PY=${PYTHON:-python3}
+start=$(date +%s)
+"$PY" -m pip install --quiet --disable-pip-version-check "build>=1.2" "twine>=6" 2>&1 | { grep -v "^WARNING: Location" || true; }
+rm -rf build/dist
+"$PY" -m build --outdir build/dist . >build/build.log 2>&1 || { tail -40 build/build.log >&2; exit 1; }
+"$PY" -m twine check --strict build/dist/*
+wheel=$(ls build/dist/*.whl)
+version=$("$PY" -c 'import re; print(re.search(r"__version__ = \"([^\"]+)\"", open("pcem_spark/__init__.py").read()).group(1))')
+echo "built $(ls build/dist | tr '\n' ' ')in $(( $(date +%s) - start ))s"
+
+work=$(mktemp -d)
+VENV=${DIST_VENV:-$work/venv}
+trap 'rm -rf "$work"' EXIT
+t0=$(date +%s)
+"$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$wheel" 2>&1 | { grep -v "^WARNING: Location" || true; }
+echo "clean venv with the wheel installed in $(( $(date +%s) - t0 ))s"
+# Nothing of the checkout is importable from here: the venv's own package runs.
+mkdir "$work/empty"
+cd "$work/empty"
+export PATH="$VENV/bin:$PATH"
+unset PYTHONPATH PCEM_CONFIG SPARK_REMOTE PYSPARK_SUBMIT_ARGS || true
+got=$(pcem --version)
+[ "$got" = "pcem-spark $version" ] || { echo "pcem --version printed '$got', expected 'pcem-spark $version'" >&2; exit 1; }
+where=$(python -c 'import pcem_spark, os; print(os.path.dirname(pcem_spark.__file__))')
+case "$where" in "$REPO"*) echo "the venv imports the checkout ($where), not the wheel" >&2; exit 1 ;; esac
+echo "$got (from $where)"
+# The README's quick start, line by line as a user pastes it.
+python - "$REPO/README.md" >"$work/quickstart.sh" <<'PYEOF'
+import re, sys
+text = open(sys.argv[1], encoding="utf-8").read()
+start = text.index("## Your own data in two minutes")
+end = text.find("\n## ", start + 1)
+(block,) = re.findall(r"```bash\n(.*?)```", text[start:end], re.S)
+print(block.strip())
+PYEOF
+total=0
+while IFS= read -r line; do
+  t=$(date +%s)
+  bash -c "$line" >"$work/step.log" 2>&1 || { echo "FAILED: $line" >&2; tail -30 "$work/step.log" >&2; exit 1; }
+  echo "  $(( $(date +%s) - t ))s  $line"
+  total=$(( total + $(date +%s) - t ))
+done <"$work/quickstart.sh"
+python -c 'import json; m = json.load(open("out/quick/metrics.json")); print("quick start: %d test documents, micro F1 %.4f, macro F1 %.4f" % (m["n_documents"], m["micro_f1"], m["macro_f1"]))'
+echo "quick start from the wheel in ${total}s; whole check $(( $(date +%s) - start ))s"
