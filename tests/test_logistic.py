@@ -1,0 +1,166 @@
+"""pcem_spark.core.logistic against dense numpy computations written out here, without Spark."""
+
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from pcem_spark.core.logistic import (
+    fit_softmax,
+    log_softmax_rows,
+    one_hot_targets,
+    path_logits,
+    softmax_objective,
+    softmax_terms,
+    tfidf_features,
+)
+from pcem_spark.core.similarity import idf_weights
+
+
+def random_counts(n, V, rng, density=0.3):
+    X = (rng.random((n, V)) < density) * rng.integers(1, 5, size=(n, V))
+    X[0] = 0  # an empty document
+    return X.astype(float)
+
+
+def reference_tfidf(X):
+    """Term by term: df, smoothed idf, (1 + log tf) * idf, then each row over its Euclidean norm."""
+    n, V = X.shape
+    df = [sum(1 for i in range(n) if X[i, j] > 0) for j in range(V)]
+    idf = [math.log((1 + n) / (1 + df[j])) + 1 for j in range(V)]
+    out = np.zeros((n, V))
+    for i in range(n):
+        for j in range(V):
+            if X[i, j] > 0:
+                out[i, j] = (1 + math.log(X[i, j])) * idf[j]
+        norm = math.sqrt(sum(v * v for v in out[i]))
+        if norm > 0:
+            out[i] /= norm
+    return out, np.array(idf)
+
+
+def reference_objective(F, Y, w, W, b, l2):
+    """Sum over documents and paths of -w_i Y_im log softmax(F_i W^T + b)_m, over the weighted mass, + L2."""
+    n, M = Y.shape
+    loss, mass = 0.0, 0.0
+    for i in range(n):
+        scores = [float(F[i] @ W[m] + b[m]) for m in range(M)]
+        top = max(scores)
+        log_z = top + math.log(sum(math.exp(s - top) for s in scores))
+        for m in range(M):
+            if Y[i, m] > 0:
+                loss -= w[i] * Y[i, m] * (scores[m] - log_z)
+            mass += w[i] * Y[i, m]
+    return loss / mass + 0.5 * l2 * float(np.sum(W * W))
+
+
+@pytest.fixture
+def problem():
+    rng = np.random.default_rng(3)
+    n, V, M = 12, 7, 4
+    X = random_counts(n, V, rng)
+    labels = rng.integers(0, M, size=n)
+    Y = np.zeros((n, M))
+    Y[np.arange(6), labels[:6]] = 1.0  # labelled
+    Y[6:] = rng.dirichlet(np.ones(M), size=n - 6)  # soft targets (posteriors)
+    Y[9] *= 0.5  # a target of mass 1/2
+    Y[10] = 0.0  # a document that does not count
+    w = np.r_[np.ones(6), np.full(n - 6, 0.3)]
+    W = rng.normal(scale=0.7, size=(M, V))
+    b = rng.normal(scale=0.3, size=M)
+    return X, Y, w, W, b
+
+
+def test_tfidf_features_equal_the_term_by_term_computation(problem):
+    X = problem[0]
+    expected, idf = reference_tfidf(X)
+    df = (X > 0).sum(axis=0)
+    np.testing.assert_allclose(idf_weights(df, X.shape[0]), idf, rtol=1e-12)
+    got = tfidf_features(sp.csr_matrix(X), idf)
+    np.testing.assert_allclose(got.toarray(), expected, rtol=1e-12, atol=1e-15)
+    assert got[0].nnz == 0  # the empty document stays empty
+
+
+def test_objective_equals_the_dense_sum_and_blocks_add_up(problem):
+    X, Y, w, W, b = problem
+    F, _ = reference_tfidf(X)
+    l2 = 0.05
+    terms = softmax_terms(sp.csr_matrix(F), sp.csr_matrix(Y), w, W, b)
+    value, _, _ = softmax_objective(terms, W, l2)
+    assert value == pytest.approx(reference_objective(F, Y, w, W, b, l2), rel=1e-12)
+    # Two blocks' terms summed = the whole: what a Spark pass adds up.
+    a = softmax_terms(sp.csr_matrix(F[:5]), Y[:5], w[:5], W, b)
+    c = softmax_terms(sp.csr_matrix(F[5:]), Y[5:], w[5:], W, b)
+    assert a.loss + c.loss == pytest.approx(terms.loss, rel=1e-12)
+    np.testing.assert_allclose(a.grad_W + c.grad_W, terms.grad_W, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(a.grad_b + c.grad_b, terms.grad_b, rtol=1e-12, atol=1e-14)
+    assert a.weight + c.weight == pytest.approx(terms.weight)
+
+
+def test_gradient_equals_finite_differences_of_the_dense_objective(problem):
+    X, Y, w, W, b = problem
+    F, _ = reference_tfidf(X)
+    l2 = 0.05
+    _, gW, gb = softmax_objective(softmax_terms(F, Y, w, W, b), W, l2)
+    h = 1e-6
+    for m, j in [(0, 0), (1, 3), (3, 6), (2, 2)]:
+        Wp, Wm = W.copy(), W.copy()
+        Wp[m, j] += h
+        Wm[m, j] -= h
+        numeric = (reference_objective(F, Y, w, Wp, b, l2) - reference_objective(F, Y, w, Wm, b, l2)) / (2 * h)
+        assert gW[m, j] == pytest.approx(numeric, rel=1e-6, abs=1e-9)
+    for m in range(len(b)):
+        bp, bm = b.copy(), b.copy()
+        bp[m] += h
+        bm[m] -= h
+        numeric = (reference_objective(F, Y, w, W, bp, l2) - reference_objective(F, Y, w, W, bm, l2)) / (2 * h)
+        assert gb[m] == pytest.approx(numeric, rel=1e-6, abs=1e-9)
+
+
+def test_fit_reaches_the_optimum_whatever_the_start_and_separates_what_is_separable():
+    rng = np.random.default_rng(5)
+    M, V, per = 3, 9, 8
+    X = np.zeros((M * per, V))
+    for m in range(M):  # each path owns three terms, plus noise terms shared by all
+        X[m * per : (m + 1) * per, 3 * m : 3 * m + 3] = rng.integers(1, 4, size=(per, 3))
+    X += (rng.random(X.shape) < 0.15) * 1.0
+    paths = np.repeat(np.arange(M), per)
+    F = tfidf_features(sp.csr_matrix(X), idf_weights((X > 0).sum(axis=0), len(X)))
+    Y = one_hot_targets(paths, M)
+    w = np.ones(len(X))
+
+    def summed(W, b):
+        return softmax_terms(F, Y, w, W, b)
+
+    l2 = 1e-2
+    fit = fit_softmax(summed, M, V, l2, max_iter=500, tol=1e-9)
+    again = fit_softmax(summed, M, V, l2, max_iter=500, tol=1e-9, W0=rng.normal(size=(M, V)), b0=np.ones(M))
+    assert fit.converged and again.converged
+    for reached in (fit, again):
+        _, gW, gb = softmax_objective(summed(reached.W, reached.b), reached.W, l2)
+        assert np.abs(gW).max() < 1e-5 and np.abs(gb).max() < 1e-5  # first-order optimality
+    # Strictly convex in W: one optimum (the biases only up to a common shift, which no probability sees).
+    np.testing.assert_allclose(again.W, fit.W, atol=1e-3)
+    assert again.objective == pytest.approx(fit.objective, rel=1e-7)
+    predicted = path_logits(F, fit.W, fit.b).argmax(axis=1)
+    assert (predicted == paths).all()
+    posterior = np.exp(log_softmax_rows(path_logits(F, fit.W, fit.b)))
+    np.testing.assert_allclose(posterior.sum(axis=1), 1.0)
+
+
+def test_a_soft_target_is_the_mixture_of_its_one_hot_targets(problem):
+    """Y_i = 0.3 e_a + 0.7 e_b gives the terms of two copies of the document, weighted 0.3 and 0.7."""
+    X, _, _, W, b = problem
+    F, _ = reference_tfidf(X)
+    soft = np.zeros((1, W.shape[0]))
+    soft[0, 1], soft[0, 2] = 0.3, 0.7
+    mixed = softmax_terms(F[3:4], soft, np.ones(1), W, b)
+    copies = softmax_terms(np.vstack([F[3:4], F[3:4]]), one_hot_targets([1, 2], W.shape[0]), np.r_[0.3, 0.7], W, b)
+    assert mixed.loss == pytest.approx(copies.loss, rel=1e-12)
+    np.testing.assert_allclose(mixed.grad_W, copies.grad_W, rtol=1e-12, atol=1e-14)
+
+
+def test_l2_must_be_positive():
+    with pytest.raises(ValueError, match="l2 must be > 0"):
+        fit_softmax(lambda W, b: None, 2, 2, 0.0)
