@@ -18,6 +18,10 @@ from pcem_spark.util.lazy import lazy_exports
 
 # Each public name and the module that defines it, imported on first use (pcem_spark.util.lazy).
 _EXPORTS = {
+    "labeled_rows": "pcem_spark.engine.softmax_pass",
+    "block_terms": "pcem_spark.engine.softmax_pass",
+    "softmax_terms_pass": "pcem_spark.engine.softmax_pass",
+    "fit_softmax_on_blocks": "pcem_spark.engine.softmax_pass",
     "PredictionLayout": "pcem_spark.engine.arrow_io",
     "PredictionOptions": "pcem_spark.engine.arrow_io",
     "arrow_blocks": "pcem_spark.engine.arrow_io",
@@ -92,4 +96,8 @@ __all__ = [
     "ResultSizeError",
     "check_result_size",
     "max_result_size",
+    "labeled_rows",
+    "block_terms",
+    "softmax_terms_pass",
+    "fit_softmax_on_blocks",
 ]

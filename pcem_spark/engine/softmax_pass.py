@@ -1,0 +1,119 @@
+"""The discriminative path model on Spark: one pass per L-BFGS evaluation, the optimiser on the driver.
+
+Execution shape, the same as an EM iteration's (:mod:`pcem_spark.engine.sums`):
+
+* the labelled rows of the cached blocks are kept once (:func:`labeled_rows`):
+  a discriminative fit reads only them, usually a small share of a crawl;
+* the idf weights and the targets' score matrix are broadcast once per fit,
+  the weights ``W`` (M, V) and biases ``b`` once per evaluation;
+* each task turns its blocks' counts into sublinear tf-idf rows and sums
+  :func:`pcem_spark.core.logistic.softmax_terms` over them, so one record per
+  task travels back, and ``treeReduce`` adds the records on the executors;
+* :func:`pcem_spark.core.logistic.fit_softmax` (scipy's L-BFGS) runs on the
+  driver and calls :func:`softmax_terms_pass` once per evaluation.
+
+The math is in :mod:`pcem_spark.core.logistic`; this module moves blocks,
+broadcasts and sums.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+from pyspark import RDD
+
+from pcem_spark.core.logistic import SoftmaxFit, SoftmaxTerms, fit_softmax, softmax_terms, tfidf_features
+from pcem_spark.core.structure import path_scores
+from pcem_spark.engine.blocks import Block
+
+__all__ = ["labeled_rows", "block_terms", "softmax_terms_pass", "fit_softmax_on_blocks"]
+
+
+def labeled_rows(blocks: RDD) -> RDD:
+    """The labelled rows of each block, as blocks (blocks without a labelled row are dropped)."""
+
+    def keep(block: Block):
+        if block.labeled.any():
+            rows = np.flatnonzero(block.labeled)
+            yield Block(block.X[rows], block.node_scores[rows], block.labeled[rows])
+
+    return blocks.flatMap(keep)
+
+
+def block_terms(
+    blocks: Iterable[Block], idf: np.ndarray, target_matrix: np.ndarray, W: np.ndarray, b: np.ndarray
+) -> Optional[SoftmaxTerms]:
+    """:class:`SoftmaxTerms` summed over the labelled rows of ``blocks`` (None when there are none).
+
+    A row's target is ``path_scores(node_scores, target_matrix)``: with the taxonomy's
+    leaf-node matrix (M, K), a one-hot vector on the document's path; with weak
+    supervision, its scores spread over paths. Every labelled row weighs 1.
+    """
+    total = None
+    for block in blocks:
+        rows = np.flatnonzero(block.labeled)
+        if len(rows) == 0:
+            continue
+        features = tfidf_features(block.X[rows], idf)
+        targets = path_scores(block.node_scores[rows], target_matrix)
+        terms = softmax_terms(features, targets, np.ones(len(rows)), W, b)
+        total = terms if total is None else _add(total, terms)
+    return total
+
+
+def _add(a: Optional[SoftmaxTerms], b: Optional[SoftmaxTerms]) -> Optional[SoftmaxTerms]:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return SoftmaxTerms(a.loss + b.loss, a.grad_W + b.grad_W, a.grad_b + b.grad_b, a.weight + b.weight)
+
+
+def softmax_terms_pass(blocks: RDD, static_bc, W: np.ndarray, b: np.ndarray) -> SoftmaxTerms:
+    """One evaluation: broadcast (W, b), sum each task's :func:`block_terms`, add them on the executors.
+
+    ``static_bc`` is the per-fit broadcast of ``(idf, target_matrix)``.
+    """
+    sc = blocks.context
+    weights_bc = sc.broadcast((W, b))
+    try:
+
+        def task(rows: Iterable[Block]):
+            idf, target_matrix = static_bc.value
+            W_, b_ = weights_bc.value
+            yield block_terms(rows, idf, target_matrix, W_, b_)
+
+        total = blocks.mapPartitions(task).treeReduce(_add, depth=2)
+    finally:
+        weights_bc.unpersist()
+    if total is None:
+        raise ValueError("no labelled document to fit the discriminative path model on")
+    return total
+
+
+def fit_softmax_on_blocks(
+    blocks: RDD,
+    idf: np.ndarray,
+    target_matrix: np.ndarray,
+    l2: float,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+    start: Optional[Sequence[np.ndarray]] = None,
+) -> SoftmaxFit:
+    """Fit the softmax over paths on the labelled rows of cached ``blocks`` (one Spark pass per evaluation).
+
+    idf : (V,); target_matrix : (M, K), e.g. ``Taxonomy.leaf_node_matrix()``; l2 : the penalty of
+    :func:`pcem_spark.core.logistic.softmax_objective`; start : optional (W0, b0).
+    """
+    labeled = labeled_rows(blocks).cache()
+    static_bc = blocks.context.broadcast((np.asarray(idf, dtype=np.float64), np.asarray(target_matrix)))
+    try:
+        M, V = target_matrix.shape[0], len(idf)
+        W0, b0 = (None, None) if start is None else start
+        return fit_softmax(
+            lambda W, b: softmax_terms_pass(labeled, static_bc, W, b), M, V, l2, max_iter, tol, W0=W0, b0=b0
+        )
+    finally:
+        labeled.unpersist()
+        static_bc.unpersist()

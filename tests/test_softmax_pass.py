@@ -1,0 +1,78 @@
+"""The discriminative path model's Spark pass against the same sums computed in this process (real SparkSession)."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from pcem_spark.core.logistic import fit_softmax, softmax_terms, tfidf_features
+from pcem_spark.core.similarity import idf_weights
+from pcem_spark.core.taxonomy import Taxonomy
+from pcem_spark.engine.blocks import Block
+from pcem_spark.engine.softmax_pass import fit_softmax_on_blocks, labeled_rows, softmax_terms_pass
+
+TAXONOMY = Taxonomy({"ROOT": ["sci", "rec"], "sci": ["space", "med"], "rec": ["autos", "hockey"]})
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """24 documents, 4 paths, each path with its own terms; 10 labelled, spread over 5 blocks."""
+    rng = np.random.default_rng(7)
+    M, V, per = len(TAXONOMY.paths), 16, 6
+    X = np.zeros((M * per, V))
+    for m in range(M):
+        X[m * per : (m + 1) * per, 4 * m : 4 * m + 4] = rng.integers(0, 4, size=(per, 4))
+    X += (rng.random(X.shape) < 0.2) * rng.integers(1, 3, size=X.shape)
+    paths = np.repeat(np.arange(M), per)
+    labeled = np.zeros(len(X), dtype=bool)
+    labeled[rng.choice(len(X), size=10, replace=False)] = True
+    leaf_node = TAXONOMY.leaf_node_matrix()
+    node_scores = np.where(labeled[:, None], leaf_node[paths], 0.0)  # the leaf's node, labelled rows only
+    blocks = [
+        Block(sp.csr_matrix(X[lo : lo + 5]), sp.csr_matrix(node_scores[lo : lo + 5]), labeled[lo : lo + 5])
+        for lo in range(0, len(X), 5)
+    ]
+    idf = idf_weights((X > 0).sum(axis=0), len(X))
+    return X, paths, labeled, blocks, idf, leaf_node
+
+
+def _local_terms(corpus, W, b):
+    X, paths, labeled, _, idf, _ = corpus
+    F = tfidf_features(sp.csr_matrix(X[labeled]), idf)
+    Y = np.eye(W.shape[0])[paths[labeled]]
+    return softmax_terms(F, Y, np.ones(int(labeled.sum())), W, b)
+
+
+def test_a_pass_sums_the_labelled_rows_of_every_block(spark, corpus):
+    _, _, labeled, blocks, idf, leaf_node = corpus
+    rdd = spark.sparkContext.parallelize(blocks, 3)
+    assert labeled_rows(rdd).map(lambda blk: blk.X.shape[0]).sum() == labeled.sum()
+    rng = np.random.default_rng(1)
+    W, b = rng.normal(size=(leaf_node.shape[0], len(idf))), rng.normal(size=leaf_node.shape[0])
+    static_bc = spark.sparkContext.broadcast((idf, leaf_node))
+    got = softmax_terms_pass(rdd, static_bc, W, b)
+    want = _local_terms(corpus, W, b)
+    assert got.loss == pytest.approx(want.loss, rel=1e-12)
+    assert got.weight == labeled.sum()
+    np.testing.assert_allclose(got.grad_W, want.grad_W, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got.grad_b, want.grad_b, rtol=1e-10, atol=1e-12)
+
+
+def test_the_fit_on_spark_equals_the_local_fit(spark, corpus):
+    X, paths, labeled, blocks, idf, leaf_node = corpus
+    M, V = leaf_node.shape[0], len(idf)
+    rdd = spark.sparkContext.parallelize(blocks, 2).cache()
+    on_spark = fit_softmax_on_blocks(rdd, idf, leaf_node, l2=0.01, max_iter=200, tol=1e-8)
+    local = fit_softmax(lambda W, b: _local_terms(corpus, W, b), M, V, 0.01, max_iter=200, tol=1e-8)
+    # The same evaluations in the same order: the same iterates, up to the order of the float sums.
+    np.testing.assert_allclose(on_spark.W, local.W, atol=1e-6)
+    assert on_spark.objective == pytest.approx(local.objective, rel=1e-9)
+    scores = tfidf_features(sp.csr_matrix(X), idf) @ on_spark.W.T + on_spark.b
+    assert (scores.argmax(axis=1)[labeled] == paths[labeled]).all()
+
+
+def test_no_labelled_document_is_a_clear_error(spark, corpus):
+    _, _, _, blocks, idf, leaf_node = corpus
+    unlabelled = [Block(blk.X, blk.node_scores, np.zeros_like(blk.labeled)) for blk in blocks]
+    rdd = spark.sparkContext.parallelize(unlabelled, 2)
+    with pytest.raises(ValueError, match="no labelled document"):
+        fit_softmax_on_blocks(rdd, idf, leaf_node, l2=0.01)
