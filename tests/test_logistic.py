@@ -21,19 +21,21 @@ from pcem_spark.core.similarity import idf_weights
 def random_counts(n, V, rng, density=0.3):
     X = (rng.random((n, V)) < density) * rng.integers(1, 5, size=(n, V))
     X[0] = 0  # an empty document
+    X[1, X[1] > 0] += 1  # a document whose rarest term is seen twice
     return X.astype(float)
 
 
 def reference_tfidf(X):
-    """Term by term: df, smoothed idf, (1 + log tf) * idf, then each row over its Euclidean norm."""
+    """Term by term: df, smoothed idf, (1 + log(tf / the row's smallest tf)) * idf, then each row over its norm."""
     n, V = X.shape
     df = [sum(1 for i in range(n) if X[i, j] > 0) for j in range(V)]
     idf = [math.log((1 + n) / (1 + df[j])) + 1 for j in range(V)]
     out = np.zeros((n, V))
     for i in range(n):
+        smallest = min((X[i, j] for j in range(V) if X[i, j] > 0), default=1.0)
         for j in range(V):
             if X[i, j] > 0:
-                out[i, j] = (1 + math.log(X[i, j])) * idf[j]
+                out[i, j] = (1 + math.log(X[i, j] / smallest)) * idf[j]
         norm = math.sqrt(sum(v * v for v in out[i]))
         if norm > 0:
             out[i] /= norm
@@ -80,6 +82,9 @@ def test_tfidf_features_equal_the_term_by_term_computation(problem):
     got = tfidf_features(sp.csr_matrix(X), idf)
     np.testing.assert_allclose(got.toarray(), expected, rtol=1e-12, atol=1e-15)
     assert got[0].nnz == 0  # the empty document stays empty
+    # A row scaled down (as length normalisation scales long documents) keeps its features.
+    scaled = sp.csr_matrix(X * np.linspace(0.05, 1.0, X.shape[0])[:, None])
+    np.testing.assert_allclose(tfidf_features(scaled, idf).toarray(), expected, rtol=1e-12, atol=1e-15)
 
 
 def test_objective_equals_the_dense_sum_and_blocks_add_up(problem):
@@ -164,3 +169,28 @@ def test_a_soft_target_is_the_mixture_of_its_one_hot_targets(problem):
 def test_l2_must_be_positive():
     with pytest.raises(ValueError, match="l2 must be > 0"):
         fit_softmax(lambda W, b: None, 2, 2, 0.0)
+
+
+def test_block_scores_pool_the_generative_posterior_with_the_linear_scores():
+    """With tables.linear, prediction's scores are beta * log p_gen + F W^T + b, whatever the row chunks."""
+    from pcem_spark.core.decoding import block_scores, predict_paths
+    from pcem_spark.core.estep import joint_log_likelihood, scoring_tables
+    from pcem_spark.core.logistic import SoftmaxFit, linear_tables
+    from pcem_spark.core.parameters import sparse_log_parameters
+
+    rng = np.random.default_rng(11)
+    n, V, M = 9, 6, 3
+    X = sp.csr_matrix(random_counts(n, V, rng, density=0.5))
+    counts = sp.csr_matrix(rng.integers(0, 5, size=(M, V)).astype(float))
+    params = sparse_log_parameters(counts, np.array([3.0, 2.0, 1.0]), smoothing=0.5)
+    idf = idf_weights(np.asarray((X > 0).sum(axis=0)).ravel(), n)
+    W, b = rng.normal(size=(M, V)), rng.normal(size=M)
+    for beta in (0.0, 0.7):
+        tables = scoring_tables(params)._replace(linear=linear_tables(SoftmaxFit(W, b, 0.0, 0, True), idf, beta))
+        got = np.vstack([jll for _, jll in block_scores(X, tables, row_chunk=4)])
+        jll = joint_log_likelihood(X, params.log_prior, params.log_theta())
+        dense_F, _ = reference_tfidf(X.toarray())
+        want = beta * (jll - np.log(np.exp(jll).sum(axis=1, keepdims=True))) + dense_F @ W.T + b
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+        best, _ = predict_paths(X, None, None, None, 0.0, tables=tables)
+        np.testing.assert_array_equal(best, want.argmax(axis=1))

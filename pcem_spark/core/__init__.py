@@ -61,6 +61,9 @@ _EXPORTS = {
     "SoftmaxFit": "pcem_spark.core.logistic",
     "fit_softmax": "pcem_spark.core.logistic",
     "one_hot_targets": "pcem_spark.core.logistic",
+    "pooled_scores": "pcem_spark.core.logistic",
+    "linear_tables": "pcem_spark.core.logistic",
+    "LinearTables": "pcem_spark.core.logistic",
     "DISCRIMINATIVE": "pcem_spark.core.methods",
     "EM_METHODS": "pcem_spark.core.methods",
     "GENERATIVE": "pcem_spark.core.methods",
@@ -224,4 +227,5 @@ __all__ = [
     "SoftmaxFit",
     "fit_softmax",
     "one_hot_targets",
+    "LinearTables",
 ]

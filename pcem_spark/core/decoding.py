@@ -13,6 +13,7 @@ import scipy.sparse as sp
 
 from pcem_spark.core.calibration import map_nodes, map_paths
 from pcem_spark.core.estep import ScoringTables, joint_log_likelihood, length_normalize
+from pcem_spark.core.logistic import pooled_scores
 from pcem_spark.core.structure import Structure, group_log_softmax, posterior
 
 # Prediction scores a block in row chunks of at most this many (rows x components) cells (16 MB in
@@ -30,7 +31,9 @@ def block_scores(X, tables: ScoringTables, row_chunk: Optional[int] = None):
     (one BLAS product, ~15x cheaper per multiply-add than scipy's sparse x
     dense); the other terms by one sparse product per chunk. A chunk has at
     most :data:`PREDICT_BLOCK_CELLS` // R rows (``row_chunk`` overrides), so
-    the working set stays bounded whatever the number of paths.
+    the working set stays bounded whatever the number of paths. With
+    ``tables.linear`` (the combined or discriminative family) each chunk's scores
+    are :func:`pcem_spark.core.logistic.pooled_scores` of its joint log-likelihoods.
 
     Parameters
     ----------
@@ -66,6 +69,8 @@ def block_scores(X, tables: ScoringTables, row_chunk: Optional[int] = None):
             jll += dense_x[start:stop] @ tables.dense_t
         if sparse_x is not None:
             jll += (sparse_x[start:stop] @ tables.sparse_t).toarray()
+        if tables.linear is not None:
+            jll = pooled_scores(jll, X[start:stop], tables.linear)
         yield start, jll
     if n == 0:
         yield 0, np.zeros((0, R)) + tables.log_prior[None, :]

@@ -96,6 +96,9 @@ class ScoringTables(NamedTuple):
     temperature: float = 1.0
     # and then the (x, y) breakpoints of the monotone map of probabilities to precision (None = identity)
     probability_map: Optional[tuple] = None
+    # The discriminative path model pooled into prediction's scores (pcem_spark.core.logistic.LinearTables;
+    # None: the generative model alone). Prediction only: the E-step never reads it.
+    linear: Optional[object] = None
 
     @property
     def dtype(self):

@@ -42,19 +42,31 @@ __all__ = [
     "SoftmaxFit",
     "fit_softmax",
     "one_hot_targets",
+    "LinearTables",
+    "linear_tables",
+    "pooled_scores",
 ]
 
 
 def tfidf_features(X, idf: np.ndarray) -> sp.csr_matrix:
-    """Sublinear tf-idf rows of unit Euclidean length: ``(1 + log tf) * idf``, each row scaled to norm 1.
+    """Sublinear tf-idf rows of unit Euclidean length: ``(1 + log(tf / tf_min)) * idf``, each row scaled to norm 1.
 
     X : (n, V) term counts (csr_matrix or dense); idf : (V,), e.g.
     :func:`pcem_spark.core.similarity.idf_weights`. Returns a float64 csr_matrix (n, V); an
     empty document stays an empty row (its scores are the biases alone).
+
+    ``tf_min`` is the row's smallest non-zero count, so the features do not change when a row
+    is scaled: the generative scoring scales long documents down
+    (:func:`pcem_spark.core.estep.length_normalize`) and the discriminative scores are computed
+    on the same rows. A document with a term seen once (nearly every one) gets exactly
+    scikit-learn's ``TfidfVectorizer(sublinear_tf=True)`` weights.
     """
     X = sp.csr_matrix(X, dtype=np.float64, copy=True)
     X.eliminate_zeros()
-    X.data = 1.0 + np.log(X.data)
+    if X.nnz:
+        lengths = np.diff(X.indptr)
+        row_min = np.minimum.reduceat(X.data, X.indptr[:-1][lengths > 0])
+        X.data = 1.0 + np.log(X.data / np.repeat(row_min, lengths[lengths > 0]))
     return tfidf_rows(X, np.asarray(idf, dtype=np.float64))
 
 
@@ -179,3 +191,39 @@ def fit_softmax(
     return SoftmaxFit(
         theta[: M * V].reshape(M, V), theta[M * V :], float(result.fun), int(result.nit), bool(result.success)
     )
+
+
+class LinearTables(NamedTuple):
+    """The discriminative path model laid out for scoring a block (broadcast beside :class:`ScoringTables`).
+
+    weights_t : (V, M) ``W^T`` (at the scoring dtype); bias : (M,) ``b``; idf : (V,);
+    generative_weight : ``beta`` >= 0, the weight of the generative model's log path posterior
+    in the pooled score (:func:`pooled_scores`): 0 is the discriminative model alone.
+    """
+
+    weights_t: np.ndarray
+    bias: np.ndarray
+    idf: np.ndarray
+    generative_weight: float = 1.0
+
+
+def linear_tables(fit: SoftmaxFit, idf: np.ndarray, generative_weight: float, dtype="float64") -> LinearTables:
+    """:class:`LinearTables` of a fitted softmax (W transposed once, for ``F @ W^T`` per block)."""
+    if generative_weight < 0:
+        raise ValueError(f"generative_weight must be >= 0, got {generative_weight}")
+    weights_t = np.ascontiguousarray(np.asarray(fit.W).T, dtype=np.dtype(dtype))
+    return LinearTables(weights_t, np.asarray(fit.b, dtype=np.float64), np.asarray(idf, np.float64), generative_weight)
+
+
+def pooled_scores(jll: np.ndarray, X, linear: LinearTables) -> np.ndarray:
+    """Path scores of the combined family: ``beta * log p_gen(path | x) + F W^T + b``, shape (n, M).
+
+    jll : (n, M) the generative joint log-likelihoods of the rows of X (n, V); the first term
+    is their log-softmax, so a softmax of the result is the log-linear pool (a product of
+    experts) of the generative posterior, raised to ``beta``, and the discriminative one.
+    """
+    F = tfidf_features(X, linear.idf)
+    S = np.asarray(F @ linear.weights_t, dtype=np.float64) + linear.bias[None, :]
+    if linear.generative_weight > 0:
+        S += linear.generative_weight * log_softmax_rows(jll)
+    return S
