@@ -102,6 +102,14 @@ def labelled_corpus(spark, path: str, dotted: bool = False):
     return docs, Taxonomy.from_label_paths([r[0] for r in docs.select("labels").distinct().collect()])
 
 
+def _number_or_text(value: str):
+    """A variant's setting value: a number when it reads as one (smoothing=0.1), else the text (family=combined)."""
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
 def variant_settings(name: str, base):
     """(method, ModelSettings) of a variant name."""
     from pcem_spark.model.settings import PAPER_MODEL_SETTINGS
@@ -115,7 +123,7 @@ def variant_settings(name: str, base):
         values = {}
         for item in filter(None, kv.split(";")):
             k, v = item.split("=")
-            values[k] = v if v == "auto" else int(v) if k in INT_SETTINGS else float(v)
+            values[k] = v if v == "auto" else int(v) if k in INT_SETTINGS else _number_or_text(v)
         return replace(base, method=method, **values)
     return replace(base, method=name)
 

@@ -52,6 +52,9 @@ MODEL_PARAMS: Dict[str, str] = {
     "calibration": "calibration",
     "names": "names",
     "names_weight": "namesWeight",
+    "family": "family",
+    "linear_c": "linearC",
+    "generative_weight": "generativeWeight",
 }
 TUNE_PARAMS: Dict[str, str] = {
     "folds": "tuneFolds",
@@ -176,6 +179,25 @@ class _PathEMParams(Params):
         Params._dummy(),
         "namesWeight",
         "how many average labelled documents each name document weighs (model.names)",
+        TypeConverters.toFloat,
+    )
+    family = Param(
+        Params._dummy(),
+        "family",
+        "model family: 'generative' (PCNB / PCEM alone), 'combined' (pooled with a softmax regression over "
+        "paths on sublinear tf-idf) or 'discriminative' (the softmax regression alone)",
+        TypeConverters.toString,
+    )
+    linearC = Param(
+        Params._dummy(),
+        "linearC",
+        "the softmax regression's inverse L2 strength (scikit-learn's C; family combined / discriminative)",
+        TypeConverters.toFloat,
+    )
+    generativeWeight = Param(
+        Params._dummy(),
+        "generativeWeight",
+        "weight of the generative log path posterior in the combined family's scores",
         TypeConverters.toFloat,
     )
     unlabeledTable = Param(

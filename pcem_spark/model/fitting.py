@@ -129,4 +129,20 @@ def fit_blocks(
         replace(model_settings, smoothing=result.smoothing),
         summary,
     )
+    if model_settings.family != "generative":
+        # The combined / discriminative family: the softmax regression over paths, on the same blocks.
+        from pcem_spark.model.linear_family import fit_linear_blocks
+
+        model.linear, summary["linear"] = fit_linear_blocks(blocks, taxonomy, len(vocabulary), model_settings)
+        log.info(
+            "%s family: softmax regression over %d paths on %d labelled documents, C %g, generative weight %g "
+            "(%d L-BFGS iterations, %.1f s)",
+            model_settings.family,
+            taxonomy.n_paths,
+            summary["linear"]["n_labeled"],
+            model_settings.linear_c,
+            summary["linear"]["generative_weight"],
+            summary["linear"]["n_iter"],
+            summary["linear"]["seconds"],
+        )
     return model, result

@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from pcem_spark.core.calibration import Calibration
+from pcem_spark.core.logistic import LinearTables
 from pcem_spark.core.parameters import PathParameters
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.features import FeatureSettings
@@ -32,6 +33,10 @@ __all__ = [
     "read_model_parts",
     "READABLE_FORMAT_VERSIONS",
     "read_parameters",
+    "LINEAR_PART",
+    "parameter_rows",
+    "linear_rows",
+    "read_linear",
     "in_index_order",
     "calibration_record",
     "calibration_of",
@@ -47,6 +52,8 @@ READABLE_FORMAT_VERSIONS = (1, 2, 3)
 
 # The sub-directories of a model: each must hold data before the model is marked complete.
 MODEL_PARTS = ("metadata", "vocabulary", "parameters")
+# ... and of a combined / discriminative family's model: its softmax regression (read_linear)
+LINEAR_PART = "linear"
 
 
 class ModelParts(NamedTuple):
@@ -59,6 +66,7 @@ class ModelParts(NamedTuple):
     params: PathParameters
     model_settings: ModelSettings
     feature_settings: FeatureSettings
+    linear: Optional[LinearTables] = None
 
 
 def read_model_parts(spark: SparkSession, snap) -> ModelParts:
@@ -98,6 +106,10 @@ def read_model_parts(spark: SparkSession, snap) -> ModelParts:
         # Models written before unlabeled_weight / path_weight existed were trained with the paper's 1.
         model_settings = ModelSettings(**meta["model_settings"]).resolved()
         feature_settings = feature_settings_of(meta["feature_settings"])
+        linear = None
+        if meta.get(LINEAR_PART):
+            linear = read_linear(spark, snap, params.shape[0], len(vocabulary))
+            reached("model:read:linear")
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{path}: damaged model ({type(exc).__name__}: {exc}); retrain it") from None
     if params.shape[1] != len(vocabulary) or len(vocabulary) != meta.get("vocab_size", len(vocabulary)):
@@ -106,7 +118,7 @@ def read_model_parts(spark: SparkSession, snap) -> ModelParts:
             f"the vocabulary has {len(vocabulary)} terms and the metadata says "
             f"{meta.get('vocab_size')}; retrain it"
         )
-    return ModelParts(meta, version, taxonomy, vocabulary, params, model_settings, feature_settings)
+    return ModelParts(meta, version, taxonomy, vocabulary, params, model_settings, feature_settings, linear)
 
 
 def calibration_record(temperature: Optional[float], probability_map=None) -> Optional[dict]:
@@ -165,6 +177,53 @@ def read_parameters(spark: SparkSession, snap, version: int, vocab_size: int) ->
         rows.column("log_base").to_numpy(zero_copy_only=False).astype(np.float64),
         ratio,
     )
+
+
+def parameter_rows(params: PathParameters) -> list:
+    """The ``parameters/`` table's rows: one per path / component (index, log_prior, log_base, and the
+    non-zero ``log_ratio`` entries as little-endian int32 term indices and float64 values)."""
+    # Bytes, not Python lists: a list per row would cost ~30 bytes per float on the driver; the
+    # parameters are O(nnz), never R x V.
+    ratio = params.log_ratio
+    return [
+        (
+            j,
+            float(params.log_prior[j]),
+            float(params.log_base[j]),
+            ratio.indices[ratio.indptr[j] : ratio.indptr[j + 1]].astype("<i4").tobytes(),
+            ratio.data[ratio.indptr[j] : ratio.indptr[j + 1]].astype("<f8").tobytes(),
+        )
+        for j in range(params.shape[0])
+    ]
+
+
+def linear_rows(linear: LinearTables) -> list:
+    """The ``linear/`` table's rows: one per path (index, bias, its weights as little-endian float64 bytes),
+    then index -1 holding the idf weights, with the generative weight as its bias."""
+    weights = np.asarray(linear.weights_t, dtype="<f8").T
+    rows = [(j, float(linear.bias[j]), weights[j].tobytes()) for j in range(weights.shape[0])]
+    rows.append((-1, float(linear.generative_weight), np.asarray(linear.idf, dtype="<f8").tobytes()))
+    return rows
+
+
+def read_linear(spark: SparkSession, snap, n_paths: int, vocab_size: int) -> LinearTables:
+    """The ``linear/`` table of a pinned model version (:func:`linear_rows`), checked against its shape."""
+    table = snap.table(spark, LINEAR_PART)
+    check_result_size(
+        spark,
+        (n_paths + 1) * vocab_size * 8.0,
+        f"{snap.path}: the model's softmax regression ({n_paths:,} x {vocab_size:,})",
+    )
+    rows = table.select("index", "bias", "weights").toArrow()
+    index = rows.column("index").to_numpy(zero_copy_only=False)
+    blobs = rows.column("weights").to_pylist()
+    bias = rows.column("bias").to_numpy(zero_copy_only=False).astype(np.float64)
+    if sorted(index.tolist()) != list(range(-1, n_paths)) or any(len(b) != 8 * vocab_size for b in blobs):
+        raise ValueError(f"the softmax regression's rows are not {n_paths} paths + idf of {vocab_size} terms")
+    order = np.argsort(index, kind="stable")  # -1 (the idf) first, then the paths in order
+    weights = np.vstack([np.frombuffer(blobs[i], dtype="<f8") for i in order[1:]])
+    idf = np.frombuffer(blobs[order[0]], dtype="<f8").astype(np.float64)
+    return LinearTables(np.ascontiguousarray(weights.T), bias[order[1:]], idf, float(bias[order[0]]))
 
 
 def in_index_order(table, column: str, what: str):

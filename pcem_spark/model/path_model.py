@@ -43,10 +43,13 @@ from pcem_spark.errors import InputError
 from pcem_spark.model.labels import check_vector_size
 from pcem_spark.model.model_files import (
     FORMAT_VERSION,
+    LINEAR_PART,
     MODEL_PARTS,
     READABLE_FORMAT_VERSIONS,
     calibration_of,
     calibration_record,
+    linear_rows,
+    parameter_rows,
     read_model_parts,
 )
 from pcem_spark.model.schema import (
@@ -178,6 +181,8 @@ class PathModel:
         self.features_col: Optional[str] = None
         self.temperature: Optional[float] = None
         self.probability_map = None
+        # The combined / discriminative family's softmax regression (core.logistic.LinearTables; None: generative)
+        self.linear = None
         # The run id of the saved version it was loaded from (None: not loaded)
         self.version: Optional[str] = None
 
@@ -307,6 +312,14 @@ class PathModel:
                     f"flat-nb, flat-em); {self.model_settings.method} decodes by its own rule (use {name} = 0)"
                 )
             return 0
+        if self.linear is not None:
+            # The pooled scores are exact per path; the beam's level-by-level tables hold the generative part only.
+            if beam != "auto" and beam > 0:
+                raise InputError(
+                    f"{name} = {beam}: a {self.model_settings.family}-family model decodes by the exact argmax "
+                    f"over its paths (use {name} = 0)"
+                )
+            return 0
         return beam_width(beam, self.taxonomy.n_paths)
 
     def predict_columns(
@@ -382,7 +395,7 @@ class PathModel:
             return feats.mapInArrow(body, T.StructType(out_fields))
         # The sparse parameters at the model's parameter dtype (float32 halves the broadcast).
         tables = scoring_tables(self.params, self.model_settings.parameter_dtype)._replace(
-            temperature=temperature, probability_map=self.effective_probability_map
+            temperature=temperature, probability_map=self.effective_probability_map, linear=self.linear
         )
         bc = ship(spark, (tables, real_paths, self.spec.structure))
         del tables
@@ -513,6 +526,7 @@ class PathModel:
             "vocab_size": len(self.vocabulary),
             "features_col": self.features_col,
             "calibration": calibration_record(self.temperature, self.probability_map),
+            LINEAR_PART: self.linear is not None,
             "training_summary": self.training_summary,
         }
         # Built in a temporary sibling and moved into place with its completion
@@ -520,32 +534,25 @@ class PathModel:
         # beside old parameters, and load() refuses a directory without it.
         # (over Spark Connect, a relative local path is the client's: made absolute for the server too)
         # Every part must hold data before the marker is written: a model is never marked without its metadata.
-        with atomic_output(spark, session_path(spark, path), "model", overwrite=overwrite, parts=MODEL_PARTS) as staged:
+        parts = MODEL_PARTS + ((LINEAR_PART,) if self.linear is not None else ())
+        with atomic_output(spark, session_path(spark, path), "model", overwrite=overwrite, parts=parts) as staged:
             spark.createDataFrame([(json.dumps(meta),)], "value string").coalesce(1).write.text(
                 f"{staged.tmp}/metadata"
             )
             spark.createDataFrame(list(enumerate(self.vocabulary)), "index int, term string").write.parquet(
                 f"{staged.tmp}/vocabulary"
             )
-            # Sparse rows as little-endian bytes: a Python list per row would cost
-            # ~30 bytes per float on the driver; the parameters are O(nnz), never R x V.
             P = self.params
-            ratio = P.log_ratio
-            rows = [
-                (
-                    j,
-                    float(P.log_prior[j]),
-                    float(P.log_base[j]),
-                    ratio.indices[ratio.indptr[j] : ratio.indptr[j + 1]].astype("<i4").tobytes(),
-                    ratio.data[ratio.indptr[j] : ratio.indptr[j + 1]].astype("<f8").tobytes(),
-                )
-                for j in range(P.shape[0])
-            ]
+            rows = parameter_rows(P)
             spark.createDataFrame(
                 rows, "path_index int, log_prior double, log_base double, term_indices binary, log_ratio binary"
             ).write.parquet(f"{staged.tmp}/parameters")
+            if self.linear is not None:
+                spark.createDataFrame(linear_rows(self.linear), "index int, bias double, weights binary").write.parquet(
+                    f"{staged.tmp}/{LINEAR_PART}"
+                )
             staged.info.update(
-                {"n_paths": int(P.shape[0]), "vocab_size": len(self.vocabulary), "nnz_parameters": int(ratio.nnz)}
+                {"n_paths": int(P.shape[0]), "vocab_size": len(self.vocabulary), "nnz_parameters": int(P.log_ratio.nnz)}
             )
 
     @classmethod
@@ -580,6 +587,7 @@ class PathModel:
         except ValueError as exc:
             raise InputError(f"{snap.path}: damaged model ({exc}); retrain it") from None
         model.features_col = parts.meta.get("features_col")
+        model.linear = parts.linear
         model.version = snap.run_id
         calibration = calibration_of(snap.path, parts.meta, parts.format_version)
         if calibration is not None:

@@ -178,6 +178,10 @@ def cv_task(
     em = replace(em_settings(settings, spec), capped=True)
     result = passes.fit(train, spec.score_matrix, vocab_size, em, structure=spec.structure)
     tables = scoring_tables(result.params, settings.parameter_dtype)
+    if settings.family != "generative":  # the fold's own softmax regression, pooled as in the full model
+        from pcem_spark.model.linear_family import fit_linear_local
+
+        tables = tables._replace(linear=fit_linear_local(train, taxonomy, vocab_size, settings))
     path_node = taxonomy.path_node_matrix(sparse=True)
     indicator = metric_indicator(taxonomy)
     # Only a held-out row whose path has a labelled row in training is scored, as every test document's has.

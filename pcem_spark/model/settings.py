@@ -19,6 +19,8 @@ __all__ = [
     "AUTO",
     "CALIBRATIONS",
     "NAMES",
+    "FAMILIES",
+    "ONE_COMPONENT_PER_PATH",
     "PER_NODE_POSTERIOR_METHODS",
     "PAPER_MODEL_SETTINGS",
     "ModelSettings",
@@ -43,6 +45,10 @@ CALIBRATIONS = (
 )
 # Whether category names count as evidence (ModelSettings.names).
 NAMES = ("auto", "on", "off")
+# The model family (ModelSettings.family): the generative path model alone (PCNB / PCEM), pooled with a
+# discriminative one (a softmax regression over paths on sublinear tf-idf, pcem_spark.core.logistic), or
+# the discriminative one alone.
+FAMILIES = ("generative", "combined", "discriminative")
 
 
 @dataclass
@@ -84,6 +90,13 @@ class ModelSettings:
     names: str = "auto"
     # ... each name document weighing this many average labelled documents
     names_weight: float = 2.0
+    # The model family (FAMILIES): "combined" scores a path by generative_weight * log P_gen(path | doc)
+    # plus a softmax regression's path score, fitted on the labelled documents (core.logistic).
+    family: str = "generative"
+    # The softmax regression's inverse L2 strength, scikit-learn's C: the penalty is 1 / (C * labelled docs).
+    linear_c: float = 10.0
+    # beta: the weight of the generative log posterior in the combined family's scores.
+    generative_weight: float = 0.3
 
     # What each setting accepts (pcem_spark.util.constraints), checked in this order by validate().
     CONSTRAINTS: ClassVar[Dict[str, Any]] = {
@@ -102,10 +115,18 @@ class ModelSettings:
         "calibration": Options(CALIBRATIONS),
         "names": Options(NAMES),
         "names_weight": Interval(float, 0, None, closed="neither"),
+        "family": Options(FAMILIES),
+        "linear_c": Interval(float, 0, None, closed="neither"),
+        "generative_weight": Interval(float, 0, None),
     }
 
     def validate(self) -> None:
         check_constraints(self, self.CONSTRAINTS, "model")
+        if self.family != "generative" and self.method not in ONE_COMPONENT_PER_PATH:
+            raise InputError(
+                f"model.family = {self.family!r} needs a method with one component per path "
+                f"({', '.join(ONE_COMPONENT_PER_PATH)}), got method {self.method!r}"
+            )
         if self.posterior_floor > 0 and self.method in PER_NODE_POSTERIOR_METHODS:
             # Their responsibilities are per-node / per-depth distributions, not one per document.
             raise InputError(
@@ -134,6 +155,10 @@ class ModelSettings:
             if getattr(out, name) == AUTO:
                 setattr(out, name, 1.0)
         return out
+
+
+# Methods whose components are the M paths, so a discriminative model over paths can be pooled with them.
+ONE_COMPONENT_PER_PATH = ("pcnb", "pcem", "flat-nb", "flat-em")
 
 
 # Methods whose E-step responsibilities are per-node / per-depth distributions.

@@ -1,0 +1,163 @@
+"""The combined and discriminative families end to end on a real SparkSession: training, prediction, persistence.
+
+The pooled scores are recomputed here with dense numpy from the model's own parameters
+(tf-idf written out term by term), and the regression's weights against a local fit of the
+same objective; settings are fixed (no cross-validation) so the test is fast.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from pcem_spark.core.logistic import fit_softmax, one_hot_targets, softmax_terms
+from pcem_spark.core.taxonomy import Taxonomy
+from pcem_spark.engine.features import FeatureSettings
+from pcem_spark.errors import InputError
+from pcem_spark.ml import train
+from pcem_spark.model.linear_family import linear_l2
+from pcem_spark.model.path_model import PathModel
+from pcem_spark.model.settings import ModelSettings
+
+WORDS = {
+    ("sport", "football"): "goal keeper league striker pitch referee match",
+    ("sport", "tennis"): "serve racket court match volley set umpire",
+    ("tech", "phones"): "battery screen call android camera app charger",
+    ("tech", "laptops"): "keyboard screen battery cpu trackpad ram hinge",
+}
+FEATURES = FeatureSettings(min_df=1.0, max_df=1.0, stop_words="none")
+
+
+def settings(**kw):
+    base = dict(
+        method="pcem",
+        smoothing=0.5,
+        unlabeled_weight=0.5,
+        path_weight=1.0,
+        doc_length=0.0,
+        max_iter=5,
+        calibration="none",
+        names="off",
+        family="combined",
+        linear_c=10.0,
+        generative_weight=0.3,
+    )
+    base.update(kw)
+    return ModelSettings(**base)
+
+
+@pytest.fixture(scope="module")
+def corpus(spark):
+    rng = np.random.default_rng(4)
+    rows = []
+    for path, words in WORDS.items():
+        vocab = words.split()
+        for i in range(12):
+            text = " ".join(rng.choice(vocab, size=int(rng.integers(3, 9))))
+            rows.append((f"{path[1]}-{i}", text, list(path) if i < 3 else None))
+    docs = spark.createDataFrame(rows, "id string, text string, labels array<string>")
+    return rows, docs, Taxonomy.from_label_paths(list(WORDS))
+
+
+def dense_counts(rows, vocabulary):
+    index = {t: j for j, t in enumerate(vocabulary)}
+    X = np.zeros((len(rows), len(vocabulary)))
+    for i, (_, text, _) in enumerate(rows):
+        for word in text.split():
+            X[i, index[word]] += 1
+    return X
+
+
+def dense_tfidf(X, idf):
+    out = np.zeros_like(X)
+    for i in range(X.shape[0]):
+        smallest = min((v for v in X[i] if v > 0), default=1.0)
+        for j in range(X.shape[1]):
+            if X[i, j] > 0:
+                out[i, j] = (1 + math.log(X[i, j] / smallest)) * idf[j]
+        norm = math.sqrt(float(out[i] @ out[i]))
+        if norm:
+            out[i] /= norm
+    return out
+
+
+@pytest.fixture(scope="module")
+def combined(corpus):
+    _, docs, taxonomy = corpus
+    model, _ = train(docs, taxonomy, FEATURES, settings())
+    return model
+
+
+def test_the_regression_is_the_optimum_of_its_objective_on_the_labelled_documents(corpus, combined):
+    rows, _, taxonomy = corpus
+    model = combined
+    info = model.training_summary["linear"]
+    assert info["family"] == "combined" and info["n_labeled"] == 12 and info["converged"]
+    X = dense_counts(rows, model.vocabulary)
+    n = len(rows)
+    df = (X > 0).sum(axis=0)
+    idf = np.log((1 + n) / (1 + df)) + 1
+    np.testing.assert_allclose(model.linear.idf, idf, rtol=1e-12)
+    labelled = [i for i, r in enumerate(rows) if r[2] is not None]
+    F = dense_tfidf(X[labelled], idf)
+    paths = np.array([taxonomy.paths.index(tuple(rows[i][2])) for i in labelled])
+    local = fit_softmax(
+        lambda W, b: softmax_terms(F, one_hot_targets(paths, taxonomy.n_paths), np.ones(len(paths)), W, b),
+        taxonomy.n_paths,
+        len(model.vocabulary),
+        linear_l2(10.0, len(paths)),
+        max_iter=500,
+        tol=1e-9,
+    )
+    np.testing.assert_allclose(model.linear.weights_t.T, local.W, atol=2e-3)
+
+
+def test_predictions_are_the_argmax_of_the_pooled_scores(corpus, combined):
+    rows, docs, taxonomy = corpus
+    model = combined
+    X = dense_counts(rows, model.vocabulary)
+    jll = X @ model.log_theta.T + model.log_prior
+    log_post = jll - np.log(np.exp(jll - jll.max(1, keepdims=True)).sum(1, keepdims=True)) - jll.max(1, keepdims=True)
+    pooled = 0.3 * log_post + dense_tfidf(X, model.linear.idf) @ model.linear.weights_t + model.linear.bias
+    want = {r[0]: list(taxonomy.paths[j]) for r, j in zip(rows, pooled.argmax(axis=1))}
+    got = {r.id: r.path for r in model.transform(docs).select("id", "path").collect()}
+    assert got == want
+    prob = np.exp(pooled - pooled.max(1, keepdims=True))
+    prob = prob.max(1) / prob.sum(1)
+    got_prob = dict(model.transform(docs).select("id", "probability").collect())
+    np.testing.assert_allclose([got_prob[r[0]] for r in rows], prob, rtol=1e-9)
+
+
+def test_save_and_load_keep_the_regression(spark, corpus, combined, tmp_path):
+    _, docs, _ = corpus
+    path = str(tmp_path / "model")
+    combined.save(path)
+    loaded = PathModel.load(path)
+    assert loaded.linear is not None
+    np.testing.assert_array_equal(loaded.linear.weights_t, combined.linear.weights_t)
+    np.testing.assert_array_equal(loaded.linear.bias, combined.linear.bias)
+    np.testing.assert_array_equal(loaded.linear.idf, combined.linear.idf)
+    assert loaded.linear.generative_weight == 0.3
+    before = sorted(combined.transform(docs).select("id", "path", "probability").collect())
+    after = sorted(loaded.transform(docs).select("id", "path", "probability").collect())
+    assert before == after
+    with pytest.raises(InputError, match="exact argmax"):
+        loaded.beam_width(4)
+    assert loaded.beam_width("auto") == 0
+
+
+def test_the_discriminative_family_ignores_the_generative_posterior(corpus):
+    rows, docs, taxonomy = corpus
+    model, _ = train(docs, taxonomy, FEATURES, settings(family="discriminative"))
+    assert model.linear.generative_weight == 0.0
+    X = dense_counts(rows, model.vocabulary)
+    scores = dense_tfidf(X, model.linear.idf) @ model.linear.weights_t + model.linear.bias
+    want = {r[0]: list(taxonomy.paths[j]) for r, j in zip(rows, scores.argmax(axis=1))}
+    assert {r.id: r.path for r in model.transform(docs).select("id", "path").collect()} == want
+
+
+def test_families_need_one_component_per_path():
+    with pytest.raises(InputError, match="one component per path"):
+        settings(method="emmc").validate()
+    with pytest.raises(InputError, match="model.family"):
+        settings(family="neural").validate()
