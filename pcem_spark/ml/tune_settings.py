@@ -42,6 +42,9 @@ TUNABLE_SETTINGS = (
     "method",
     "posterior_floor",
     "posterior_top_k",
+    "family",
+    "linear_c",
+    "generative_weight",
 )
 
 
@@ -64,6 +67,9 @@ class TuneSettings:
     # when the unlabelled documents cluster by something other than the classes (RESULTS.md, stop words).
     unlabeled_weights: List[float] = field(default_factory=lambda: [0.3, 1.0, 0.0])
     path_weights: List[float] = field(default_factory=lambda: [0.0, 1.0])
+    # The model families tried when model.family = "auto": generative first, so "one_se" takes the combined
+    # family only when the folds show it clearly better.
+    families: List[str] = field(default_factory=lambda: ["generative", "combined"])
     # Extra grid of `pcem train --tune`: model setting -> values, e.g. {smoothing = [0.03, 0.1, 0.3]}.
     grid: Dict[str, list] = field(default_factory=dict)
     parallelism: int = 1  # models fitted at once by CrossValidator
@@ -107,6 +113,7 @@ class TuneSettings:
         "metric": Options(METRICS),
         "unlabeled_weights": ListOf(Interval(float, 0, 1), non_empty=True),
         "path_weights": ListOf(Interval(float, 0, 1), non_empty=True),
+        "families": ListOf(Options(("generative", "combined", "discriminative")), non_empty=True),
         "selection": Options(SELECTIONS),
         "parallelism": Interval(int, 1, None),
         "strategy": Options(STRATEGIES),

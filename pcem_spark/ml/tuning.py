@@ -178,6 +178,8 @@ def resolve_auto(
         grid_spec["unlabeled_weight"] = [float(v) for v in tune.unlabeled_weights]
     if "path_weight" in auto:
         grid_spec["path_weight"] = [float(v) for v in tune.path_weights]
+    if "family" in auto:
+        grid_spec["family"] = [str(v) for v in tune.families]
     check_grid(extra_grid or {})
     for key, values in (extra_grid or {}).items():
         grid_spec[key] = list(values)

@@ -91,7 +91,8 @@ class ModelSettings:
     # ... each name document weighing this many average labelled documents
     names_weight: float = 2.0
     # The model family (FAMILIES): "combined" scores a path by generative_weight * log P_gen(path | doc)
-    # plus a softmax regression's path score, fitted on the labelled documents (core.logistic).
+    # plus a softmax regression's path score, fitted on the labelled documents (core.logistic);
+    # "auto" = cross-validated over tune.families ([tune]).
     family: str = "generative"
     # The softmax regression's inverse L2 strength, scikit-learn's C: the penalty is 1 / (C * labelled docs).
     linear_c: float = 10.0
@@ -115,14 +116,14 @@ class ModelSettings:
         "calibration": Options(CALIBRATIONS),
         "names": Options(NAMES),
         "names_weight": Interval(float, 0, None, closed="neither"),
-        "family": Options(FAMILIES),
+        "family": [Options(FAMILIES), AUTO],
         "linear_c": Interval(float, 0, None, closed="neither"),
         "generative_weight": Interval(float, 0, None),
     }
 
     def validate(self) -> None:
         check_constraints(self, self.CONSTRAINTS, "model")
-        if self.family != "generative" and self.method not in ONE_COMPONENT_PER_PATH:
+        if self.family not in ("generative", AUTO) and self.method not in ONE_COMPONENT_PER_PATH:
             raise InputError(
                 f"model.family = {self.family!r} needs a method with one component per path "
                 f"({', '.join(ONE_COMPONENT_PER_PATH)}), got method {self.method!r}"
@@ -146,6 +147,8 @@ class ModelSettings:
             out.append("unlabeled_weight")
         if self.path_weight == AUTO and self.method in ("pcnb", "pcem"):
             out.append("path_weight")
+        if self.family == AUTO and self.method in ONE_COMPONENT_PER_PATH:
+            out.append("family")
         return out
 
     def resolved(self, **values) -> "ModelSettings":
@@ -154,6 +157,8 @@ class ModelSettings:
         for name in ("unlabeled_weight", "path_weight"):
             if getattr(out, name) == AUTO:
                 setattr(out, name, 1.0)
+        if out.family == AUTO:
+            out.family = "generative"
         return out
 
 
