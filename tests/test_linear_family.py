@@ -161,3 +161,18 @@ def test_families_need_one_component_per_path():
         settings(method="emmc").validate()
     with pytest.raises(InputError, match="model.family"):
         settings(family="neural").validate()
+
+
+def test_family_auto_is_cross_validated_for_one_component_methods_only():
+    from pcem_spark.ml.tune_settings import TuneSettings
+
+    auto = settings(family="auto")
+    auto.validate()
+    assert "family" in auto.auto_params()
+    assert auto.resolved(unlabeled_weight=0.3).family == "generative"  # what a fit without CV uses
+    emmc = settings(method="emmc", family="auto")
+    emmc.validate()  # auto is allowed: it resolves to generative for a method that has no other family
+    assert "family" not in emmc.auto_params()
+    assert TuneSettings().families[0] == "generative"  # preferred by the one-standard-error rule
+    with pytest.raises(InputError, match="families"):
+        TuneSettings(families=["generative", "neural"]).validate()
