@@ -49,6 +49,11 @@ LINEAR_MAX_CELLS = 1 << 26
 LINEAR_MAX_ITER = 200
 LINEAR_TOL = 1e-5
 
+_NO_LABELS = (
+    "model.family = {family} needs labelled documents: its softmax regression learns from them only, and "
+    "this batch has none (a warm start on unlabelled documents: use model.family = generative)"
+)
+
 
 def generative_weight_of(settings: ModelSettings) -> float:
     """beta of the family: the setting for "combined", 0 for "discriminative"."""
@@ -100,7 +105,7 @@ def fit_linear_local(
     target = _targets(taxonomy)
     n_labeled = sum(int(b.labeled.sum()) for b in blocks)
     if n_labeled == 0:
-        raise InputError("no labelled document to fit the discriminative path model on")
+        raise InputError(_NO_LABELS.format(family=settings.family))
     fit = fit_softmax(
         lambda W, b: block_terms(blocks, idf, target, W, b),
         taxonomy.n_paths,
@@ -130,7 +135,7 @@ def fit_linear_blocks(
     df, n = blocks.mapPartitions(lambda part: [document_frequency(part, vocab_size)]).treeReduce(add, depth=2)
     n_labeled = int(blocks.map(lambda b: int(b.labeled.sum())).sum())
     if n_labeled == 0:
-        raise InputError("no labelled document to fit the discriminative path model on")
+        raise InputError(_NO_LABELS.format(family=settings.family))
     idf = idf_weights(df, n)
     fit = fit_softmax_on_blocks(
         blocks,
