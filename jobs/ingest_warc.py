@@ -4,7 +4,7 @@
 
 The SparkSession is built inside main() (never at import time); settings come
 from the package defaults, $PCEM_CONFIG and --config and spark-submit's own --master / --conf. The
-executors need FastWARC and Resiliparse (pip install "pcem-spark[warc]") and
+executors need FastWARC and Resiliparse (the warc extra: pip install fastwarc resiliparse) and
 memory for one whole input file per core (see pcem_spark/warc.py).
 """
 

@@ -14,6 +14,7 @@ import json
 import os
 
 import pytest
+from warc_fixtures import http_response, topic_pages, write_warc  # tests/warc_fixtures.py
 
 # FastWARC and Resiliparse are in the test extra: a missing one fails here rather than skipping.
 from pcem_spark.io import warc, warc_records
@@ -48,18 +49,6 @@ FACADE_HTML = (
     "<p>The naïve façade of the old library was restored with great care by local masons "
     "over the whole summer.</p></article></body></html>"
 )
-
-
-def http_response(body: bytes, content_type="text/html; charset=utf-8", status="200 OK", extra=""):
-    return (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n{extra}\r\n").encode() + body
-
-
-def write_warc(path, records, gzipped=True):
-    """Records -> a file: one gzip member per record (Common Crawl's layout) or plain."""
-    with open(path, "wb") as fh:
-        for data in records:
-            fh.write(gzip.compress(data) if gzipped else data)
-    return str(path)
 
 
 def crawl_a():
@@ -277,7 +266,8 @@ def test_parser_rows_reasons_and_counts(tmp_path, gzipped):
     with open(path, "rb") as fh:
         rows = rows_of(fh, path)
     docs = {r.id: r for r in by_kind(rows, DOCUMENT)}
-    assert {i: (r.url, r.crawl_date) for i, r in docs.items()} == documents
+    assert {i: (r.url, r.crawl_time) for i, r in docs.items()} == documents
+    assert all(r.crawl_date == r.crawl_time.astimezone(UTC).date() for r in docs.values())
     assert {r.id: r.reason for r in by_kind(rows, REJECT)} == rejects
     assert not by_kind(rows, FILE_ERROR)
     (summary,) = by_kind(rows, FILE_SUMMARY)
@@ -302,7 +292,8 @@ def test_parser_meta_charset_content_encoding_and_wet(tmp_path):
     recs, documents, _, skipped = crawl_b()
     rows = rows_of(b"".join(recs), "b.warc")
     docs = {r.id: r for r in by_kind(rows, DOCUMENT)}
-    assert {i: (r.url, r.crawl_date) for i, r in docs.items()} == documents
+    assert {i: (r.url, r.crawl_time) for i, r in docs.items()} == documents
+    assert all(r.crawl_date == r.crawl_time.astimezone(UTC).date() for r in docs.values())
     assert "The naïve façade of the old library" in docs["<urn:uuid:b1>"].text  # charset from <meta>
     assert "penguins and their icy colonies" in docs["<urn:uuid:b2>"].text  # gzip Content-Encoding undone
     assert rows[-1].skipped == skipped
@@ -310,7 +301,8 @@ def test_parser_meta_charset_content_encoding_and_wet(tmp_path):
     recs, documents, rejects, skipped = wet()
     rows = rows_of(b"".join(gzip.compress(r) for r in recs), "x.warc.wet.gz")
     docs = {r.id: r for r in by_kind(rows, DOCUMENT)}
-    assert {i: (r.url, r.crawl_date) for i, r in docs.items()} == documents
+    assert {i: (r.url, r.crawl_time) for i, r in docs.items()} == documents
+    assert all(r.crawl_date == r.crawl_time.astimezone(UTC).date() for r in docs.values())
     assert docs["<urn:uuid:w2>"].text == "Menu du café: crème brûlée, thé, chocolat chaud."  # as is
     assert docs["<urn:uuid:w1>"].text.startswith("Zebras migrate across the savannah\nEvery year")
     assert {r.id: r.reason for r in by_kind(rows, REJECT)} == rejects
@@ -374,7 +366,7 @@ def test_missing_library_is_a_settings_error(monkeypatch, tmp_path):
     from pcem_spark.cli.failures import classify_failure
 
     monkeypatch.setitem(sys.modules, "resiliparse.extract.html2text", None)  # import fails
-    with pytest.raises(warc_records.WarcDependencyError, match=r'pip install "pcem-spark\[warc\]"') as info:
+    with pytest.raises(warc_records.WarcDependencyError, match=r"pip install .fastwarc>=2.0.1. .resiliparse") as info:
         warc_records.require_libraries()
     assert classify_failure(info.value)[0] == 2
     assert main(["ingest-warc", "--input", str(tmp_path), "--output", str(tmp_path / "o")]) == 2
@@ -456,12 +448,16 @@ def test_ingest_warc_end_to_end(spark, crawl_dir, ingested):
     assert code == 0
 
     docs = spark.read.parquet(out)
-    assert docs.columns == ["id", "text", "labels", "split", "similarities", "url", "crawl_date", "source_file"]
+    columns = ["id", "text", "labels", "split", "similarities", "url", "crawl_date", "crawl_time", "source_file"]
+    assert docs.columns == columns
     want = spark.createDataFrame(
-        [(i, url, date, expected["file_of"][i]) for i, (url, date) in expected["documents"].items()],
-        "id string, url string, crawl_date timestamp, source_file string",
+        [
+            (i, url, time.astimezone(UTC).date(), time, expected["file_of"][i])
+            for i, (url, time) in expected["documents"].items()
+        ],
+        "id string, url string, crawl_date date, crawl_time timestamp, source_file string",
     )
-    got = docs.select("id", "url", "crawl_date", _basename(F.col("source_file")).alias("source_file"))
+    got = docs.select("id", "url", "crawl_date", "crawl_time", _basename(F.col("source_file")).alias("source_file"))
     assert_df_equality(got, want, ignore_row_order=True, ignore_nullable=True)
     assert (
         docs.where(F.col("labels").isNotNull() | F.col("split").isNotNull() | F.col("similarities").isNotNull()).count()
@@ -560,17 +556,10 @@ def test_ingest_warc_exit_codes(spark, crawl_dir, ingested, tmp_path):
     assert not os.path.exists(empty_out) and os.path.exists(empty_out + "_rejects")
 
 
-TOPIC_WORDS = {
-    "football": "goal striker penalty league keeper",
-    "tennis": "racket serve volley deuce umpire",
-    "phones": "android screen battery handset charger",
-    "chips": "silicon wafer transistor fab lithography",
-}
-
-
 @pytest.mark.slow
 def test_train_and_predict_read_the_ingested_table(spark, tmp_path):
-    """The table with its extra columns (url, crawl_date, source_file) is a documents table for train/predict."""
+    """The table with its extra columns (url, crawl_date, crawl_time, source_file) is a documents table for
+    train/predict."""
     import numpy as np
 
     from pcem_spark.cli import main
@@ -579,20 +568,7 @@ def test_train_and_predict_read_the_ingested_table(spark, tmp_path):
     from pcem_spark.io.rejects import split_rejects
 
     rng = np.random.default_rng(3)
-    recs = []
-    for leaf, words in TOPIC_WORDS.items():
-        for i in range(6):
-            text = " ".join(rng.choice(words.split(), 12))
-            html = f"<html><body><nav>Navword home</nav><article><p>{text}.</p></article></body></html>"
-            recs.append(
-                record_bytes(
-                    "response",
-                    f"uuid:{leaf}-{i}",
-                    f"http://{leaf}.example/{i}",
-                    http_response(html.encode()),
-                    http=True,
-                )
-            )
+    recs = topic_pages(6, lambda words: " ".join(rng.choice(words, 12)))
     crawl = write_warc(tmp_path / "topics.warc.gz", recs)
     docs = str(tmp_path / "docs")
     assert main(["ingest-warc", "--input", crawl, "--output", docs]) == 0
@@ -661,7 +637,8 @@ def test_train_and_predict_read_the_ingested_table(spark, tmp_path):
     argv = ["predict", "--model", model, "--docs", docs, "--output", kept]
     assert main(argv + ["--keep-columns", "url,crawl_date", "--partition-by", "crawl_date"]) == 0
     folders = [n for n in os.listdir(kept) if n.startswith("crawl_date=")]
-    assert folders, os.listdir(kept)
+    days = {str(r[0]) for r in spark.read.parquet(docs).select("crawl_date").distinct().collect()}
+    assert sorted(folders) == sorted(f"crawl_date={day}" for day in days), os.listdir(kept)  # one folder per day
     out = spark.read.parquet(kept)
     assert {"url", "crawl_date"} <= set(out.columns)
     n_rejects = spark.read.parquet(kept + "_rejects").count()

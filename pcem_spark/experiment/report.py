@@ -13,7 +13,7 @@ numbers), so a report can be rebuilt from a CSV alone (``pcem report``).
   methods (the paper's Figures 2 and 3).
 * ``efficiency.png`` / ``efficiency.md``: mean train and predict seconds per method.
 
-Plots need matplotlib (``pip install 'pcem-spark[plots]'``); without it the
+Plots need matplotlib (``pip install matplotlib``, the ``plots`` extra); without it the
 tables are still written and a warning says what is missing.
 """
 
@@ -331,7 +331,7 @@ def write_report(rows: List[dict], out_dir: str, rate: float = 0.01, paper=None)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        log.warning("matplotlib is not installed: figures skipped (pip install 'pcem-spark[plots]')")
+        log.warning("matplotlib is not installed: figures skipped (pip install matplotlib, the plots extra)")
         return written
     for setting in ("labeled", "dataless"):
         if _plot_curves(rows, setting, os.path.join(out_dir, f"figure_{setting}.png")):

@@ -42,7 +42,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-INSTALL_HINT = 'pip install "pcem-spark[warc]"'
+INSTALL_HINT = 'pip install "fastwarc>=2.0.1" "resiliparse>=2.0.1" (the warc extra; ".[warc]" in a checkout)'
 
 
 # Record types that can hold a document; every other type is counted and skipped.
@@ -63,7 +63,7 @@ DOCUMENT, REJECT, FILE_ERROR, FILE_SUMMARY = "document", "reject", "file_error",
 
 
 class WarcDependencyError(InputError):
-    """FastWARC / Resiliparse are not installed (``pip install "pcem-spark[warc]"``)."""
+    """FastWARC / Resiliparse are not installed (``pip install fastwarc resiliparse``, the ``warc`` extra)."""
 
 
 class WarcInputError(InputError):
@@ -73,7 +73,7 @@ class WarcInputError(InputError):
 class ParsedRow(NamedTuple):
     """One outcome of the parser; field order = :func:`parsed_schema`.
 
-    ``kind`` is :data:`DOCUMENT` (id, text, url, crawl_date), :data:`REJECT`
+    ``kind`` is :data:`DOCUMENT` (id, text, url, crawl_time: WARC-Date, crawl_date: its UTC day), :data:`REJECT`
     (id when known, reason, record), :data:`FILE_ERROR` (reason, record) or
     :data:`FILE_SUMMARY` (records_read, skipped: WARC-Type -> count).
     """
@@ -82,7 +82,8 @@ class ParsedRow(NamedTuple):
     id: Optional[str] = None
     text: Optional[str] = None
     url: Optional[str] = None
-    crawl_date: Optional[_dt.datetime] = None
+    crawl_time: Optional[_dt.datetime] = None
+    crawl_date: Optional[_dt.date] = None
     source_file: Optional[str] = None
     reason: Optional[str] = None
     record: Optional[str] = None
@@ -276,7 +277,10 @@ def record_outcome(
         date = _warc_date(headers.get("WARC-Date"))
     except ValueError:
         return reject(f"WARC-Date {headers.get('WARC-Date')!r} is not an ISO 8601 date", content_type=mime)
-    return ParsedRow(DOCUMENT, id=doc_id, text=text, url=url, crawl_date=date, source_file=source_file)
+    # crawl_date is the UTC day of WARC-Date: what a daily crawl is partitioned by (one folder per day, not
+    # one per second), the full time stays in crawl_time.
+    day = None if date is None else date.astimezone(_dt.timezone.utc).date()
+    return ParsedRow(DOCUMENT, id=doc_id, text=text, url=url, crawl_time=date, crawl_date=day, source_file=source_file)
 
 
 def _warc_date(value: Optional[str]) -> Optional[_dt.datetime]:

@@ -167,7 +167,7 @@ def build_env_archive(
                 return target
     venv_pack = shutil.which("venv-pack") or os.path.join(os.path.dirname(sys.executable), "venv-pack")
     if not os.path.exists(venv_pack):
-        raise SystemExit("venv-pack not found: pip install 'pcem-spark[cluster]' (or pip install venv-pack)")
+        raise SystemExit("venv-pack not found: pip install venv-pack (the cluster extra)")
     work = tempfile.mkdtemp(prefix="pcem-env-", dir=out_dir)
     try:
         env = os.path.join(work, "env")

@@ -334,7 +334,7 @@ def render_png(report: Dict[str, object]) -> Optional[bytes]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        log.warning("matplotlib is not installed: taxonomy.png skipped (pip install 'pcem-spark[plots]')")
+        log.warning("matplotlib is not installed: taxonomy.png skipped (pip install matplotlib, the plots extra)")
         return None
     import io
 

@@ -1,7 +1,10 @@
 """dags/pcem_dag.py under real Airflow, against a real Spark standalone cluster on 127.0.0.1.
 
 * the DAG folder imports with no errors (DagBag) and ``pcem_20ng`` is
-  ingest -> train -> predict -> evaluate;
+  ingest -> train -> predict -> evaluate; no default names the checkout or
+  $AIRFLOW_HOME (``repo`` is a Variable the deployment sets);
+* the operator (``pcem_spark/ops/airflow_submit.py``) leaves out an option
+  whose value is empty and fails a task whose required setting is empty;
 * the spark-submit command lines: ``--archives ...#environment`` and
   ``spark.pyspark.python`` only when an env archive is configured;
 * exit codes: a job exiting 2 fails the task for good (``AirflowFailException``),
@@ -158,6 +161,13 @@ def test_dagbag_imports_and_task_order(dag):
         assert task.retries == 2
     assert "--overwrite" in dag.get_task("train").application_args
     assert "--overwrite" in dag.get_task("predict").application_args
+    # No default is derived from the DAG file's location (a copy in Airflow's DAG folder would point into
+    # $AIRFLOW_HOME): repo has none, and the paths that follow it are empty until it is set.
+    texts = [json.dumps(dag.params.dump(), default=str)] + [str(p.description) for p in dag.params.values()]
+    for task in dag.tasks:
+        texts += [json.dumps(getattr(task, field), default=str) for field in task.template_fields]
+    for text in texts:
+        assert REPO not in text and os.environ["AIRFLOW_HOME"] not in text, text
 
 
 def _command(operator_class, monkeypatch, conn, **fields):
@@ -219,6 +229,13 @@ def test_submit_command_ships_env_archive_only_when_set(operator_class, monkeypa
     _, AirflowFailException = airflow_exceptions()
     with pytest.raises(AirflowFailException, match="spark_conf"):
         _command(operator_class, monkeypatch, client, pcem_spark_conf="[1, 2]")
+
+    # an option whose value renders empty is left out; a required value that renders empty fails for good
+    with_config = _command(operator_class, monkeypatch, client, pcem_optional_args={"--config": "/conf/pcem.toml"})
+    assert with_config[-3:] == ["--overwrite", "--config", "/conf/pcem.toml"]
+    assert _command(operator_class, monkeypatch, client, pcem_optional_args={"--config": ""})[-1] == "--overwrite"
+    with pytest.raises(AirflowFailException, match="cmd: the setting repo is empty"):
+        _command(operator_class, monkeypatch, client, pcem_required={"the setting repo is empty": " "})
 
 
 def test_exit_code_2_is_not_retried_75_is(operator_class, spark_env, exit_script, monkeypatch):
@@ -290,6 +307,7 @@ def deployment(tmp_path, cluster, py_files, spark_env, airflow_db, monkeypatch):
     config.write_text(CONFIG_TOML)
     data_root = str(tmp_path / "data")
     monkeypatch.setenv("AIRFLOW_CONN_PCEM_SPARK", f"{cluster.master_url}?deploy-mode=client")
+    monkeypatch.setenv("AIRFLOW_VAR_PCEM_REPO", REPO)  # jobs_dir: <repo>/jobs
     monkeypatch.setenv("AIRFLOW_VAR_PCEM_DATA_ROOT", data_root)
     monkeypatch.setenv("AIRFLOW_VAR_PCEM_CONFIG", str(config))
     monkeypatch.setenv("AIRFLOW_VAR_PCEM_PY_FILES", py_files)
