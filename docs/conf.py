@@ -23,7 +23,15 @@ author = "the pcem-spark authors"
 release = version = pcem_spark.__version__
 
 root_doc = "docs/index"
-include_patterns = ["README.md", "CHANGELOG.md", "docs/*.md", "docs/inspect-20ng/*.md", "docs/index.rst", "docs/api/**"]
+include_patterns = [
+    "README.md",
+    "CHANGELOG.md",
+    "docs/*.md",
+    "docs/guide/*.md",
+    "docs/inspect-20ng/*.md",
+    "docs/index.rst",
+    "docs/api/**",
+]
 exclude_patterns = ["docs/_build", "build", "out", ".venv-airflow"]
 
 extensions = [

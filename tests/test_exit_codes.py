@@ -220,7 +220,7 @@ CASES = [(origin, kind, code) for origin, kinds, code in iter_rules() for kind i
 
 
 def test_the_guides_table_is_the_rule_table():
-    with open(os.path.join(ROOT, "docs", "GUIDE.md"), encoding="utf-8") as fh:
+    with open(os.path.join(ROOT, "docs", "guide", "scheduling.md"), encoding="utf-8") as fh:
         readme = fh.read()
     assert rules_markdown() in readme, (
         "the user guide's exit-code table is out of date: python -m pcem_spark.cli.failures"

@@ -77,6 +77,6 @@ def test_the_guide_and_the_cluster_page_share_one_spark_submit_line():
         with open(os.path.join(REPO, path), encoding="utf-8") as fh:
             return _blocks(fh.read(), "bash")
 
-    guide = next(b for b in blocks("docs/GUIDE.md") if "spark-submit --master spark://" in b)
+    guide = next(b for b in blocks("docs/guide/scheduling.md") if "spark-submit --master spark://" in b)
     line = guide[guide.index("spark-submit") :].strip()
-    assert any(line in b for b in blocks("docs/CLUSTER.md")), "docs/GUIDE.md's spark-submit line is not CLUSTER.md's"
+    assert any(line in b for b in blocks("docs/CLUSTER.md")), "the guide's spark-submit line is not CLUSTER.md's"

@@ -26,7 +26,7 @@ a message, so a new failure of a known kind lands on the right side:
 
 Two failures have no class of their own and are recognised by the text Spark
 gives them; each is listed in :data:`MESSAGE_RULES` with the reason. The table
-in the user guide (docs/GUIDE.md, "Exit codes") lists every rule, and ``tests/test_exit_codes.py``
+in the user guide (docs/guide/scheduling.md, "Exit codes") lists every rule, and ``tests/test_exit_codes.py``
 raises a real exception for each of its rows.
 
 Ambiguous kinds, and the side chosen:
