@@ -176,3 +176,27 @@ def test_family_auto_is_cross_validated_for_one_component_methods_only():
     assert TuneSettings().families[0] == "generative"  # preferred by the one-standard-error rule
     with pytest.raises(InputError, match="families"):
         TuneSettings(families=["generative", "neural"]).validate()
+
+
+def test_multi_path_is_refused_and_a_warm_start_inherits_the_family(spark, corpus, combined, tmp_path):
+    from pcem_spark.model.warm import CROSS_VALIDATED_SETTINGS, WarmStart
+
+    _, docs, _ = corpus
+    with pytest.raises(InputError, match="multi_path: a combined-family model"):
+        combined.transform(docs, multi_path=0.3)
+    path = str(tmp_path / "prev")
+    combined.save(path)
+    inherited, taken = WarmStart.load(path).inherit(settings(family="auto"), CROSS_VALIDATED_SETTINGS)
+    assert inherited.family == "combined" and taken["family"] == "combined"
+
+
+@pytest.mark.slow
+def test_exhaustive_tuning_keeps_the_chosen_familys_regression(corpus):
+    """The exhaustive strategy (also every tuned warm start) refits through PathEM: the regression must survive."""
+    from pcem_spark.ml import TuneSettings
+
+    _, docs, taxonomy = corpus
+    tune = TuneSettings(strategy="exhaustive", folds=2, min_labeled_per_fold=1, families=["combined"])
+    model, _ = train(docs, taxonomy, FEATURES, settings(family="auto", unlabeled_weight="auto"), tune=tune)
+    assert model.model_settings.family == "combined"
+    assert model.linear is not None and model.training_summary["tuning"]["chosen"]["family"] == "combined"

@@ -281,10 +281,11 @@ def _resolve(
     n_labeled, n_unlabeled = counts.get(False, 0), counts.get(True, 0)
     if n_labeled < tune.folds * tune.min_labeled_per_fold:
         log.warning(
-            "tuning: only %d labelled documents for %d folds; %s keep the paper's value 1",
+            "tuning: only %d labelled documents for %d folds; %s keep the paper's value 1%s",
             n_labeled,
             tune.folds,
-            ", ".join(grid_spec),
+            ", ".join(k for k in grid_spec if k != "family") or "the settings",
+            " (family: generative)" if "family" in grid_spec else "",
         )
         return model_settings.resolved(), {"chosen": {}, "tuned": False, "reason": "too few labelled documents"}, None
     if tune.strategy == "sampled" and not init_model:
@@ -379,6 +380,7 @@ def _resolve(
         replace(resolved, smoothing=fitted.model_settings.smoothing),
         {**fitted.training_summary, "tuning": info},
     )
+    model.linear = fitted.linear  # the combined / discriminative family's regression, fitted with it
     return resolved, info, model
 
 
@@ -463,6 +465,8 @@ def _sampled_cv(
             base = replace(base, max_iter=min(base.max_iter, tune.max_iter))
         points = _grid_points(grid_spec)
         grid = [with_weight(replace(base, **point), scale) for point in points]
+        for point in grid:  # a grid value the settings refuse fails here, before any fit
+            point.validate()
         log.info(
             "tuning %s by %d-fold cross-validation on a sample of %d of %d labelled and %d of %d unlabelled "
             "documents (EM-lambda x %.4g; metric %s, %d grid points, %d fits as tasks)",

@@ -94,6 +94,10 @@ def fit_blocks(
             taxonomy.real_path(0),
         )
     spec = method_spec(taxonomy, model_settings.method, model_settings.components, model_settings.path_weight)
+    if model_settings.family != "generative":  # what the regression's fit would refuse, before EM runs
+        from pcem_spark.model.linear_family import check_linear_family
+
+        check_linear_family(blocks, taxonomy, len(vocabulary), model_settings)
     result = passes.fit(
         blocks,
         spec.score_matrix,

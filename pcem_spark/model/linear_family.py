@@ -16,6 +16,7 @@ cached blocks of a full fit, one Spark pass per L-BFGS evaluation
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Dict, Iterable, Sequence, Tuple
 
@@ -26,6 +27,7 @@ from pcem_spark.core.logistic import LinearTables, fit_softmax, linear_tables
 from pcem_spark.core.similarity import idf_weights
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.blocks import Block
+from pcem_spark.engine.limits import check_result_size
 from pcem_spark.engine.softmax_pass import block_terms, fit_softmax_on_blocks
 from pcem_spark.errors import InputError
 from pcem_spark.model.settings import ModelSettings
@@ -37,18 +39,24 @@ __all__ = [
     "generative_weight_of",
     "linear_l2",
     "document_frequency",
+    "check_linear_family",
     "fit_linear_local",
     "fit_linear_blocks",
 ]
 
-# The regression's weights are a dense (M, V) array on the driver and in every broadcast: up to 2^26
-# cells (512 MB as float64; 20 paths x 20k terms are 400k). Wider taxonomies need a sparse or
-# per-parent model, which this family does not have yet: they are refused with this number.
-LINEAR_MAX_CELLS = 1 << 26
+# The regression's weights are a dense (M, V) array on the driver and in every broadcast, and scipy's
+# L-BFGS keeps about 25 such arrays (its 10 correction pairs and the iterates): 2^23 cells (64 MB as
+# float64, ~1.7 GB in L-BFGS) at most; 20 paths x 20k terms are 400k. Wider taxonomies need a sparse
+# or per-parent model, which this family does not have yet: they are refused with this number.
+LINEAR_MAX_CELLS = 1 << 23
 # L-BFGS stops after this many iterations, or when the projected gradient is below LINEAR_TOL.
 LINEAR_MAX_ITER = 200
 LINEAR_TOL = 1e-5
 
+_NO_CONNECT = (
+    "model.family = combined / discriminative is not available over Spark Connect yet "
+    "(its fit runs on RDD blocks); use model.family = generative there"
+)
 _NO_LABELS = (
     "model.family = {family} needs labelled documents: its softmax regression learns from them only, and "
     "this batch has none (a warm start on unlabelled documents: use model.family = generative)"
@@ -95,6 +103,15 @@ def _targets(taxonomy: Taxonomy) -> np.ndarray:
     return np.asarray(taxonomy.leaf_node_matrix(), dtype=np.float64)
 
 
+def check_linear_family(blocks, taxonomy: Taxonomy, vocab_size: int, settings: ModelSettings) -> None:
+    """Refuse, before the generative fit, what :func:`fit_linear_blocks` would refuse after it."""
+    if settings.family == "generative":
+        return
+    if not isinstance(blocks, RDD):
+        raise InputError(_NO_CONNECT)
+    _check_width(taxonomy, vocab_size)
+
+
 def fit_linear_local(
     blocks: Sequence[Block], taxonomy: Taxonomy, vocab_size: int, settings: ModelSettings
 ) -> LinearTables:
@@ -122,11 +139,15 @@ def fit_linear_blocks(
 ) -> Tuple[LinearTables, Dict[str, object]]:
     """The regression on the cached blocks of a full fit (an RDD of :class:`Block`), and what it did."""
     if not isinstance(blocks, RDD):
-        raise InputError(
-            "model.family = combined / discriminative is not available over Spark Connect yet "
-            "(its fit runs on RDD blocks); use model.family = generative there"
-        )
+        raise InputError(_NO_CONNECT)
     _check_width(taxonomy, vocab_size)
+    # treeReduce brings about sqrt(partitions) gradients of (M, V) float64 to the driver per evaluation.
+    n_parts = blocks.getNumPartitions()
+    check_result_size(
+        blocks.context,
+        math.ceil(math.sqrt(max(n_parts, 1))) * (taxonomy.n_paths + 1) * (vocab_size + 1) * 8.0,
+        f"the softmax regression's gradients ({taxonomy.n_paths:,} paths x {vocab_size:,} terms, {n_parts} partitions)",
+    )
     t0 = time.perf_counter()
 
     def add(a, b):

@@ -42,9 +42,9 @@ __all__ = ["INHERITED_SETTINGS", "CROSS_VALIDATED_SETTINGS", "WarmStartError", "
 log = logging.getLogger(__name__)
 
 # Settings a warm start takes from the previous model when they are "auto".
-INHERITED_SETTINGS = ("smoothing", "unlabeled_weight", "path_weight")
+INHERITED_SETTINGS = ("smoothing", "unlabeled_weight", "path_weight", "family")
 # Of those, the ones `pcem train --tune` chooses again by cross-validation.
-CROSS_VALIDATED_SETTINGS = ("unlabeled_weight", "path_weight")
+CROSS_VALIDATED_SETTINGS = ("unlabeled_weight", "path_weight", "family")
 
 
 class WarmStartError(InputError):
