@@ -9,7 +9,8 @@ corpus, stratified 80/20, rate r of each leaf's training documents labelled):
   ``pcem-default`` (this package's defaults: smoothing, unlabelled weight and
   path weight chosen from the data), ``pcem-paper`` (smoothing 1, lambda 1,
   gamma 1), ``flat-em`` and ``emmc`` (at the package's default smoothing, so
-  the baselines get the same help), plus any ``name:method:key=value,...``;
+  the baselines get the same help), plus any ``name:method:key=value;...``
+  (e.g. ``combined:pcem:family=combined;generative_weight=1``, the model families);
 * scikit-learn on the same split (the ``bench`` extra, never a runtime
   dependency): ``TfidfVectorizer(sublinear_tf, english stop words, 20k
   features, min_df 2)`` fitted on all training texts + ``LogisticRegression(C=10)``
