@@ -464,9 +464,10 @@ def _sampled_cv(
         if tune.max_iter:  # the CV fits only; the caller's refit keeps model_settings.max_iter
             base = replace(base, max_iter=min(base.max_iter, tune.max_iter))
         points = _grid_points(grid_spec)
-        grid = [with_weight(replace(base, **point), scale) for point in points]
-        for point in grid:  # a grid value the settings refuse fails here, before any fit
-            point.validate()
+        unscaled = [replace(base, **point) for point in points]
+        for point in unscaled:  # a grid value the settings refuse fails here, before any fit
+            point.validate()  # before the sample's scale, which may lift EM-lambda above 1 on purpose
+        grid = [with_weight(point, scale) for point in unscaled]
         log.info(
             "tuning %s by %d-fold cross-validation on a sample of %d of %d labelled and %d of %d unlabelled "
             "documents (EM-lambda x %.4g; metric %s, %d grid points, %d fits as tasks)",
