@@ -29,7 +29,9 @@ setup(
     # SelfTrainingClassifier): what users compare against, never a runtime dependency.
     extras_require={
         "plots": ["matplotlib>=3.7"],
-        "bench": ["scikit-learn>=1.3"],
+        # fasttext-community: the maintained fastText build with wheels (the fasttext
+        # package on PyPI has none and needs a compiler); the no-regret benchmark's fastText peer.
+        "bench": ["scikit-learn>=1.3", "fasttext-community>=0.11"],
         # venv-pack packs the executors' env for --archives (scripts/package.sh):
         # the tool Spark's Python packaging guide names for plain virtualenvs;
         # the cluster test builds that env, so the test extra has it too.

@@ -16,7 +16,12 @@ corpus, stratified 80/20, rate r of each leaf's training documents labelled):
   features, min_df 2)`` fitted on all training texts + ``LogisticRegression(C=10)``
   on the labelled rows; ``CountVectorizer`` with the same limits +
   ``MultinomialNB(alpha=0.1)``; ``SelfTrainingClassifier(LogisticRegression)``
-  on labelled + unlabelled rows (``--sk-stop-words none`` keeps every word).
+  on labelled + unlabelled rows (``--sk-stop-words none`` keeps every word);
+  ``sk-lr-kept`` is the same LR keeping every word whatever ``--sk-stop-words`` says,
+  so one run has LR with stop words removed and kept;
+* ``fasttext`` (``fasttext-community``, in the ``bench`` extra): supervised fastText on the
+  labelled texts, lower-cased, with the settings its tutorial recommends
+  (``FASTTEXT_SETTINGS``: lr 0.5, 25 epochs, word bigrams; one thread, so a seed repeats);
   Their predicted leaf becomes a path and is scored by the same hierarchical
   F1 as ``pcem evaluate``;
 * with ``--mllib mllib-lr`` (or ``mllib-svm``) this package's MLlib
@@ -55,7 +60,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 log = logging.getLogger("bench_noregret")
 
-SK_METHODS = ("sk-lr", "sk-mnb", "sk-selftrain")
+SK_METHODS = ("sk-lr", "sk-lr-kept", "sk-mnb", "sk-selftrain", "fasttext")
+FASTTEXT_SETTINGS = dict(lr=0.5, epoch=25, wordNgrams=2, minCount=1, dim=100, loss="softmax", thread=1)
 DEFAULT_VARIANTS = ["pcem-default", "pcem-paper", "flat-em", "emmc"]
 FIELDS = [
     "taxonomy",
@@ -145,10 +151,14 @@ def sklearn_runs(train_pdf, test_pdf, methods, seed, stop_words="english"):
     limits = dict(stop_words=None if stop_words == "none" else stop_words, max_features=20000, min_df=2)
     for m in methods:
         t0 = time.perf_counter()
-        if m in ("sk-lr", "sk-selftrain"):
-            vec = TfidfVectorizer(sublinear_tf=True, **limits).fit(texts)
+        if m == "fasttext":
+            yield m, fasttext_leaves(texts, y, lab, test_pdf["text"].tolist(), seed), time.perf_counter() - t0
+            continue
+        if m in ("sk-lr", "sk-lr-kept", "sk-selftrain"):
+            kept = dict(limits, stop_words=None) if m == "sk-lr-kept" else limits
+            vec = TfidfVectorizer(sublinear_tf=True, **kept).fit(texts)
             X, Xt = vec.transform(texts), vec.transform(test_pdf["text"].tolist())
-            if m == "sk-lr":
+            if m in ("sk-lr", "sk-lr-kept"):
                 clf = LogisticRegression(C=10, max_iter=1000).fit(X[lab], y[lab])
             else:
                 y_semi = np.where(lab, y, None)
@@ -164,6 +174,31 @@ def sklearn_runs(train_pdf, test_pdf, methods, seed, stop_words="english"):
             X, Xt = vec.transform(texts), vec.transform(test_pdf["text"].tolist())
             clf = MultinomialNB(alpha=0.1).fit(X[lab], y[lab])
         yield m, list(clf.predict(Xt)), time.perf_counter() - t0
+
+
+def fasttext_leaves(texts, leaves, labelled, test_texts, seed) -> List[str]:
+    """Supervised fastText on the labelled texts; the predicted leaf of each test text."""
+    import tempfile
+
+    import fasttext
+
+    def line(text: str) -> str:  # fastText reads one document per line, tokens split on whitespace
+        return " ".join(str(text).lower().split())
+
+    code = {}
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as f:
+        for text, leaf, keep in zip(texts, leaves, labelled):
+            if keep:
+                label = "__label__" + str(leaf).replace(" ", "_")
+                code[label] = leaf
+                f.write(f"{label} {line(text)}\n")
+        train_file = f.name
+    try:
+        model = fasttext.train_supervised(input=train_file, seed=seed, verbose=0, **FASTTEXT_SETTINGS)
+    finally:
+        os.unlink(train_file)
+    labels, _ = model.predict([line(t) for t in test_texts], k=1)
+    return [code[ls[0]] for ls in labels]
 
 
 def main(argv=None) -> int:

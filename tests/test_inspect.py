@@ -569,3 +569,29 @@ def test_node_probabilities_and_the_reliability_diagram(spark, trained, tmp_path
     assert report["ece"] == pytest.approx(expected_calibration_error(np.array(probs), np.array(correct)), abs=1e-6)
     assert (out / "reliability.md").exists() and (out / "reliability.png").read_bytes()[:4] == b"\x89PNG"
     assert "calibrat" in (out / "model.md").read_text()
+
+
+def test_sibling_weight_contrasts_equal_a_dense_reference():
+    rng = np.random.default_rng(8)
+    tax = Taxonomy.from_label_paths([("a", "x"), ("a", "y"), ("a", "z"), ("b", "u"), ("b", "v"), ("c", "w")])
+    M, V = tax.n_paths, 30
+    Wt = rng.normal(size=(V, M))
+    parent_of = node_stats.padded_parents(tax)
+    A = tax.path_node_matrix()
+    got = node_stats.sibling_weight_contrasts(Wt, A, parent_of, top_n=5)
+    for k, name in enumerate(tax.nodes):
+        through = [j for j, p in enumerate(tax.paths) if name in p]  # the paths through the node, by name
+        sibs = [s for s in tax.children(tax.parent(name)) if s != name]
+        if not sibs:
+            assert got[k] == [], name
+            continue
+        mine = Wt[:, through].mean(axis=1)
+        theirs = np.mean([Wt[:, [j for j, p in enumerate(tax.paths) if s in p]].mean(axis=1) for s in sibs], axis=0)
+        contrast = mine - theirs
+        want = [t for t in sorted(range(V), key=lambda t: (-contrast[t], t)) if contrast[t] > 0][:5]
+        assert [t.term for t in got[k]] == want, name
+        np.testing.assert_allclose([t.contrast for t in got[k]], contrast[want], rtol=1e-12)
+        np.testing.assert_allclose([t.weight for t in got[k]], mine[want], rtol=1e-12)
+    assert got[tax.node_index["w"]] == []  # an only child
+    with pytest.raises(Exception, match="top_n"):
+        node_stats.sibling_weight_contrasts(Wt, A, parent_of, top_n=0)

@@ -6,6 +6,7 @@ same objective; settings are fixed (no cross-validation) so the test is fast.
 """
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -200,3 +201,25 @@ def test_exhaustive_tuning_keeps_the_chosen_familys_regression(corpus):
     model, _ = train(docs, taxonomy, FEATURES, settings(family="auto", unlabeled_weight="auto"), tune=tune)
     assert model.model_settings.family == "combined"
     assert model.linear is not None and model.training_summary["tuning"]["chosen"]["family"] == "combined"
+
+
+def test_inspect_shows_each_nodes_top_weighted_terms(combined, tmp_path):
+    from pcem_spark.ops.inspection import inspect_model, inspection_files, write_inspection
+
+    report = inspect_model(combined, top_n=3)
+    assert report["regression"]["family"] == "combined" and report["regression"]["generative_weight"] == 0.3
+    nodes = {n["node"]: n for n in report["nodes"]}
+    # A leaf's top weighted terms are its own words, never one only its sibling uses, and most of
+    # them are exclusive to it (a shared word may lead where the few labelled documents favour it).
+    for (top, leaf), words in WORDS.items():
+        (sibling_words,) = [w for (t, name), w in WORDS.items() if t == top and name != leaf]
+        exclusive = set(words.split()) - set(sibling_words.split())
+        terms = [t["term"] for t in nodes[leaf]["top_weighted_terms"]]
+        assert len(terms) == 3 and set(terms) <= set(words.split()), (leaf, terms)
+        assert sum(t in exclusive for t in terms) >= 2, (leaf, terms)
+        assert all(t["contrast"] > 0 for t in nodes[leaf]["top_weighted_terms"])
+    sport_words = set(" ".join(WORDS[p] for p in WORDS if p[0] == "sport").split())
+    assert nodes["sport"]["top_weighted_terms"][0]["term"] in sport_words
+    out = write_inspection(str(tmp_path / "inspect"), inspection_files(report))
+    text = open(os.path.join(out, "model.md")).read()
+    assert "top weighted terms vs siblings" in text and nodes["tennis"]["top_weighted_terms"][0]["term"] in text

@@ -26,6 +26,8 @@ __all__ = [
     "TermScore",
     "signed_llr",
     "sibling_log_odds",
+    "WeightedTerm",
+    "sibling_weight_contrasts",
     "padded_parents",
     "tree_order",
 ]
@@ -359,6 +361,75 @@ def sibling_log_odds(
                 for i in range(a, b)
             ]
         )
+    return out
+
+
+class WeightedTerm(NamedTuple):
+    """One top weighted term of a node in a discriminative path model: term index, its weight contrast
+    (the node's mean path weight minus its siblings'), and the node's own mean path weight."""
+
+    term: int
+    contrast: float
+    weight: float
+
+
+def sibling_weight_contrasts(
+    weights_t: np.ndarray,
+    path_nodes,
+    parent_of: np.ndarray,
+    top_n: int = 10,
+    show: Optional[np.ndarray] = None,
+) -> List[List[WeightedTerm]]:
+    """Per node, the ``top_n`` terms whose regression weights most favour it over its siblings.
+
+    A node's weight of term ``w`` is the mean ``W[p, w]`` over the paths ``p`` through it, and
+    its contrast is that minus the mean of the same over its siblings (the other children of
+    its parent; for a top-level node the other top-level nodes). In the path logits
+    ``S = F W^T + b`` (:func:`pcem_spark.core.logistic.path_logits`) the contrast is how much one
+    unit of the term's tf-idf feature moves the score of an average path through the node
+    above an average path through a sibling. Terms with a contrast > 0, largest first (ties:
+    lower term index); a node without siblings gets an empty list.
+
+    Parameters
+    ----------
+    weights_t : (V, M) ``W^T`` of the fitted regression (:class:`pcem_spark.core.logistic.LinearTables`)
+    path_nodes : (M, K) 0/1 path-to-node membership (``Taxonomy.path_node_matrix``)
+    parent_of : int ndarray (K,) -- parent node of each node, -1 for top-level nodes
+    top_n : int >= 1
+    show : bool ndarray (K,) or None -- nodes taking part (False: dummy nodes); None = all
+
+    Memory ``O(K V)`` dense: the regression itself is (M, V) dense, and K < 2 M + depth.
+    """
+    if top_n < 1:
+        raise InputError(f"top_n must be >= 1, got {top_n}")
+    Wt = np.asarray(weights_t, dtype=np.float64)
+    A = sp.csr_matrix(path_nodes, dtype=np.float64)
+    M, K = A.shape
+    if Wt.shape[1] != M:
+        raise ValueError(f"weights_t has {Wt.shape[1]} paths, path_nodes {M}")
+    parent_of = np.asarray(parent_of, dtype=np.int64)
+    if parent_of.shape != (K,):
+        raise ValueError(f"parent_of must have {K} entries, got shape {parent_of.shape}")
+    show = np.ones(K, dtype=bool) if show is None else np.asarray(show, dtype=bool)
+    n_paths = np.asarray(A.sum(axis=0), dtype=np.float64).ravel()  # paths through each node
+    # Mean path weight per node: (K, V) = diag(1 / n_paths) A^T W.
+    node_w = np.asarray(A.T @ Wt.T) / np.maximum(n_paths, 1.0)[:, None]
+    group_of = parent_of + 1
+    members = np.flatnonzero(show & (n_paths > 0))
+    n_groups = K + 1
+    G = sp.csr_matrix((np.ones(len(members)), (group_of[members], members)), shape=(n_groups, K))
+    group_sum = np.asarray(G @ node_w)
+    group_size = np.bincount(group_of[members], minlength=n_groups)
+    out: List[List[WeightedTerm]] = []
+    for k in range(K):
+        g = group_of[k]
+        if not (show[k] and n_paths[k] > 0 and group_size[g] > 1):
+            out.append([])
+            continue
+        siblings = (group_sum[g] - node_w[k]) / (group_size[g] - 1)
+        contrast = node_w[k] - siblings
+        order = np.lexsort((np.arange(len(contrast)), -contrast))[:top_n]
+        out.append([WeightedTerm(int(t), float(contrast[t]), float(node_w[k, t])) for t in order if contrast[t] > 0])
     return out
 
 

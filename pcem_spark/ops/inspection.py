@@ -52,6 +52,7 @@ from pcem_spark.core.node_stats import (
     node_mass,
     padded_parents,
     sibling_log_odds,
+    sibling_weight_contrasts,
     tree_order,
 )
 from pcem_spark.core.parameters import recovered_counts
@@ -129,6 +130,12 @@ def inspect_model(model, top_n: int = 10, model_path: Optional[str] = None, rank
     show = ~np.asarray(tax.is_dummy, dtype=bool)
     parent_idx = padded_parents(tax)
     top = sibling_log_odds(counts, parent_idx, smoothing, top_n, show, rank)
+    linear = getattr(model, "linear", None)
+    weighted = (
+        sibling_weight_contrasts(linear.weights_t, tax.path_node_matrix(sparse=True), parent_idx, top_n, show)
+        if linear is not None
+        else None
+    )
     vocab = model.vocabulary
     nodes = []
     for name in tree_order(tax):
@@ -161,6 +168,16 @@ def inspect_model(model, top_n: int = 10, model_path: Optional[str] = None, rank
                     }
                     for t in top[k]
                 ],
+                **(
+                    {
+                        "top_weighted_terms": [
+                            {"term": vocab[t.term], "contrast": _rounded(t.contrast), "weight": _rounded(t.weight)}
+                            for t in weighted[k]
+                        ]
+                    }
+                    if weighted is not None
+                    else {}
+                ),
             }
         )
     depth_prior = {
@@ -251,6 +268,21 @@ def inspect_model(model, top_n: int = 10, model_path: Optional[str] = None, rank
             "where the node's rate is higher; candidates: terms with count > 0 in the node; "
             "a top-level node's siblings are the other top-level nodes",
         },
+        **(
+            {
+                "regression": {
+                    "family": ms.family,
+                    "generative_weight": float(linear.generative_weight),
+                    "top_n": top_n,
+                    "definition": "the path logits are F W^T + b over sublinear tf-idf rows F of unit length; "
+                    "a node's weight of a term is the mean W[path, term] over the paths through it, its "
+                    "contrast that minus the mean over its siblings' paths (a top-level node's siblings "
+                    "are the other top-level nodes); terms with contrast > 0, largest first",
+                }
+            }
+            if linear is not None
+            else {}
+        ),
         "nodes": nodes,
         "paths": paths,
     }

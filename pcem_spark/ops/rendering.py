@@ -154,6 +154,12 @@ def render_model_markdown(report: Dict[str, object]) -> str:
         f"- **top terms vs siblings**, ranked by {lo['ranked_by']}, shown with their log-odds: "
         f"{lo['definition']} (s = {lo['smoothing']:g})"
     )
+    weighted = report.get("regression")
+    if weighted:
+        lines.append(
+            f"- **top weighted terms vs siblings** ({weighted['family']} family, generative weight "
+            f"{weighted['generative_weight']:g}), shown with their contrast: {weighted['definition']}"
+        )
     lines.append("")
     header = (
         ["depth", "node", "parent"]
@@ -161,9 +167,11 @@ def render_model_markdown(report: Dict[str, object]) -> str:
         + (["expected docs"] if exp_docs_known else [])
         + (["labelled mass", "expected mass"] if split else ["word mass"])
         + ["prior", "top terms vs siblings"]
+        + (["top weighted terms vs siblings"] if weighted else [])
     )
     lines.append("| " + " | ".join(header) + " |")
-    lines.append("|---|---|---|" + "---:|" * (len(header) - 4) + "---|")
+    n_text = 2 if weighted else 1  # the term columns, left-aligned
+    lines.append("|---|---|---|" + "---:|" * (len(header) - 3 - n_text) + "---|" * n_text)
     for n in report["nodes"]:
         indent = "&nbsp;&nbsp;" * (n["depth"] - 1)
         terms = ", ".join(f"{t['term']} ({t['log_odds']:+.1f})" for t in n["top_terms"]) or (
@@ -180,6 +188,13 @@ def render_model_markdown(report: Dict[str, object]) -> str:
             row.append(_fmt(n["expected_documents"], 0))
         row += [_fmt(n["labeled_mass"]), _fmt(n["expected_mass"])] if split else [_fmt(n["total_mass"], 0)]
         row += [f"{n['prior']:.4f}", _md_cell(terms)]
+        if weighted:
+            row.append(
+                _md_cell(
+                    ", ".join(f"{t['term']} ({t['contrast']:+.2f})" for t in n["top_weighted_terms"])
+                    or ("(no siblings)" if n["n_siblings"] == 0 else "(no terms)")
+                )
+            )
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
