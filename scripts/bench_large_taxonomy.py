@@ -21,6 +21,8 @@ so two engines are compared in one run::
     python scripts/bench_large_taxonomy.py --shape 10,10,100 --vocab-bits 20 --docs 100000 --iters 50
     python scripts/bench_large_taxonomy.py --shape 10,10,10 --vocab-bits 18 --docs 20000 --iters 3 --top-k 5 \
         --frame-pass   # the RDD pass and the DataFrame-only pass side by side
+    python scripts/bench_large_taxonomy.py --shape 10,100 --vocab-bits 18 --docs 100000 --label-rate 0.1 \
+        --iters 3 --driver-memory 2g --linear   # the discriminative family at 1,000 leaves x 2^18 terms
 """
 
 from __future__ import annotations
@@ -241,6 +243,28 @@ def run(args) -> dict:
     total = time.perf_counter() - t0
     shuffle, _ = _stage_shuffle_bytes(sc, last_stage)
     driver_peak = _rss_mb(os.getpid(), "VmHWM:")
+    linear, linear_row = None, {}
+    if args.linear:
+        # The discriminative family's softmax regression on the same cached blocks (its labelled rows),
+        # after the EM: its own time, the driver's peak RSS when it is done, its free weights.
+        from pcem_spark.model.linear_family import fit_linear_blocks
+        from pcem_spark.model.settings import ModelSettings
+
+        ms = ModelSettings(family="discriminative", linear_c=args.linear_c, linear_weights=args.linear_weights)
+        t0 = time.perf_counter()
+        with MemorySampler() as lmem:
+            linear, info = fit_linear_blocks(blocks, taxonomy, V, ms)
+        linear_row = {
+            "linear_seconds": round(time.perf_counter() - t0, 2),
+            "linear_weights": info["weights"],
+            "linear_n_weights": info["n_weights"],
+            "linear_n_iter": info["n_iter"],
+            "linear_converged": info["converged"],
+            "linear_driver_python_peak_rss_mb": round(_rss_mb(os.getpid(), "VmHWM:")),
+            "linear_jvm_peak_rss_mb": round(lmem.jvm_peak),
+            "linear_python_workers_peak_rss_mb": round(lmem.workers_peak),
+        }
+        print(f"softmax regression: {json.dumps(linear_row)}", flush=True)
     blocks.unpersist()
     frame_row = {}
     if args.frame_pass:
@@ -289,6 +313,9 @@ def run(args) -> dict:
         )
         bc_bytes = [one] * (fit.n_iter + 1)
     predict_s = time.perf_counter() - t0
+    if linear is not None:
+        scores = core.pooled_scores(np.zeros((X.shape[0], M)), X, linear)
+        linear_row["linear_path_accuracy"] = float(np.mean(scores.argmax(axis=1) == truth))
     path_nodes = np.array([[taxonomy.node_index[x] for x in p] for p in taxonomy.paths])
     out = {
         "engine_src": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(engine.__file__)))),
@@ -325,6 +352,7 @@ def run(args) -> dict:
         "predict_seconds": round(predict_s, 2),
         "loglik_history": fit.loglik_history,
         **frame_row,
+        **linear_row,
     }
     if args.beam and hasattr(core, "beam_predict_paths"):
         tree = core.beam_tables(fit.params, path_node, args.smoothing)
@@ -370,6 +398,13 @@ def main(argv=None) -> int:
         action="store_true",
         help="also fit with the DataFrame-only pass (Spark Connect's engine) on the same documents, side by side",
     )
+    ap.add_argument(
+        "--linear",
+        action="store_true",
+        help="also fit the discriminative family's softmax regression on the blocks (its time, driver RSS, accuracy)",
+    )
+    ap.add_argument("--linear-c", type=float, default=10.0)
+    ap.add_argument("--linear-weights", default="auto", choices=["auto", "dense", "observed"])
     ap.add_argument("--out", default="out/bench/large_taxonomy.json")
     args = ap.parse_args(argv)
     results = []

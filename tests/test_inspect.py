@@ -595,3 +595,19 @@ def test_sibling_weight_contrasts_equal_a_dense_reference():
     assert got[tax.node_index["w"]] == []  # an only child
     with pytest.raises(Exception, match="top_n"):
         node_stats.sibling_weight_contrasts(Wt, A, parent_of, top_n=0)
+
+
+def test_sibling_weight_contrasts_of_a_sparse_regression_equal_the_dense_ones():
+    rng = np.random.default_rng(10)
+    tax = Taxonomy.from_label_paths([("a", "x"), ("a", "y"), ("a", "z"), ("b", "u"), ("b", "v"), ("c", "w")])
+    V = 40
+    Wt = sp.random(V, tax.n_paths, density=0.3, random_state=rng, format="csr")
+    Wt.data = rng.normal(size=Wt.nnz)
+    parent_of = node_stats.padded_parents(tax)
+    A = tax.path_node_matrix(sparse=True)
+    sparse = node_stats.sibling_weight_contrasts(Wt, A, parent_of, top_n=6)
+    dense = node_stats.sibling_weight_contrasts(Wt.toarray(), A, parent_of, top_n=6)
+    assert sum(len(x) for x in dense) > 20
+    for got, want in zip(sparse, dense):
+        assert [t.term for t in got] == [t.term for t in want]
+        np.testing.assert_allclose([(t.contrast, t.weight) for t in got], [(t.contrast, t.weight) for t in want])

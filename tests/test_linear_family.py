@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from pcem_spark.core.logistic import fit_softmax, one_hot_targets, softmax_terms
 from pcem_spark.core.taxonomy import Taxonomy
@@ -19,6 +20,7 @@ from pcem_spark.ml import train
 from pcem_spark.model.linear_family import linear_l2
 from pcem_spark.model.path_model import PathModel
 from pcem_spark.model.settings import ModelSettings
+from pcem_spark.ops.inspection import inspect_model
 
 WORDS = {
     ("sport", "football"): "goal keeper league striker pitch referee match",
@@ -223,3 +225,52 @@ def test_inspect_shows_each_nodes_top_weighted_terms(combined, tmp_path):
     out = write_inspection(str(tmp_path / "inspect"), inspection_files(report))
     text = open(os.path.join(out, "model.md")).read()
     assert "top weighted terms vs siblings" in text and nodes["tennis"]["top_weighted_terms"][0]["term"] in text
+
+
+def test_observed_weights_fit_save_and_predict_like_their_dense_reference(spark, corpus, tmp_path):
+    """linear_weights = observed: only the (path, term) pairs of the labelled documents are free."""
+    rows, docs, taxonomy = corpus
+    model, _ = train(docs, taxonomy, FEATURES, settings(linear_weights="observed"))
+    Wt = model.linear.weights_t
+    assert sp.issparse(Wt) and model.training_summary["linear"]["weights"] == "observed"
+    X = dense_counts(rows, model.vocabulary)
+    labelled = [i for i, r in enumerate(rows) if r[2] is not None]
+    paths = np.array([taxonomy.paths.index(tuple(rows[i][2])) for i in labelled])
+    seen = {(j, t) for i, j in zip(labelled, paths) for t in np.flatnonzero(X[i])}  # written out pair by pair
+    W = Wt.T.tocsr()
+    stored = set(zip(np.repeat(np.arange(W.shape[0]), np.diff(W.indptr)).tolist(), W.indices.tolist()))
+    assert stored == seen and model.training_summary["linear"]["n_weights"] == len(seen) < W.shape[0] * W.shape[1]
+    # The same problem in dense numpy: the pairs outside the support held at 0.
+    mask = np.zeros(W.shape, bool)
+    for j, t in seen:
+        mask[j, t] = True
+    F = dense_tfidf(X[labelled], model.linear.idf)
+    Y = one_hot_targets(paths, taxonomy.n_paths)
+
+    def masked(Wd, b):
+        t = softmax_terms(F, Y, np.ones(len(paths)), Wd * mask, b)
+        return t._replace(grad_W=t.grad_W * mask)
+
+    local = fit_softmax(masked, W.shape[0], W.shape[1], linear_l2(10.0, len(paths)), max_iter=500, tol=1e-9)
+    np.testing.assert_allclose(W.toarray(), local.W * mask, atol=2e-3)
+    path = str(tmp_path / "observed")
+    model.save(path)
+    loaded = PathModel.load(path)
+    assert sp.issparse(loaded.linear.weights_t)
+    np.testing.assert_array_equal(loaded.linear.weights_t.toarray(), Wt.toarray())
+    before = sorted(model.transform(docs).select("id", "path", "probability").collect())
+    assert sorted(loaded.transform(docs).select("id", "path", "probability").collect()) == before
+    report = inspect_model(loaded, top_n=2)  # a sparse regression inspects too
+    assert all(n["top_weighted_terms"] for n in report["nodes"] if n["leaf"])
+
+
+def test_the_weight_layout_follows_the_width(monkeypatch):
+    from pcem_spark.model import linear_family
+
+    assert linear_family.weight_layout(settings(), 20, 20000) == "dense"
+    assert linear_family.weight_layout(settings(linear_weights="observed"), 20, 20000) == "observed"
+    assert linear_family.weight_layout(settings(), 1000, 1 << 18) == "observed"  # 2^28 cells: too wide for dense
+    with pytest.raises(InputError, match="model.linear_weights = dense .* 1000 paths x 262144 terms"):
+        linear_family.weight_layout(settings(linear_weights="dense"), 1000, 1 << 18)
+    with pytest.raises(InputError, match="model.linear_weights"):
+        settings(linear_weights="sparse").validate()

@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from pcem_spark.core import logistic
 from pcem_spark.core.logistic import (
     fit_softmax,
     log_softmax_rows,
+    observed_support,
     one_hot_targets,
     path_logits,
     softmax_objective,
@@ -164,6 +166,68 @@ def test_a_soft_target_is_the_mixture_of_its_one_hot_targets(problem):
     copies = softmax_terms(np.vstack([F[3:4], F[3:4]]), one_hot_targets([1, 2], W.shape[0]), np.r_[0.3, 0.7], W, b)
     assert mixed.loss == pytest.approx(copies.loss, rel=1e-12)
     np.testing.assert_allclose(mixed.grad_W, copies.grad_W, rtol=1e-12, atol=1e-14)
+
+
+def test_observed_support_is_the_paths_terms_of_the_labelled_documents():
+    X = np.array([[1, 0, 2, 0], [0, 3, 0, 0], [0, 0, 1, 1]], float)
+    Y = np.array([[1, 0, 0], [0, 1, 0], [0, 0.5, 0.5]])
+    support = observed_support(sp.csr_matrix(X), Y)
+    want = {(m, t) for i in range(3) for m in range(3) for t in range(4) if Y[i, m] > 0 and X[i, t] > 0}
+    rows = np.repeat(np.arange(3), np.diff(support.indptr))
+    assert set(zip(rows.tolist(), support.indices.tolist())) == want
+    assert support.has_sorted_indices and not support.data.any()
+
+
+def test_a_sparse_weight_matrix_gives_the_dense_objective_and_its_gradient_on_the_support(problem, monkeypatch):
+    X, Y, w, W, b = problem
+    F, _ = reference_tfidf(X)
+    l2 = 0.05
+    support = observed_support(sp.csr_matrix(X[:6]), Y[:6])  # the labelled rows' pairs
+    assert 0 < support.nnz < W.size
+    rows = np.repeat(np.arange(W.shape[0]), np.diff(support.indptr))
+    W_on = np.zeros_like(W)
+    W_on[rows, support.indices] = W[rows, support.indices]  # the dense twin: 0 off the support
+    W_sparse = logistic.with_values(support, W[rows, support.indices])
+    monkeypatch.setattr(logistic, "_SUPPORT_CHUNK_CELLS", 2 * X.shape[1])  # two paths per chunk: chunks meet
+    sparse_terms = softmax_terms(sp.csr_matrix(F), Y, w, W_sparse, b)
+    dense_terms = softmax_terms(sp.csr_matrix(F), Y, w, W_on, b)
+    value, gW, gb = softmax_objective(sparse_terms, W_sparse.data, l2)
+    assert value == pytest.approx(reference_objective(F, Y, w, W_on, b, l2), rel=1e-12)
+    _, dense_gW, dense_gb = softmax_objective(dense_terms, W_on, l2)
+    assert gW.shape == (support.nnz,)
+    np.testing.assert_allclose(gW, dense_gW[rows, support.indices], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(gb, dense_gb, rtol=1e-12, atol=1e-14)
+
+
+def test_a_fit_on_the_support_is_the_dense_fit_with_the_other_weights_held_at_zero():
+    rng = np.random.default_rng(9)
+    M, V, per = 4, 12, 6
+    X = np.zeros((M * per, V))
+    for m in range(M):
+        X[m * per : (m + 1) * per, 3 * m : 3 * m + 3] = rng.integers(1, 4, size=(per, 3))
+    X += (rng.random(X.shape) < 0.1) * 1.0
+    paths = np.repeat(np.arange(M), per)
+    F = tfidf_features(sp.csr_matrix(X), idf_weights((X > 0).sum(axis=0), len(X)))
+    Y = one_hot_targets(paths, M)
+    w = np.ones(len(X))
+    support = observed_support(sp.csr_matrix(X), Y)
+    rows = np.repeat(np.arange(M), np.diff(support.indptr))
+    mask = np.zeros((M, V), bool)
+    mask[rows, support.indices] = True
+    l2 = 1e-2
+    fit = fit_softmax(lambda W, b: softmax_terms(F, Y, w, W, b), M, V, l2, 500, 1e-9, support=support)
+    assert sp.issparse(fit.W) and fit.W.nnz <= support.nnz and fit.converged
+
+    def masked(W, b):  # the dense objective, its gradient zeroed off the support: the same problem
+        t = softmax_terms(F, Y, w, W * mask, b)
+        return t._replace(grad_W=t.grad_W * mask)
+
+    dense = fit_softmax(masked, M, V, l2, 500, 1e-9)
+    np.testing.assert_allclose(fit.W.toarray(), dense.W * mask, atol=1e-4)
+    assert fit.objective == pytest.approx(dense.objective, rel=1e-6)
+    assert (path_logits(F, fit.W, fit.b).argmax(axis=1) == paths).all()
+    with pytest.raises(ValueError, match="support"):
+        fit_softmax(lambda W, b: None, M, V + 1, l2, support=support)
 
 
 def test_l2_must_be_positive():

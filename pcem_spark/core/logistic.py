@@ -21,6 +21,14 @@ math of one block, as pure functions (the engine moves blocks and sums):
   fit over one matrix share the optimiser.
 
 Shapes: ``n`` documents, ``V`` terms, ``M`` paths. ``W`` is (M, V), ``b`` (M,).
+
+``W`` is a dense array, or -- for taxonomies too wide for a dense one -- a
+``csr_matrix`` whose stored entries are the only free weights (the *observed
+support*, :func:`observed_support`: the (path, term) pairs seen together in a
+labelled document, as CRFsuite and other maximum-entropy toolkits restrict their
+features); every other weight stays 0. The same functions take either: the
+logits, the objective and L-BFGS work on the stored entries, and a gradient is
+never materialised as a dense (M, V) array (:func:`support_gradient`).
 """
 
 from __future__ import annotations
@@ -42,6 +50,9 @@ __all__ = [
     "SoftmaxFit",
     "fit_softmax",
     "one_hot_targets",
+    "observed_support",
+    "with_values",
+    "support_gradient",
     "LinearTables",
     "linear_tables",
     "pooled_scores",
@@ -70,9 +81,10 @@ def tfidf_features(X, idf: np.ndarray) -> sp.csr_matrix:
     return tfidf_rows(X, np.asarray(idf, dtype=np.float64))
 
 
-def path_logits(F, W: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Path scores ``S = F W^T + b``: F (n, V) features, W (M, V), b (M,) -> float64 (n, M)."""
-    S = np.asarray(F @ W.T, dtype=np.float64)
+def path_logits(F, W, b: np.ndarray) -> np.ndarray:
+    """Path scores ``S = F W^T + b``: F (n, V) features, W (M, V) dense or csr, b (M,) -> float64 (n, M)."""
+    S = F @ W.T
+    S = S.toarray() if sp.issparse(S) else np.asarray(S, dtype=np.float64)
     return S + b[None, :]
 
 
@@ -90,11 +102,60 @@ def one_hot_targets(paths: np.ndarray, n_paths: int) -> sp.csr_matrix:
     return sp.csr_matrix((np.ones(n), (np.arange(n), paths)), shape=(n, n_paths))
 
 
+def observed_support(X, Y) -> sp.csr_matrix:
+    """The (path, term) pairs a sparse regression may weigh: those seen together in a labelled document.
+
+    X : (n, V) term counts (or features) of the labelled documents; Y : (n, M) their targets.
+    Returns a csr_matrix (M, V) with sorted indices whose stored entries (all 0.0) are the
+    pattern of ``Y^T X``: a term of a path's labelled documents. Its size is at most the
+    labelled documents' non-zeros times the paths a row's target spreads over, whatever V and M.
+    """
+    X = sp.csr_matrix(X)
+    Y = sp.csr_matrix(Y)
+    pattern = (abs(Y).T @ (X != 0).astype(np.float64)).tocsr()
+    pattern.eliminate_zeros()
+    pattern.sort_indices()
+    return sp.csr_matrix((np.zeros(pattern.nnz), pattern.indices, pattern.indptr), shape=pattern.shape)
+
+
+def with_values(support: sp.csr_matrix, values: np.ndarray) -> sp.csr_matrix:
+    """The csr_matrix with ``support``'s pattern and ``values`` as its stored entries (no copy of the pattern)."""
+    return sp.csr_matrix((values, support.indices, support.indptr), shape=support.shape)
+
+
+# A gradient on a support is computed a few paths at a time: at most this many dense cells at once.
+_SUPPORT_CHUNK_CELLS = 1 << 22
+
+
+def support_gradient(F, residual: np.ndarray, support: sp.csr_matrix) -> np.ndarray:
+    """``residual^T F`` at the stored entries of ``support`` only: (nnz,) aligned with ``support.data``.
+
+    F : (n, V) features (csr); residual : (n, M) dense; support : csr (M, V) with sorted indices.
+    The dense (M, V) product is never formed: a chunk of paths at a time (at most
+    2^22 cells), ``F^T residual[:, chunk]`` is computed and its support entries taken.
+    Time ``O(M nnz(F))``, the dense gradient's; memory ``O(nnz(support) + 2^22)``.
+    """
+    M, V = support.shape
+    Ft = sp.csr_matrix(F).T.tocsr()  # (V, n)
+    out = np.zeros(support.nnz)
+    step = max(1, _SUPPORT_CHUNK_CELLS // max(V, 1))
+    for a in range(0, M, step):
+        z = min(M, a + step)
+        lo, hi = support.indptr[a], support.indptr[z]
+        if lo == hi:
+            continue
+        D = np.asarray(Ft @ residual[:, a:z])  # (V, z - a)
+        paths = np.repeat(np.arange(z - a), np.diff(support.indptr[a : z + 1]))
+        out[lo:hi] = D[support.indices[lo:hi], paths]
+    return out
+
+
 class SoftmaxTerms(NamedTuple):
     """One block's share of the objective: sums over its documents, before the penalty.
 
     loss : float, ``-sum_i w_i sum_m Y_im log p_im`` (the weighted soft-label cross-entropy)
-    grad_W : (M, V), ``sum_i w_i (p_i - y_i) f_i^T`` scaled by the targets' row mass
+    grad_W : (M, V), ``sum_i w_i (p_i - y_i) f_i^T`` scaled by the targets' row mass; for a
+        sparse W, its stored entries only, (nnz,) aligned with ``W.data``
     grad_b : (M,), ``sum_i w_i (m_i p_i - y_i)``, m_i the row sum of ``Y_i``
     weight : float, ``sum_i w_i m_i`` (the mass the loss is a sum over)
     """
@@ -110,7 +171,8 @@ def softmax_terms(F, Y, sample_weight: np.ndarray, W: np.ndarray, b: np.ndarray)
 
     F : (n, V) features; Y : (n, M) targets (csr_matrix or dense, non-negative; a row sums to 1
     for a labelled document or a posterior, to 0 for a document that does not count);
-    sample_weight : (n,) weights w_i >= 0; W (M, V), b (M,).
+    sample_weight : (n,) weights w_i >= 0; W (M, V) dense, or a csr_matrix whose stored entries
+    are the free weights (the gradient is then (nnz,), :func:`support_gradient`); b (M,).
 
     With ``m_i = sum_m Y_im``, the loss of a row is ``-sum_m Y_im log p_im`` and its gradient
     in the scores is ``m_i p_i - Y_i`` -- a soft target of any mass is a mixture of one-hot ones.
@@ -123,14 +185,18 @@ def softmax_terms(F, Y, sample_weight: np.ndarray, W: np.ndarray, b: np.ndarray)
     # 0 * log p is 0 even where p underflows to 0 (log p = -inf would give NaN).
     loss = -float(np.sum(np.where(wY > 0, wY * log_p, 0.0)))
     residual = np.exp(log_p) * (w * mass)[:, None] - wY  # (n, M): dLoss/dS
-    grad_W = np.asarray(F.T @ residual).T if sp.issparse(F) else residual.T @ np.asarray(F)
+    if sp.issparse(W):
+        grad_W = support_gradient(F, residual, W)
+    else:
+        grad_W = np.asarray(F.T @ residual).T if sp.issparse(F) else residual.T @ np.asarray(F)
     return SoftmaxTerms(loss, np.asarray(grad_W, dtype=np.float64), residual.sum(axis=0), float(np.sum(w * mass)))
 
 
 def softmax_objective(terms: SoftmaxTerms, W: np.ndarray, l2: float) -> Tuple[float, np.ndarray, np.ndarray]:
     """The objective from summed :class:`SoftmaxTerms`: ``loss / weight + (l2 / 2) ||W||^2``.
 
-    Returns (objective, grad_W (M, V), grad_b (M,)). The loss is a mean over the targets' mass,
+    ``W`` is the dense (M, V) weights or a sparse W's stored entries (``W.data``), matching
+    ``terms.grad_W``. Returns (objective, grad_W, grad_b (M,)). The loss is a mean over the targets' mass,
     so ``l2`` means the same at any corpus size; the biases are not penalised (as in LIBLINEAR's
     and scikit-learn's multinomial models, whose ``C`` is ``1 / (l2 * weight)``).
     """
@@ -158,6 +224,7 @@ def fit_softmax(
     tol: float = 1e-6,
     W0: Optional[np.ndarray] = None,
     b0: Optional[np.ndarray] = None,
+    support: Optional[sp.csr_matrix] = None,
 ) -> SoftmaxFit:
     """Minimise :func:`softmax_objective` with L-BFGS (scipy), from W0, b0 (default zeros).
 
@@ -168,35 +235,59 @@ def fit_softmax(
     probability sees); a warm start (W0, b0) only saves iterations. ``tol`` is scipy's
     ``gtol`` on the projected gradient; scipy's ``ftol`` (relative change of the objective)
     also stops it.
+
+    With ``support`` (a csr (M, V), :func:`observed_support`) only its stored entries are
+    free: ``summed_terms`` gets W as a csr_matrix of that pattern, L-BFGS works on its
+    ``nnz + M`` numbers, and the fit's W is that csr_matrix (``W0``, if given, too).
     """
     from scipy.optimize import minimize
 
     if l2 <= 0:
         raise ValueError(f"l2 must be > 0 (the objective is then strictly convex), got {l2}")
     M, V = n_paths, n_terms
-    start = np.concatenate(
-        [
-            (np.zeros((M, V)) if W0 is None else np.asarray(W0, dtype=np.float64)).ravel(),
-            np.zeros(M) if b0 is None else np.asarray(b0, dtype=np.float64),
-        ]
-    )
+    if support is not None:
+        support = sp.csr_matrix(support, dtype=np.float64)
+        support.sort_indices()
+        if support.shape != (M, V):
+            raise ValueError(f"the support is {support.shape}, the model ({M}, {V})")
+    n_w = M * V if support is None else support.nnz
+
+    def weights(theta: np.ndarray):
+        if support is None:
+            return theta[:n_w].reshape(M, V)
+        return with_values(support, theta[:n_w])
+
+    if W0 is None:
+        w0 = np.zeros(n_w)
+    elif support is None:
+        w0 = np.asarray(W0, dtype=np.float64).ravel()
+    else:
+        w0 = _on_support(W0, support)
+    start = np.concatenate([w0, np.zeros(M) if b0 is None else np.asarray(b0, dtype=np.float64)])
 
     def objective(theta: np.ndarray):
-        W, b = theta[: M * V].reshape(M, V), theta[M * V :]
-        value, gW, gb = softmax_objective(summed_terms(W, b), W, l2)
-        return value, np.concatenate([gW.ravel(), gb])
+        W, b = weights(theta), theta[n_w:]
+        value, gW, gb = softmax_objective(summed_terms(W, b), W if support is None else theta[:n_w], l2)
+        return value, np.concatenate([np.ravel(gW), gb])
 
     result = minimize(objective, start, jac=True, method="L-BFGS-B", options={"maxiter": max_iter, "gtol": tol})
     theta = result.x
-    return SoftmaxFit(
-        theta[: M * V].reshape(M, V), theta[M * V :], float(result.fun), int(result.nit), bool(result.success)
-    )
+    return SoftmaxFit(weights(theta), theta[n_w:], float(result.fun), int(result.nit), bool(result.success))
+
+
+def _on_support(W, support: sp.csr_matrix) -> np.ndarray:
+    """The entries of W (dense or sparse, (M, V)) at ``support``'s stored positions, in its order."""
+    rows = np.repeat(np.arange(support.shape[0]), np.diff(support.indptr))
+    if sp.issparse(W):
+        return np.asarray(sp.csr_matrix(W)[rows, support.indices]).ravel()
+    return np.asarray(W, dtype=np.float64)[rows, support.indices]
 
 
 class LinearTables(NamedTuple):
     """The discriminative path model laid out for scoring a block (broadcast beside :class:`ScoringTables`).
 
-    weights_t : (V, M) ``W^T`` (at the scoring dtype); bias : (M,) ``b``; idf : (V,);
+    weights_t : (V, M) ``W^T`` (at the scoring dtype), a dense array or, for a model fitted on
+    its observed support, a csr_matrix; bias : (M,) ``b``; idf : (V,);
     generative_weight : ``beta`` >= 0, the weight of the generative model's log path posterior
     in the pooled score (:func:`pooled_scores`): 0 is the discriminative model alone.
     """
@@ -211,7 +302,10 @@ def linear_tables(fit: SoftmaxFit, idf: np.ndarray, generative_weight: float, dt
     """:class:`LinearTables` of a fitted softmax (W transposed once, for ``F @ W^T`` per block)."""
     if generative_weight < 0:
         raise ValueError(f"generative_weight must be >= 0, got {generative_weight}")
-    weights_t = np.ascontiguousarray(np.asarray(fit.W).T, dtype=np.dtype(dtype))
+    if sp.issparse(fit.W):
+        weights_t = sp.csr_matrix(fit.W.T, dtype=np.dtype(dtype))
+    else:
+        weights_t = np.ascontiguousarray(np.asarray(fit.W).T, dtype=np.dtype(dtype))
     return LinearTables(weights_t, np.asarray(fit.b, dtype=np.float64), np.asarray(idf, np.float64), generative_weight)
 
 
@@ -223,7 +317,8 @@ def pooled_scores(jll: np.ndarray, X, linear: LinearTables) -> np.ndarray:
     experts) of the generative posterior, raised to ``beta``, and the discriminative one.
     """
     F = tfidf_features(X, linear.idf)
-    S = np.asarray(F @ linear.weights_t, dtype=np.float64) + linear.bias[None, :]
+    S = F @ linear.weights_t
+    S = (S.toarray() if sp.issparse(S) else np.asarray(S, dtype=np.float64)) + linear.bias[None, :]
     if linear.generative_weight > 0:
         S += linear.generative_weight * log_softmax_rows(jll)
     return S

@@ -5,7 +5,9 @@ Execution shape, the same as an EM iteration's (:mod:`pcem_spark.engine.sums`):
 * the labelled rows of the cached blocks are kept once (:func:`labeled_rows`):
   a discriminative fit reads only them, usually a small share of a crawl;
 * the idf weights and the targets' score matrix are broadcast once per fit,
-  the weights ``W`` (M, V) and biases ``b`` once per evaluation;
+  the weights ``W`` (M, V) and biases ``b`` once per evaluation (a sparse ``W``,
+  fitted on its observed support, travels as its stored entries: one pass
+  over the labelled rows finds that support first, :func:`support_pass`);
 * each task turns its blocks' counts into sublinear tf-idf rows and sums
   :func:`pcem_spark.core.logistic.softmax_terms` over them, so one record per
   task travels back, and ``treeReduce`` adds the records on the executors;
@@ -21,13 +23,28 @@ from __future__ import annotations
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
+import scipy.sparse as sp
 from pyspark import RDD
 
-from pcem_spark.core.logistic import SoftmaxFit, SoftmaxTerms, fit_softmax, softmax_terms, tfidf_features
+from pcem_spark.core.logistic import (
+    SoftmaxFit,
+    SoftmaxTerms,
+    fit_softmax,
+    observed_support,
+    softmax_terms,
+    tfidf_features,
+)
 from pcem_spark.core.structure import path_scores
 from pcem_spark.engine.blocks import Block
 
-__all__ = ["labeled_rows", "block_terms", "softmax_terms_pass", "fit_softmax_on_blocks"]
+__all__ = [
+    "labeled_rows",
+    "block_terms",
+    "block_support",
+    "support_pass",
+    "softmax_terms_pass",
+    "fit_softmax_on_blocks",
+]
 
 
 def labeled_rows(blocks: RDD) -> RDD:
@@ -60,6 +77,37 @@ def block_terms(
         terms = softmax_terms(features, targets, np.ones(len(rows)), W, b)
         total = terms if total is None else _add(total, terms)
     return total
+
+
+def block_support(blocks: Iterable[Block], target_matrix: np.ndarray, vocab_size: int) -> sp.csr_matrix:
+    """The (path, term) pairs of the labelled rows of ``blocks``
+    (:func:`pcem_spark.core.logistic.observed_support`), as a csr (M, V) of 0/1 counts."""
+    M = target_matrix.shape[0]
+    total = sp.csr_matrix((M, vocab_size))
+    for block in blocks:
+        rows = np.flatnonzero(block.labeled)
+        if len(rows):
+            pattern = observed_support(block.X[rows], path_scores(block.node_scores[rows], target_matrix))
+            total = total + sp.csr_matrix(
+                (np.ones(pattern.nnz), pattern.indices, pattern.indptr), shape=(M, vocab_size)
+            )
+    total.data[:] = 1.0  # a pair seen in several blocks is one free weight
+    return total
+
+
+def support_pass(blocks: RDD, target_matrix: np.ndarray, vocab_size: int) -> sp.csr_matrix:
+    """The observed support of the labelled rows of ``blocks``: one pass, patterns added on the executors."""
+
+    def add(a: sp.csr_matrix, b: sp.csr_matrix) -> sp.csr_matrix:
+        total = (a + b).tocsr()
+        total.data[:] = 1.0
+        return total
+
+    support = blocks.mapPartitions(lambda part: [block_support(part, target_matrix, vocab_size)]).treeReduce(
+        add, depth=2
+    )
+    support.sort_indices()
+    return sp.csr_matrix((np.zeros(support.nnz), support.indices, support.indptr), shape=support.shape)
 
 
 def _add(a: Optional[SoftmaxTerms], b: Optional[SoftmaxTerms]) -> Optional[SoftmaxTerms]:
@@ -100,11 +148,13 @@ def fit_softmax_on_blocks(
     max_iter: int = 100,
     tol: float = 1e-6,
     start: Optional[Sequence[np.ndarray]] = None,
+    support: Optional[sp.csr_matrix] = None,
 ) -> SoftmaxFit:
     """Fit the softmax over paths on the labelled rows of cached ``blocks`` (one Spark pass per evaluation).
 
     idf : (V,); target_matrix : (M, K), e.g. ``Taxonomy.leaf_node_matrix()``; l2 : the penalty of
-    :func:`pcem_spark.core.logistic.softmax_objective`; start : optional (W0, b0).
+    :func:`pcem_spark.core.logistic.softmax_objective`; start : optional (W0, b0); support :
+    a csr (M, V) of the free weights (:func:`support_pass`), None for a dense W.
     """
     labeled = labeled_rows(blocks).cache()
     static_bc = blocks.context.broadcast((np.asarray(idf, dtype=np.float64), np.asarray(target_matrix)))
@@ -112,7 +162,15 @@ def fit_softmax_on_blocks(
         M, V = target_matrix.shape[0], len(idf)
         W0, b0 = (None, None) if start is None else start
         return fit_softmax(
-            lambda W, b: softmax_terms_pass(labeled, static_bc, W, b), M, V, l2, max_iter, tol, W0=W0, b0=b0
+            lambda W, b: softmax_terms_pass(labeled, static_bc, W, b),
+            M,
+            V,
+            l2,
+            max_iter,
+            tol,
+            W0=W0,
+            b0=b0,
+            support=support,
         )
     finally:
         labeled.unpersist()

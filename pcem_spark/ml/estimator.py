@@ -187,6 +187,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         family="generative",
         linearC=10.0,
         generativeWeight=0.3,
+        linearWeights="auto",
         unlabeledTable="",
         labeledTable="",
         tokenPattern=DEFAULT_TOKEN_PATTERN,

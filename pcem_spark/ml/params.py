@@ -55,6 +55,7 @@ MODEL_PARAMS: Dict[str, str] = {
     "family": "family",
     "linear_c": "linearC",
     "generative_weight": "generativeWeight",
+    "linear_weights": "linearWeights",
 }
 TUNE_PARAMS: Dict[str, str] = {
     "folds": "tuneFolds",
@@ -199,6 +200,13 @@ class _PathEMParams(Params):
         "generativeWeight",
         "weight of the generative log path posterior in the combined family's scores",
         TypeConverters.toFloat,
+    )
+    linearWeights = Param(
+        Params._dummy(),
+        "linearWeights",
+        "the softmax regression's free weights: 'dense' (paths x terms), 'observed' (the (path, term) "
+        "pairs seen in a labelled document) or 'auto' (dense up to 2^23 cells)",
+        TypeConverters.toString,
     )
     unlabeledTable = Param(
         Params._dummy(),

@@ -12,6 +12,13 @@ them), and the idf weights count every training document, labelled or not.
 cross-validation and calibration fold); :func:`fit_linear_blocks` on the
 cached blocks of a full fit, one Spark pass per L-BFGS evaluation
 (:mod:`pcem_spark.engine.softmax_pass`).
+
+The weights are a dense (M, V) array while it fits (:data:`LINEAR_MAX_CELLS`),
+else -- or with ``model.linear_weights = "observed"`` -- only the (path, term)
+pairs seen together in a labelled document are free
+(:func:`pcem_spark.core.logistic.observed_support`): the regression then costs
+the labelled documents' non-zeros, not paths x terms, on the driver and in
+every broadcast.
 """
 
 from __future__ import annotations
@@ -21,14 +28,16 @@ import time
 from typing import Dict, Iterable, Sequence, Tuple
 
 import numpy as np
+import scipy.sparse as sp
 from pyspark import RDD
 
-from pcem_spark.core.logistic import LinearTables, fit_softmax, linear_tables
+from pcem_spark.core.logistic import LinearTables, fit_softmax, linear_tables, observed_support
 from pcem_spark.core.similarity import idf_weights
+from pcem_spark.core.structure import path_scores
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.blocks import Block
 from pcem_spark.engine.limits import check_result_size
-from pcem_spark.engine.softmax_pass import block_terms, fit_softmax_on_blocks
+from pcem_spark.engine.softmax_pass import block_terms, fit_softmax_on_blocks, support_pass
 from pcem_spark.errors import InputError
 from pcem_spark.model.settings import ModelSettings
 
@@ -38,16 +47,17 @@ __all__ = [
     "LINEAR_TOL",
     "generative_weight_of",
     "linear_l2",
+    "weight_layout",
     "document_frequency",
     "check_linear_family",
     "fit_linear_local",
     "fit_linear_blocks",
 ]
 
-# The regression's weights are a dense (M, V) array on the driver and in every broadcast, and scipy's
-# L-BFGS keeps about 25 such arrays (its 10 correction pairs and the iterates): 2^23 cells (64 MB as
-# float64, ~1.7 GB in L-BFGS) at most; 20 paths x 20k terms are 400k. Wider taxonomies need a sparse
-# or per-parent model, which this family does not have yet: they are refused with this number.
+# The regression's free weights live on the driver and in every broadcast, and scipy's L-BFGS keeps
+# about 25 vectors of them (its 10 correction pairs and the iterates): 2^23 weights (64 MB as float64,
+# ~1.7 GB in L-BFGS) at most; 20 paths x 20k terms are 400k. A dense layout wider than this becomes the
+# observed support under linear_weights = "auto"; an observed support larger than this is refused.
 LINEAR_MAX_CELLS = 1 << 23
 # L-BFGS stops after this many iterations, or when the projected gradient is below LINEAR_TOL.
 LINEAR_MAX_ITER = 200
@@ -88,13 +98,30 @@ def document_frequency(blocks: Iterable[Block], vocab_size: int) -> Tuple[np.nda
     return df, n
 
 
-def _check_width(taxonomy: Taxonomy, vocab_size: int) -> None:
-    cells = taxonomy.n_paths * vocab_size
+def weight_layout(settings: ModelSettings, n_paths: int, vocab_size: int) -> str:
+    """``"dense"`` or ``"observed"``: the layout of the regression's weights for these settings and this width.
+
+    ``model.linear_weights = "auto"`` is dense while paths x terms fit in :data:`LINEAR_MAX_CELLS`;
+    an explicit ``"dense"`` wider than that is refused (InputError).
+    """
+    cells = n_paths * vocab_size
+    if settings.linear_weights == "observed" or (settings.linear_weights == "auto" and cells > LINEAR_MAX_CELLS):
+        return "observed"
     if cells > LINEAR_MAX_CELLS:
         raise InputError(
-            f"model.family = combined / discriminative keeps a dense paths x terms weight array: "
-            f"{taxonomy.n_paths} paths x {vocab_size} terms = {cells:,} cells, above {LINEAR_MAX_CELLS:,}; "
-            "use model.family = generative, or a smaller features.vocab_size"
+            f"model.linear_weights = dense keeps a paths x terms weight array: {n_paths} paths x {vocab_size} "
+            f"terms = {cells:,} weights, above {LINEAR_MAX_CELLS:,}; use model.linear_weights = auto or observed "
+            "(only the (path, term) pairs seen in a labelled document are weighed)"
+        )
+    return "dense"
+
+
+def _check_support(nnz: int) -> None:
+    if nnz > LINEAR_MAX_CELLS:
+        raise InputError(
+            f"the softmax regression's observed support has {nnz:,} (path, term) pairs, above {LINEAR_MAX_CELLS:,}: "
+            "use model.family = generative, fewer labelled documents for the regression, or a smaller "
+            "features.vocab_size"
         )
 
 
@@ -109,20 +136,27 @@ def check_linear_family(blocks, taxonomy: Taxonomy, vocab_size: int, settings: M
         return
     if not isinstance(blocks, RDD):
         raise InputError(_NO_CONNECT)
-    _check_width(taxonomy, vocab_size)
+    weight_layout(settings, taxonomy.n_paths, vocab_size)
 
 
 def fit_linear_local(
     blocks: Sequence[Block], taxonomy: Taxonomy, vocab_size: int, settings: ModelSettings
 ) -> LinearTables:
     """The regression on a list of blocks, in this process (a cross-validation or calibration fold's fit)."""
-    _check_width(taxonomy, vocab_size)
+    layout = weight_layout(settings, taxonomy.n_paths, vocab_size)
     df, n = document_frequency(blocks, vocab_size)
     idf = idf_weights(df, n)
     target = _targets(taxonomy)
     n_labeled = sum(int(b.labeled.sum()) for b in blocks)
     if n_labeled == 0:
         raise InputError(_NO_LABELS.format(family=settings.family))
+    support = None
+    if layout == "observed":
+        rows = [(b, np.flatnonzero(b.labeled)) for b in blocks]
+        X = sp.vstack([b.X[r] for b, r in rows if len(r)]).tocsr()
+        Y = np.vstack([np.asarray(path_scores(b.node_scores[r], target)) for b, r in rows if len(r)])
+        support = observed_support(X, Y)
+        _check_support(support.nnz)
     fit = fit_softmax(
         lambda W, b: block_terms(blocks, idf, target, W, b),
         taxonomy.n_paths,
@@ -130,6 +164,7 @@ def fit_linear_local(
         linear_l2(settings.linear_c, n_labeled),
         LINEAR_MAX_ITER,
         LINEAR_TOL,
+        support=support,
     )
     return linear_tables(fit, idf, generative_weight_of(settings), settings.parameter_dtype)
 
@@ -140,15 +175,20 @@ def fit_linear_blocks(
     """The regression on the cached blocks of a full fit (an RDD of :class:`Block`), and what it did."""
     if not isinstance(blocks, RDD):
         raise InputError(_NO_CONNECT)
-    _check_width(taxonomy, vocab_size)
-    # treeReduce brings about sqrt(partitions) gradients of (M, V) float64 to the driver per evaluation.
+    layout = weight_layout(settings, taxonomy.n_paths, vocab_size)
+    t0 = time.perf_counter()
+    support = None
+    if layout == "observed":
+        support = support_pass(blocks, _targets(taxonomy), vocab_size)
+        _check_support(support.nnz)
+    n_weights = taxonomy.n_paths * vocab_size if support is None else support.nnz
+    # treeReduce brings about sqrt(partitions) gradients (the free weights, float64) to the driver per evaluation.
     n_parts = blocks.getNumPartitions()
     check_result_size(
         blocks.context,
-        math.ceil(math.sqrt(max(n_parts, 1))) * (taxonomy.n_paths + 1) * (vocab_size + 1) * 8.0,
-        f"the softmax regression's gradients ({taxonomy.n_paths:,} paths x {vocab_size:,} terms, {n_parts} partitions)",
+        math.ceil(math.sqrt(max(n_parts, 1))) * (n_weights + taxonomy.n_paths + 1) * 8.0,
+        f"the softmax regression's gradients ({n_weights:,} weights, {layout}; {n_parts} partitions)",
     )
-    t0 = time.perf_counter()
 
     def add(a, b):
         return a[0] + b[0], a[1] + b[1]
@@ -165,6 +205,7 @@ def fit_linear_blocks(
         linear_l2(settings.linear_c, n_labeled),
         LINEAR_MAX_ITER,
         LINEAR_TOL,
+        support=support,
     )
     info = {
         "family": settings.family,
@@ -172,6 +213,8 @@ def fit_linear_blocks(
         "generative_weight": generative_weight_of(settings),
         "n_labeled": n_labeled,
         "n_documents": int(n),
+        "weights": layout,
+        "n_weights": int(n_weights),
         "n_iter": fit.n_iter,
         "converged": fit.converged,
         "objective": fit.objective,

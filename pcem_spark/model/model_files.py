@@ -13,6 +13,7 @@ import logging
 from typing import NamedTuple, Optional
 
 import numpy as np
+import scipy.sparse as sp
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -35,6 +36,7 @@ __all__ = [
     "read_parameters",
     "LINEAR_PART",
     "parameter_rows",
+    "LINEAR_SCHEMA",
     "linear_rows",
     "read_linear",
     "in_index_order",
@@ -197,32 +199,74 @@ def parameter_rows(params: PathParameters) -> list:
     ]
 
 
+# The linear/ table's schema: ``terms`` is null for a dense regression (every term of the vocabulary).
+LINEAR_SCHEMA = "index int, bias double, weights binary, terms binary"
+
+
 def linear_rows(linear: LinearTables) -> list:
-    """The ``linear/`` table's rows: one per path (index, bias, its weights as little-endian float64 bytes),
-    then index -1 holding the idf weights, with the generative weight as its bias."""
-    weights = np.asarray(linear.weights_t, dtype="<f8").T
-    rows = [(j, float(linear.bias[j]), weights[j].tobytes()) for j in range(weights.shape[0])]
-    rows.append((-1, float(linear.generative_weight), np.asarray(linear.idf, dtype="<f8").tobytes()))
+    """The ``linear/`` table's rows (:data:`LINEAR_SCHEMA`): one per path (index, bias, its weights as
+    little-endian float64 bytes, and for a sparse regression the terms they belong to as int32
+    bytes), then index -1 holding the idf weights, with the generative weight as its bias."""
+    if sp.issparse(linear.weights_t):
+        W = sp.csr_matrix(linear.weights_t.T, dtype="<f8")  # (M, V): one row per path
+        W.sort_indices()
+        rows = [
+            (
+                j,
+                float(linear.bias[j]),
+                W.data[W.indptr[j] : W.indptr[j + 1]].astype("<f8").tobytes(),
+                W.indices[W.indptr[j] : W.indptr[j + 1]].astype("<i4").tobytes(),
+            )
+            for j in range(W.shape[0])
+        ]
+    else:
+        weights = np.asarray(linear.weights_t, dtype="<f8").T
+        rows = [(j, float(linear.bias[j]), weights[j].tobytes(), None) for j in range(weights.shape[0])]
+    rows.append((-1, float(linear.generative_weight), np.asarray(linear.idf, dtype="<f8").tobytes(), None))
     return rows
 
 
 def read_linear(spark: SparkSession, snap, n_paths: int, vocab_size: int) -> LinearTables:
     """The ``linear/`` table of a pinned model version (:func:`linear_rows`), checked against its shape."""
     table = snap.table(spark, LINEAR_PART)
-    check_result_size(
-        spark,
-        (n_paths + 1) * vocab_size * 8.0,
-        f"{snap.path}: the model's softmax regression ({n_paths:,} x {vocab_size:,})",
-    )
-    rows = table.select("index", "bias", "weights").toArrow()
+    sparse = "terms" in table.columns and table.where("terms is not null").limit(1).count() > 0
+    if sparse:
+        cells = table.selectExpr("coalesce(sum(length(weights)), 0) as bytes").first()["bytes"] / 8.0
+        check_result_size(
+            spark, cells * 12.0, f"{snap.path}: the model's sparse softmax regression ({cells:,.0f} weights)"
+        )
+    else:
+        check_result_size(
+            spark,
+            (n_paths + 1) * vocab_size * 8.0,
+            f"{snap.path}: the model's softmax regression ({n_paths:,} x {vocab_size:,})",
+        )
+    columns = ["index", "bias", "weights"] + (["terms"] if sparse else [])
+    rows = table.select(*columns).toArrow()
     index = rows.column("index").to_numpy(zero_copy_only=False)
     blobs = rows.column("weights").to_pylist()
     bias = rows.column("bias").to_numpy(zero_copy_only=False).astype(np.float64)
-    if sorted(index.tolist()) != list(range(-1, n_paths)) or any(len(b) != 8 * vocab_size for b in blobs):
-        raise ValueError(f"the softmax regression's rows are not {n_paths} paths + idf of {vocab_size} terms")
     order = np.argsort(index, kind="stable")  # -1 (the idf) first, then the paths in order
-    weights = np.vstack([np.frombuffer(blobs[i], dtype="<f8") for i in order[1:]])
+    if sorted(index.tolist()) != list(range(-1, n_paths)) or len(blobs[order[0]]) != 8 * vocab_size:
+        raise ValueError(f"the softmax regression's rows are not {n_paths} paths + idf of {vocab_size} terms")
     idf = np.frombuffer(blobs[order[0]], dtype="<f8").astype(np.float64)
+    if sparse:
+        terms = rows.column("terms").to_pylist()
+        values = [np.frombuffer(blobs[i], dtype="<f8") for i in order[1:]]
+        cols = [np.frombuffer(terms[i] or b"", dtype="<i4") for i in order[1:]]
+        if any(len(v) != len(c) for v, c in zip(values, cols)) or any(
+            len(c) and (c.min() < 0 or c.max() >= vocab_size) for c in cols
+        ):
+            raise ValueError(f"the sparse softmax regression's terms do not match its weights over {vocab_size} terms")
+        indptr = np.concatenate([[0], np.cumsum([len(c) for c in cols])])
+        W = sp.csr_matrix(
+            (np.concatenate(values + [np.zeros(0)]), np.concatenate(cols + [np.zeros(0, "<i4")]), indptr),
+            shape=(n_paths, vocab_size),
+        )
+        return LinearTables(sp.csr_matrix(W.T), bias[order[1:]], idf, float(bias[order[0]]))
+    if any(len(blobs[i]) != 8 * vocab_size for i in order[1:]):
+        raise ValueError(f"the softmax regression's rows are not {n_paths} paths + idf of {vocab_size} terms")
+    weights = np.vstack([np.frombuffer(blobs[i], dtype="<f8") for i in order[1:]])
     return LinearTables(np.ascontiguousarray(weights.T), bias[order[1:]], idf, float(bias[order[0]]))
 
 

@@ -44,6 +44,7 @@ from pcem_spark.model.labels import check_vector_size
 from pcem_spark.model.model_files import (
     FORMAT_VERSION,
     LINEAR_PART,
+    LINEAR_SCHEMA,
     MODEL_PARTS,
     READABLE_FORMAT_VERSIONS,
     calibration_of,
@@ -553,7 +554,7 @@ class PathModel:
                 rows, "path_index int, log_prior double, log_base double, term_indices binary, log_ratio binary"
             ).write.parquet(f"{staged.tmp}/parameters")
             if self.linear is not None:
-                spark.createDataFrame(linear_rows(self.linear), "index int, bias double, weights binary").write.parquet(
+                spark.createDataFrame(linear_rows(self.linear), LINEAR_SCHEMA).write.parquet(
                     f"{staged.tmp}/{LINEAR_PART}"
                 )
             staged.info.update(

@@ -20,6 +20,7 @@ __all__ = [
     "CALIBRATIONS",
     "NAMES",
     "FAMILIES",
+    "LINEAR_WEIGHTS",
     "ONE_COMPONENT_PER_PATH",
     "PER_NODE_POSTERIOR_METHODS",
     "PAPER_MODEL_SETTINGS",
@@ -49,6 +50,10 @@ NAMES = ("auto", "on", "off")
 # discriminative one (a softmax regression over paths on sublinear tf-idf, pcem_spark.core.logistic), or
 # the discriminative one alone.
 FAMILIES = ("generative", "combined", "discriminative")
+# The softmax regression's weights: "dense" (every path x term), "observed" (the (path, term) pairs seen in a
+# labelled document, pcem_spark.core.logistic.observed_support), "auto" = dense while it fits
+# (pcem_spark.model.linear_family.LINEAR_MAX_CELLS), observed for wider taxonomies.
+LINEAR_WEIGHTS = ("auto", "dense", "observed")
 
 
 @dataclass
@@ -98,6 +103,8 @@ class ModelSettings:
     linear_c: float = 10.0
     # beta: the weight of the generative log posterior in the combined family's scores.
     generative_weight: float = 0.3
+    # Which of the regression's weights are free (LINEAR_WEIGHTS).
+    linear_weights: str = "auto"
 
     # What each setting accepts (pcem_spark.util.constraints), checked in this order by validate().
     CONSTRAINTS: ClassVar[Dict[str, Any]] = {
@@ -119,6 +126,7 @@ class ModelSettings:
         "family": [Options(FAMILIES), AUTO],
         "linear_c": Interval(float, 0, None, closed="neither"),
         "generative_weight": Interval(float, 0, None),
+        "linear_weights": Options(LINEAR_WEIGHTS),
     }
 
     def validate(self) -> None:
