@@ -579,3 +579,62 @@ def test_dataless_training_from_label_descriptions_over_connect(remote):
     out = est.fit(docs).transform(docs).select("id", "leaf").collect()
     assert len(out) == 30
     assert sum(r["leaf"] == ("space" if int(r["id"][1:]) % 2 else "hockey") for r in out) >= 27
+
+
+@pytest.mark.parametrize("weights", ["dense", "observed"])
+def test_the_combined_family_trains_saves_and_predicts_over_connect(remote, tmp_path, weights):
+    """The softmax regression's passes over Connect (engine.frame_softmax_pass) give the in-process fit of the
+    same blocks; the model saves, loads and predicts through the Connect persistence."""
+    from pcem_spark.core.taxonomy import Taxonomy
+    from pcem_spark.engine.blocks import block_from_row, packed_label_frame
+    from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
+    from pcem_spark.ml import train
+    from pcem_spark.model.linear_family import fit_linear_blocks, fit_linear_local
+    from pcem_spark.model.path_model import PathModel
+    from pcem_spark.model.settings import ModelSettings
+
+    rows = []
+    for i in range(40):
+        topic = ("space", "rocket orbit launch moon nasa") if i % 2 else ("hockey", "puck goal skate ice team")
+        words = topic[1].split()
+        text = " ".join(words[(i + k) % len(words)] for k in range(3)) + f" note{i % 7}"
+        labels = ["sci" if topic[0] == "space" else "rec", topic[0]] if i < 16 else None
+        rows.append((f"c{i}", text, labels))
+    docs = remote.createDataFrame(rows, "id string, text string, labels array<string>")
+    taxonomy = Taxonomy.from_label_paths([["sci", "space"], ["rec", "hockey"]])
+    features = FeatureSettings(min_df=1.0, max_df=1.0, stop_words="none")
+    ms = ModelSettings(
+        method="pcem",
+        smoothing=0.5,
+        unlabeled_weight=0.5,
+        path_weight=1.0,
+        max_iter=3,
+        calibration="none",
+        names="off",
+        family="combined",
+        linear_weights=weights,
+    )
+    vocabulary = fit_vocabulary(docs, features)
+    frame = packed_label_frame(
+        featurize(docs, vocabulary, features), taxonomy.path_lookup(), taxonomy.path_node_matrix(), 8
+    ).cache()
+    local = [block_from_row(r, len(vocabulary), taxonomy.n_nodes) for r in frame.collect()]
+    over_connect, info = fit_linear_blocks(frame, taxonomy, len(vocabulary), ms)
+    in_process = fit_linear_local(local, taxonomy, len(vocabulary), ms)
+    assert info["weights"] == weights and info["n_labeled"] == 16 and info["converged"]
+
+    def dense(w):
+        return w.toarray() if hasattr(w, "toarray") else np.asarray(w)
+
+    np.testing.assert_allclose(dense(over_connect.weights_t), dense(in_process.weights_t), atol=1e-6)
+    np.testing.assert_allclose(over_connect.idf, in_process.idf, rtol=1e-12)
+    frame.unpersist()
+    model, _ = train(docs, taxonomy, features, ms)
+    assert model.linear is not None and model.training_summary["linear"]["weights"] == weights
+    path = str(tmp_path / f"combined-{weights}")
+    model.save(path)
+    loaded = PathModel.load(path)
+    np.testing.assert_array_equal(dense(loaded.linear.weights_t), dense(model.linear.weights_t))
+    got = {r["id"]: list(r["path"]) for r in loaded.transform(docs).select("id", "path").collect()}
+    assert got == {r["id"]: list(r["path"]) for r in model.transform(docs).select("id", "path").collect()}
+    assert sum(got[f"c{i}"][1] == ("space" if i % 2 else "hockey") for i in range(40)) >= 36

@@ -63,10 +63,6 @@ LINEAR_MAX_CELLS = 1 << 23
 LINEAR_MAX_ITER = 200
 LINEAR_TOL = 1e-5
 
-_NO_CONNECT = (
-    "model.family = combined / discriminative is not available over Spark Connect yet "
-    "(its fit runs on RDD blocks); use model.family = generative there"
-)
 _NO_LABELS = (
     "model.family = {family} needs labelled documents: its softmax regression learns from them only, and "
     "this batch has none (a warm start on unlabelled documents: use model.family = generative)"
@@ -134,8 +130,6 @@ def check_linear_family(blocks, taxonomy: Taxonomy, vocab_size: int, settings: M
     """Refuse, before the generative fit, what :func:`fit_linear_blocks` would refuse after it."""
     if settings.family == "generative":
         return
-    if not isinstance(blocks, RDD):
-        raise InputError(_NO_CONNECT)
     weight_layout(settings, taxonomy.n_paths, vocab_size)
 
 
@@ -169,44 +163,103 @@ def fit_linear_local(
     return linear_tables(fit, idf, generative_weight_of(settings), settings.parameter_dtype)
 
 
-def fit_linear_blocks(
-    blocks, taxonomy: Taxonomy, vocab_size: int, settings: ModelSettings
-) -> Tuple[LinearTables, Dict[str, object]]:
-    """The regression on the cached blocks of a full fit (an RDD of :class:`Block`), and what it did."""
-    if not isinstance(blocks, RDD):
-        raise InputError(_NO_CONNECT)
-    layout = weight_layout(settings, taxonomy.n_paths, vocab_size)
-    t0 = time.perf_counter()
+def _frequencies(blocks: Iterable[Block], vocab_size: int) -> Tuple[np.ndarray, int, int]:
+    """(V,) document frequencies, documents and labelled documents of ``blocks``: one pass feeds the idf and the
+    penalty."""
+    df, n = np.zeros(vocab_size), 0
+    n_labeled = 0
+    for block in blocks:
+        df += np.bincount(block.X.indices, minlength=vocab_size)[:vocab_size]  # CSR: one entry per (row, term)
+        n += block.X.shape[0]
+        n_labeled += int(block.labeled.sum())
+    return df, n, n_labeled
+
+
+def _fit_on_rdd(blocks: RDD, target: np.ndarray, vocab_size: int, settings: ModelSettings, layout: str):
+    def add(a, b):
+        return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+
+    df, n, n_labeled = blocks.mapPartitions(lambda part: [_frequencies(part, vocab_size)]).treeReduce(add, depth=2)
+    if n_labeled == 0:
+        raise InputError(_NO_LABELS.format(family=settings.family))
     support = None
     if layout == "observed":
-        support = support_pass(blocks, _targets(taxonomy), vocab_size)
+        support = support_pass(blocks, target, vocab_size)
         _check_support(support.nnz)
-    n_weights = taxonomy.n_paths * vocab_size if support is None else support.nnz
+    n_weights = target.shape[0] * vocab_size if support is None else support.nnz
     # treeReduce brings about sqrt(partitions) gradients (the free weights, float64) to the driver per evaluation.
     n_parts = blocks.getNumPartitions()
     check_result_size(
         blocks.context,
-        math.ceil(math.sqrt(max(n_parts, 1))) * (n_weights + taxonomy.n_paths + 1) * 8.0,
+        math.ceil(math.sqrt(max(n_parts, 1))) * (n_weights + target.shape[0] + 1) * 8.0,
         f"the softmax regression's gradients ({n_weights:,} weights, {layout}; {n_parts} partitions)",
     )
-
-    def add(a, b):
-        return a[0] + b[0], a[1] + b[1]
-
-    df, n = blocks.mapPartitions(lambda part: [document_frequency(part, vocab_size)]).treeReduce(add, depth=2)
-    n_labeled = int(blocks.map(lambda b: int(b.labeled.sum())).sum())
-    if n_labeled == 0:
-        raise InputError(_NO_LABELS.format(family=settings.family))
     idf = idf_weights(df, n)
     fit = fit_softmax_on_blocks(
-        blocks,
-        idf,
-        _targets(taxonomy),
-        linear_l2(settings.linear_c, n_labeled),
-        LINEAR_MAX_ITER,
-        LINEAR_TOL,
-        support=support,
+        blocks, idf, target, linear_l2(settings.linear_c, n_labeled), LINEAR_MAX_ITER, LINEAR_TOL, support=support
     )
+    return fit, idf, n, n_labeled, n_weights
+
+
+def _fit_on_frame(frame, target: np.ndarray, vocab_size: int, settings: ModelSettings, layout: str):
+    """The DataFrame-only fit (Spark Connect): the same passes on packed block rows."""
+    from pcem_spark.engine.frame_softmax_pass import (
+        fit_softmax_on_frame,
+        frame_document_frequency,
+        frame_support,
+        labeled_frame,
+    )
+    from pcem_spark.engine.frame_sums import _default_parallelism
+
+    n_nodes = target.shape[1]
+    df, n, n_labeled = frame_document_frequency(frame, vocab_size, n_nodes)
+    if n_labeled == 0:
+        raise InputError(_NO_LABELS.format(family=settings.family))
+    spark = frame.sparkSession
+    n_tasks = _default_parallelism(spark)
+    labeled = labeled_frame(frame, vocab_size, n_nodes).coalesce(n_tasks).cache()
+    try:
+        support = None
+        if layout == "observed":
+            support = frame_support(labeled, target, vocab_size, n_nodes)
+            _check_support(support.nnz)
+        n_weights = target.shape[0] * vocab_size if support is None else support.nnz
+        # Each task's summed terms (the free weights, float64) reach the driver per evaluation.
+        check_result_size(
+            spark,
+            n_tasks * (n_weights + target.shape[0] + 1) * 8.0,
+            f"the softmax regression's gradients ({n_weights:,} weights, {layout}; {n_tasks} tasks)",
+        )
+        idf = idf_weights(df, n)
+        fit = fit_softmax_on_frame(
+            labeled,
+            idf,
+            target,
+            linear_l2(settings.linear_c, n_labeled),
+            vocab_size,
+            n_nodes,
+            LINEAR_MAX_ITER,
+            LINEAR_TOL,
+            support=support,
+        )
+    finally:
+        labeled.unpersist()
+    return fit, idf, n, n_labeled, n_weights
+
+
+def fit_linear_blocks(
+    blocks, taxonomy: Taxonomy, vocab_size: int, settings: ModelSettings
+) -> Tuple[LinearTables, Dict[str, object]]:
+    """The regression on the cached blocks of a full fit, and what it did.
+
+    ``blocks``: an RDD of :class:`Block` (classic Spark), or a DataFrame of packed block rows
+    (:data:`pcem_spark.engine.blocks.BLOCK_ROW`; what Spark Connect fits on), each read by the
+    matching pass (:mod:`pcem_spark.engine.softmax_pass`, :mod:`pcem_spark.engine.frame_softmax_pass`).
+    """
+    layout = weight_layout(settings, taxonomy.n_paths, vocab_size)
+    t0 = time.perf_counter()
+    fit_on = _fit_on_rdd if isinstance(blocks, RDD) else _fit_on_frame
+    fit, idf, n, n_labeled, n_weights = fit_on(blocks, _targets(taxonomy), vocab_size, settings, layout)
     info = {
         "family": settings.family,
         "linear_c": float(settings.linear_c),

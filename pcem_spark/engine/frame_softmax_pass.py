@@ -1,0 +1,182 @@
+"""The discriminative path model's passes on the DataFrame API alone: what Spark Connect can run.
+
+The same partition code as :mod:`pcem_spark.engine.softmax_pass`
+(:func:`~pcem_spark.engine.softmax_pass.block_terms`,
+:func:`~pcem_spark.engine.softmax_pass.block_support`), moved by DataFrame
+operations, as :mod:`pcem_spark.engine.frame_sums` moves an EM pass:
+
+* the labelled rows of the cached blocks (:data:`pcem_spark.engine.blocks.BLOCK_ROW`
+  rows) are re-packed once into a small cached DataFrame (:func:`labeled_frame`):
+  every L-BFGS evaluation reads only them;
+* the idf weights, the targets' score matrix and the weights ``W``, ``b`` travel
+  with the ``mapInArrow`` function (:func:`pcem_spark.engine.shipping.ship_in_plan`:
+  in the plan, or a staged file when large over Connect);
+* each task yields one pickled record (its summed terms), the driver adds them.
+  A record is the size of the free weights; it is checked against
+  ``spark.driver.maxResultSize`` before the first pass.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Callable, Optional, Tuple
+
+import numpy as np
+import scipy.sparse as sp
+from pyspark.sql import DataFrame
+
+from pcem_spark.core.logistic import SoftmaxFit, SoftmaxTerms, fit_softmax
+from pcem_spark.engine.blocks import BLOCK_ROW, Block, block_from_row
+from pcem_spark.engine.shipping import ship_in_plan
+from pcem_spark.engine.softmax_pass import _add, block_support, block_terms
+
+__all__ = [
+    "row_of_block",
+    "labeled_frame",
+    "frame_document_frequency",
+    "frame_support",
+    "frame_softmax_terms",
+    "fit_softmax_on_frame",
+]
+
+_RECORD_SCHEMA = "payload binary"
+
+
+def row_of_block(block: Block) -> tuple:
+    """A :data:`BLOCK_ROW` tuple of ``block`` (float64 counts): the inverse of :func:`block_from_row`."""
+    X = sp.csr_matrix(block.X, dtype=np.float64)
+    ns = sp.csr_matrix(block.node_scores, dtype=np.float64)
+    return (
+        int(X.shape[0]),
+        X.indptr.astype(np.int64).tobytes(),
+        X.indices.astype(np.int32).tobytes(),
+        X.data.astype(np.float64).tobytes(),
+        ns.indptr.astype(np.int64).tobytes(),
+        ns.indices.astype(np.int32).tobytes(),
+        ns.data.astype(np.float64).tobytes(),
+    )
+
+
+def _blocks(batches, vocab_size: int, n_nodes: int):
+    for batch in batches:
+        for row in batch.to_pylist():
+            yield block_from_row(row, vocab_size, n_nodes)
+
+
+def _one_record(value):
+    import pyarrow as pa
+
+    if value is not None:
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)], pa.binary())], names=["payload"]
+        )
+
+
+def _summed(frame: DataFrame, body: Callable, add: Callable):
+    """Run ``body`` (batches -> one record per task) and add the records on the driver (None when there are none)."""
+    total = None
+    for payload in frame.mapInArrow(body, _RECORD_SCHEMA).toArrow().column("payload").to_pylist():
+        value = pickle.loads(payload)
+        total = value if total is None else add(total, value)
+    return total
+
+
+def labeled_frame(frame: DataFrame, vocab_size: int, n_nodes: int) -> DataFrame:
+    """The labelled rows of ``frame``'s blocks, re-packed as :data:`BLOCK_ROW` rows (blocks without one dropped).
+
+    Not cached here: the caller caches it for the fit's passes and unpersists it after.
+    """
+
+    def body(batches):
+        import pyarrow as pa
+
+        names = ["n", "indptr", "indices", "data", "ns_indptr", "ns_indices", "ns_data"]
+        for block in _blocks(batches, vocab_size, n_nodes):
+            rows = np.flatnonzero(block.labeled)
+            if len(rows):
+                values = row_of_block(Block(block.X[rows], block.node_scores[rows], block.labeled[rows]))
+                types = [pa.int32()] + [pa.binary()] * 6
+                yield pa.RecordBatch.from_arrays([pa.array([v], t) for v, t in zip(values, types)], names=names)
+
+    return frame.mapInArrow(body, BLOCK_ROW)
+
+
+def frame_document_frequency(frame: DataFrame, vocab_size: int, n_nodes: int) -> Tuple[np.ndarray, int, int]:
+    """(V,) documents containing each term, the number of documents and of labelled ones, in one pass."""
+
+    def body(batches):
+        df, n, n_lab = np.zeros(vocab_size), 0, 0
+        for block in _blocks(batches, vocab_size, n_nodes):
+            df += np.bincount(block.X.indices, minlength=vocab_size)[:vocab_size]
+            n += block.X.shape[0]
+            n_lab += int(block.labeled.sum())
+        return _one_record((df, n, n_lab))
+
+    total = _summed(frame, body, lambda a, b: (a[0] + b[0], a[1] + b[1], a[2] + b[2]))
+    return (np.zeros(vocab_size), 0, 0) if total is None else total
+
+
+def frame_support(labeled: DataFrame, target_matrix: np.ndarray, vocab_size: int, n_nodes: int) -> sp.csr_matrix:
+    """The observed support (csr (M, V), stored zeros) of the labelled rows: :func:`block_support` per task."""
+    shipped = ship_in_plan(labeled.sparkSession, target_matrix, "the regression's targets")
+
+    def body(batches):
+        return _one_record(block_support(_blocks(batches, vocab_size, n_nodes), shipped.value, vocab_size))
+
+    def add(a, b):
+        total = (a + b).tocsr()
+        total.data[:] = 1.0
+        return total
+
+    try:
+        total = _summed(labeled, body, add)
+    finally:
+        shipped.unpersist()
+    M = target_matrix.shape[0]
+    total = sp.csr_matrix((M, vocab_size)) if total is None else total
+    total.sort_indices()
+    return sp.csr_matrix((np.zeros(total.nnz), total.indices, total.indptr), shape=(M, vocab_size))
+
+
+def frame_softmax_terms(labeled: DataFrame, static, W, b: np.ndarray, vocab_size: int, n_nodes: int) -> SoftmaxTerms:
+    """One evaluation: (W, b) with the function, each task's :func:`block_terms` summed on the driver.
+
+    ``static`` is ``(idf, target_matrix)``.
+    """
+    shipped = ship_in_plan(labeled.sparkSession, (static, W, b), "the softmax regression's weights")
+
+    def body(batches):
+        (idf, target_matrix), W_, b_ = shipped.value
+        return _one_record(block_terms(_blocks(batches, vocab_size, n_nodes), idf, target_matrix, W_, b_))
+
+    try:
+        total = _summed(labeled, body, _add)
+    finally:
+        shipped.unpersist()
+    if total is None:
+        raise ValueError("no labelled document to fit the discriminative path model on")
+    return total
+
+
+def fit_softmax_on_frame(
+    labeled: DataFrame,
+    idf: np.ndarray,
+    target_matrix: np.ndarray,
+    l2: float,
+    vocab_size: int,
+    n_nodes: int,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+    support: Optional[sp.csr_matrix] = None,
+) -> SoftmaxFit:
+    """:func:`pcem_spark.engine.softmax_pass.fit_softmax_on_blocks` on a cached :func:`labeled_frame`."""
+    static = (np.asarray(idf, dtype=np.float64), np.asarray(target_matrix))
+    return fit_softmax(
+        lambda W, b: frame_softmax_terms(labeled, static, W, b, vocab_size, n_nodes),
+        target_matrix.shape[0],
+        vocab_size,
+        l2,
+        max_iter,
+        tol,
+        support=support,
+    )
