@@ -181,12 +181,35 @@ def test_family_auto_is_cross_validated_for_one_component_methods_only():
         TuneSettings(families=["generative", "neural"]).validate()
 
 
-def test_multi_path_is_refused_and_a_warm_start_inherits_the_family(spark, corpus, combined, tmp_path):
+def test_multi_path_weighs_the_pair_gain_by_the_generative_weight(corpus, combined):
+    """--multi-path on a combined model: the pair's generative gain enters the pooled scores times beta."""
+    from pcem_spark.core.decoding import path_node_table, predict_path_details
+    from pcem_spark.core.estep import scoring_tables
+    from pcem_spark.core.multi_path import PAIR_CANDIDATES, membership_probabilities, mixture_gain, with_membership
+
+    rows, docs, taxonomy = corpus
+    X = dense_counts(rows, combined.vocabulary)
+    X = sp.csr_matrix(np.vstack([X, X[:12] + X[24:36]]))  # + documents of two topics (football and phones)
+    tables = scoring_tables(combined.params)._replace(linear=combined.linear)
+    path_nodes = path_node_table(taxonomy.path_node_matrix(sparse=True), taxonomy.is_dummy)
+    out = predict_path_details(X, None, 0.0, tables, path_nodes, 0.0, taxonomy.n_paths)
+    got = with_membership(out, X, tables)
+    C = min(PAIR_CANDIDATES, taxonomy.n_paths - 1)
+    _, gain = mixture_gain(X, tables._replace(linear=None), out.top_index[:, 0], out.top_index[:, 1 : 1 + C])
+    assert np.abs(gain).max() > 0.1  # the pairs' gains are not all 0: beta must matter below
+    want = membership_probabilities(out.top_index, out.top_posterior, 0.3 * gain, tables.log_prior)
+    np.testing.assert_allclose(got.member_probability, want, rtol=1e-12)
+    alone = with_membership(out, X, tables._replace(linear=combined.linear._replace(generative_weight=0.0)))
+    no_gain = membership_probabilities(out.top_index, out.top_posterior, 0.0 * gain, tables.log_prior)
+    np.testing.assert_allclose(alone.member_probability, no_gain, rtol=1e-12)
+    assert not np.allclose(got.member_probability, alone.member_probability)
+    predicted = combined.transform(docs, multi_path=0.3).select("id", "path", "paths").collect()
+    assert len(predicted) == len(rows) and all(r.paths[0] == r.path for r in predicted)
+
+
+def test_a_warm_start_inherits_the_family(spark, corpus, combined, tmp_path):
     from pcem_spark.model.warm import CROSS_VALIDATED_SETTINGS, WarmStart
 
-    _, docs, _ = corpus
-    with pytest.raises(InputError, match="multi_path: a combined-family model"):
-        combined.transform(docs, multi_path=0.3)
     path = str(tmp_path / "prev")
     combined.save(path)
     inherited, taken = WarmStart.load(path).inherit(settings(family="auto"), CROSS_VALIDATED_SETTINGS)

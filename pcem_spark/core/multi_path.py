@@ -13,7 +13,10 @@ model's path prior) and "the predicted path ``a`` and a runner-up ``b``, mixed":
 the document's words drawn from ``pi * theta_b + (1 - pi) * theta_a`` with the
 share ``pi`` fitted per document by EM (:func:`mixture_gain`), prior ``rho``
 spread over the :data:`PAIR_CANDIDATES` runner-ups, path prior the mean of the
-two log priors. Their scores (log prior + log-likelihood) are tempered by the
+two log priors. (A model with a softmax regression pooled in, the combined
+family, weighs the pair's log-likelihood gain by the generative weight beta: the
+regression scores a pair as its predicted path.) Their scores (log prior +
+log-likelihood) are tempered by the
 model's calibrated temperature ``T``, as Eq. 5's logits are for every
 probability the model reports, and
 
@@ -215,6 +218,12 @@ def with_membership(
     if C <= 0 or top_index.shape[0] == 0:
         return out._replace(member_probability=np.where(top_index >= 0, top_posterior, 0.0))
     _, gain = mixture_gain(X, tables, top_index[:, 0], top_index[:, 1 : 1 + C])
+    linear = getattr(tables, "linear", None)
+    if linear is not None:
+        # Pooled scores (the combined / discriminative family): the generative expert enters them with weight
+        # beta, and the regression scores a pair as its predicted path (it has no notion of a mixture), so a
+        # pair gains beta x the generative gain over that path; with beta 0 membership is the posterior's.
+        gain = gain * float(linear.generative_weight)
     member = membership_probabilities(
         top_index, top_posterior, gain, tables.log_prior, getattr(tables, "temperature", 1.0), rho
     )

@@ -353,11 +353,6 @@ class PathModel:
         min_probability, top_k, node_probabilities, multi_path = outputs
         check_prediction_options(min_probability, top_k)
         check_multi_path(multi_path)
-        if multi_path > 0 and self.linear is not None:  # a second path's membership: generative words only
-            raise InputError(
-                f"multi_path: a {self.model_settings.family}-family model predicts one path per document; "
-                "--multi-path needs model.family = generative"
-            )
         width = self.beam_width(beam)
         # The decoders' top-k holds every path a multi-path row can name (top_paths shows the first top_k).
         ranked = top_k
