@@ -297,3 +297,29 @@ def test_the_weight_layout_follows_the_width(monkeypatch):
         linear_family.weight_layout(settings(linear_weights="dense"), 1000, 1 << 18)
     with pytest.raises(InputError, match="model.linear_weights"):
         settings(linear_weights="sparse").validate()
+
+
+def test_the_family_choice_is_deterministic_for_a_seed_and_records_each_familys_scores(spark, corpus):
+    """model.family = auto: the sampled cross-validation scores both families; the same seed, the same choice."""
+    from pcem_spark.engine.features import featurize, fit_vocabulary
+    from pcem_spark.ml import PathEM, TuneSettings
+    from pcem_spark.ml.tuning import resolve_auto
+
+    _, docs, taxonomy = corpus
+    vocabulary = fit_vocabulary(docs, FEATURES)
+    feats = featurize(docs, vocabulary, FEATURES).cache()
+    tune = TuneSettings(folds=2, min_labeled_per_fold=1, unlabeled_weights=[0.5], path_weights=[1.0])
+    ms = settings(family="auto")
+
+    def run(seed):
+        chosen, info, _ = resolve_auto(
+            feats, taxonomy, vocabulary, FEATURES, ms, tune, seed=seed, estimator_class=PathEM
+        )
+        scores = [(g["family"], g["fold_scores"]) for g in info["grid"]]
+        return chosen.family, info["chosen"], scores
+
+    first, again = run(3), run(3)
+    assert first == again
+    assert sorted(f for f, _ in first[2]) == ["combined", "generative"]  # each family's fold scores recorded
+    assert first[0] in ("generative", "combined") and first[1]["family"] == first[0]
+    feats.unpersist()
