@@ -323,3 +323,30 @@ def test_the_family_choice_is_deterministic_for_a_seed_and_records_each_familys_
     assert sorted(f for f, _ in first[2]) == ["combined", "generative"]  # each family's fold scores recorded
     assert first[0] in ("generative", "combined") and first[1]["family"] == first[0]
     feats.unpersist()
+
+
+def test_a_folds_regression_fitted_once_gives_every_grid_point_the_scores_of_its_own_fit(corpus):
+    """run_sampled_cv fits each fold's regression once for all grid points (it depends on the fold's labelled
+    documents only): a task given it scores exactly as a task that fits its own."""
+    from pcem_spark.engine.blocks import Block
+    from pcem_spark.model.linear_family import fit_linear_local
+    from pcem_spark.model.sampled_cv import UNLABELED_PART, cv_task
+
+    rows, _, taxonomy = corpus
+    vocabulary = sorted({w for _, text, _ in rows for w in text.split()})
+    X = sp.csr_matrix(dense_counts(rows, vocabulary))
+    A = taxonomy.path_node_matrix()
+    parts = []
+    for i, (_, _, labels) in enumerate(rows):
+        ns = np.zeros((1, taxonomy.n_nodes))
+        if labels is not None:
+            ns[0] = A[taxonomy.paths.index(tuple(labels))]
+        part = (i % 2) if labels is not None else UNLABELED_PART
+        parts.append((part, Block(X[i], sp.csr_matrix(ns), np.array([labels is not None]))))
+    V = len(vocabulary)
+    for weight in (0.3, 1.0):  # two grid points sharing fold 0's regression
+        point = settings(unlabeled_weight=weight, generative_weight=weight)
+        shared = fit_linear_local([b for p, b in parts if p != 0], taxonomy, V, settings(generative_weight=0.7))
+        own = cv_task(parts, 0, taxonomy, V, point)
+        given = cv_task(parts, 0, taxonomy, V, point, linear=shared)
+        assert {k: v for k, v in given.items() if k != "seconds"} == {k: v for k, v in own.items() if k != "seconds"}

@@ -38,6 +38,8 @@ from pcem_spark.core.structure import path_scores
 from pcem_spark.engine.blocks import Block
 
 __all__ = [
+    "labeled_features",
+    "features_terms",
     "labeled_rows",
     "block_terms",
     "block_support",
@@ -56,6 +58,26 @@ def labeled_rows(blocks: RDD) -> RDD:
             yield Block(block.X[rows], block.node_scores[rows], block.labeled[rows])
 
     return blocks.flatMap(keep)
+
+
+def labeled_features(blocks: Iterable[Block], idf: np.ndarray, target_matrix: np.ndarray) -> list:
+    """``[(features, targets)]`` of the labelled rows of each block with one (what :func:`block_terms` reads):
+    computed once, for a local fit's many evaluations (:func:`features_terms`)."""
+    out = []
+    for block in blocks:
+        rows = np.flatnonzero(block.labeled)
+        if len(rows):
+            out.append((tfidf_features(block.X[rows], idf), path_scores(block.node_scores[rows], target_matrix)))
+    return out
+
+
+def features_terms(features: Iterable[tuple], W, b: np.ndarray) -> Optional[SoftmaxTerms]:
+    """:func:`block_terms` of :func:`labeled_features`' pairs: the same sums, in the same order."""
+    total = None
+    for F, targets in features:
+        terms = softmax_terms(F, targets, np.ones(F.shape[0]), W, b)
+        total = terms if total is None else _add(total, terms)
+    return total
 
 
 def block_terms(

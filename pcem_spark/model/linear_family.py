@@ -37,7 +37,7 @@ from pcem_spark.core.structure import path_scores
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.blocks import Block
 from pcem_spark.engine.limits import check_result_size
-from pcem_spark.engine.softmax_pass import block_terms, fit_softmax_on_blocks, support_pass
+from pcem_spark.engine.softmax_pass import features_terms, fit_softmax_on_blocks, labeled_features, support_pass
 from pcem_spark.errors import InputError
 from pcem_spark.model.settings import ModelSettings
 
@@ -151,8 +151,9 @@ def fit_linear_local(
         Y = np.vstack([np.asarray(path_scores(b.node_scores[r], target)) for b, r in rows if len(r)])
         support = observed_support(X, Y)
         _check_support(support.nnz)
+    features = labeled_features(blocks, idf, target)  # once: L-BFGS evaluates the objective many times
     fit = fit_softmax(
-        lambda W, b: block_terms(blocks, idf, target, W, b),
+        lambda W, b: features_terms(features, W, b),
         taxonomy.n_paths,
         vocab_size,
         linear_l2(settings.linear_c, n_labeled),

@@ -160,6 +160,7 @@ def cv_task(
     vocab_size: int,
     settings: ModelSettings,
     keep_out_of_fold: bool = False,
+    linear=None,
 ) -> Dict[str, object]:
     """Fit ``settings`` on every part but ``fold`` and count its held-out fold's node confusion.
 
@@ -169,6 +170,9 @@ def cv_task(
     (lists over :func:`metric_nodes`), the fit's ``n_iter`` and ``seconds``;
     with ``keep_out_of_fold`` (Eq. 5 methods) also ``out_of_fold``, the held-out
     rows' best paths' scores and true path (:func:`pcem_spark.core.calibration.out_of_fold`).
+    ``linear``: the fold's softmax regression when already fitted (it depends on the fold's
+    labelled documents, not on the grid point's weights); fitted here when None and
+    ``settings.family`` needs one.
     """
     t0 = time.perf_counter()
     train = [b for p, b in parts if p != fold]
@@ -179,9 +183,11 @@ def cv_task(
     result = passes.fit(train, spec.score_matrix, vocab_size, em, structure=spec.structure)
     tables = scoring_tables(result.params, settings.parameter_dtype)
     if settings.family != "generative":  # the fold's own softmax regression, pooled as in the full model
-        from pcem_spark.model.linear_family import fit_linear_local
+        from pcem_spark.model.linear_family import fit_linear_local, generative_weight_of
 
-        tables = tables._replace(linear=fit_linear_local(train, taxonomy, vocab_size, settings))
+        if linear is None:
+            linear = fit_linear_local(train, taxonomy, vocab_size, settings)
+        tables = tables._replace(linear=linear._replace(generative_weight=generative_weight_of(settings)))
     path_node = taxonomy.path_node_matrix(sparse=True)
     indicator = metric_indicator(taxonomy)
     # Only a held-out row whose path has a labelled row in training is scored, as every test document's has.
@@ -285,23 +291,51 @@ def run_sampled_cv(
     out-of-fold set (:func:`cv_task`).
     """
     lookup, path_node = taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True)
-    tasks = [(i, f) for i in range(len(grid)) for f in range(n_folds)]
-
-    def run(parts, task):
-        i, f = tasks[task]
-        return cv_task(parts, f, taxonomy, vocab_size, grid[i], keep_out_of_fold)
-
     packed = [
         (part, packed_label_frame(sample.where(F.col("fold") == part), lookup, path_node, block_size))
         for part in [*range(n_folds), KEPT_PART, UNLABELED_PART]
     ]
     runner = _tasks_on_frames if is_spark_connect(sample) else _tasks_on_rdd
+    fold_linear = _fold_regressions(packed, runner, taxonomy, vocab_size, grid, n_folds, path_node.shape[1])
+    tasks = [(i, f) for i in range(len(grid)) for f in range(n_folds)]
+
+    def run(parts, task):
+        i, f = tasks[task]
+        linear = fold_linear.get((_regression_key(grid[i]), f))
+        return cv_task(parts, f, taxonomy, vocab_size, grid[i], keep_out_of_fold, linear)
+
     out = runner(packed, len(tasks), run, vocab_size, path_node.shape[1])
     results: List[List[Dict[str, object]]] = [[{} for _ in range(n_folds)] for _ in grid]
     for task, r in out:
         i, f = tasks[task]
         results[i][f] = r
     return results
+
+
+def _regression_key(settings: ModelSettings):
+    """What a fold's softmax regression depends on besides the fold (None: the family has none)."""
+    if settings.family == "generative":
+        return None
+    return (settings.linear_c, settings.linear_weights, settings.parameter_dtype)
+
+
+def _fold_regressions(packed, runner, taxonomy, vocab_size, grid, n_folds, n_nodes) -> Dict[tuple, object]:
+    """Each fold's softmax regression, fitted once for every grid point that pools one: one task per
+    (regression settings, fold), before the grid's tasks. ``{(key, fold): LinearTables}``."""
+    keys = sorted({k for k in map(_regression_key, grid) if k is not None}, key=repr)
+    if not keys:
+        return {}
+    by_key = {_regression_key(s): s for s in grid if _regression_key(s) is not None}
+    tasks = [(key, f) for key in keys for f in range(n_folds)]
+
+    def run(parts, task):
+        from pcem_spark.model.linear_family import fit_linear_local
+
+        key, f = tasks[task]
+        train = [b for p, b in parts if p != f]
+        return fit_linear_local(train, taxonomy, vocab_size, by_key[key])
+
+    return {tasks[task]: linear for task, linear in runner(packed, len(tasks), run, vocab_size, n_nodes)}
 
 
 def _tasks_on_rdd(packed, n_tasks: int, run, vocab_size: int, n_nodes: int) -> List[Tuple[int, Dict[str, object]]]:
