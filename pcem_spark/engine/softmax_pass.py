@@ -8,8 +8,9 @@ Execution shape, the same as an EM iteration's (:mod:`pcem_spark.engine.sums`):
   the weights ``W`` (M, V) and biases ``b`` once per evaluation (a sparse ``W``,
   fitted on its observed support, travels as its stored entries: one pass
   over the labelled rows finds that support first, :func:`support_pass`);
-* each task turns its blocks' counts into sublinear tf-idf rows and sums
-  :func:`pcem_spark.core.logistic.softmax_terms` over them, so one record per
+* the labelled rows' sublinear tf-idf rows and targets are computed once per fit
+  and cached (:func:`labeled_features`); each task sums
+  :func:`pcem_spark.core.logistic.softmax_terms` over its share, so one record per
   task travels back, and ``treeReduce`` adds the records on the executors;
 * :func:`pcem_spark.core.logistic.fit_softmax` (scipy's L-BFGS) runs on the
   driver and calls :func:`softmax_terms_pass` once per evaluation.
@@ -162,6 +163,25 @@ def softmax_terms_pass(blocks: RDD, static_bc, W: np.ndarray, b: np.ndarray) -> 
     return total
 
 
+def _features_pass(features: RDD, W, b: np.ndarray) -> SoftmaxTerms:
+    """One evaluation over cached :func:`labeled_features` (one list per partition): :func:`softmax_terms_pass`
+    without recomputing the tf-idf rows."""
+    weights_bc = features.context.broadcast((W, b))
+    try:
+
+        def task(parts):
+            W_, b_ = weights_bc.value
+            for pairs in parts:
+                yield features_terms(pairs, W_, b_)
+
+        total = features.mapPartitions(task).treeReduce(_add, depth=2)
+    finally:
+        weights_bc.unpersist()
+    if total is None:
+        raise ValueError("no labelled document to fit the discriminative path model on")
+    return total
+
+
 def fit_softmax_on_blocks(
     blocks: RDD,
     idf: np.ndarray,
@@ -178,13 +198,21 @@ def fit_softmax_on_blocks(
     :func:`pcem_spark.core.logistic.softmax_objective`; start : optional (W0, b0); support :
     a csr (M, V) of the free weights (:func:`support_pass`), None for a dense W.
     """
-    labeled = labeled_rows(blocks).cache()
-    static_bc = blocks.context.broadcast((np.asarray(idf, dtype=np.float64), np.asarray(target_matrix)))
+    idf = np.asarray(idf, dtype=np.float64)
+    target_matrix = np.asarray(target_matrix)
+    static_bc = blocks.context.broadcast((idf, target_matrix))
+
+    def featurise(part: Iterable[Block]):
+        idf_, target_ = static_bc.value
+        yield labeled_features(part, idf_, target_)
+
+    # The labelled rows' tf-idf rows and targets, computed once and cached: every evaluation reads them.
+    features = blocks.mapPartitions(featurise).cache()
     try:
         M, V = target_matrix.shape[0], len(idf)
         W0, b0 = (None, None) if start is None else start
         return fit_softmax(
-            lambda W, b: softmax_terms_pass(labeled, static_bc, W, b),
+            lambda W, b: _features_pass(features, W, b),
             M,
             V,
             l2,
@@ -195,5 +223,5 @@ def fit_softmax_on_blocks(
             support=support,
         )
     finally:
-        labeled.unpersist()
+        features.unpersist()
         static_bc.unpersist()
