@@ -154,8 +154,8 @@ class SoftmaxTerms(NamedTuple):
     """One block's share of the objective: sums over its documents, before the penalty.
 
     loss : float, ``-sum_i w_i sum_m Y_im log p_im`` (the weighted soft-label cross-entropy)
-    grad_W : (M, V), ``sum_i w_i (p_i - y_i) f_i^T`` scaled by the targets' row mass; for a
-        sparse W, its stored entries only, (nnz,) aligned with ``W.data``
+    grad_W : (M, V), ``sum_i w_i (p_i - y_i) f_i^T`` scaled by the targets' row mass (for a sparse W,
+    its stored entries only: (nnz,), aligned with ``W.data``)
     grad_b : (M,), ``sum_i w_i (m_i p_i - y_i)``, m_i the row sum of ``Y_i``
     weight : float, ``sum_i w_i m_i`` (the mass the loss is a sum over)
     """
