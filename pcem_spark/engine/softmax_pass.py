@@ -206,8 +206,11 @@ def fit_softmax_on_blocks(
         idf_, target_ = static_bc.value
         yield labeled_features(part, idf_, target_)
 
-    # The labelled rows' tf-idf rows and targets, computed once and cached: every evaluation reads them.
-    features = blocks.mapPartitions(featurise).cache()
+    # The labelled rows' tf-idf rows and targets, computed once and cached: every evaluation reads them. Labelled
+    # rows are usually few: one partition per core, so an evaluation is one short task per core, not one per block
+    # partition (an evaluation's arithmetic is small; its cost is mostly the job's and the tasks' overhead).
+    n_cores = max(1, blocks.context.defaultParallelism)
+    features = blocks.mapPartitions(featurise).coalesce(min(n_cores, blocks.getNumPartitions())).cache()
     try:
         M, V = target_matrix.shape[0], len(idf)
         W0, b0 = (None, None) if start is None else start
