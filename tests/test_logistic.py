@@ -142,7 +142,7 @@ def test_fit_reaches_the_optimum_whatever_the_start_and_separates_what_is_separa
 
     l2 = 1e-2
     fit = fit_softmax(summed, M, V, l2, max_iter=500, tol=1e-9)
-    again = fit_softmax(summed, M, V, l2, max_iter=500, tol=1e-9, W0=rng.normal(size=(M, V)), b0=np.ones(M))
+    again = fit_softmax(summed, M, V, l2, max_iter=500, tol=1e-9, start=(rng.normal(size=(M, V)), np.ones(M)))
     assert fit.converged and again.converged
     for reached in (fit, again):
         _, gW, gb = softmax_objective(summed(reached.W, reached.b), reached.W, l2)

@@ -222,11 +222,10 @@ def fit_softmax(
     l2: float,
     max_iter: int = 100,
     tol: float = 1e-6,
-    W0: Optional[np.ndarray] = None,
-    b0: Optional[np.ndarray] = None,
+    start: Optional[Tuple[np.ndarray, np.ndarray]] = None,
     support: Optional[sp.csr_matrix] = None,
 ) -> SoftmaxFit:
-    """Minimise :func:`softmax_objective` with L-BFGS (scipy), from W0, b0 (default zeros).
+    """Minimise :func:`softmax_objective` with L-BFGS (scipy), from ``start`` = (W0, b0) (default zeros).
 
     ``summed_terms(W, b)`` returns the :class:`SoftmaxTerms` summed over every block: a local
     call of :func:`softmax_terms`, or one Spark pass that broadcasts W and b and sums the
@@ -245,6 +244,7 @@ def fit_softmax(
     if l2 <= 0:
         raise ValueError(f"l2 must be > 0 (the objective is then strictly convex), got {l2}")
     M, V = n_paths, n_terms
+    W0, b0 = (None, None) if start is None else start
     if support is not None:
         support = sp.csr_matrix(support, dtype=np.float64)
         support.sort_indices()

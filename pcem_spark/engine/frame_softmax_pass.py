@@ -164,13 +164,14 @@ def fit_softmax_on_frame(
     target_matrix: np.ndarray,
     l2: float,
     vocab_size: int,
-    n_nodes: int,
     max_iter: int = 100,
     tol: float = 1e-6,
     support: Optional[sp.csr_matrix] = None,
 ) -> SoftmaxFit:
-    """:func:`pcem_spark.engine.softmax_pass.fit_softmax_on_blocks` on a cached :func:`labeled_frame`."""
+    """:func:`pcem_spark.engine.softmax_pass.fit_softmax_on_blocks` on a cached :func:`labeled_frame`
+    (target_matrix (M, K): its K are the blocks' node-score columns)."""
     static = (np.asarray(idf, dtype=np.float64), np.asarray(target_matrix))
+    n_nodes = target_matrix.shape[1]
     return fit_softmax(
         lambda W, b: frame_softmax_terms(labeled, static, W, b, vocab_size, n_nodes),
         target_matrix.shape[0],

@@ -213,7 +213,6 @@ def fit_softmax_on_blocks(
     features = blocks.mapPartitions(featurise).coalesce(min(n_cores, blocks.getNumPartitions())).cache()
     try:
         M, V = target_matrix.shape[0], len(idf)
-        W0, b0 = (None, None) if start is None else start
         return fit_softmax(
             lambda W, b: _features_pass(features, W, b),
             M,
@@ -221,8 +220,7 @@ def fit_softmax_on_blocks(
             l2,
             max_iter,
             tol,
-            W0=W0,
-            b0=b0,
+            start=start,
             support=support,
         )
     finally:

@@ -238,7 +238,6 @@ def _fit_on_frame(frame, target: np.ndarray, vocab_size: int, settings: ModelSet
             target,
             linear_l2(settings.linear_c, n_labeled),
             vocab_size,
-            n_nodes,
             LINEAR_MAX_ITER,
             LINEAR_TOL,
             support=support,
