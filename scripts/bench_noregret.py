@@ -365,12 +365,9 @@ def main(argv=None) -> int:
                     t0 = time.perf_counter()
                     model, info = None, None
                     if pipeline:
-                        from pcem_spark.ml import TrainOptions
                         from pcem_spark.ml import train as train_pipeline
 
-                        model, _ = train_pipeline(
-                            masked, taxonomy, settings.features, ms, TrainOptions(tune=settings.tune, seed=seed)
-                        )
+                        model, _ = train_pipeline(masked, taxonomy, settings.features, ms, tune=settings.tune, seed=seed)
                     elif ms.auto_params():
                         ms, info, model = tuning.resolve_auto(
                             feats,
