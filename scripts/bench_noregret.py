@@ -367,7 +367,9 @@ def main(argv=None) -> int:
                     if pipeline:
                         from pcem_spark.ml import train as train_pipeline
 
-                        model, _ = train_pipeline(masked, taxonomy, settings.features, ms, tune=settings.tune, seed=seed)
+                        model, _ = train_pipeline(
+                            masked, taxonomy, settings.features, ms, tune=settings.tune, seed=seed
+                        )
                     elif ms.auto_params():
                         ms, info, model = tuning.resolve_auto(
                             feats,
