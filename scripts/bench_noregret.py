@@ -189,13 +189,17 @@ def fasttext_leaves(texts, leaves, labelled, test_texts, seed) -> List[str]:
     def line(text: str) -> str:  # fastText reads one document per line, tokens split on whitespace
         return " ".join(str(text).lower().split())
 
-    code = {}
+    code, lines = {}, []
+    for text, leaf, keep in zip(texts, leaves, labelled):
+        if keep:
+            label = "__label__" + str(leaf).replace(" ", "_")
+            code[label] = leaf
+            lines.append(f"{label} {line(text)}\n")
+    # fastText's SGD reads the file in order: the split's rows come grouped by leaf, and on them fastText
+    # forgets all but the last leaves (46.6 micro-F1 on 20NG at 90%); shuffled, as its tutorial's data is.
+    np.random.default_rng(seed).shuffle(lines)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as f:
-        for text, leaf, keep in zip(texts, leaves, labelled):
-            if keep:
-                label = "__label__" + str(leaf).replace(" ", "_")
-                code[label] = leaf
-                f.write(f"{label} {line(text)}\n")
+        f.writelines(lines)
         train_file = f.name
     try:
         model = fasttext.train_supervised(input=train_file, seed=seed, verbose=0, **FASTTEXT_SETTINGS)
