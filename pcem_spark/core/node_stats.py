@@ -398,14 +398,12 @@ def sibling_weight_contrasts(
     top_n : int >= 1
     show : bool ndarray (K,) or None -- nodes taking part (False: dummy nodes); None = all
 
-    A dense ``weights_t`` takes ``O(K V)`` memory (the regression itself is (M, V) dense, and
-    K < 2 M + depth); a sparse one (fitted on its observed support) ``O(K nnz / M + V)``.
+    Memory: the node weights are kept sparse, ``O(K V)`` for a dense ``weights_t`` (the regression
+    itself is (M, V), and K < 2 M + depth), ``O(K nnz / M + V)`` for one fitted on its observed support.
     """
     if top_n < 1:
         raise InputError(f"top_n must be >= 1, got {top_n}")
-    if sp.issparse(weights_t):
-        return _sparse_weight_contrasts(sp.csr_matrix(weights_t, dtype=np.float64), path_nodes, parent_of, top_n, show)
-    Wt = np.asarray(weights_t, dtype=np.float64)
+    Wt = sp.csr_matrix(weights_t, dtype=np.float64)  # a dense W^T is stored whole; zeros never win (contrast > 0)
     A = sp.csr_matrix(path_nodes, dtype=np.float64)
     M, K = A.shape
     if Wt.shape[1] != M:
@@ -415,39 +413,8 @@ def sibling_weight_contrasts(
         raise ValueError(f"parent_of must have {K} entries, got shape {parent_of.shape}")
     show = np.ones(K, dtype=bool) if show is None else np.asarray(show, dtype=bool)
     n_paths = np.asarray(A.sum(axis=0), dtype=np.float64).ravel()  # paths through each node
-    # Mean path weight per node: (K, V) = diag(1 / n_paths) A^T W.
-    node_w = np.asarray(A.T @ Wt.T) / np.maximum(n_paths, 1.0)[:, None]
-    group_of = parent_of + 1
-    members = np.flatnonzero(show & (n_paths > 0))
-    n_groups = K + 1
-    G = sp.csr_matrix((np.ones(len(members)), (group_of[members], members)), shape=(n_groups, K))
-    group_sum = np.asarray(G @ node_w)
-    group_size = np.bincount(group_of[members], minlength=n_groups)
-    out: List[List[WeightedTerm]] = []
-    for k in range(K):
-        g = group_of[k]
-        if not (show[k] and n_paths[k] > 0 and group_size[g] > 1):
-            out.append([])
-            continue
-        siblings = (group_sum[g] - node_w[k]) / (group_size[g] - 1)
-        contrast = node_w[k] - siblings
-        order = np.lexsort((np.arange(len(contrast)), -contrast))[:top_n]
-        out.append([WeightedTerm(int(t), float(contrast[t]), float(node_w[k, t])) for t in order if contrast[t] > 0])
-    return out
-
-
-def _sparse_weight_contrasts(Wt: sp.csr_matrix, path_nodes, parent_of, top_n, show) -> List[List[WeightedTerm]]:
-    """:func:`sibling_weight_contrasts` for a sparse (V, M) ``W^T``: the same numbers, never a dense (K, V)."""
-    A = sp.csr_matrix(path_nodes, dtype=np.float64)
-    M, K = A.shape
-    if Wt.shape[1] != M:
-        raise ValueError(f"weights_t has {Wt.shape[1]} paths, path_nodes {M}")
-    parent_of = np.asarray(parent_of, dtype=np.int64)
-    if parent_of.shape != (K,):
-        raise ValueError(f"parent_of must have {K} entries, got shape {parent_of.shape}")
-    show = np.ones(K, dtype=bool) if show is None else np.asarray(show, dtype=bool)
-    n_paths = np.asarray(A.sum(axis=0), dtype=np.float64).ravel()
-    node_w = (sp.diags(1.0 / np.maximum(n_paths, 1.0)) @ (A.T @ Wt.T)).tocsr()  # (K, V), sparse
+    # Mean path weight per node: (K, V) = diag(1 / n_paths) A^T W, sparse.
+    node_w = (sp.diags(1.0 / np.maximum(n_paths, 1.0)) @ (A.T @ Wt.T)).tocsr()
     group_of = parent_of + 1
     members = np.flatnonzero(show & (n_paths > 0))
     G = sp.csr_matrix((np.ones(len(members)), (group_of[members], members)), shape=(K + 1, K))
@@ -462,9 +429,8 @@ def _sparse_weight_contrasts(Wt: sp.csr_matrix, path_nodes, parent_of, top_n, sh
         mine = node_w[k]
         contrast = (mine - (group_sum[g] - mine) / (group_size[g] - 1)).tocsr()
         contrast.sum_duplicates()
-        terms, values = contrast.indices, contrast.data
-        keep = values > 0
-        terms, values = terms[keep], values[keep]
+        keep = contrast.data > 0
+        terms, values = contrast.indices[keep], contrast.data[keep]
         order = np.lexsort((terms, -values))[:top_n]
         own = mine.toarray().ravel()
         out.append([WeightedTerm(int(terms[i]), float(values[i]), float(own[terms[i]])) for i in order])

@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame
 from pcem_spark.core.logistic import SoftmaxFit, SoftmaxTerms, fit_softmax
 from pcem_spark.engine.blocks import BLOCK_ROW, Block, block_from_row
 from pcem_spark.engine.shipping import ship_in_plan
-from pcem_spark.engine.softmax_pass import _add, block_support, block_terms
+from pcem_spark.engine.softmax_pass import _add, as_support, block_support, block_terms, union_pattern
 
 __all__ = [
     "row_of_block",
@@ -123,19 +123,11 @@ def frame_support(labeled: DataFrame, target_matrix: np.ndarray, vocab_size: int
     def body(batches):
         return _one_record(block_support(_blocks(batches, vocab_size, n_nodes), shipped.value, vocab_size))
 
-    def add(a, b):
-        total = (a + b).tocsr()
-        total.data[:] = 1.0
-        return total
-
     try:
-        total = _summed(labeled, body, add)
+        total = _summed(labeled, body, union_pattern)
     finally:
         shipped.unpersist()
-    M = target_matrix.shape[0]
-    total = sp.csr_matrix((M, vocab_size)) if total is None else total
-    total.sort_indices()
-    return sp.csr_matrix((np.zeros(total.nnz), total.indices, total.indptr), shape=(M, vocab_size))
+    return as_support(total, (target_matrix.shape[0], vocab_size))
 
 
 def frame_softmax_terms(labeled: DataFrame, static, W, b: np.ndarray, vocab_size: int, n_nodes: int) -> SoftmaxTerms:

@@ -43,6 +43,8 @@ __all__ = [
     "features_terms",
     "labeled_rows",
     "block_terms",
+    "union_pattern",
+    "as_support",
     "block_support",
     "support_pass",
     "softmax_terms_pass",
@@ -102,35 +104,39 @@ def block_terms(
     return total
 
 
+def union_pattern(a: sp.csr_matrix, b: sp.csr_matrix) -> sp.csr_matrix:
+    """The union of two 0/1 patterns (csr (M, V)): a pair seen in both is one free weight."""
+    total = (a + b).tocsr()
+    total.data[:] = 1.0
+    return total
+
+
+def as_support(pattern: Optional[sp.csr_matrix], shape) -> sp.csr_matrix:
+    """A 0/1 pattern (None: empty) as a support: sorted indices, every stored entry 0.0 (the weights' start)."""
+    pattern = sp.csr_matrix(shape) if pattern is None else pattern
+    pattern.sort_indices()
+    return sp.csr_matrix((np.zeros(pattern.nnz), pattern.indices, pattern.indptr), shape=shape)
+
+
 def block_support(blocks: Iterable[Block], target_matrix: np.ndarray, vocab_size: int) -> sp.csr_matrix:
     """The (path, term) pairs of the labelled rows of ``blocks``
-    (:func:`pcem_spark.core.logistic.observed_support`), as a csr (M, V) of 0/1 counts."""
-    M = target_matrix.shape[0]
-    total = sp.csr_matrix((M, vocab_size))
+    (:func:`pcem_spark.core.logistic.observed_support`), as a csr (M, V) 0/1 pattern."""
+    total = sp.csr_matrix((target_matrix.shape[0], vocab_size))
     for block in blocks:
         rows = np.flatnonzero(block.labeled)
         if len(rows):
             pattern = observed_support(block.X[rows], path_scores(block.node_scores[rows], target_matrix))
-            total = total + sp.csr_matrix(
-                (np.ones(pattern.nnz), pattern.indices, pattern.indptr), shape=(M, vocab_size)
+            # its stored entries are 0.0, which a sparse sum would drop: ones first
+            total = union_pattern(
+                total, sp.csr_matrix((np.ones(pattern.nnz), pattern.indices, pattern.indptr), shape=pattern.shape)
             )
-    total.data[:] = 1.0  # a pair seen in several blocks is one free weight
     return total
 
 
 def support_pass(blocks: RDD, target_matrix: np.ndarray, vocab_size: int) -> sp.csr_matrix:
     """The observed support of the labelled rows of ``blocks``: one pass, patterns added on the executors."""
-
-    def add(a: sp.csr_matrix, b: sp.csr_matrix) -> sp.csr_matrix:
-        total = (a + b).tocsr()
-        total.data[:] = 1.0
-        return total
-
-    support = blocks.mapPartitions(lambda part: [block_support(part, target_matrix, vocab_size)]).treeReduce(
-        add, depth=2
-    )
-    support.sort_indices()
-    return sp.csr_matrix((np.zeros(support.nnz), support.indices, support.indptr), shape=support.shape)
+    patterns = blocks.mapPartitions(lambda part: [block_support(part, target_matrix, vocab_size)])
+    return as_support(patterns.treeReduce(union_pattern, depth=2), (target_matrix.shape[0], vocab_size))
 
 
 def _add(a: Optional[SoftmaxTerms], b: Optional[SoftmaxTerms]) -> Optional[SoftmaxTerms]:
@@ -141,45 +147,47 @@ def _add(a: Optional[SoftmaxTerms], b: Optional[SoftmaxTerms]) -> Optional[Softm
     return SoftmaxTerms(a.loss + b.loss, a.grad_W + b.grad_W, a.grad_b + b.grad_b, a.weight + b.weight)
 
 
+def _evaluation(rdd: RDD, partition_terms, W, b: np.ndarray) -> SoftmaxTerms:
+    """Broadcast (W, b), sum ``partition_terms(partition, W, b)`` per task, add the records on the executors."""
+    weights_bc = rdd.context.broadcast((W, b))
+    try:
+
+        def task(part):
+            W_, b_ = weights_bc.value
+            yield partition_terms(part, W_, b_)
+
+        total = rdd.mapPartitions(task).treeReduce(_add, depth=2)
+    finally:
+        weights_bc.unpersist()
+    if total is None:
+        raise ValueError("no labelled document to fit the discriminative path model on")
+    return total
+
+
 def softmax_terms_pass(blocks: RDD, static_bc, W: np.ndarray, b: np.ndarray) -> SoftmaxTerms:
     """One evaluation: broadcast (W, b), sum each task's :func:`block_terms`, add them on the executors.
 
     ``static_bc`` is the per-fit broadcast of ``(idf, target_matrix)``.
     """
-    sc = blocks.context
-    weights_bc = sc.broadcast((W, b))
-    try:
 
-        def task(rows: Iterable[Block]):
-            idf, target_matrix = static_bc.value
-            W_, b_ = weights_bc.value
-            yield block_terms(rows, idf, target_matrix, W_, b_)
+    def partition_terms(rows: Iterable[Block], W_, b_):
+        idf, target_matrix = static_bc.value
+        return block_terms(rows, idf, target_matrix, W_, b_)
 
-        total = blocks.mapPartitions(task).treeReduce(_add, depth=2)
-    finally:
-        weights_bc.unpersist()
-    if total is None:
-        raise ValueError("no labelled document to fit the discriminative path model on")
-    return total
+    return _evaluation(blocks, partition_terms, W, b)
 
 
 def _features_pass(features: RDD, W, b: np.ndarray) -> SoftmaxTerms:
-    """One evaluation over cached :func:`labeled_features` (one list per partition): :func:`softmax_terms_pass`
+    """One evaluation over cached :func:`labeled_features` (lists of pairs): :func:`softmax_terms_pass`
     without recomputing the tf-idf rows."""
-    weights_bc = features.context.broadcast((W, b))
-    try:
 
-        def task(parts):
-            W_, b_ = weights_bc.value
-            for pairs in parts:
-                yield features_terms(pairs, W_, b_)
+    def partition_terms(parts, W_, b_):
+        total = None
+        for pairs in parts:
+            total = _add(total, features_terms(pairs, W_, b_))
+        return total
 
-        total = features.mapPartitions(task).treeReduce(_add, depth=2)
-    finally:
-        weights_bc.unpersist()
-    if total is None:
-        raise ValueError("no labelled document to fit the discriminative path model on")
-    return total
+    return _evaluation(features, partition_terms, W, b)
 
 
 def fit_softmax_on_blocks(
