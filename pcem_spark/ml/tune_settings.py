@@ -67,9 +67,12 @@ class TuneSettings:
     # when the unlabelled documents cluster by something other than the classes (RESULTS.md, stop words).
     unlabeled_weights: List[float] = field(default_factory=lambda: [0.3, 1.0, 0.0])
     path_weights: List[float] = field(default_factory=lambda: [0.0, 1.0])
-    # The model families tried when model.family = "auto": generative first, so "one_se" takes the combined
-    # family only when the folds show it clearly better.
-    families: List[str] = field(default_factory=lambda: ["generative", "combined"])
+    # The model families tried when model.family = "auto", the most preferred first: "one_se" takes the
+    # combined family only when the folds show it clearly better, the discriminative one (a single grid point:
+    # EM-lambda and gamma change nothing for it) only when clearly better than both. When the corpus has more
+    # labelled documents than the sample, each family is projected to their count
+    # (pcem_spark.model.learning_curve): a discriminative model gains more from them.
+    families: List[str] = field(default_factory=lambda: ["generative", "combined", "discriminative"])
     # Extra grid of `pcem train --tune`: model setting -> values, e.g. {smoothing = [0.03, 0.1, 0.3]}.
     grid: Dict[str, list] = field(default_factory=dict)
     parallelism: int = 1  # models fitted at once by CrossValidator

@@ -40,6 +40,7 @@ from pcem_spark.engine.label_columns import first_label_path
 from pcem_spark.errors import InputError
 from pcem_spark.ml.params import MODEL_PARAMS, param_values
 from pcem_spark.ml.tune_settings import METRICS, SELECTIONS, TuneSettings, check_grid
+from pcem_spark.model.learning_curve import doublings, extrapolated_scores, paired_choice
 from pcem_spark.model.names import is_name_document
 from pcem_spark.model.path_model import PathModel
 from pcem_spark.model.sampled_cv import (
@@ -464,6 +465,8 @@ def _sampled_cv(
         if tune.max_iter:  # the CV fits only; the caller's refit keeps model_settings.max_iter
             base = replace(base, max_iter=min(base.max_iter, tune.max_iter))
         points = _grid_points(grid_spec)
+        if "family" in grid_spec:
+            points = _one_discriminative_point(points, grid_spec)
         unscaled = [replace(base, **point) for point in points]
         for point in unscaled:  # a grid value the settings refuse fails here, before any fit
             point.validate()  # before the sample's scale, which may lift EM-lambda above 1 on purpose
@@ -483,32 +486,19 @@ def _sampled_cv(
             len(points) * tune.folds,
         )
         results = run_sampled_cv(sample, taxonomy, vocab_size, grid, tune.folds, base.block_size)
+        grid_rows = [_grid_row(point, per_fold, tune.metric) for point, per_fold in zip(points, results)]
+        scores = [r["cv_score"] for r in grid_rows]
+        stds = [r["cv_std"] for r in grid_rows]
+        best = max(range(len(scores)), key=lambda i: (scores[i], -i))
+        pick = select_grid_point(scores, stds, _preference(grid_rows, grid_spec), tune.folds, tune.selection)
+        n_doublings = doublings(n_labeled, drawn.n_labeled_sampled)
+        curve = None
+        if "family" in grid_spec and len(set(grid_spec["family"])) > 1 and n_doublings > 0:
+            pick, curve = _family_at_full_count(
+                sample, taxonomy, vocab_size, (grid, grid_rows, results), grid_spec, tune, (seed, n_doublings), base
+            )
     finally:
         sample.unpersist()
-    grid_rows = []
-    for point, per_fold in zip(points, results):
-        # A fold with no scorable held-out document says nothing: left out of the mean.
-        fold_scores = [
-            fold_metric(np.array(r["tp"]), np.array(r["fp"]), np.array(r["fn"]), tune.metric)
-            for r in per_fold
-            if r.get("scored", 1)
-        ]
-        grid_rows.append(
-            {
-                **point,
-                "cv_score": float(np.mean(fold_scores)) if fold_scores else 0.0,
-                "cv_std": float(np.std(fold_scores)) if fold_scores else 0.0,
-                "fold_scores": [round(x, 6) for x in fold_scores],
-                "scored": [int(r.get("scored", 0)) for r in per_fold],
-                "skipped": [int(r.get("skipped", 0)) for r in per_fold],
-                "n_iter": [int(r["n_iter"]) for r in per_fold],
-                "fit_seconds": round(float(sum(r["seconds"] for r in per_fold)), 3),
-            }
-        )
-    scores = [r["cv_score"] for r in grid_rows]
-    stds = [r["cv_std"] for r in grid_rows]
-    best = max(range(len(scores)), key=lambda i: (scores[i], -i))
-    pick = select_grid_point(scores, stds, _preference(grid_rows, grid_spec), tune.folds, tune.selection)
     info = _record_choice(
         grid_rows,
         grid_spec,
@@ -522,10 +512,116 @@ def _sampled_cv(
             "sample_caps": [labeled_cap, unlabeled_cap],
         },
     )
+    if curve is not None:
+        info["family_curve"] = curve
     info["seconds"] = round(time.perf_counter() - t0, 2)
     _log_choice(info, grid_spec, " on the sample")
     chosen = info["chosen"]
     return model_settings.resolved(**chosen), info, None
+
+
+def _fold_scores(per_fold: List[Dict[str, object]], metric: str) -> List[Optional[float]]:
+    """Each fold's metric, None for a fold with no scorable held-out document (it says nothing)."""
+    return [
+        fold_metric(np.array(r["tp"]), np.array(r["fp"]), np.array(r["fn"]), metric) if r.get("scored", 1) else None
+        for r in per_fold
+    ]
+
+
+def _grid_row(point: dict, per_fold: List[Dict[str, object]], metric: str) -> dict:
+    """The training summary's record of one grid point: its mean and std over the scored folds, and each fold's."""
+    fold_scores = [x for x in _fold_scores(per_fold, metric) if x is not None]
+    return {
+        **point,
+        "cv_score": float(np.mean(fold_scores)) if fold_scores else 0.0,
+        "cv_std": float(np.std(fold_scores)) if fold_scores else 0.0,
+        "fold_scores": [round(x, 6) for x in fold_scores],
+        "scored": [int(r.get("scored", 0)) for r in per_fold],
+        "skipped": [int(r.get("skipped", 0)) for r in per_fold],
+        "n_iter": [int(r["n_iter"]) for r in per_fold],
+        "fit_seconds": round(float(sum(r["seconds"] for r in per_fold)), 3),
+    }
+
+
+def _one_discriminative_point(points: List[dict], grid_spec: Dict[str, list]) -> List[dict]:
+    """``points`` with one discriminative point per value of the other settings: its scores ignore the
+    generative model, so EM-lambda and the path weight change nothing (their first values stand)."""
+    ignored = {"unlabeled_weight": 0, "path_weight": 0}
+    kept = []
+    for point in points:
+        if point["family"] == "discriminative" and any(
+            key in point and grid_spec[key].index(point[key]) != first for key, first in ignored.items()
+        ):
+            continue
+        kept.append(point)
+    return kept
+
+
+def _family_at_full_count(sample, taxonomy, vocab_size, scored, grid_spec, tune, seed_doublings, base):
+    """``(pick, record)``: the grid point of the family expected best at the corpus's label count.
+
+    ``scored``: ``(grid, grid_rows, results)`` of the sampled cross-validation. Each family's own
+    one-SE point is refitted per fold on half its labelled training documents; the per-fold scores are
+    extrapolated ``n_doublings`` doublings past the sample and the family kept by the paired rule
+    (:mod:`pcem_spark.model.learning_curve`). The sample's grid choice stands when a family has a fold
+    that scored nothing.
+    """
+    grid, grid_rows, results = scored
+    seed, n_doublings = seed_doublings
+    families = list(dict.fromkeys(grid_spec["family"]))
+    preference = _preference(grid_rows, grid_spec)
+    reps = []
+    for family in families:
+        own = [i for i, row in enumerate(grid_rows) if row["family"] == family]
+        if not own:
+            continue
+        sub = select_grid_point(
+            [grid_rows[i]["cv_score"] for i in own],
+            [grid_rows[i]["cv_std"] for i in own],
+            [preference[i] for i in own],
+            tune.folds,
+            tune.selection,
+        )
+        reps.append(own[sub])
+    full = [_fold_scores(results[i], tune.metric) for i in reps]
+    t0 = time.perf_counter()
+    halved = run_sampled_cv(
+        sample, taxonomy, vocab_size, [grid[i] for i in reps], tune.folds, base.block_size, halve_seed=seed
+    )
+    half = [_fold_scores(per_fold, tune.metric) for per_fold in halved]
+    if any(x is None for row in full + half for x in row):
+        fallback = select_grid_point(
+            [r["cv_score"] for r in grid_rows], [r["cv_std"] for r in grid_rows], preference, tune.folds, tune.selection
+        )
+        return fallback, {"skipped": "a fold scored no held-out document", "doublings": round(n_doublings, 4)}
+    projected = extrapolated_scores(np.array(full), np.array(half), n_doublings)
+    kept = paired_choice(projected)
+    record = {
+        "doublings": round(n_doublings, 4),
+        "seconds": round(time.perf_counter() - t0, 2),
+        "chosen": grid_rows[reps[kept]]["family"],
+        "families": [
+            {
+                "family": grid_rows[i]["family"],
+                "cv_score": round(float(np.mean(full[j])), 6),
+                "half_score": round(float(np.mean(half[j])), 6),
+                "gain_per_doubling": round(float(np.mean(full[j]) - np.mean(half[j])), 6),
+                "projected_score": round(float(projected[j].mean()), 6),
+                "projected_folds": [round(float(x), 6) for x in projected[j]],
+            }
+            for j, i in enumerate(reps)
+        ],
+    }
+    log.info(
+        "tuning: the families projected to the corpus's label count (%.2f doublings past the sample): %s; kept %s",
+        n_doublings,
+        "; ".join(
+            f"{f['family']} {f['cv_score']:.4f} (half {f['half_score']:.4f}) -> {f['projected_score']:.4f}"
+            for f in record["families"]
+        ),
+        record["chosen"],
+    )
+    return reps[kept], record
 
 
 def _not_scorable(model_settings: ModelSettings, grid_spec: Dict[str, list], drawn: CVSample):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Dict, List, NamedTuple, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -180,6 +180,9 @@ def cv_task(
     spec = method_spec(taxonomy, settings.method, settings.components, settings.path_weight)
     # The fold fits stop at the tuning's max_iter on purpose: no warning that they did not converge.
     em = replace(em_settings(settings, spec), capped=True)
+    if settings.family == "discriminative":
+        # Its scores ignore the generative model (beta 0): one counting pass (PCNB) stands in for the EM.
+        em = replace(em, unlabeled_weight=0.0)
     result = passes.fit(train, spec.score_matrix, vocab_size, em, structure=spec.structure)
     tables = scoring_tables(result.params, settings.parameter_dtype)
     if settings.family != "generative":  # the fold's own softmax regression, pooled as in the full model
@@ -276,6 +279,7 @@ def run_sampled_cv(
     n_folds: int,
     block_size: int = 4096,
     keep_out_of_fold: bool = False,
+    halve_seed: Optional[int] = None,
 ) -> List[List[Dict[str, object]]]:
     """Run every (grid point, fold) fit as one task; returns ``results[point][fold]`` (:func:`cv_task`).
 
@@ -288,7 +292,10 @@ def run_sampled_cv(
     (:func:`_tasks_on_rdd`), with DataFrames alone over Spark Connect
     (:func:`_tasks_on_frames`); the tasks are the same :func:`cv_task`.
     ``keep_out_of_fold``: each task also returns its held-out fold's
-    out-of-fold set (:func:`cv_task`).
+    out-of-fold set (:func:`cv_task`). ``halve_seed``: every task (and each
+    fold's regression) trains on a seeded half of its training folds' labelled
+    documents (:func:`pcem_spark.model.learning_curve.halved_parts`), for the
+    family's learning curve.
     """
     lookup, path_node = taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True)
     packed = [
@@ -296,11 +303,12 @@ def run_sampled_cv(
         for part in [*range(n_folds), KEPT_PART, UNLABELED_PART]
     ]
     runner = _tasks_on_frames if is_spark_connect(sample) else _tasks_on_rdd
-    fold_linear = _fold_regressions(packed, runner, taxonomy, vocab_size, grid, n_folds, path_node.shape[1])
+    fold_linear = _fold_regressions(packed, runner, taxonomy, vocab_size, grid, n_folds, path_node.shape[1], halve_seed)
     tasks = [(i, f) for i in range(len(grid)) for f in range(n_folds)]
 
     def run(parts, task):
         i, f = tasks[task]
+        parts = _training_parts(parts, f, halve_seed)
         linear = fold_linear.get((_regression_key(grid[i]), f))
         return cv_task(parts, f, taxonomy, vocab_size, grid[i], keep_out_of_fold, linear)
 
@@ -319,7 +327,18 @@ def _regression_key(settings: ModelSettings):
     return (settings.linear_c, settings.linear_weights, settings.parameter_dtype)
 
 
-def _fold_regressions(packed, runner, taxonomy, vocab_size, grid, n_folds, n_nodes) -> Dict[tuple, object]:
+def _training_parts(parts, fold: int, halve_seed: Optional[int]):
+    """``parts`` as a task of ``fold`` trains on them: whole, or with half of its training folds' labels."""
+    if halve_seed is None:
+        return parts
+    from pcem_spark.model.learning_curve import halved_parts
+
+    return halved_parts(parts, fold, halve_seed, (KEPT_PART,))
+
+
+def _fold_regressions(
+    packed, runner, taxonomy, vocab_size, grid, n_folds, n_nodes, halve_seed: Optional[int] = None
+) -> Dict[tuple, object]:
     """Each fold's softmax regression, fitted once for every grid point that pools one: one task per
     (regression settings, fold), before the grid's tasks. ``{(key, fold): LinearTables}``."""
     keys = sorted({k for k in map(_regression_key, grid) if k is not None}, key=repr)
@@ -332,7 +351,7 @@ def _fold_regressions(packed, runner, taxonomy, vocab_size, grid, n_folds, n_nod
         from pcem_spark.model.linear_family import fit_linear_local
 
         key, f = tasks[task]
-        train = [b for p, b in parts if p != f]
+        train = [b for p, b in _training_parts(parts, f, halve_seed) if p != f]
         return fit_linear_local(train, taxonomy, vocab_size, by_key[key])
 
     return {tasks[task]: linear for task, linear in runner(packed, len(tasks), run, vocab_size, n_nodes)}
