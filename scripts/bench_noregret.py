@@ -23,6 +23,12 @@ corpus, stratified 80/20, rate r of each leaf's training documents labelled):
   on labelled + unlabelled rows (``--sk-stop-words none`` keeps every word);
   ``sk-lr-kept`` is the same LR keeping every word whatever ``--sk-stop-words`` says,
   so one run has LR with stop words removed and kept;
+* ``em-soft-lr`` and ``em-pseudo-lr``: the same LR on the labelled rows plus the
+  unlabelled ones labelled by the `pcem train` default generative model --
+  every unlabelled row under each of its 3 most probable paths, weighted by
+  their calibrated probabilities (soft labels), or under its top path when
+  that has probability >= 0.9 (pseudo-labels). Their seconds include that
+  model's train;
 * ``fasttext`` (``fasttext-community``, in the ``bench`` extra): supervised fastText on the
   labelled texts, lower-cased, with the settings its tutorial recommends
   (``FASTTEXT_SETTINGS``: lr 0.5, 25 epochs, word bigrams; one thread, so a seed repeats);
@@ -64,7 +70,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 log = logging.getLogger("bench_noregret")
 
-SK_METHODS = ("sk-lr", "sk-lr-kept", "sk-mnb", "sk-selftrain", "fasttext")
+SK_METHODS = ("sk-lr", "sk-lr-kept", "sk-mnb", "sk-selftrain", "fasttext", "em-soft-lr", "em-pseudo-lr")
+# The semi-supervised combinations of PCEM with a regression other than the pooled ("combined") family:
+# scikit-learn's LR (the sk-lr peer's features and C) on the labelled rows plus every unlabelled row
+# weighted by the `pcem train` default model's calibrated posterior of each of its top paths (soft labels,
+# Nigam et al.'s EM posteriors as targets), or only the rows whose top path has probability >= this
+# (pseudo-labels, weight 1).
+PSEUDO_LABEL_PROBABILITY = 0.9
+SOFT_LABEL_PATHS = 3
 FASTTEXT_SETTINGS = dict(lr=0.5, epoch=25, wordNgrams=2, minCount=1, dim=100, loss="softmax", thread=1)
 DEFAULT_VARIANTS = ["pcem-default", "pcem-paper", "flat-em", "emmc"]
 FIELDS = [
@@ -139,10 +152,30 @@ def variant_settings(name: str, base):
     return replace(base, method=name)
 
 
-def sklearn_runs(train_pdf, test_pdf, methods, seed, stop_words="english"):
+def soft_label_rows(X, y, lab, posteriors, method):
+    """``(X, y, sample_weight)`` of ``em-soft-lr`` / ``em-pseudo-lr``: the labelled rows (weight 1) plus the
+    unlabelled rows by their PCEM posteriors. ``posteriors``: per training row, ``[(leaf, probability)]``
+    (the top paths; empty for a labelled row)."""
+    import scipy.sparse as sp
+
+    rows, targets, weights = list(np.flatnonzero(lab)), list(y[lab]), [1.0] * int(lab.sum())
+    for i in np.flatnonzero(~lab):
+        top = posteriors[i]
+        if method == "em-pseudo-lr":
+            top = top[:1] if top and top[0][1] >= PSEUDO_LABEL_PROBABILITY else []
+        for leaf, probability in top:
+            rows.append(i)
+            targets.append(leaf)
+            weights.append(1.0 if method == "em-pseudo-lr" else float(probability))
+    return sp.csr_matrix(X)[rows], np.array(targets, dtype=object), np.array(weights)
+
+
+def sklearn_runs(train_pdf, test_pdf, methods, seed, stop_words="english", posteriors=None):
     """scikit-learn peers on one split: yields (method, predicted leaf list, seconds).
 
     ``stop_words``: scikit-learn's English list, or ``"none"`` (keep every word).
+    ``posteriors``: for ``em-soft-lr`` / ``em-pseudo-lr``, the PCEM posteriors of each training row
+    (:func:`soft_label_rows`).
     """
     from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
@@ -158,12 +191,15 @@ def sklearn_runs(train_pdf, test_pdf, methods, seed, stop_words="english"):
         if m == "fasttext":
             yield m, fasttext_leaves(texts, y, lab, test_pdf["text"].tolist(), seed), time.perf_counter() - t0
             continue
-        if m in ("sk-lr", "sk-lr-kept", "sk-selftrain"):
+        if m in ("sk-lr", "sk-lr-kept", "sk-selftrain", "em-soft-lr", "em-pseudo-lr"):
             kept = dict(limits, stop_words=None) if m == "sk-lr-kept" else limits
             vec = TfidfVectorizer(sublinear_tf=True, **kept).fit(texts)
             X, Xt = vec.transform(texts), vec.transform(test_pdf["text"].tolist())
             if m in ("sk-lr", "sk-lr-kept"):
                 clf = LogisticRegression(C=10, max_iter=1000).fit(X[lab], y[lab])
+            elif m in ("em-soft-lr", "em-pseudo-lr"):
+                Xs, ys, ws = soft_label_rows(X, y, lab, posteriors, m)
+                clf = LogisticRegression(C=10, max_iter=1000).fit(Xs, ys, sample_weight=ws)
             else:
                 y_semi = np.where(lab, y, None)
                 classes = sorted(set(y[lab]))
@@ -207,6 +243,24 @@ def fasttext_leaves(texts, leaves, labelled, test_texts, seed) -> List[str]:
         os.unlink(train_file)
     labels, _ = model.predict([line(t) for t in test_texts], k=1)
     return [code[ls[0]] for ls in labels]
+
+
+def default_posteriors(masked, taxonomy, settings, seed, train_pdf):
+    """``([(leaf, probability)] per row of train_pdf, seconds)``: the `pcem train` default generative model's calibrated
+    top paths of each unlabelled training row (empty for labelled rows), fitted on the split's training rows."""
+    from pcem_spark.ml import train as train_pipeline
+
+    t0 = time.perf_counter()
+    from dataclasses import replace
+
+    generative = replace(settings.model, family="generative")  # the EM's posteriors, whatever the default family
+    model, _ = train_pipeline(masked, taxonomy, settings.features, generative, tune=settings.tune, seed=seed)
+    unlabelled = masked.where("labels IS NULL")
+    top = {
+        r["id"]: [(p["path"][-1], float(p["probability"])) for p in r["top_paths"]]
+        for r in model.transform(unlabelled, top_k=SOFT_LABEL_PATHS).select("id", "top_paths").collect()
+    }
+    return [top.get(i, []) for i in train_pdf["id"]], time.perf_counter() - t0
 
 
 def main(argv=None) -> int:
@@ -435,12 +489,21 @@ def main(argv=None) -> int:
                     pred.unpersist()
                 if any(m in sk_methods for m in todo):
                     # scikit-learn is single-process: the split's texts go to the driver (benchmark only).
-                    train_pdf = masked.select("text", F.element_at("labels", -1).alias("leaf")).toPandas()
+                    train_pdf = masked.select("id", "text", F.element_at("labels", -1).alias("leaf")).toPandas()
                     test_pdf = test.select("id", "text", "labels").toPandas()
                     path_of_leaf = {p[-1]: list(p) for p in paths}
+                    posteriors, em_secs = None, 0.0
+                    if any(m in ("em-soft-lr", "em-pseudo-lr") for m in todo):
+                        posteriors, em_secs = default_posteriors(masked, taxonomy, settings, seed, train_pdf)
                     for m, leaves, secs in sklearn_runs(
-                        train_pdf, test_pdf, [m for m in todo if m in sk_methods], seed, args.sk_stop_words
+                        train_pdf,
+                        test_pdf,
+                        [m for m in todo if m in sk_methods],
+                        seed,
+                        args.sk_stop_words,
+                        posteriors,
                     ):
+                        secs += em_secs if m in ("em-soft-lr", "em-pseudo-lr") else 0.0
                         pred = spark.createDataFrame(
                             [
                                 (i, path_of_leaf[leaf], list(lab))
