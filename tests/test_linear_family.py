@@ -320,8 +320,9 @@ def test_the_family_choice_is_deterministic_for_a_seed_and_records_each_familys_
 
     first, again = run(3), run(3)
     assert first == again
-    assert sorted(f for f, _ in first[2]) == ["combined", "generative"]  # each family's fold scores recorded
-    assert first[0] in ("generative", "combined") and first[1]["family"] == first[0]
+    # each family's fold scores recorded (tune.families' default: all three)
+    assert sorted(f for f, _ in first[2]) == ["combined", "discriminative", "generative"]
+    assert first[0] in ("generative", "combined", "discriminative") and first[1]["family"] == first[0]
     feats.unpersist()
 
 
@@ -404,3 +405,46 @@ def test_past_the_sample_the_families_are_projected_to_the_corpuss_label_count(s
     # a sample that holds every labelled document: the folds' ranking stands, nothing is projected
     assert "family_curve" not in run(5000)[1]
     feats.unpersist()
+
+
+def test_grid_points_that_differ_only_in_their_family_share_one_fold_fit_and_score_as_their_own(corpus):
+    """cv_tasks fits a fold's EM once for every point of one em_key: each point's counts equal cv_task's own."""
+    from pcem_spark.engine.blocks import Block
+    from pcem_spark.model.sampled_cv import UNLABELED_PART, cv_task, cv_tasks, em_key
+
+    rows, _, taxonomy = corpus
+    vocabulary = sorted({w for _, text, _ in rows for w in text.split()})
+    X = sp.csr_matrix(dense_counts(rows, vocabulary))
+    A = taxonomy.path_node_matrix()
+    parts = []
+    for i, (_, _, labels) in enumerate(rows):
+        ns = np.zeros((1, taxonomy.n_nodes))
+        if labels is not None:
+            ns[0] = A[taxonomy.paths.index(tuple(labels))]
+        parts.append(
+            (
+                (i % 2) if labels is not None else UNLABELED_PART,
+                Block(X[i], sp.csr_matrix(ns), np.array([labels is not None])),
+            )
+        )
+    V = len(vocabulary)
+    points = [
+        settings(family="generative"),
+        settings(family="combined"),
+        settings(family="combined", generative_weight=1.0),
+    ]
+    assert len({em_key(p) for p in points}) == 1
+    # the discriminative family's scores ignore EM-lambda and gamma: one key for all of them, another than EM's
+    disc = {
+        em_key(settings(family="discriminative", unlabeled_weight=w, path_weight=g)) for w in (0.3, 1) for g in (0, 1)
+    }
+    assert len(disc) == 1 and disc.isdisjoint({em_key(points[0])})
+    assert em_key(settings(unlabeled_weight=0.3)) != em_key(settings(unlabeled_weight=1.0))
+
+    def strip(r):
+        return {k: v for k, v in r.items() if k != "seconds"}
+
+    shared = cv_tasks(parts, 1, taxonomy, V, points)
+    assert [strip(r) for r in shared] == [strip(cv_task(parts, 1, taxonomy, V, p)) for p in points]
+    with pytest.raises(ValueError, match="em_key"):
+        cv_tasks(parts, 1, taxonomy, V, [points[0], settings(unlabeled_weight=1.0)])

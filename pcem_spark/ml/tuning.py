@@ -47,6 +47,7 @@ from pcem_spark.model.sampled_cv import (
     KEPT_PART,
     UNLABELED_PART,
     CVSample,
+    em_key,
     fold_metric,
     run_sampled_cv,
     sample_rows,
@@ -483,7 +484,7 @@ def _sampled_cv(
             scale,
             tune.metric,
             len(points),
-            len(points) * tune.folds,
+            len({em_key(point) for point in grid}) * tune.folds,
         )
         results = run_sampled_cv(sample, taxonomy, vocab_size, grid, tune.folds, base.block_size)
         grid_rows = [_grid_row(point, per_fold, tune.metric) for point, per_fold in zip(points, results)]

@@ -51,6 +51,8 @@ __all__ = [
     "single_path_rows",
     "fold_confusion",
     "cv_task",
+    "cv_tasks",
+    "em_key",
     "fold_metric",
     "KEPT_PART",
     "trained_paths",
@@ -174,23 +176,69 @@ def cv_task(
     labelled documents, not on the grid point's weights); fitted here when None and
     ``settings.family`` needs one.
     """
+    return cv_tasks(parts, fold, taxonomy, vocab_size, [settings], keep_out_of_fold, [linear])[0]
+
+
+def em_key(settings: ModelSettings) -> str:
+    """What a fold's EM depends on: grid points with the same key share one EM fit (:func:`cv_tasks`).
+
+    The family, its pooling weight and its regression's settings only change how a path is scored; a
+    discriminative point ignores the generative model altogether and fits naive Bayes (lambda 0) instead.
+    """
+    em = replace(settings, family="generative", generative_weight=0.0, linear_c=1.0, linear_weights="auto")
+    if settings.family == "discriminative":
+        em = replace(em, family="discriminative", unlabeled_weight=0.0, path_weight=0.0)
+    return repr(em)
+
+
+def cv_tasks(
+    parts: Sequence[Tuple[int, Block]],
+    fold: int,
+    taxonomy: Taxonomy,
+    vocab_size: int,
+    settings: Sequence[ModelSettings],
+    keep_out_of_fold: bool = False,
+    linears: Sequence = (),
+) -> List[Dict[str, object]]:
+    """:func:`cv_task` for several grid points of one :func:`em_key`: one EM fit, each point's scores.
+
+    ``linears``: per point, its fold regression or None. Each result's ``seconds`` is the shared fit's
+    share plus the point's own scoring.
+    """
+    if len({em_key(point) for point in settings}) != 1:
+        raise ValueError("cv_tasks: the grid points need one EM fit (the same em_key)")
     t0 = time.perf_counter()
+    first = settings[0]
     train = [b for p, b in parts if p != fold]
     held = [b for p, b in parts if p == fold]
-    spec = method_spec(taxonomy, settings.method, settings.components, settings.path_weight)
+    spec = method_spec(taxonomy, first.method, first.components, first.path_weight)
     # The fold fits stop at the tuning's max_iter on purpose: no warning that they did not converge.
-    em = replace(em_settings(settings, spec), capped=True)
-    if settings.family == "discriminative":
+    em = replace(em_settings(first, spec), capped=True)
+    if first.family == "discriminative":
         # Its scores ignore the generative model (beta 0): one counting pass (PCNB) stands in for the EM.
         em = replace(em, unlabeled_weight=0.0)
     result = passes.fit(train, spec.score_matrix, vocab_size, em, structure=spec.structure)
-    tables = scoring_tables(result.params, settings.parameter_dtype)
-    if settings.family != "generative":  # the fold's own softmax regression, pooled as in the full model
-        from pcem_spark.model.linear_family import fit_linear_local, generative_weight_of
+    fit_share = (time.perf_counter() - t0) / len(settings)
+    linears = list(linears) or [None] * len(settings)
+    out = []
+    for point, linear in zip(settings, linears):
+        t1 = time.perf_counter()
+        tables = scoring_tables(result.params, point.parameter_dtype)
+        if point.family != "generative":  # the fold's own softmax regression, pooled as in the full model
+            from pcem_spark.model.linear_family import fit_linear_local, generative_weight_of
 
-        if linear is None:
-            linear = fit_linear_local(train, taxonomy, vocab_size, settings)
-        tables = tables._replace(linear=linear._replace(generative_weight=generative_weight_of(settings)))
+            if linear is None:
+                linear = fit_linear_local(train, taxonomy, vocab_size, point)
+            tables = tables._replace(linear=linear._replace(generative_weight=generative_weight_of(point)))
+        scored = _score_fold(held, train, tables, spec, point, taxonomy, keep_out_of_fold)
+        scored["n_iter"] = result.n_iter
+        scored["seconds"] = fit_share + time.perf_counter() - t1
+        out.append(scored)
+    return out
+
+
+def _score_fold(held, train, tables, spec, settings: ModelSettings, taxonomy: Taxonomy, keep_out_of_fold: bool):
+    """The held-out fold's node confusion (and out-of-fold set) under ``tables`` (:func:`cv_task`)."""
     path_node = taxonomy.path_node_matrix(sparse=True)
     indicator = metric_indicator(taxonomy)
     # Only a held-out row whose path has a labelled row in training is scored, as every test document's has.
@@ -222,15 +270,7 @@ def cv_task(
             predicted, _ = predict_paths(X, None, None, spec.structure, settings.doc_length, tables=tables)
         counts = fold_confusion(true, predicted, indicator)
         tp, fp, fn = tp + counts[0], fp + counts[1], fn + counts[2]
-    out = {
-        "tp": tp.tolist(),
-        "fp": fp.tolist(),
-        "fn": fn.tolist(),
-        "scored": scored,
-        "skipped": skipped,
-        "n_iter": result.n_iter,
-        "seconds": time.perf_counter() - t0,
-    }
+    out = {"tp": tp.tolist(), "fp": fp.tolist(), "fn": fn.tolist(), "scored": scored, "skipped": skipped}
     if keep:
         out["out_of_fold"] = concat_out_of_fold(kept)
     return out
@@ -304,19 +344,24 @@ def run_sampled_cv(
     ]
     runner = _tasks_on_frames if is_spark_connect(sample) else _tasks_on_rdd
     fold_linear = _fold_regressions(packed, runner, taxonomy, vocab_size, grid, n_folds, path_node.shape[1], halve_seed)
-    tasks = [(i, f) for i in range(len(grid)) for f in range(n_folds)]
+    # Grid points that differ only in how a path is scored (the family, its weight) share each fold's EM.
+    groups: Dict[str, List[int]] = {}
+    for i, point in enumerate(grid):
+        groups.setdefault(em_key(point), []).append(i)
+    tasks = [(members, f) for members in groups.values() for f in range(n_folds)]
 
     def run(parts, task):
-        i, f = tasks[task]
+        members, f = tasks[task]
         parts = _training_parts(parts, f, halve_seed)
-        linear = fold_linear.get((_regression_key(grid[i]), f))
-        return cv_task(parts, f, taxonomy, vocab_size, grid[i], keep_out_of_fold, linear)
+        linears = [fold_linear.get((_regression_key(grid[i]), f)) for i in members]
+        return cv_tasks(parts, f, taxonomy, vocab_size, [grid[i] for i in members], keep_out_of_fold, linears)
 
     out = runner(packed, len(tasks), run, vocab_size, path_node.shape[1])
     results: List[List[Dict[str, object]]] = [[{} for _ in range(n_folds)] for _ in grid]
-    for task, r in out:
-        i, f = tasks[task]
-        results[i][f] = r
+    for task, scored in out:
+        members, f = tasks[task]
+        for i, r in zip(members, scored):
+            results[i][f] = r
     return results
 
 
