@@ -448,3 +448,31 @@ def test_grid_points_that_differ_only_in_their_family_share_one_fold_fit_and_sco
     assert [strip(r) for r in shared] == [strip(cv_task(parts, 1, taxonomy, V, p)) for p in points]
     with pytest.raises(ValueError, match="em_key"):
         cv_tasks(parts, 1, taxonomy, V, [points[0], settings(unlabeled_weight=1.0)])
+
+
+def test_beta_auto_is_cross_validated_for_the_combined_points_only(spark, corpus):
+    """model.generative_weight = auto: the combined family's beta is a grid value; a generative or discriminative
+    point is scored once (beta changes nothing for them); without folds beta falls back to 0.3."""
+    from pcem_spark.engine.features import featurize, fit_vocabulary
+    from pcem_spark.ml import PathEM, TuneSettings
+    from pcem_spark.ml.tuning import resolve_auto
+    from pcem_spark.model.settings import GENERATIVE_WEIGHT_FALLBACK
+
+    _, docs, taxonomy = corpus
+    vocabulary = fit_vocabulary(docs, FEATURES)
+    feats = featurize(docs, vocabulary, FEATURES).cache()
+    tune = TuneSettings(
+        folds=2, min_labeled_per_fold=1, unlabeled_weights=[0.5], path_weights=[1.0], generative_weights=[0.3, 0.03]
+    )
+    ms = settings(family="auto", generative_weight="auto")
+    assert ms.auto_params() == ["family", "generative_weight"]
+    assert settings(family="generative", generative_weight="auto").auto_params() == []
+    chosen, info, _ = resolve_auto(feats, taxonomy, vocabulary, FEATURES, ms, tune, seed=1, estimator_class=PathEM)
+    points = sorted((g["family"], g["generative_weight"]) for g in info["grid"])
+    assert points == [("combined", 0.03), ("combined", 0.3), ("discriminative", 0.3), ("generative", 0.3)]
+    # the two betas share the fold's EM and regression: the same fit, scored two ways
+    combined = [g for g in info["grid"] if g["family"] == "combined"]
+    assert combined[0]["n_iter"] == combined[1]["n_iter"]
+    assert chosen.generative_weight in (0.3, 0.03) and chosen.family == info["chosen"]["family"]
+    assert ms.resolved().generative_weight == GENERATIVE_WEIGHT_FALLBACK
+    feats.unpersist()

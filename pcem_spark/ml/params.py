@@ -198,8 +198,9 @@ class _PathEMParams(Params):
     generativeWeight = Param(
         Params._dummy(),
         "generativeWeight",
-        "weight of the generative log path posterior in the combined family's scores",
-        TypeConverters.toFloat,
+        "weight of the generative log path posterior in the combined family's scores (>= 0), or 'auto' "
+        "(cross-validated)",
+        _number_or_auto,
     )
     linearWeights = Param(
         Params._dummy(),

@@ -73,6 +73,11 @@ class TuneSettings:
     # labelled documents than the sample, each family is projected to their count
     # (pcem_spark.model.learning_curve): a discriminative model gains more from them.
     families: List[str] = field(default_factory=lambda: ["generative", "combined", "discriminative"])
+    # beta of the combined family tried when model.generative_weight = "auto", the most generative first. The
+    # raw naive-Bayes log posterior is far more peaked than the regression's scores, so the best beta is small
+    # and falls as labels grow (20NG, docs/RESULTS.md "Model families": 0.3 at 30% trails 0.03 by 0.75
+    # micro-F1, at 90% by 1.0). The points share each fold's EM and regression: each costs a scoring only.
+    generative_weights: List[float] = field(default_factory=lambda: [0.3, 0.1, 0.03, 0.01])
     # Extra grid of `pcem train --tune`: model setting -> values, e.g. {smoothing = [0.03, 0.1, 0.3]}.
     grid: Dict[str, list] = field(default_factory=dict)
     parallelism: int = 1  # models fitted at once by CrossValidator
@@ -117,6 +122,7 @@ class TuneSettings:
         "unlabeled_weights": ListOf(Interval(float, 0, 1), non_empty=True),
         "path_weights": ListOf(Interval(float, 0, 1), non_empty=True),
         "families": ListOf(Options(("generative", "combined", "discriminative")), non_empty=True),
+        "generative_weights": ListOf(Interval(float, 0, None), non_empty=True),
         "selection": Options(SELECTIONS),
         "parallelism": Interval(int, 1, None),
         "strategy": Options(STRATEGIES),

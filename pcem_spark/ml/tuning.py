@@ -182,6 +182,8 @@ def resolve_auto(
         grid_spec["path_weight"] = [float(v) for v in tune.path_weights]
     if "family" in auto:
         grid_spec["family"] = [str(v) for v in tune.families]
+    if "generative_weight" in auto:
+        grid_spec["generative_weight"] = [float(v) for v in tune.generative_weights]
     check_grid(extra_grid or {})
     for key, values in (extra_grid or {}).items():
         grid_spec[key] = list(values)
@@ -466,8 +468,7 @@ def _sampled_cv(
         if tune.max_iter:  # the CV fits only; the caller's refit keeps model_settings.max_iter
             base = replace(base, max_iter=min(base.max_iter, tune.max_iter))
         points = _grid_points(grid_spec)
-        if "family" in grid_spec:
-            points = _one_discriminative_point(points, grid_spec)
+        points = _without_ignored(points, grid_spec, model_settings.family)
         unscaled = [replace(base, **point) for point in points]
         for point in unscaled:  # a grid value the settings refuse fails here, before any fit
             point.validate()  # before the sample's scale, which may lift EM-lambda above 1 on purpose
@@ -544,15 +545,20 @@ def _grid_row(point: dict, per_fold: List[Dict[str, object]], metric: str) -> di
     }
 
 
-def _one_discriminative_point(points: List[dict], grid_spec: Dict[str, list]) -> List[dict]:
-    """``points`` with one discriminative point per value of the other settings: its scores ignore the
-    generative model, so EM-lambda and the path weight change nothing (their first values stand)."""
-    ignored = {"unlabeled_weight": 0, "path_weight": 0}
+# What a family's scores ignore: grid points that differ only in these are one point (the first value stands).
+_IGNORED_BY_FAMILY = {
+    "generative": ("generative_weight",),
+    "discriminative": ("unlabeled_weight", "path_weight", "generative_weight"),
+}
+
+
+def _without_ignored(points: List[dict], grid_spec: Dict[str, list], family: str) -> List[dict]:
+    """``points`` without those that repeat another for their family: a generative point scores the same at
+    any beta, a discriminative one (beta 0) at any EM-lambda, path weight or beta."""
     kept = []
     for point in points:
-        if point["family"] == "discriminative" and any(
-            key in point and grid_spec[key].index(point[key]) != first for key, first in ignored.items()
-        ):
+        ignored = _IGNORED_BY_FAMILY.get(point.get("family", family), ())
+        if any(key in point and grid_spec[key].index(point[key]) != 0 for key in ignored):
             continue
         kept.append(point)
     return kept

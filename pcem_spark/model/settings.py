@@ -54,6 +54,9 @@ FAMILIES = ("generative", "combined", "discriminative")
 # labelled document, pcem_spark.core.logistic.observed_support), "auto" = dense while it fits
 # (pcem_spark.model.linear_family.LINEAR_MAX_CELLS), observed for wider taxonomies.
 LINEAR_WEIGHTS = ("auto", "dense", "observed")
+# beta of a combined model when "auto" cannot be cross-validated (too few labelled documents): the generative
+# posterior keeps a large share where the regression has little to learn from.
+GENERATIVE_WEIGHT_FALLBACK = 0.3
 
 
 @dataclass
@@ -101,8 +104,9 @@ class ModelSettings:
     family: str = "generative"
     # The softmax regression's inverse L2 strength, scikit-learn's C: the penalty is 1 / (C * labelled docs).
     linear_c: float = 10.0
-    # beta: the weight of the generative log posterior in the combined family's scores.
-    generative_weight: float = 0.3
+    # beta: the weight of the generative log posterior in the combined family's scores; "auto" =
+    # cross-validated over tune.generative_weights (the fallback without folds: GENERATIVE_WEIGHT_FALLBACK).
+    generative_weight: object = AUTO
     # Which of the regression's weights are free (LINEAR_WEIGHTS).
     linear_weights: str = "auto"
 
@@ -125,7 +129,7 @@ class ModelSettings:
         "names_weight": Interval(float, 0, None, closed="neither"),
         "family": [Options(FAMILIES), AUTO],
         "linear_c": Interval(float, 0, None, closed="neither"),
-        "generative_weight": Interval(float, 0, None),
+        "generative_weight": [Interval(float, 0, None), AUTO],
         "linear_weights": Options(LINEAR_WEIGHTS),
     }
 
@@ -157,6 +161,9 @@ class ModelSettings:
             out.append("path_weight")
         if self.family == AUTO and self.method in ONE_COMPONENT_PER_PATH:
             out.append("family")
+        pooled = self.family in (AUTO, "combined") and self.method in ONE_COMPONENT_PER_PATH
+        if self.generative_weight == AUTO and pooled:
+            out.append("generative_weight")
         return out
 
     def resolved(self, **values) -> "ModelSettings":
@@ -167,6 +174,8 @@ class ModelSettings:
                 setattr(out, name, 1.0)
         if out.family == AUTO:
             out.family = "generative"
+        if out.generative_weight == AUTO:
+            out.generative_weight = GENERATIVE_WEIGHT_FALLBACK
         return out
 
 
