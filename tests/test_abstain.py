@@ -46,7 +46,7 @@ WORDS = {
 }
 DOC_SCHEMA = "id string, text string, labels array<string>"
 FS = FeatureSettings(min_df=1, max_df=1.0, vocab_size=0)
-SETTINGS = dict(smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, max_iter=5)
+SETTINGS = dict(smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, max_iter=5, family="generative")
 
 
 # =====================================================================

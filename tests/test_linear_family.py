@@ -318,8 +318,15 @@ def test_the_family_choice_is_deterministic_for_a_seed_and_records_each_familys_
         scores = [(g["family"], g["fold_scores"]) for g in info["grid"]]
         return chosen.family, info["chosen"], scores
 
+    def run_info(seed):
+        return resolve_auto(feats, taxonomy, vocabulary, FEATURES, ms, tune, seed=seed, estimator_class=PathEM)[1]
+
     first, again = run(3), run(3)
     assert first == again
+    # the families compared fold by fold: each one's point and the paired rule's choice are recorded
+    families = run_info(3)["families"]
+    assert [f["family"] for f in families["families"]] == ["generative", "combined", "discriminative"]
+    assert families["chosen"] == first[0]
     # each family's fold scores recorded (tune.families' default: all three)
     assert sorted(f for f, _ in first[2]) == ["combined", "discriminative", "generative"]
     assert first[0] in ("generative", "combined", "discriminative") and first[1]["family"] == first[0]
@@ -351,60 +358,6 @@ def test_a_folds_regression_fitted_once_gives_every_grid_point_the_scores_of_its
         own = cv_task(parts, 0, taxonomy, V, point)
         given = cv_task(parts, 0, taxonomy, V, point, linear=shared)
         assert {k: v for k, v in given.items() if k != "seconds"} == {k: v for k, v in own.items() if k != "seconds"}
-
-
-def test_past_the_sample_the_families_are_projected_to_the_corpuss_label_count(spark):
-    """The sample holds about half the labelled documents: each family's point is refitted on half its
-    folds' labels, the projection is recorded, and the kept family is the paired rule's on it."""
-    from pcem_spark.engine.features import featurize, fit_vocabulary
-    from pcem_spark.ml import PathEM, TuneSettings
-    from pcem_spark.ml.tuning import resolve_auto
-    from pcem_spark.model.learning_curve import paired_choice
-
-    rng = np.random.default_rng(11)
-    rows = []
-    for path, words in WORDS.items():
-        vocab = words.split() + ["the", "and", "with"]
-        for i in range(20):
-            text = " ".join(rng.choice(vocab, size=int(rng.integers(3, 8))))
-            rows.append((f"{path[1]}-{i}", text, list(path) if i < 16 else None))
-    docs = spark.createDataFrame(rows, "id string, text string, labels array<string>")
-    taxonomy = Taxonomy.from_label_paths(list(WORDS))
-    vocabulary = fit_vocabulary(docs, FEATURES)
-    feats = featurize(docs, vocabulary, FEATURES).cache()
-    ms = settings(family="auto", unlabeled_weight="auto")
-    families = ["generative", "combined", "discriminative"]
-
-    def run(max_labeled):
-        tune = TuneSettings(
-            folds=2,
-            min_labeled_per_fold=1,
-            unlabeled_weights=[0.5, 1.0],
-            path_weights=[1.0],
-            families=families,
-            max_labeled=max_labeled,
-        )
-        chosen, info, _ = resolve_auto(feats, taxonomy, vocabulary, FEATURES, ms, tune, seed=5, estimator_class=PathEM)
-        return chosen, info
-
-    chosen, info = run(32)
-    sample = info["sample"]
-    assert sample["n_labeled_sampled"] < sample["n_labeled"] == 64
-    curve = info["family_curve"]
-    assert curve["doublings"] == round(math.log2(64 / sample["n_labeled_sampled"]), 4)
-    assert [f["family"] for f in curve["families"]] == families
-    for f in curve["families"]:  # the mean of the per-fold projections is the projection of the means
-        expected = f["cv_score"] + (f["cv_score"] - f["half_score"]) * curve["doublings"]
-        assert f["projected_score"] == pytest.approx(expected, abs=1e-4)
-    kept = paired_choice(np.array([f["projected_folds"] for f in curve["families"]]))
-    assert curve["chosen"] == families[kept] == chosen.family == info["chosen"]["family"]
-    # EM-lambda changes nothing for the discriminative family: one grid point of it, not two
-    assert sum(g["family"] == "discriminative" for g in info["grid"]) == 1
-    again = run(32)[1]["family_curve"]
-    assert {k: v for k, v in again.items() if k != "seconds"} == {k: v for k, v in curve.items() if k != "seconds"}
-    # a sample that holds every labelled document: the folds' ranking stands, nothing is projected
-    assert "family_curve" not in run(5000)[1]
-    feats.unpersist()
 
 
 def test_grid_points_that_differ_only_in_their_family_share_one_fold_fit_and_score_as_their_own(corpus):

@@ -250,9 +250,12 @@ def test_auto_smoothing_in_the_engine(corpora):
 def test_model_settings_accept_numbers_or_auto():
     ms = ModelSettings()
     assert (ms.smoothing, ms.unlabeled_weight, ms.path_weight) == ("auto", "auto", "auto")
-    assert ms.auto_params() == ["unlabeled_weight", "path_weight"]
-    assert ModelSettings(method="flat-em").auto_params() == ["unlabeled_weight"]
-    assert ModelSettings(method="pcnb").auto_params() == ["path_weight"]
+    # the family and the combined family's beta are cross-validated too, for one-component-per-path methods
+    assert ms.auto_params() == ["unlabeled_weight", "path_weight", "family", "generative_weight"]
+    assert ModelSettings(method="flat-em").auto_params() == ["unlabeled_weight", "family", "generative_weight"]
+    assert ModelSettings(method="pcnb").auto_params() == ["path_weight", "family", "generative_weight"]
+    assert ModelSettings(method="emmc").auto_params() == ["unlabeled_weight"]
+    assert ModelSettings(family="generative").auto_params() == ["unlabeled_weight", "path_weight"]
     r = ms.resolved(path_weight=0.5)
     assert (r.unlabeled_weight, r.path_weight, r.smoothing) == (1.0, 0.5, "auto")
     for bad in (

@@ -1,6 +1,7 @@
 """Settings chosen from the data: Spark ML's CrossValidator over PathEM, featuresCol pipelines, folds."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -10,7 +11,8 @@ from test_predict_evaluate import TAX, WORDS  # noqa: E402 (the same four-topic 
 
 from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
 from pcem_spark.ml import PathEM
-from pcem_spark.ml.tuning import TuneSettings, _preference, resolve_auto, select_grid_point, stratified_folds
+from pcem_spark.ml.grid_choice import preference as _preference
+from pcem_spark.ml.tuning import TuneSettings, resolve_auto, select_grid_point, stratified_folds
 from pcem_spark.model.settings import ModelSettings
 
 SHARED = "match player score device power market"  # words every class uses: a harder problem
@@ -382,3 +384,38 @@ def test_single_leaf_path_em_skips_cross_validation(spark, monkeypatch, caplog):
         assert "one leaf, 'leaf': every document will get this path" in caplog.text
         assert model.path_model.training_summary["tuning"]["skipped"] is True
         assert {r["leaf"] for r in model.transform(data).collect()} == {"leaf"}
+
+
+def _reference_paired_choice(scores):
+    """The paired rule from its statement: the most preferred family not clearly beaten by the best."""
+    means = [sum(row) / len(row) for row in scores]
+    best = max(range(len(means)), key=lambda i: (means[i], -i))
+    k = len(scores[0])
+    for family in range(len(scores)):
+        d = [scores[best][j] - scores[family][j] for j in range(k)]
+        mean = sum(d) / k
+        std = math.sqrt(sum((x - mean) ** 2 for x in d) / k)
+        if mean <= std / math.sqrt(k - 1):
+            return family
+    raise AssertionError("the best family always qualifies")
+
+
+def test_the_paired_family_rule_matches_its_statement_on_random_scores():
+    from pcem_spark.ml.grid_choice import paired_choice
+
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        n_families, k = int(rng.integers(1, 4)), int(rng.integers(2, 6))
+        base = rng.uniform(0.6, 0.9, size=k)  # folds differ much more than families do
+        scores = base[None, :] + rng.normal(0, 0.01, size=(n_families, k))
+        assert paired_choice(scores) == _reference_paired_choice(scores.tolist())
+
+
+def test_a_gain_on_every_fold_wins_where_the_unpaired_rule_keeps_the_preferred_family():
+    from pcem_spark.ml.grid_choice import paired_choice
+
+    preferred = np.array([0.80, 0.86, 0.83])
+    better = preferred + np.array([0.006, 0.008, 0.007])
+    assert paired_choice(np.vstack([preferred, better])) == 1
+    # the grid's one-SE rule (the best's std / sqrt(k - 1)) keeps the preferred one
+    assert select_grid_point([preferred.mean(), better.mean()], [preferred.std(), better.std()], [0, 1], 3) == 0

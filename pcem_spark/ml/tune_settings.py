@@ -69,9 +69,7 @@ class TuneSettings:
     path_weights: List[float] = field(default_factory=lambda: [0.0, 1.0])
     # The model families tried when model.family = "auto", the most preferred first: "one_se" takes the
     # combined family only when the folds show it clearly better, the discriminative one (a single grid point:
-    # EM-lambda and gamma change nothing for it) only when clearly better than both. When the corpus has more
-    # labelled documents than the sample, each family is projected to their count
-    # (pcem_spark.model.learning_curve): a discriminative model gains more from them.
+    # EM-lambda and gamma change nothing for it) only when clearly better than both.
     families: List[str] = field(default_factory=lambda: ["generative", "combined", "discriminative"])
     # beta of the combined family tried when model.generative_weight = "auto", the most generative first. The
     # raw naive-Bayes log posterior is far more peaked than the regression's scores, so the best beta is small

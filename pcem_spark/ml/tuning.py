@@ -22,15 +22,12 @@ the Dirichlet-multinomial evidence of the labelled counts
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
 import time
 import uuid
 from dataclasses import replace
 from typing import Dict, List, Optional, Tuple
 
-import numpy as np
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -38,9 +35,16 @@ from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.features import FeatureSettings
 from pcem_spark.engine.label_columns import first_label_path
 from pcem_spark.errors import InputError
+from pcem_spark.ml.grid_choice import (
+    family_choice,
+    grid_points,
+    grid_row,
+    preference,
+    select_grid_point,
+    without_ignored,
+)
 from pcem_spark.ml.params import MODEL_PARAMS, param_values
 from pcem_spark.ml.tune_settings import METRICS, SELECTIONS, TuneSettings, check_grid
-from pcem_spark.model.learning_curve import doublings, extrapolated_scores, paired_choice
 from pcem_spark.model.names import is_name_document
 from pcem_spark.model.path_model import PathModel
 from pcem_spark.model.sampled_cv import (
@@ -48,7 +52,6 @@ from pcem_spark.model.sampled_cv import (
     UNLABELED_PART,
     CVSample,
     em_key,
-    fold_metric,
     run_sampled_cv,
     sample_rows,
     with_weight,
@@ -96,39 +99,6 @@ def stratified_folds(
     leaf_rows = Window.partitionBy(leaf)
     alone = (F.count(F.when(~name, 1)).over(leaf_rows) == 1) & ~F.max(name).over(leaf_rows)
     return labeled.withColumn(fold_col, F.when(name | alone, F.lit(KEPT_PART)).otherwise(dealt).cast("int"))
-
-
-def select_grid_point(
-    scores: List[float], stds: List[float], preference: List[int], n_folds: int, selection: str = "one_se"
-) -> int:
-    """Index of the chosen grid point.
-
-    ``scores``/``stds``: mean and (population) standard deviation over the
-    folds of each grid point's CV metric (larger is better), as
-    CrossValidatorModel's ``avgMetrics``/``stdMetrics``. ``preference``: a
-    rank per grid point, lower = preferred. ``"best"`` returns the argmax
-    (ties: lowest index); ``"one_se"`` returns the most preferred point whose
-    score is at least the best score minus the best point's standard error
-    ``std / sqrt(n_folds - 1)``.
-    """
-    if selection not in SELECTIONS:
-        raise InputError(f"selection must be one of {SELECTIONS}, got {selection!r}")
-    best = max(range(len(scores)), key=lambda i: (scores[i], -i))
-    if selection == "best":
-        return best
-    se = stds[best] / math.sqrt(max(n_folds - 1, 1))
-    within = [i for i in range(len(scores)) if scores[i] >= scores[best] - se]
-    return min(within, key=lambda i: (preference[i], -scores[i], i))
-
-
-def _preference(grid_rows: List[dict], grid_spec: Dict[str, list]) -> List[int]:
-    """Rank of each grid point: by the sum of its values' positions in their lists, then lexicographically."""
-    keys = [tuple(values.index(row[k]) for k, values in grid_spec.items()) for row in grid_rows]
-    order = sorted(range(len(keys)), key=lambda i: (sum(keys[i]), keys[i]))
-    rank = [0] * len(keys)
-    for r, i in enumerate(order):
-        rank[i] = r
-    return rank
 
 
 def _estimator(
@@ -359,7 +329,7 @@ def _resolve(
                 {**{k: pm[est.getParam(MODEL_PARAMS[k])] for k in grid_spec}, "cv_score": score, "cv_std": std}
             )
         best = max(range(len(scores)), key=lambda i: (scores[i], -i))
-        pick = select_grid_point(scores, stds, _preference(grid_rows, grid_spec), tune.folds, tune.selection)
+        pick = select_grid_point(scores, stds, preference(grid_rows, grid_spec), tune.folds, tune.selection)
         best_model = cv_model.bestModel
         if pick != best:
             # CrossValidator refitted its argmax; the one-SE choice needs its own refit on all the data.
@@ -386,12 +356,6 @@ def _resolve(
     )
     model.linear = fitted.linear  # the combined / discriminative family's regression, fitted with it
     return resolved, info, model
-
-
-def _grid_points(grid_spec: Dict[str, list]) -> List[dict]:
-    """Every grid point, in ParamGridBuilder's order (itertools.product over the keys as added)."""
-    keys = list(grid_spec)
-    return [dict(zip(keys, values)) for values in itertools.product(*grid_spec.values())]
 
 
 def draw_cv_sample(
@@ -467,8 +431,8 @@ def _sampled_cv(
         base = replace(model_settings.resolved(), smoothing=model_settings.smoothing)
         if tune.max_iter:  # the CV fits only; the caller's refit keeps model_settings.max_iter
             base = replace(base, max_iter=min(base.max_iter, tune.max_iter))
-        points = _grid_points(grid_spec)
-        points = _without_ignored(points, grid_spec, model_settings.family)
+        points = grid_points(grid_spec)
+        points = without_ignored(points, grid_spec, model_settings.family)
         unscaled = [replace(base, **point) for point in points]
         for point in unscaled:  # a grid value the settings refuse fails here, before any fit
             point.validate()  # before the sample's scale, which may lift EM-lambda above 1 on purpose
@@ -488,17 +452,18 @@ def _sampled_cv(
             len({em_key(point) for point in grid}) * tune.folds,
         )
         results = run_sampled_cv(sample, taxonomy, vocab_size, grid, tune.folds, base.block_size)
-        grid_rows = [_grid_row(point, per_fold, tune.metric) for point, per_fold in zip(points, results)]
+        grid_rows = [grid_row(point, per_fold, tune.metric) for point, per_fold in zip(points, results)]
         scores = [r["cv_score"] for r in grid_rows]
         stds = [r["cv_std"] for r in grid_rows]
         best = max(range(len(scores)), key=lambda i: (scores[i], -i))
-        pick = select_grid_point(scores, stds, _preference(grid_rows, grid_spec), tune.folds, tune.selection)
-        n_doublings = doublings(n_labeled, drawn.n_labeled_sampled)
-        curve = None
-        if "family" in grid_spec and len(set(grid_spec["family"])) > 1 and n_doublings > 0:
-            pick, curve = _family_at_full_count(
-                sample, taxonomy, vocab_size, (grid, grid_rows, results), grid_spec, tune, (seed, n_doublings), base
-            )
+        pick = select_grid_point(scores, stds, preference(grid_rows, grid_spec), tune.folds, tune.selection)
+        # The families are compared fold by fold: their gaps are smaller than the folds' spread (grid_choice).
+        family_pick, families = (
+            family_choice(grid_rows, results, grid_spec, tune, tune.metric)
+            if "family" in grid_spec and tune.selection == "one_se"
+            else (None, None)
+        )
+        pick = pick if family_pick is None else family_pick
     finally:
         sample.unpersist()
     info = _record_choice(
@@ -514,121 +479,12 @@ def _sampled_cv(
             "sample_caps": [labeled_cap, unlabeled_cap],
         },
     )
-    if curve is not None:
-        info["family_curve"] = curve
+    if families is not None:
+        info["families"] = families
     info["seconds"] = round(time.perf_counter() - t0, 2)
     _log_choice(info, grid_spec, " on the sample")
     chosen = info["chosen"]
     return model_settings.resolved(**chosen), info, None
-
-
-def _fold_scores(per_fold: List[Dict[str, object]], metric: str) -> List[Optional[float]]:
-    """Each fold's metric, None for a fold with no scorable held-out document (it says nothing)."""
-    return [
-        fold_metric(np.array(r["tp"]), np.array(r["fp"]), np.array(r["fn"]), metric) if r.get("scored", 1) else None
-        for r in per_fold
-    ]
-
-
-def _grid_row(point: dict, per_fold: List[Dict[str, object]], metric: str) -> dict:
-    """The training summary's record of one grid point: its mean and std over the scored folds, and each fold's."""
-    fold_scores = [x for x in _fold_scores(per_fold, metric) if x is not None]
-    return {
-        **point,
-        "cv_score": float(np.mean(fold_scores)) if fold_scores else 0.0,
-        "cv_std": float(np.std(fold_scores)) if fold_scores else 0.0,
-        "fold_scores": [round(x, 6) for x in fold_scores],
-        "scored": [int(r.get("scored", 0)) for r in per_fold],
-        "skipped": [int(r.get("skipped", 0)) for r in per_fold],
-        "n_iter": [int(r["n_iter"]) for r in per_fold],
-        "fit_seconds": round(float(sum(r["seconds"] for r in per_fold)), 3),
-    }
-
-
-# What a family's scores ignore: grid points that differ only in these are one point (the first value stands).
-_IGNORED_BY_FAMILY = {
-    "generative": ("generative_weight",),
-    "discriminative": ("unlabeled_weight", "path_weight", "generative_weight"),
-}
-
-
-def _without_ignored(points: List[dict], grid_spec: Dict[str, list], family: str) -> List[dict]:
-    """``points`` without those that repeat another for their family: a generative point scores the same at
-    any beta, a discriminative one (beta 0) at any EM-lambda, path weight or beta."""
-    kept = []
-    for point in points:
-        ignored = _IGNORED_BY_FAMILY.get(point.get("family", family), ())
-        if any(key in point and grid_spec[key].index(point[key]) != 0 for key in ignored):
-            continue
-        kept.append(point)
-    return kept
-
-
-def _family_at_full_count(sample, taxonomy, vocab_size, scored, grid_spec, tune, seed_doublings, base):
-    """``(pick, record)``: the grid point of the family expected best at the corpus's label count.
-
-    ``scored``: ``(grid, grid_rows, results)`` of the sampled cross-validation. Each family's own
-    one-SE point is refitted per fold on half its labelled training documents; the per-fold scores are
-    extrapolated ``n_doublings`` doublings past the sample and the family kept by the paired rule
-    (:mod:`pcem_spark.model.learning_curve`). The sample's grid choice stands when a family has a fold
-    that scored nothing.
-    """
-    grid, grid_rows, results = scored
-    seed, n_doublings = seed_doublings
-    families = list(dict.fromkeys(grid_spec["family"]))
-    preference = _preference(grid_rows, grid_spec)
-    reps = []
-    for family in families:
-        own = [i for i, row in enumerate(grid_rows) if row["family"] == family]
-        if not own:
-            continue
-        sub = select_grid_point(
-            [grid_rows[i]["cv_score"] for i in own],
-            [grid_rows[i]["cv_std"] for i in own],
-            [preference[i] for i in own],
-            tune.folds,
-            tune.selection,
-        )
-        reps.append(own[sub])
-    full = [_fold_scores(results[i], tune.metric) for i in reps]
-    t0 = time.perf_counter()
-    halved = run_sampled_cv(
-        sample, taxonomy, vocab_size, [grid[i] for i in reps], tune.folds, base.block_size, halve_seed=seed
-    )
-    half = [_fold_scores(per_fold, tune.metric) for per_fold in halved]
-    if any(x is None for row in full + half for x in row):
-        fallback = select_grid_point(
-            [r["cv_score"] for r in grid_rows], [r["cv_std"] for r in grid_rows], preference, tune.folds, tune.selection
-        )
-        return fallback, {"skipped": "a fold scored no held-out document", "doublings": round(n_doublings, 4)}
-    projected = extrapolated_scores(np.array(full), np.array(half), n_doublings)
-    kept = paired_choice(projected)
-    record = {
-        "doublings": round(n_doublings, 4),
-        "seconds": round(time.perf_counter() - t0, 2),
-        "chosen": grid_rows[reps[kept]]["family"],
-        "families": [
-            {
-                "family": grid_rows[i]["family"],
-                "cv_score": round(float(np.mean(full[j])), 6),
-                "half_score": round(float(np.mean(half[j])), 6),
-                "gain_per_doubling": round(float(np.mean(full[j]) - np.mean(half[j])), 6),
-                "projected_score": round(float(projected[j].mean()), 6),
-                "projected_folds": [round(float(x), 6) for x in projected[j]],
-            }
-            for j, i in enumerate(reps)
-        ],
-    }
-    log.info(
-        "tuning: the families projected to the corpus's label count (%.2f doublings past the sample): %s; kept %s",
-        n_doublings,
-        "; ".join(
-            f"{f['family']} {f['cv_score']:.4f} (half {f['half_score']:.4f}) -> {f['projected_score']:.4f}"
-            for f in record["families"]
-        ),
-        record["chosen"],
-    )
-    return reps[kept], record
 
 
 def _not_scorable(model_settings: ModelSettings, grid_spec: Dict[str, list], drawn: CVSample):

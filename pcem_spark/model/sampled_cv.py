@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -319,7 +319,6 @@ def run_sampled_cv(
     n_folds: int,
     block_size: int = 4096,
     keep_out_of_fold: bool = False,
-    halve_seed: Optional[int] = None,
 ) -> List[List[Dict[str, object]]]:
     """Run every (grid point, fold) fit as one task; returns ``results[point][fold]`` (:func:`cv_task`).
 
@@ -332,10 +331,7 @@ def run_sampled_cv(
     (:func:`_tasks_on_rdd`), with DataFrames alone over Spark Connect
     (:func:`_tasks_on_frames`); the tasks are the same :func:`cv_task`.
     ``keep_out_of_fold``: each task also returns its held-out fold's
-    out-of-fold set (:func:`cv_task`). ``halve_seed``: every task (and each
-    fold's regression) trains on a seeded half of its training folds' labelled
-    documents (:func:`pcem_spark.model.learning_curve.halved_parts`), for the
-    family's learning curve.
+    out-of-fold set (:func:`cv_task`).
     """
     lookup, path_node = taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True)
     packed = [
@@ -343,7 +339,7 @@ def run_sampled_cv(
         for part in [*range(n_folds), KEPT_PART, UNLABELED_PART]
     ]
     runner = _tasks_on_frames if is_spark_connect(sample) else _tasks_on_rdd
-    fold_linear = _fold_regressions(packed, runner, taxonomy, vocab_size, grid, n_folds, path_node.shape[1], halve_seed)
+    fold_linear = _fold_regressions(packed, runner, taxonomy, vocab_size, grid, n_folds, path_node.shape[1])
     # Grid points that differ only in how a path is scored (the family, its weight) share each fold's EM.
     groups: Dict[str, List[int]] = {}
     for i, point in enumerate(grid):
@@ -352,7 +348,6 @@ def run_sampled_cv(
 
     def run(parts, task):
         members, f = tasks[task]
-        parts = _training_parts(parts, f, halve_seed)
         linears = [fold_linear.get((_regression_key(grid[i]), f)) for i in members]
         return cv_tasks(parts, f, taxonomy, vocab_size, [grid[i] for i in members], keep_out_of_fold, linears)
 
@@ -372,18 +367,7 @@ def _regression_key(settings: ModelSettings):
     return (settings.linear_c, settings.linear_weights, settings.parameter_dtype)
 
 
-def _training_parts(parts, fold: int, halve_seed: Optional[int]):
-    """``parts`` as a task of ``fold`` trains on them: whole, or with half of its training folds' labels."""
-    if halve_seed is None:
-        return parts
-    from pcem_spark.model.learning_curve import halved_parts
-
-    return halved_parts(parts, fold, halve_seed, (KEPT_PART,))
-
-
-def _fold_regressions(
-    packed, runner, taxonomy, vocab_size, grid, n_folds, n_nodes, halve_seed: Optional[int] = None
-) -> Dict[tuple, object]:
+def _fold_regressions(packed, runner, taxonomy, vocab_size, grid, n_folds, n_nodes) -> Dict[tuple, object]:
     """Each fold's softmax regression, fitted once for every grid point that pools one: one task per
     (regression settings, fold), before the grid's tasks. ``{(key, fold): LinearTables}``."""
     keys = sorted({k for k in map(_regression_key, grid) if k is not None}, key=repr)
@@ -396,7 +380,7 @@ def _fold_regressions(
         from pcem_spark.model.linear_family import fit_linear_local
 
         key, f = tasks[task]
-        train = [b for p, b in _training_parts(parts, f, halve_seed) if p != f]
+        train = [b for p, b in parts if p != f]
         return fit_linear_local(train, taxonomy, vocab_size, by_key[key])
 
     return {tasks[task]: linear for task, linear in runner(packed, len(tasks), run, vocab_size, n_nodes)}

@@ -101,7 +101,7 @@ class ModelSettings:
     # The model family (FAMILIES): "combined" scores a path by generative_weight * log P_gen(path | doc)
     # plus a softmax regression's path score, fitted on the labelled documents (core.logistic);
     # "auto" = cross-validated over tune.families ([tune]).
-    family: str = "generative"
+    family: str = "auto"
     # The softmax regression's inverse L2 strength, scikit-learn's C: the penalty is 1 / (C * labelled docs).
     linear_c: float = 10.0
     # beta: the weight of the generative log posterior in the combined family's scores; "auto" =

@@ -1,0 +1,175 @@
+"""The cross-validation grid: its points, each point's record, and the one chosen.
+
+Pure functions on lists of settings and scores (no Spark): which grid points a
+family's scores ignore (:func:`without_ignored`), a point's record in the
+training summary (:func:`grid_row`), the preference order of the configured
+lists (:func:`preference`) and the one-standard-error choice
+(:func:`select_grid_point`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from pcem_spark.errors import InputError
+from pcem_spark.ml.tune_settings import SELECTIONS
+from pcem_spark.model.sampled_cv import fold_metric
+
+__all__ = [
+    "select_grid_point",
+    "preference",
+    "grid_points",
+    "grid_row",
+    "fold_scores",
+    "without_ignored",
+    "paired_choice",
+    "family_choice",
+]
+
+
+def select_grid_point(
+    scores: List[float], stds: List[float], preference: List[int], n_folds: int, selection: str = "one_se"
+) -> int:
+    """Index of the chosen grid point.
+
+    ``scores``/``stds``: mean and (population) standard deviation over the
+    folds of each grid point's CV metric (larger is better), as
+    CrossValidatorModel's ``avgMetrics``/``stdMetrics``. ``preference``: a
+    rank per grid point, lower = preferred. ``"best"`` returns the argmax
+    (ties: lowest index); ``"one_se"`` returns the most preferred point whose
+    score is at least the best score minus the best point's standard error
+    ``std / sqrt(n_folds - 1)``.
+    """
+    if selection not in SELECTIONS:
+        raise InputError(f"selection must be one of {SELECTIONS}, got {selection!r}")
+    best = max(range(len(scores)), key=lambda i: (scores[i], -i))
+    if selection == "best":
+        return best
+    se = stds[best] / math.sqrt(max(n_folds - 1, 1))
+    within = [i for i in range(len(scores)) if scores[i] >= scores[best] - se]
+    return min(within, key=lambda i: (preference[i], -scores[i], i))
+
+
+def preference(grid_rows: List[dict], grid_spec: Dict[str, list]) -> List[int]:
+    """Rank of each grid point: by the sum of its values' positions in their lists, then lexicographically."""
+    keys = [tuple(values.index(row[k]) for k, values in grid_spec.items()) for row in grid_rows]
+    order = sorted(range(len(keys)), key=lambda i: (sum(keys[i]), keys[i]))
+    rank = [0] * len(keys)
+    for r, i in enumerate(order):
+        rank[i] = r
+    return rank
+
+
+def grid_points(grid_spec: Dict[str, list]) -> List[dict]:
+    """Every grid point, in ParamGridBuilder's order (itertools.product over the keys as added)."""
+    keys = list(grid_spec)
+    return [dict(zip(keys, values)) for values in itertools.product(*grid_spec.values())]
+
+
+def fold_scores(per_fold: List[Dict[str, object]], metric: str) -> List[Optional[float]]:
+    """Each fold's metric, None for a fold with no scorable held-out document (it says nothing)."""
+    return [
+        fold_metric(np.array(r["tp"]), np.array(r["fp"]), np.array(r["fn"]), metric) if r.get("scored", 1) else None
+        for r in per_fold
+    ]
+
+
+def grid_row(point: dict, per_fold: List[Dict[str, object]], metric: str) -> dict:
+    """The training summary's record of one grid point: its mean and std over the scored folds, and each fold's."""
+    scores = [x for x in fold_scores(per_fold, metric) if x is not None]
+    return {
+        **point,
+        "cv_score": float(np.mean(scores)) if scores else 0.0,
+        "cv_std": float(np.std(scores)) if scores else 0.0,
+        "fold_scores": [round(x, 6) for x in scores],
+        "scored": [int(r.get("scored", 0)) for r in per_fold],
+        "skipped": [int(r.get("skipped", 0)) for r in per_fold],
+        "n_iter": [int(r["n_iter"]) for r in per_fold],
+        "fit_seconds": round(float(sum(r["seconds"] for r in per_fold)), 3),
+    }
+
+
+# What a family's scores ignore: grid points that differ only in these are one point (the first value stands).
+_IGNORED_BY_FAMILY = {
+    "generative": ("generative_weight",),
+    "discriminative": ("unlabeled_weight", "path_weight", "generative_weight"),
+}
+
+
+def without_ignored(points: List[dict], grid_spec: Dict[str, list], family: str) -> List[dict]:
+    """``points`` without those that repeat another for their family: a generative point scores the same at
+    any beta, a discriminative one (beta 0) at any EM-lambda, path weight or beta."""
+    kept = []
+    for point in points:
+        ignored = _IGNORED_BY_FAMILY.get(point.get("family", family), ())
+        if any(key in point and grid_spec[key].index(point[key]) != 0 for key in ignored):
+            continue
+        kept.append(point)
+    return kept
+
+
+def paired_choice(scores: np.ndarray) -> int:
+    """Row of ``scores`` (F families x k folds, the most preferred family first) that the paired rule keeps.
+
+    The family with the highest mean is the best; the kept one is the most
+    preferred family whose mean trails the best's by at most the standard
+    error of their per-fold differences, ``std(d) / sqrt(k - 1)`` (population
+    std, as :func:`select_grid_point`). The folds hold out the same documents
+    for every family, so the paired differences are far less noisy than
+    either family's scores: a gain on every fold counts even when the folds
+    differ by more than the gain.
+
+    >>> paired_choice(np.array([[0.80, 0.86, 0.83], [0.806, 0.868, 0.837]]))  # +0.007 on every fold
+    1
+    >>> paired_choice(np.array([[0.80, 0.82, 0.81], [0.83, 0.80, 0.82]]))  # +0.007 on average, noisy
+    0
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    means = scores.mean(axis=1)
+    best = int(np.argmax(means))  # ties: the most preferred
+    k = scores.shape[1]
+    for family in range(best + 1):
+        d = scores[best] - scores[family]
+        if d.mean() <= d.std() / math.sqrt(max(k - 1, 1)):
+            return family
+    return best
+
+
+def family_choice(grid_rows: List[dict], results: list, grid_spec: Dict[str, list], tune, metric: str):
+    """``(pick, record)``: the grid point of the family kept by :func:`paired_choice`, or ``(None, None)``.
+
+    Each family is represented by its own one-SE point among its grid points;
+    the families are then compared fold by fold, in ``tune.families``' order of
+    preference. None when fewer than two families were scored on every fold
+    (the grid's own one-SE choice then stands).
+    """
+    ranks = preference(grid_rows, grid_spec)
+    reps = []
+    for family in dict.fromkeys(grid_spec.get("family", [])):
+        own = [i for i, row in enumerate(grid_rows) if row["family"] == family]
+        if own:
+            sub = select_grid_point(
+                [grid_rows[i]["cv_score"] for i in own],
+                [grid_rows[i]["cv_std"] for i in own],
+                [ranks[i] for i in own],
+                tune.folds,
+                tune.selection,
+            )
+            reps.append(own[sub])
+    folds = [fold_scores(results[i], metric) for i in reps]
+    if len(reps) < 2 or any(x is None for row in folds for x in row):
+        return None, None
+    kept = paired_choice(np.array(folds))
+    record = {
+        "rule": "paired one-SE over each family's one-SE point",
+        "chosen": grid_rows[reps[kept]]["family"],
+        "families": [
+            {"family": grid_rows[i]["family"], "point": i, "cv_score": round(float(np.mean(f)), 6)}
+            for i, f in zip(reps, folds)
+        ],
+    }
+    return reps[kept], record
