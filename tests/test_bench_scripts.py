@@ -5,7 +5,9 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 
-from bench_noregret import dotted_labels  # noqa: E402
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+from bench_noregret import PSEUDO_LABEL_PROBABILITY, dotted_labels, soft_label_rows  # noqa: E402
 from bench_stopwords import question_corpus, questions_of  # noqa: E402
 
 
@@ -63,3 +65,20 @@ def test_paired_corpus_joins_documents_of_different_leaves_and_keeps_every_one(s
             a, b = (by_id[i] for i in parts)
             assert a[2][-1] != b[2][-1] and a[3] == b[3] == r.role and r.text == a[1] + "\n\n" + b[1]
     assert sum(r.kind == "multi" for r in out) > 5
+
+
+def test_soft_and_pseudo_labels_add_the_unlabelled_rows_by_their_posteriors():
+    X = sp.csr_matrix(np.arange(8, dtype=float).reshape(4, 2))
+    y = np.array(["a", None, None, "b"], dtype=object)
+    lab = np.array([True, False, False, True])
+    confident = PSEUDO_LABEL_PROBABILITY + 0.05
+    posteriors = [[], [("b", confident), ("a", 1 - confident)], [("a", 0.6), ("b", 0.4)], []]
+    Xs, ys, ws = soft_label_rows(X, y, lab, posteriors, "em-soft-lr")
+    # the labelled rows at weight 1, then every unlabelled row under each of its paths, weighted by p
+    assert ys.tolist() == ["a", "b", "b", "a", "a", "b"]
+    assert np.allclose(ws, [1, 1, confident, 1 - confident, 0.6, 0.4])
+    assert np.array_equal(Xs.toarray(), X.toarray()[[0, 3, 1, 1, 2, 2]])
+    Xp, yp, wp = soft_label_rows(X, y, lab, posteriors, "em-pseudo-lr")
+    # only a top path with p >= the threshold, at weight 1
+    assert yp.tolist() == ["a", "b", "b"] and wp.tolist() == [1.0, 1.0, 1.0]
+    assert np.array_equal(Xp.toarray(), X.toarray()[[0, 3, 1]])
