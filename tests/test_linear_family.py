@@ -429,3 +429,21 @@ def test_beta_auto_is_cross_validated_for_the_combined_points_only(spark, corpus
     assert chosen.generative_weight in (0.3, 0.03) and chosen.family == info["chosen"]["family"]
     assert ms.resolved().generative_weight == GENERATIVE_WEIGHT_FALLBACK
     feats.unpersist()
+
+
+def test_a_regression_fitted_with_beta_auto_outside_the_cross_validation_pools_at_the_fallback(corpus):
+    """A direct fit with generative_weight = "auto" (no folds to choose it) pools at the documented fallback."""
+    from pcem_spark.engine.blocks import Block
+    from pcem_spark.model.linear_family import fit_linear_local, generative_weight_of
+    from pcem_spark.model.settings import GENERATIVE_WEIGHT_FALLBACK
+
+    rows, _, taxonomy = corpus
+    vocabulary = sorted({w for _, text, _ in rows for w in text.split()})
+    X = sp.csr_matrix(dense_counts(rows, vocabulary))
+    A = taxonomy.path_node_matrix()
+    ns = np.array([A[taxonomy.paths.index(tuple(lab))] if lab else np.zeros(taxonomy.n_nodes) for _, _, lab in rows])
+    block = Block(X, sp.csr_matrix(ns), np.array([lab is not None for _, _, lab in rows]))
+    auto = settings(generative_weight="auto")
+    assert generative_weight_of(auto) == GENERATIVE_WEIGHT_FALLBACK == 0.3
+    assert generative_weight_of(settings(family="discriminative", generative_weight="auto")) == 0.0
+    assert fit_linear_local([block], taxonomy, len(vocabulary), auto).generative_weight == GENERATIVE_WEIGHT_FALLBACK

@@ -70,8 +70,11 @@ _NO_LABELS = (
 
 
 def generative_weight_of(settings: ModelSettings) -> float:
-    """beta of the family: the setting for "combined", 0 for "discriminative"."""
-    return 0.0 if settings.family == "discriminative" else float(settings.generative_weight)
+    """beta of the family: the setting for "combined" ("auto" not cross-validated: its fallback, as
+    ``ModelSettings.resolved`` gives it), 0 for "discriminative"."""
+    if settings.family == "discriminative":
+        return 0.0
+    return float(settings.resolved().generative_weight)
 
 
 def linear_l2(linear_c: float, n_labeled: float) -> float:
