@@ -333,12 +333,10 @@ def test_the_family_choice_is_deterministic_for_a_seed_and_records_each_familys_
     feats.unpersist()
 
 
-def test_a_folds_regression_fitted_once_gives_every_grid_point_the_scores_of_its_own_fit(corpus):
-    """run_sampled_cv fits each fold's regression once for all grid points (it depends on the fold's labelled
-    documents only): a task given it scores exactly as a task that fits its own."""
+def fold_parts(corpus):
+    """``(parts, V)``: one-row blocks of the corpus, labelled rows dealt to folds 0 / 1, the rest unlabelled."""
     from pcem_spark.engine.blocks import Block
-    from pcem_spark.model.linear_family import fit_linear_local
-    from pcem_spark.model.sampled_cv import UNLABELED_PART, cv_task
+    from pcem_spark.model.sampled_cv import UNLABELED_PART
 
     rows, _, taxonomy = corpus
     vocabulary = sorted({w for _, text, _ in rows for w in text.split()})
@@ -351,7 +349,17 @@ def test_a_folds_regression_fitted_once_gives_every_grid_point_the_scores_of_its
             ns[0] = A[taxonomy.paths.index(tuple(labels))]
         part = (i % 2) if labels is not None else UNLABELED_PART
         parts.append((part, Block(X[i], sp.csr_matrix(ns), np.array([labels is not None]))))
-    V = len(vocabulary)
+    return parts, len(vocabulary)
+
+
+def test_a_folds_regression_fitted_once_gives_every_grid_point_the_scores_of_its_own_fit(corpus):
+    """run_sampled_cv fits each fold's regression once for all grid points (it depends on the fold's labelled
+    documents only): a task given it scores exactly as a task that fits its own."""
+    from pcem_spark.model.linear_family import fit_linear_local
+    from pcem_spark.model.sampled_cv import cv_task
+
+    taxonomy = corpus[2]
+    parts, V = fold_parts(corpus)
     for weight in (0.3, 1.0):  # two grid points sharing fold 0's regression
         point = settings(unlabeled_weight=weight, generative_weight=weight)
         shared = fit_linear_local([b for p, b in parts if p != 0], taxonomy, V, settings(generative_weight=0.7))
@@ -362,25 +370,10 @@ def test_a_folds_regression_fitted_once_gives_every_grid_point_the_scores_of_its
 
 def test_grid_points_that_differ_only_in_their_family_share_one_fold_fit_and_score_as_their_own(corpus):
     """cv_tasks fits a fold's EM once for every point of one em_key: each point's counts equal cv_task's own."""
-    from pcem_spark.engine.blocks import Block
-    from pcem_spark.model.sampled_cv import UNLABELED_PART, cv_task, cv_tasks, em_key
+    from pcem_spark.model.sampled_cv import cv_task, cv_tasks, em_key
 
-    rows, _, taxonomy = corpus
-    vocabulary = sorted({w for _, text, _ in rows for w in text.split()})
-    X = sp.csr_matrix(dense_counts(rows, vocabulary))
-    A = taxonomy.path_node_matrix()
-    parts = []
-    for i, (_, _, labels) in enumerate(rows):
-        ns = np.zeros((1, taxonomy.n_nodes))
-        if labels is not None:
-            ns[0] = A[taxonomy.paths.index(tuple(labels))]
-        parts.append(
-            (
-                (i % 2) if labels is not None else UNLABELED_PART,
-                Block(X[i], sp.csr_matrix(ns), np.array([labels is not None])),
-            )
-        )
-    V = len(vocabulary)
+    taxonomy = corpus[2]
+    parts, V = fold_parts(corpus)
     points = [
         settings(family="generative"),
         settings(family="combined"),
