@@ -1,5 +1,7 @@
 """Cross-validation on a bounded sample: each (grid point, fold) fit is one task, the same EM code as a full fit."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -98,18 +100,33 @@ def test_sample_rows_is_seeded_and_bounded(spark):
 
 
 @pytest.mark.slow
-def test_sampled_cv_without_sampling_scores_every_grid_point_as_the_exhaustive_cv(spark):
-    """With caps above the corpus nothing is sampled: the task fits score exactly as CrossValidator's fits."""
+def test_sampled_cv_without_sampling_scores_every_grid_point_as_the_exhaustive_cv(spark, caplog):
+    """With caps above the corpus nothing is sampled: the task fits score exactly as CrossValidator's fits.
+
+    The exhaustive strategy does not compare families: under family auto it cross-validates the
+    generative family's grid, which is the sampled strategy's grid with the family set to generative.
+    """
     docs = _corpus(spark, seed=1)
     feats, vocab = _features(spark, docs)
     ms = ModelSettings(method="pcem", max_iter=5)
+    assert ms.family == "auto"
     common = dict(folds=3, unlabeled_weights=[0.3, 1.0, 0.0], path_weights=[0.0, 1.0])
     s1, sampled, model = resolve_auto(
-        feats, TAX, vocab, FS, ms, TuneSettings(strategy="sampled", **common), seed=5, estimator_class=PathEM
+        feats,
+        TAX,
+        vocab,
+        FS,
+        replace(ms, family="generative"),
+        TuneSettings(strategy="sampled", **common),
+        seed=5,
+        estimator_class=PathEM,
     )
-    s2, exhaustive, _ = resolve_auto(
-        feats, TAX, vocab, FS, ms, TuneSettings(strategy="exhaustive", **common), seed=5, estimator_class=PathEM
-    )
+    with caplog.at_level("WARNING", logger="pcem_spark"):
+        s2, exhaustive, _ = resolve_auto(
+            feats, TAX, vocab, FS, ms, TuneSettings(strategy="exhaustive", **common), seed=5, estimator_class=PathEM
+        )
+    assert "does not compare model families" in caplog.text
+    assert "family" not in exhaustive["chosen"] and s2.family == "generative"
     assert model is None  # the caller's refit is the only fit on every document
     assert sampled["strategy"] == "sampled" and exhaustive["strategy"] == "exhaustive"
     n_unl = docs.where(F.col("labels").isNull()).count()
@@ -139,7 +156,7 @@ def test_sampled_cv_without_sampling_scores_every_grid_point_as_the_exhaustive_c
 def test_sampled_cv_is_deterministic_for_a_seed_and_records_the_sample(spark):
     docs = _corpus(spark, n_per_leaf=40, n_labeled=10)
     feats, vocab = _features(spark, docs)
-    ms = ModelSettings(method="pcem", max_iter=4)
+    ms = ModelSettings(method="pcem", max_iter=4, family="generative")  # EM's sample; the families: test_linear_family
     tune = TuneSettings(folds=2, max_labeled=30, max_unlabeled=60, unlabeled_weights=[0.3, 1.0], path_weights=[0.0])
     runs = [resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=11, estimator_class=PathEM)[1] for _ in range(2)]
     a, b = runs
@@ -164,7 +181,8 @@ def test_sampled_cv_is_deterministic_for_a_seed_and_records_the_sample(spark):
 def test_cv_fits_stop_at_tune_max_iter_and_the_choice_leaves_the_models_max_iter(spark):
     docs = _corpus(spark, n_per_leaf=30, n_labeled=10)
     feats, vocab = _features(spark, docs)
-    ms = ModelSettings(method="pcem", max_iter=6, tol=0.0)  # tol 0: every fit runs to its iteration cap
+    # tol 0: every fit runs to its iteration cap (EM fits: the generative family, whose every point runs EM)
+    ms = ModelSettings(method="pcem", max_iter=6, tol=0.0, family="generative")
     common = dict(folds=2, unlabeled_weights=[0.3, 1.0], path_weights=[0.0])
     capped_settings, capped, _ = resolve_auto(
         feats, TAX, vocab, FS, ms, TuneSettings(max_iter=2, **common), seed=3, estimator_class=PathEM
@@ -219,7 +237,7 @@ def test_tuning_leaves_path_weight_out_above_the_parameter_bound(spark):
 
     feats, vocab = _features(spark, _corpus(spark, n_per_leaf=12, n_labeled=4))
     estimate = spread_parameters(_terms_per_top_numpy(feats), TAX)
-    ms = ModelSettings(method="pcem", max_iter=3)
+    ms = ModelSettings(method="pcem", max_iter=3, family="generative")
     common = dict(folds=2, unlabeled_weights=[0.3, 1.0], path_weights=[0.0, 1.0])
     _, tight_info, _ = resolve_auto(
         feats, TAX, vocab, FS, ms, TuneSettings(max_parameters=estimate - 1, **common), estimator_class=PathEM

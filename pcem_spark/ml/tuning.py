@@ -268,6 +268,10 @@ def _resolve(
         )
     if tune.strategy == "sampled":
         log.info("tuning: warm-started fits (init_model) are cross-validated exhaustively")
+    grid_spec = _without_families(grid_spec, model_settings)
+    if not grid_spec or all(len(v) == 1 for v in grid_spec.values()):
+        chosen = {k: v[0] for k, v in grid_spec.items()}
+        return model_settings.resolved(**chosen), {"chosen": chosen, "tuned": False}, None
     t0 = time.perf_counter()
     spark = feats.sparkSession
     view = f"_pcem_unlabeled_{uuid.uuid4().hex[:12]}"
@@ -485,6 +489,22 @@ def _sampled_cv(
     _log_choice(info, grid_spec, " on the sample")
     chosen = info["chosen"]
     return model_settings.resolved(**chosen), info, None
+
+
+def _without_families(grid_spec: Dict[str, list], model_settings: ModelSettings) -> Dict[str, list]:
+    """The exhaustive grid under ``model.family = "auto"``: the generative family's points only.
+
+    Families are compared fold by fold (:func:`pcem_spark.ml.grid_choice.family_choice`), and
+    CrossValidator keeps only each point's mean and spread over the folds; without the pairs the
+    comparison would favour whichever family is noisier. An explicit family is cross-validated as set.
+    """
+    if "family" not in grid_spec or model_settings.family != "auto":
+        return grid_spec
+    log.warning(
+        "tuning: the exhaustive cross-validation (tune.strategy = exhaustive, or a warm start) does not compare "
+        "model families; model.family = auto stays generative (set model.family to compare one by hand)"
+    )
+    return {k: v for k, v in grid_spec.items() if k not in ("family", "generative_weight")}
 
 
 def _not_scorable(model_settings: ModelSettings, grid_spec: Dict[str, list], drawn: CVSample):
