@@ -8,7 +8,13 @@ from pcem_spark.core.logistic import fit_softmax, softmax_terms, tfidf_features
 from pcem_spark.core.similarity import idf_weights
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.blocks import Block
-from pcem_spark.engine.softmax_pass import fit_softmax_on_blocks, labeled_rows, softmax_terms_pass
+from pcem_spark.engine.softmax_pass import (
+    fit_softmax_in_one_task,
+    fit_softmax_on_blocks,
+    labeled_rows,
+    softmax_terms_pass,
+)
+from pcem_spark.model.linear_family import LINEAR_ONE_TASK_NNZ, LINEAR_ONE_TASK_WORK, fits_in_one_task
 
 TAXONOMY = Taxonomy({"ROOT": ["sci", "rec"], "sci": ["space", "med"], "rec": ["autos", "hockey"]})
 
@@ -57,11 +63,15 @@ def test_a_pass_sums_the_labelled_rows_of_every_block(spark, corpus):
     np.testing.assert_allclose(got.grad_b, want.grad_b, rtol=1e-10, atol=1e-12)
 
 
-def test_the_fit_on_spark_equals_the_local_fit(spark, corpus):
+FITS = {"a pass per evaluation": fit_softmax_on_blocks, "one task": fit_softmax_in_one_task}
+
+
+@pytest.mark.parametrize("where", list(FITS))
+def test_the_fit_on_spark_equals_the_local_fit(spark, corpus, where):
     X, paths, labeled, blocks, idf, leaf_node = corpus
     M, V = leaf_node.shape[0], len(idf)
-    rdd = spark.sparkContext.parallelize(blocks, 2).cache()
-    on_spark = fit_softmax_on_blocks(rdd, idf, leaf_node, l2=0.01, max_iter=200, tol=1e-8)
+    rdd = spark.sparkContext.parallelize(blocks, 3).cache()
+    on_spark = FITS[where](rdd, idf, leaf_node, l2=0.01, max_iter=200, tol=1e-8)
     local = fit_softmax(lambda W, b: _local_terms(corpus, W, b), M, V, 0.01, max_iter=200, tol=1e-8)
     # The same evaluations in the same order: the same iterates, up to the order of the float sums.
     np.testing.assert_allclose(on_spark.W, local.W, atol=1e-6)
@@ -70,9 +80,30 @@ def test_the_fit_on_spark_equals_the_local_fit(spark, corpus):
     assert (scores.argmax(axis=1)[labeled] == paths[labeled]).all()
 
 
-def test_no_labelled_document_is_a_clear_error(spark, corpus):
+@pytest.mark.parametrize("where", list(FITS))
+def test_no_labelled_document_is_a_clear_error(spark, corpus, where):
     _, _, _, blocks, idf, leaf_node = corpus
     unlabelled = [Block(blk.X, blk.node_scores, np.zeros_like(blk.labeled)) for blk in blocks]
     rdd = spark.sparkContext.parallelize(unlabelled, 2)
     with pytest.raises(ValueError, match="no labelled document"):
-        fit_softmax_on_blocks(rdd, idf, leaf_node, l2=0.01)
+        FITS[where](rdd, idf, leaf_node, l2=0.01)
+
+
+def test_the_one_task_fit_is_the_same_whatever_the_partitioning(spark, corpus):
+    """The shuffle to one task delivers blocks in any order; the task sorts them, so the sums never change."""
+    _, _, _, blocks, idf, leaf_node = corpus
+    fits = [
+        fit_softmax_in_one_task(spark.sparkContext.parallelize(blocks, n), idf, leaf_node, l2=0.01, tol=1e-8)
+        for n in (1, 2, 5, 5)
+    ]
+    for fit in fits[1:]:
+        np.testing.assert_array_equal(fit.W, fits[0].W)
+        np.testing.assert_array_equal(fit.b, fits[0].b)
+
+
+def test_a_small_labelled_set_fits_in_one_task_and_a_large_one_pass_by_pass():
+    assert fits_in_one_task(0, 20) and fits_in_one_task(1_500_000, 20)  # 20NG at 90% labelled
+    assert fits_in_one_task(LINEAR_ONE_TASK_WORK // 20, 20)
+    assert not fits_in_one_task(LINEAR_ONE_TASK_WORK // 20 + 1, 20)  # an evaluation's arithmetic
+    assert not fits_in_one_task(LINEAR_ONE_TASK_NNZ + 1, 1)  # the task's memory
+    assert not fits_in_one_task(100_000, 10_000)  # 10,000 leaves

@@ -15,6 +15,10 @@ Execution shape, the same as an EM iteration's (:mod:`pcem_spark.engine.sums`):
 * :func:`pcem_spark.core.logistic.fit_softmax` (scipy's L-BFGS) runs on the
   driver and calls :func:`softmax_terms_pass` once per evaluation.
 
+A small labelled set is fitted in one task instead (:func:`fit_softmax_in_one_task`):
+its labelled rows are shuffled to one partition and L-BFGS runs there, so its
+hundred or so evaluations cost their arithmetic, not a Spark job each.
+
 The math is in :mod:`pcem_spark.core.logistic`; this module moves blocks,
 broadcasts and sums.
 """
@@ -49,6 +53,7 @@ __all__ = [
     "support_pass",
     "softmax_terms_pass",
     "fit_softmax_on_blocks",
+    "fit_softmax_in_one_task",
 ]
 
 
@@ -234,3 +239,48 @@ def fit_softmax_on_blocks(
     finally:
         features.unpersist()
         static_bc.unpersist()
+
+
+def fit_softmax_in_one_task(
+    blocks: RDD,
+    idf: np.ndarray,
+    target_matrix: np.ndarray,
+    l2: float,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+    support: Optional[sp.csr_matrix] = None,
+) -> SoftmaxFit:
+    """:func:`fit_softmax_on_blocks` for a small labelled set: the whole L-BFGS in one task.
+
+    The labelled rows of ``blocks`` are filtered in parallel and shuffled to one partition, where
+    :func:`pcem_spark.core.logistic.fit_softmax` runs on their :func:`labeled_features` (the same
+    objective and sums as a cross-validation fold's fit); the fit (W, b) is the task's one record.
+    Each evaluation then costs its arithmetic instead of a Spark job (about 0.2 s each on ``local[2]``,
+    for a fit of up to LINEAR_MAX_ITER evaluations). The caller bounds the labelled non-zeros
+    this task holds.
+    """
+    idf = np.asarray(idf, dtype=np.float64)
+    target_matrix = np.asarray(target_matrix)
+    M, V = target_matrix.shape[0], len(idf)
+    static_bc = blocks.context.broadcast((idf, target_matrix, support))
+
+    def keyed(index: int, part: Iterable[Block]):
+        for j, block in enumerate(part):
+            if block.labeled.any():
+                yield (index, j), block
+
+    def fit_partition(part):
+        idf_, target_, support_ = static_bc.value
+        # The shuffle delivers the blocks in no fixed order: sorted, the sums (and the fit) are the same every run.
+        ordered = [block for _, block in sorted(part, key=lambda kv: kv[0])]
+        features = labeled_features(ordered, idf_, target_)
+        if features:
+            yield fit_softmax(lambda W, b: features_terms(features, W, b), M, V, l2, max_iter, tol, support=support_)
+
+    try:
+        fits = blocks.mapPartitionsWithIndex(keyed).coalesce(1, shuffle=True).mapPartitions(fit_partition).collect()
+    finally:
+        static_bc.unpersist()
+    if not fits:
+        raise ValueError("no labelled document to fit the discriminative path model on")
+    return fits[0]

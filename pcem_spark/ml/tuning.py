@@ -492,14 +492,14 @@ def _sampled_cv(
 
 
 def _without_families(grid_spec: Dict[str, list], model_settings: ModelSettings) -> Dict[str, list]:
-    """The exhaustive grid under ``model.family = "auto"``: the generative family's points only.
+    """The exhaustive grid under ``model.family = "auto"`` over several families: the generative family's points.
 
     Families are compared fold by fold (:func:`pcem_spark.ml.grid_choice.family_choice`), and
     CrossValidator keeps only each point's mean and spread over the folds; without the pairs the
     comparison would favour whichever family is noisier. An explicit family is cross-validated as set.
     """
-    if "family" not in grid_spec or model_settings.family != "auto":
-        return grid_spec
+    if len(set(grid_spec.get("family", []))) < 2 or model_settings.family != "auto":
+        return grid_spec  # one family (an explicit one, or tune.families of one): nothing to compare
     log.warning(
         "tuning: the exhaustive cross-validation (tune.strategy = exhaustive, or a warm start) does not compare "
         "model families; model.family = auto stays generative (set model.family to compare one by hand)"

@@ -10,7 +10,8 @@ them), and the idf weights count every training document, labelled or not.
 
 :func:`fit_linear_local` fits on a list of blocks in one process (each
 cross-validation and calibration fold); :func:`fit_linear_blocks` on the
-cached blocks of a full fit, one Spark pass per L-BFGS evaluation
+cached blocks of a full fit: in one task when the labelled rows are few
+(:func:`fits_in_one_task`), else one Spark pass per L-BFGS evaluation
 (:mod:`pcem_spark.engine.softmax_pass`).
 
 The weights are a dense (M, V) array while it fits (:data:`LINEAR_MAX_CELLS`),
@@ -37,7 +38,13 @@ from pcem_spark.core.structure import path_scores
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.blocks import Block
 from pcem_spark.engine.limits import check_result_size
-from pcem_spark.engine.softmax_pass import features_terms, fit_softmax_on_blocks, labeled_features, support_pass
+from pcem_spark.engine.softmax_pass import (
+    features_terms,
+    fit_softmax_in_one_task,
+    fit_softmax_on_blocks,
+    labeled_features,
+    support_pass,
+)
 from pcem_spark.errors import InputError
 from pcem_spark.model.settings import ModelSettings
 
@@ -45,6 +52,9 @@ __all__ = [
     "LINEAR_MAX_CELLS",
     "LINEAR_MAX_ITER",
     "LINEAR_TOL",
+    "LINEAR_ONE_TASK_WORK",
+    "LINEAR_ONE_TASK_NNZ",
+    "fits_in_one_task",
     "generative_weight_of",
     "linear_l2",
     "weight_layout",
@@ -62,6 +72,12 @@ LINEAR_MAX_CELLS = 1 << 23
 # L-BFGS stops after this many iterations, or when the projected gradient is below LINEAR_TOL.
 LINEAR_MAX_ITER = 200
 LINEAR_TOL = 1e-5
+# A full fit's regression runs in one task while an evaluation's arithmetic, the labelled non-zeros x paths
+# multiply-adds, stays under this (~0.1-0.3 s on one core, about what a Spark job per evaluation costs in
+# overhead), and its labelled rows under LINEAR_ONE_TASK_NNZ non-zeros (~200 MB of tf-idf rows in that task).
+# Above either, every evaluation is a pass over the cluster. 20NG at 90% labelled: 1.5M x 20 = 3e7, one task.
+LINEAR_ONE_TASK_WORK = 1 << 28
+LINEAR_ONE_TASK_NNZ = 1 << 24
 
 _NO_LABELS = (
     "model.family = {family} needs labelled documents: its softmax regression learns from them only, and "
@@ -167,23 +183,34 @@ def fit_linear_local(
     return linear_tables(fit, idf, generative_weight_of(settings), settings.parameter_dtype)
 
 
-def _frequencies(blocks: Iterable[Block], vocab_size: int) -> Tuple[np.ndarray, int, int]:
-    """(V,) document frequencies, documents and labelled documents of ``blocks``: one pass feeds the idf and the
-    penalty."""
+def fits_in_one_task(labeled_nnz: int, n_paths: int) -> bool:
+    """Whether a full fit's regression runs in one task (:func:`fit_softmax_in_one_task`) rather than one Spark
+    pass per evaluation: its labelled rows' non-zeros and an evaluation's arithmetic are both small."""
+    return labeled_nnz <= LINEAR_ONE_TASK_NNZ and labeled_nnz * max(n_paths, 1) <= LINEAR_ONE_TASK_WORK
+
+
+def _frequencies(blocks: Iterable[Block], vocab_size: int) -> Tuple[np.ndarray, int, int, int]:
+    """(V,) document frequencies, documents, labelled documents and their non-zeros, of ``blocks``: one pass
+    feeds the idf, the penalty and the choice of where L-BFGS runs."""
     df, n = np.zeros(vocab_size), 0
-    n_labeled = 0
+    n_labeled = labeled_nnz = 0
     for block in blocks:
         df += np.bincount(block.X.indices, minlength=vocab_size)[:vocab_size]  # CSR: one entry per (row, term)
         n += block.X.shape[0]
         n_labeled += int(block.labeled.sum())
-    return df, n, n_labeled
+        if block.labeled.any():
+            row_nnz = np.diff(block.X.indptr)
+            labeled_nnz += int(row_nnz[np.asarray(block.labeled, dtype=bool)].sum())
+    return df, n, n_labeled, labeled_nnz
 
 
 def _fit_on_rdd(blocks: RDD, target: np.ndarray, vocab_size: int, settings: ModelSettings, layout: str):
     def add(a, b):
-        return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+        return tuple(x + y for x, y in zip(a, b))
 
-    df, n, n_labeled = blocks.mapPartitions(lambda part: [_frequencies(part, vocab_size)]).treeReduce(add, depth=2)
+    df, n, n_labeled, labeled_nnz = blocks.mapPartitions(lambda part: [_frequencies(part, vocab_size)]).treeReduce(
+        add, depth=2
+    )
     if n_labeled == 0:
         raise InputError(_NO_LABELS.format(family=settings.family))
     support = None
@@ -199,10 +226,12 @@ def _fit_on_rdd(blocks: RDD, target: np.ndarray, vocab_size: int, settings: Mode
         f"the softmax regression's gradients ({n_weights:,} weights, {layout}; {n_parts} partitions)",
     )
     idf = idf_weights(df, n)
-    fit = fit_softmax_on_blocks(
-        blocks, idf, target, linear_l2(settings.linear_c, n_labeled), LINEAR_MAX_ITER, LINEAR_TOL, support=support
-    )
-    return fit, idf, n, n_labeled, n_weights
+    l2 = linear_l2(settings.linear_c, n_labeled)
+    if fits_in_one_task(labeled_nnz, target.shape[0]):
+        fit = fit_softmax_in_one_task(blocks, idf, target, l2, LINEAR_MAX_ITER, LINEAR_TOL, support=support)
+        return fit, idf, n, n_labeled, n_weights, "one task"
+    fit = fit_softmax_on_blocks(blocks, idf, target, l2, LINEAR_MAX_ITER, LINEAR_TOL, support=support)
+    return fit, idf, n, n_labeled, n_weights, "a pass per evaluation"
 
 
 def _fit_on_frame(frame, target: np.ndarray, vocab_size: int, settings: ModelSettings, layout: str):
@@ -247,7 +276,7 @@ def _fit_on_frame(frame, target: np.ndarray, vocab_size: int, settings: ModelSet
         )
     finally:
         labeled.unpersist()
-    return fit, idf, n, n_labeled, n_weights
+    return fit, idf, n, n_labeled, n_weights, "a pass per evaluation"
 
 
 def fit_linear_blocks(
@@ -262,7 +291,7 @@ def fit_linear_blocks(
     layout = weight_layout(settings, taxonomy.n_paths, vocab_size)
     t0 = time.perf_counter()
     fit_on = _fit_on_rdd if isinstance(blocks, RDD) else _fit_on_frame
-    fit, idf, n, n_labeled, n_weights = fit_on(blocks, _targets(taxonomy), vocab_size, settings, layout)
+    fit, idf, n, n_labeled, n_weights, where = fit_on(blocks, _targets(taxonomy), vocab_size, settings, layout)
     info = {
         "family": settings.family,
         "linear_c": float(settings.linear_c),
@@ -271,6 +300,7 @@ def fit_linear_blocks(
         "n_documents": int(n),
         "weights": layout,
         "n_weights": int(n_weights),
+        "fitted_in": where,
         "n_iter": fit.n_iter,
         "converged": fit.converged,
         "objective": fit.objective,
