@@ -44,7 +44,9 @@ labels (``scripts/bench_stopwords.py`` runs it on a question corpus).
 
 Rows are appended to ``OUT/results.csv`` as they finish (a rerun skips the
 rows already there); ``OUT/summary.md`` has the means over seeds and the
-"done when" checks of issue 9. Example (20NG, ~2 h on 2 cores)::
+"done when" checks of issue 9; ``OUT/summaries/`` holds each of our models'
+training summary (every grid point's per-fold scores), so that a choice rule can
+be replayed without refitting. Example (20NG, ~2 h on 2 cores)::
 
     pip install -e ".[bench]"
     python scripts/bench_noregret.py --docs out/20ng.jsonl.gz --out out/noregret \\
@@ -59,6 +61,7 @@ import csv
 import json
 import logging
 import os
+import re
 import sys
 import time
 from dataclasses import replace
@@ -457,6 +460,12 @@ def main(argv=None) -> int:
                             model.training_summary["tuning"] = info
                     secs = time.perf_counter() - t0
                     summary = model.training_summary
+                    # Every fold's score of every grid point: a choice rule can be replayed without refitting.
+                    summaries = os.path.join(args.out, "summaries")
+                    os.makedirs(summaries, exist_ok=True)
+                    name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{tax_name}-{rate:g}-{seed}-{v}")
+                    with open(os.path.join(summaries, name + ".json"), "w") as fh:
+                        json.dump(summary, fh, default=str)
                     chosen = json.dumps(
                         {
                             **summary.get("tuning", {}).get("chosen", {}),
