@@ -419,3 +419,64 @@ def test_a_gain_on_every_fold_wins_where_the_unpaired_rule_keeps_the_preferred_f
     assert paired_choice(np.vstack([preferred, better])) == 1
     # the grid's one-SE rule (the best's std / sqrt(k - 1)) keeps the preferred one
     assert select_grid_point([preferred.mean(), better.mean()], [preferred.std(), better.std()], [0, 1], 3) == 0
+
+
+def _family_grid(folds):
+    """Grid rows of ``{(family, lambda, beta): fold scores}`` as the sampled cross-validation records them."""
+    rows = []
+    for (family, lam, beta), scores in folds.items():
+        scores = np.asarray(scores, dtype=float)
+        rows.append(
+            {
+                "family": family,
+                "unlabeled_weight": lam,
+                "generative_weight": beta,
+                "cv_score": float(scores.mean()),
+                "cv_std": float(scores.std()),
+            }
+        )
+    return rows
+
+
+def test_each_family_is_compared_at_the_preferred_familys_em_settings():
+    """The combined family's own best point runs another EM (lambda 1); at the generative point's EM (lambda
+    0.3) it gains on every fold, and that pair -- the regression's effect alone -- decides."""
+    from pcem_spark.ml.grid_choice import family_choice, family_representatives
+
+    gen = np.array([0.80, 0.86, 0.83])
+    folds = {
+        ("generative", 0.3, 0.3): gen,
+        ("generative", 1.0, 0.3): gen + np.array([-0.02, 0.025, 0.0]),
+        ("combined", 0.3, 0.3): gen + np.array([0.004, 0.006, 0.005]),
+        ("combined", 0.3, 0.1): gen + np.array([0.003, 0.004, 0.002]),
+        ("combined", 1.0, 0.3): np.array([0.84, 0.845, 0.845]),  # the family's best, clearly: its own one-SE point
+        ("discriminative", 0.3, 0.3): gen - 0.03,
+    }
+    rows = _family_grid(folds)
+    spec = {
+        "unlabeled_weight": [0.3, 1.0],
+        "family": ["generative", "combined", "discriminative"],
+        "generative_weight": [0.3, 0.1],
+    }
+    tune = TuneSettings(folds=3)
+    reps = family_representatives(rows, spec, tune)
+    assert [(rows[i]["family"], rows[i]["unlabeled_weight"], rows[i]["generative_weight"]) for i in reps] == [
+        ("generative", 0.3, 0.3),
+        ("combined", 0.3, 0.3),
+        ("discriminative", 0.3, 0.3),
+    ]
+    pick, record = family_choice(rows, [list(v) for v in folds.values()], spec, tune)
+    assert rows[pick]["family"] == "combined" and rows[pick]["unlabeled_weight"] == 0.3
+    assert record["chosen"] == "combined" and [f["point"] for f in record["families"]] == reps
+    # the combined family's own one-SE point is lambda 1; against the generative point's other EM the pairs
+    # are noisy (+0.04, -0.015, +0.015), and the gain would be hidden
+    from pcem_spark.ml.grid_choice import paired_choice
+
+    combined = [i for i, r in enumerate(rows) if r["family"] == "combined"]
+    own = combined[select_grid_point(*zip(*[(rows[i]["cv_score"], rows[i]["cv_std"], 0) for i in combined]), 3)]
+    assert rows[own]["unlabeled_weight"] == 1.0
+    assert paired_choice(np.vstack([gen, folds[("combined", 1.0, 0.3)]])) == 0
+    # a family with a fold not scored is not compared
+    unscored = [list(v) for v in folds.values()]
+    unscored[2] = [None, 0.866, 0.835]
+    assert family_choice(rows, unscored, spec, tune) == (None, None)

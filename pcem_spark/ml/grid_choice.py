@@ -27,6 +27,7 @@ __all__ = [
     "fold_scores",
     "without_ignored",
     "paired_choice",
+    "family_representatives",
     "family_choice",
 ]
 
@@ -139,33 +140,62 @@ def paired_choice(scores: np.ndarray) -> int:
     return best
 
 
-def family_choice(grid_rows: List[dict], results: list, grid_spec: Dict[str, list], tune, metric: str):
-    """``(pick, record)``: the grid point of the family kept by :func:`paired_choice`, or ``(None, None)``.
+# The keys that set a grid point's EM fit (model.sampled_cv.em_key's share of the grid): points of two families that
+# agree on these share each fold's EM, so their fold-by-fold difference is the regression's effect alone.
+_EM_KEYS = ("unlabeled_weight", "path_weight")
 
-    Each family is represented by its own one-SE point among its grid points;
-    the families are then compared fold by fold, in ``tune.families``' order of
-    preference. None when fewer than two families were scored on every fold
-    (the grid's own one-SE choice then stands).
+
+def family_representatives(grid_rows: List[dict], grid_spec: Dict[str, list], tune) -> List[int]:
+    """One grid point per family of ``tune.families``' order: the anchor, then each other family at the anchor's EM.
+
+    The anchor is the most preferred family's own one-SE point. Another family
+    is represented by its one-SE point among those that share the anchor's EM
+    settings (unlabeled_weight, path_weight), or among all its points when none
+    does (the discriminative family, which runs no EM). Sharing the EM, a
+    combined point differs from the generative anchor on every fold by the
+    regression's contribution only: the pairs compare what the family adds,
+    not two EM settings' noise as well.
     """
     ranks = preference(grid_rows, grid_spec)
-    reps = []
+
+    def one_se(indices: List[int]) -> int:
+        sub = select_grid_point(
+            [grid_rows[i]["cv_score"] for i in indices],
+            [grid_rows[i]["cv_std"] for i in indices],
+            [ranks[i] for i in indices],
+            tune.folds,
+            tune.selection,
+        )
+        return indices[sub]
+
+    reps: List[int] = []
     for family in dict.fromkeys(grid_spec.get("family", [])):
         own = [i for i, row in enumerate(grid_rows) if row["family"] == family]
-        if own:
-            sub = select_grid_point(
-                [grid_rows[i]["cv_score"] for i in own],
-                [grid_rows[i]["cv_std"] for i in own],
-                [ranks[i] for i in own],
-                tune.folds,
-                tune.selection,
-            )
-            reps.append(own[sub])
-    folds = [fold_scores(results[i], metric) for i in reps]
+        if not own:
+            continue
+        if reps:
+            anchor = grid_rows[reps[0]]
+            same_em = [i for i in own if all(grid_rows[i].get(k) == anchor.get(k) for k in _EM_KEYS if k in anchor)]
+            own = same_em or own
+        reps.append(one_se(own))
+    return reps
+
+
+def family_choice(grid_rows: List[dict], point_folds: List[List[Optional[float]]], grid_spec: Dict[str, list], tune):
+    """``(pick, record)``: the grid point of the family kept by :func:`paired_choice`, or ``(None, None)``.
+
+    ``point_folds[i]``: grid point i's score on each fold (:func:`fold_scores`; None: not scored).
+    The families are represented by :func:`family_representatives` and compared
+    fold by fold, in ``tune.families``' order of preference. None when fewer than
+    two families were scored on every fold (the grid's own one-SE choice then stands).
+    """
+    reps = family_representatives(grid_rows, grid_spec, tune)
+    folds = [point_folds[i] for i in reps]
     if len(reps) < 2 or any(x is None for row in folds for x in row):
         return None, None
     kept = paired_choice(np.array(folds))
     record = {
-        "rule": "paired one-SE over each family's one-SE point",
+        "rule": "paired one-SE; each family at the most preferred family's EM settings",
         "chosen": grid_rows[reps[kept]]["family"],
         "families": [
             {"family": grid_rows[i]["family"], "point": i, "cv_score": round(float(np.mean(f)), 6)}

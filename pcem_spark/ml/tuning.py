@@ -37,6 +37,7 @@ from pcem_spark.engine.label_columns import first_label_path
 from pcem_spark.errors import InputError
 from pcem_spark.ml.grid_choice import (
     family_choice,
+    fold_scores,
     grid_points,
     grid_row,
     preference,
@@ -463,7 +464,7 @@ def _sampled_cv(
         pick = select_grid_point(scores, stds, preference(grid_rows, grid_spec), tune.folds, tune.selection)
         # The families are compared fold by fold: their gaps are smaller than the folds' spread (grid_choice).
         family_pick, families = (
-            family_choice(grid_rows, results, grid_spec, tune, tune.metric)
+            family_choice(grid_rows, [fold_scores(r, tune.metric) for r in results], grid_spec, tune)
             if "family" in grid_spec and tune.selection == "one_se"
             else (None, None)
         )
