@@ -37,6 +37,7 @@ TRAIN_SETTINGS = [
     "model.smoothing=0.1",
     "model.unlabeled_weight=1",
     "model.path_weight=1",
+    "model.family=generative",
     "model.max_iter=6",
     "model.tol=0",
     "features.min_df=2",

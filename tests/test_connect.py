@@ -497,6 +497,7 @@ def test_train_over_connect_killed_at_each_write_stage_leaves_old_or_new_model(c
     model = str(tmp_path / "model")
     docs = _small_corpus(tmp_path / "docs.jsonl")
     fixed = ["--set", "model.unlabeled_weight=0.5", "--set", "model.path_weight=1.0", "--set", "model.calibration=none"]
+    fixed += ["--set", "model.family=generative"]  # fixed settings: family auto would cross-validate the family
     proc = _pcem(["train", "--docs", docs, "--model", model, "--method", "pcnb", *fixed], connect_url)
     assert proc.returncode == 0, proc.stderr[-3000:]
     current = "pcnb"

@@ -330,6 +330,8 @@ def trained(tmp_path_factory, spark):
         "--set",
         "model.path_weight=1.0",
         "--set",
+        "model.family=generative",
+        "--set",
         "model.max_iter=5",
     ]
     assert (

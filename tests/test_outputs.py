@@ -40,6 +40,8 @@ FAST = [
     "--set",
     "model.max_iter=3",
     "--set",
+    "model.family=generative",  # fixed settings: family auto would cross-validate the family
+    "--set",
     "features.min_df=1",
     "--log-level",
     "WARNING",

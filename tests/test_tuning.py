@@ -203,6 +203,8 @@ def test_pcem_train_tune_records_the_choice_in_the_model(spark, tmp_path):
             "--set",
             "model.path_weight=1.0",
             "--set",
+            "model.family=generative",
+            "--set",
             "tune.grid={'smoothing': [0.1, 1.0]}",
             "--set",
             "tune.folds=2",

@@ -607,6 +607,8 @@ def test_train_and_predict_read_the_ingested_table(spark, tmp_path):
         "model.unlabeled_weight=1.0",
         "--set",
         "model.path_weight=1.0",
+        "--set",
+        "model.family=generative",
     ]
     assert (
         main(
