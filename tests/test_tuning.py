@@ -67,7 +67,13 @@ def test_cross_validator_over_a_spark_ml_pipeline_with_path_em(spark):
     stop = StopWordsRemover(inputCol="words", outputCol="tokens")
     cv_stage = CountVectorizer(inputCol="tokens", outputCol="tf", minDF=1.0)
     est = PathEM(
-        featuresCol="tf", taxonomy=TAX.to_json(), maxIter=5, smoothing=0.5, unlabeledWeight=1.0, pathWeight=1.0
+        featuresCol="tf",
+        taxonomy=TAX.to_json(),
+        maxIter=5,
+        smoothing=0.5,
+        unlabeledWeight=1.0,
+        pathWeight=1.0,
+        family="generative",  # every fit fixed: family auto would cross-validate inside each of the 17 fits
     )
     pipe = Pipeline(stages=[tok, stop, cv_stage, est])
     grid = (
@@ -134,6 +140,7 @@ def test_every_fold_model_trains_on_all_unlabelled_documents(spark):
         smoothing=1.0,
         unlabeledWeight=1.0,
         pathWeight=1.0,
+        family="generative",  # a grid of your own needs every "auto" set (fitMultiple refuses nested tuning)
         unlabeledTable="test_unlabeled_docs",
     )
     grid = ParamGridBuilder().addGrid(est.unlabeledWeight, [0.5, 1.0]).build()
@@ -160,8 +167,11 @@ def test_path_em_defaults_choose_weights_by_cross_validation(spark):
     docs = _corpus(spark)
     model = PathEM(taxonomy=TAX.to_json(), maxIter=5, minDF=1.0, maxDF=1.0, vocabSize=0, tuneFolds=2).fit(docs)
     tuning = model.path_model.training_summary["tuning"]
-    assert tuning["tuned"] and set(tuning["chosen"]) == {"unlabeled_weight", "path_weight"}
+    # the defaults: EM-lambda, the path weight, the model family and the combined family's beta
+    assert tuning["tuned"]
+    assert set(tuning["chosen"]) == {"unlabeled_weight", "path_weight", "family", "generative_weight"}
     ms = model.path_model.model_settings
+    assert ms.family == tuning["chosen"]["family"] == tuning["families"]["chosen"]
     assert ms.unlabeled_weight == tuning["chosen"]["unlabeled_weight"]
     assert isinstance(ms.smoothing, float) and ms.smoothing > 0  # "auto" smoothing resolved by evidence
     assert model.transform(docs).count() == docs.count()

@@ -392,7 +392,7 @@ def test_cli_train_from_a_previous_model_records_it(spark, day1_model):
     assert ws["terms_dropped"] == len(set(prev.vocabulary) - kept) > 0
     assert ws["terms_new"] == len(set(new.vocabulary) - kept) > 0
     # settings left at "auto" are the previous model's, not chosen again (no tuning ran)
-    assert ws["inherited"] == {"smoothing": 0.5, "unlabeled_weight": 0.7, "path_weight": 1.0}
+    assert ws["inherited"] == {"smoothing": 0.5, "unlabeled_weight": 0.7, "path_weight": 1.0, "family": "generative"}
     ms = new.model_settings
     assert (ms.smoothing, ms.unlabeled_weight, ms.path_weight) == (0.5, 0.7, 1.0)
     assert "tuning" not in summary and "smoothing_evidence" not in summary
@@ -673,6 +673,7 @@ def test_pathem_auto_params_take_the_init_models_values(spark, corpus, saved_pre
         "smoothing": s_prev,
         "unlabeled_weight": 0.6,
         "path_weight": 1.0,
+        "family": "generative",
     }
     # the inherited smoothing keeps the previous prior pseudo-count
     assert pm.training_summary["prior_smoothing"] == s_prev
