@@ -212,7 +212,9 @@ def _model(method: str = "pcnb"):
     from pcem_spark.model.path_model import PathModel
     from pcem_spark.model.settings import ModelSettings
 
-    settings = ModelSettings(method=method, smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, doc_length=0.0)
+    settings = ModelSettings(
+        method=method, smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, family="generative", doc_length=0.0
+    )
     R = method_spec(TAX, method, settings.components, 1.0).n_components
     rng = np.random.default_rng(5)
     counts = rng.integers(0, 4, size=(R, len(WORDS))).astype(float)

@@ -239,7 +239,9 @@ def test_cv_task_keeps_only_held_out_predictions_of_a_fit_without_them(spark):
     blocks = blocks_from_labels(feats, lookup, pn, len(vocab), 5).collect()
     labelled = [b for b in blocks if b.node_scores.nnz]
     parts = [(i % 2, b) for i, b in enumerate(labelled)] + [(-1, b) for b in blocks if not b.node_scores.nnz]
-    ms = ModelSettings(method="pcem", smoothing=0.5, unlabeled_weight=0.5, path_weight=1.0, max_iter=4).resolved()
+    ms = ModelSettings(
+        method="pcem", smoothing=0.5, unlabeled_weight=0.5, path_weight=1.0, family="generative", max_iter=4
+    ).resolved()
     out = cv_task(parts, 1, TAX, len(vocab), ms, keep_out_of_fold=True)
     spec = method_spec(TAX, ms.method, ms.components, ms.path_weight)
     alone = passes.fit([b for p, b in parts if p != 1], spec.score_matrix, len(vocab), em_settings(ms, spec))
@@ -263,7 +265,9 @@ def _small_model(spark):
     docs = _corpus(spark, n_per_leaf=20, n_labeled=12)  # 48 labelled: enough out-of-fold documents for a map
     from pcem_spark.ml.training import TrainOptions, train
 
-    ms = ModelSettings(method="pcem", smoothing=0.5, unlabeled_weight=0.5, path_weight=1.0, max_iter=5)
+    ms = ModelSettings(
+        method="pcem", smoothing=0.5, unlabeled_weight=0.5, path_weight=1.0, family="generative", max_iter=5
+    )
     model, _ = train(docs, TAX, FS, ms, TrainOptions())
     return docs, model
 
@@ -292,7 +296,9 @@ def test_calibration_none_and_unknown_values(spark):
     from pcem_spark.ml.training import TrainOptions, train
 
     docs = _corpus(spark)
-    ms = ModelSettings(method="pcnb", smoothing=0.5, unlabeled_weight=1.0, path_weight=1.0, calibration="none")
+    ms = ModelSettings(
+        method="pcnb", smoothing=0.5, unlabeled_weight=1.0, path_weight=1.0, family="generative", calibration="none"
+    )
     model, _ = train(docs, TAX, FS, ms, TrainOptions())
     assert model.temperature is None and model.training_summary["calibration"]["method"] == "none"
     with pytest.raises(InputError, match="calibration"):
@@ -302,7 +308,7 @@ def test_calibration_none_and_unknown_values(spark):
 def test_temperature_is_saved_and_older_models_load_uncalibrated(spark, tmp_path, caplog):
     params, _ = _model_parts()
     vocab = [f"w{i}" for i in range(40)]
-    ms = ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0)
+    ms = ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, family="generative")
     model = PathModel(TAX, vocab, None, params, FS, ms)
     model.temperature, model.probability_map = 2.75, (np.array([0.1, 0.6]), np.array([0.05, 0.7]))
     path = str(tmp_path / "m")

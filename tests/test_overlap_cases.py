@@ -64,7 +64,7 @@ def _model(seed, vocab_size):
     rng = np.random.default_rng(seed)
     theta = rng.dirichlet(np.full(vocab_size, 0.3), size=TAX.n_paths)
     params = PathParameters.from_log_theta(np.log(rng.dirichlet(np.ones(TAX.n_paths))), np.log(theta))
-    ms = ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0)
+    ms = ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, family="generative")
     return PathModel(TAX, [f"s{seed}w{i}" for i in range(vocab_size)], None, params, FS, ms)
 
 

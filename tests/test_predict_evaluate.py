@@ -200,14 +200,23 @@ def test_pyspark_ml_estimator_in_a_pipeline_and_persistence(spark, tmp_path):
 def test_float32_parameters_give_the_same_model_within_float32_precision(spark):
     docs = _corpus(spark)
     m64, r64 = train(
-        docs, TAX, FS, ModelSettings(method="pcem", max_iter=4, tol=0.0, unlabeled_weight=1.0, path_weight=1.0)
+        docs,
+        TAX,
+        FS,
+        ModelSettings(method="pcem", max_iter=4, tol=0.0, unlabeled_weight=1.0, path_weight=1.0, family="generative"),
     )
     m32, r32 = train(
         docs,
         TAX,
         FS,
         ModelSettings(
-            method="pcem", max_iter=4, tol=0.0, unlabeled_weight=1.0, path_weight=1.0, parameter_dtype="float32"
+            method="pcem",
+            max_iter=4,
+            tol=0.0,
+            unlabeled_weight=1.0,
+            path_weight=1.0,
+            family="generative",
+            parameter_dtype="float32",
         ),
     )
     np.testing.assert_allclose(m32.log_theta, m64.log_theta, rtol=1e-4, atol=1e-4)

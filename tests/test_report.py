@@ -124,7 +124,9 @@ def test_experiment_runs_every_method_and_resumes(spark, tmp_path, monkeypatch):
     docs = _corpus(spark)
     tax = Taxonomy({"R": ["a", "b"], "a": ["a1", "a2"], "b": ["b1", "b2"]})
     fs = FeatureSettings(min_df=1.0, max_df=1.0, stop_words="none")
-    ms = ModelSettings(max_iter=5, unlabeled_weight=1.0, path_weight=1.0)  # CV is covered in test_tuning
+    ms = ModelSettings(
+        max_iter=5, unlabeled_weight=1.0, path_weight=1.0, family="generative"
+    )  # CV is covered in test_tuning
     out = str(tmp_path / "exp")
     descriptions = {"a": "alpha", "b": "beta", "a1": "apple", "a2": "apricot", "b1": "banana", "b2": "blueberry"}
     methods = list(experiment.ALL_METHODS)

@@ -346,7 +346,7 @@ def test_models_of_format_1_still_load(spark, tmp_path):
     rng = np.random.default_rng(1)
     lt = np.log(rng.dirichlet(np.ones(5), size=tax.n_paths))
     lp = np.log(rng.dirichlet(np.ones(tax.n_paths)))
-    ms = ModelSettings(smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0)
+    ms = ModelSettings(smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, family="generative")
     path = str(tmp_path / "v1")
     meta = {
         "format_version": 1,

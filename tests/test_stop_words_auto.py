@@ -216,7 +216,7 @@ def test_a_saved_model_holds_the_resolved_value(spark, tmp_path):
     docs = _frame(spark, tokens, paths)
     fs, info = resolve_stop_words(docs, TAX, FeatureSettings(min_df=1.0, max_df=1.0), seed=0)
     assert fs.stop_words == "none"
-    ms = ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0)
+    ms = ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, family="generative")
     model, _ = train(docs, TAX, fs, ms)
     assert "what" in model.vocabulary  # a stop word kept: the list is off
     path = str(tmp_path / "model")
@@ -237,7 +237,7 @@ def test_training_with_auto_records_the_decision(spark):
 
     tokens, paths = _docs("function", 12)
     docs = _frame(spark, tokens, paths)
-    ms = ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0)
+    ms = ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, family="generative")
     model, _ = train(docs, TAX, FeatureSettings(min_df=1.0, max_df=1.0), ms)
     assert model.feature_settings.stop_words == "none"
     assert model.training_summary["stop_words"]["choice"] == "none"
@@ -252,7 +252,7 @@ def test_the_experiment_decides_per_split_and_records_the_choice(spark, tmp_path
 
     tokens, paths = _docs("function", 20)
     docs = _frame(spark, tokens, paths)
-    ms = ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0)
+    ms = ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, family="generative")
     # Descriptions of words off the list (the class words are on it): the dataless run needs some in its vocabulary.
     nodes = sorted(TAX.real_nodes)
     descriptions = {node: " ".join(NOISE[i % len(NOISE) : i % len(NOISE) + 2]) for i, node in enumerate(nodes)}

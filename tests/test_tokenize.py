@@ -472,7 +472,10 @@ def test_old_model_keeps_predicting_exactly_as_before(spark, tmp_path):
     # Models of that age always hold a resolved stop list ("auto" is decided before the vocabulary).
     old_fs = FeatureSettings(min_df=1, max_df=1.0, vocab_size=0, normalize="none", cjk="none", stop_words="english")
     model, _ = train(
-        docs, tax, old_fs, ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0)
+        docs,
+        tax,
+        old_fs,
+        ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0, family="generative"),
     )
     assert "ﬁnance" in model.vocabulary and "北京天安门" in model.vocabulary
     path = str(tmp_path / "old-model")
