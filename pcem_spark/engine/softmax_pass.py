@@ -57,15 +57,17 @@ __all__ = [
 ]
 
 
+def _labelled_part(block: Block) -> Optional[Block]:
+    """The labelled rows of ``block`` as a block, None when it has none."""
+    if not block.labeled.any():
+        return None
+    rows = np.flatnonzero(block.labeled)
+    return Block(block.X[rows], block.node_scores[rows], block.labeled[rows])
+
+
 def labeled_rows(blocks: RDD) -> RDD:
     """The labelled rows of each block, as blocks (blocks without a labelled row are dropped)."""
-
-    def keep(block: Block):
-        if block.labeled.any():
-            rows = np.flatnonzero(block.labeled)
-            yield Block(block.X[rows], block.node_scores[rows], block.labeled[rows])
-
-    return blocks.flatMap(keep)
+    return blocks.map(_labelled_part).filter(lambda block: block is not None)
 
 
 def labeled_features(blocks: Iterable[Block], idf: np.ndarray, target_matrix: np.ndarray) -> list:
@@ -265,9 +267,11 @@ def fit_softmax_in_one_task(
     static_bc = blocks.context.broadcast((idf, target_matrix, support))
 
     def keyed(index: int, part: Iterable[Block]):
+        # Only the labelled rows travel to the task; the key fixes their order there.
         for j, block in enumerate(part):
-            if block.labeled.any():
-                yield (index, j), block
+            labelled = _labelled_part(block)
+            if labelled is not None:
+                yield (index, j), labelled
 
     def fit_partition(part):
         idf_, target_, support_ = static_bc.value
@@ -278,6 +282,7 @@ def fit_softmax_in_one_task(
             yield fit_softmax(lambda W, b: features_terms(features, W, b), M, V, l2, max_iter, tol, support=support_)
 
     try:
+        # One record reaches the driver: the fit (W, b, its objective), never a document.
         fits = blocks.mapPartitionsWithIndex(keyed).coalesce(1, shuffle=True).mapPartitions(fit_partition).collect()
     finally:
         static_bc.unpersist()
