@@ -2,7 +2,9 @@
 # Build the distributions, check them, and install the wheel into a clean venv as a new user
 # would: `python -m build` (sdist + wheel into build/dist), `twine check`, then a fresh venv
 # with only the wheel (and what it depends on) runs `pcem --version` and the README's quick start
-# verbatim, from an empty folder outside the checkout, and prints each command's time.
+# verbatim, from an empty folder outside the checkout (each command's first settings line names the
+# package defaults; the metrics and the inspect report are checked), and prints each command's time.
+# This is the quick start's end-to-end check: the test suite checks only its sample lines.
 #
 # Usage: bash scripts/check_dist.sh
 #   PYTHON=python3.11      interpreter (default python3)
@@ -51,8 +53,18 @@ total=0
 while IFS= read -r line; do
   t=$(date +%s)
   bash -c "$line" >"$work/step.log" 2>&1 || { echo "FAILED: $line" >&2; tail -30 "$work/step.log" >&2; exit 1; }
+  # Outside any checkout the package's own defaults apply, and the first log line says so.
+  grep -m1 "settings: " "$work/step.log" | grep -q "settings: package defaults;" \
+    || { echo "FAILED: $line did not log 'settings: package defaults;' first" >&2; head -5 "$work/step.log" >&2; exit 1; }
   echo "  $(( $(date +%s) - t ))s  $line"
   total=$(( total + $(date +%s) - t ))
 done <"$work/quickstart.sh"
-python -c 'import json; m = json.load(open("out/quick/metrics.json")); print("quick start: %d test documents, micro F1 %.4f, macro F1 %.4f" % (m["n_documents"], m["micro_f1"], m["macro_f1"]))'
+python - <<'PYEOF'
+import json, os, sys
+m = json.load(open("out/quick/metrics.json"))
+print("quick start: %d test documents, micro F1 %.4f, macro F1 %.4f" % (m["n_documents"], m["micro_f1"], m["macro_f1"]))
+missing = [n for n in ("model.md", "taxonomy.html", "confusion.md") if not os.path.exists(os.path.join("out/quick/report", n))]
+if m["n_documents"] != 30 or m["micro_f1"] <= 0.8 or missing:
+    sys.exit(f"quick start: expected 30 documents, micro F1 > 0.8 and the report's pages; missing {missing}")
+PYEOF
 echo "quick start from the wheel in ${total}s; whole check $(( $(date +%s) - start ))s"

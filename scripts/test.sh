@@ -18,4 +18,5 @@ case "${1:-}" in
   --all) tier=(); shift ;;
 esac
 "$PY" -m pip install --quiet -e ".[test]"
-exec "$PY" -m pytest -q tests --ignore=tests/dags "${tier[@]}" "$@"
+# --durations: the slowest tests are listed at the end, so a tier that grows shows where (CI keeps the log).
+exec "$PY" -m pytest -q --durations=15 tests --ignore=tests/dags "${tier[@]}" "$@"

@@ -623,12 +623,29 @@ def test_the_combined_family_trains_saves_and_predicts_over_connect(remote, tmp_
     over_connect, info = fit_linear_blocks(frame, taxonomy, len(vocabulary), ms)
     in_process = fit_linear_local(local, taxonomy, len(vocabulary), ms)
     assert info["weights"] == weights and info["n_labeled"] == 16 and info["converged"]
+    assert info["fitted_in"] == "one task"  # 16 labelled documents
 
     def dense(w):
         return w.toarray() if hasattr(w, "toarray") else np.asarray(w)
 
     np.testing.assert_allclose(dense(over_connect.weights_t), dense(in_process.weights_t), atol=1e-6)
     np.testing.assert_allclose(over_connect.idf, in_process.idf, rtol=1e-12)
+    if weights == "dense":  # the route of a large labelled set: one Connect job per L-BFGS evaluation
+        from pcem_spark.engine.frame_softmax_pass import fit_softmax_on_frame, labeled_frame
+        from pcem_spark.model.linear_family import LINEAR_MAX_ITER, LINEAR_TOL, linear_l2
+
+        labeled = labeled_frame(frame, len(vocabulary), taxonomy.n_nodes).cache()
+        by_pass = fit_softmax_on_frame(
+            labeled,
+            in_process.idf,
+            taxonomy.leaf_node_matrix(),
+            linear_l2(ms.linear_c, 16),
+            len(vocabulary),
+            LINEAR_MAX_ITER,
+            LINEAR_TOL,
+        )
+        labeled.unpersist()
+        np.testing.assert_allclose(by_pass.W, dense(in_process.weights_t).T, atol=1e-6)
     frame.unpersist()
     model, _ = train(docs, taxonomy, features, ms)
     assert model.linear is not None and model.training_summary["linear"]["weights"] == weights

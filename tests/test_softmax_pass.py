@@ -7,7 +7,13 @@ import scipy.sparse as sp
 from pcem_spark.core.logistic import fit_softmax, softmax_terms, tfidf_features
 from pcem_spark.core.similarity import idf_weights
 from pcem_spark.core.taxonomy import Taxonomy
-from pcem_spark.engine.blocks import Block
+from pcem_spark.engine.blocks import BLOCK_ROW, Block
+from pcem_spark.engine.frame_softmax_pass import (
+    fit_softmax_in_one_task_on_frame,
+    fit_softmax_on_frame,
+    labeled_frame,
+    row_of_block,
+)
 from pcem_spark.engine.softmax_pass import (
     fit_softmax_in_one_task,
     fit_softmax_on_blocks,
@@ -99,6 +105,26 @@ def test_the_one_task_fit_is_the_same_whatever_the_partitioning(spark, corpus):
     for fit in fits[1:]:
         np.testing.assert_array_equal(fit.W, fits[0].W)
         np.testing.assert_array_equal(fit.b, fits[0].b)
+
+
+FRAME_FITS = {"a pass per evaluation": fit_softmax_on_frame, "one task": fit_softmax_in_one_task_on_frame}
+
+
+@pytest.mark.parametrize("where", list(FRAME_FITS))
+def test_the_fit_on_block_rows_equals_the_local_fit(spark, corpus, where):
+    """The DataFrame-only routes (what Spark Connect runs), on a classic session's packed block rows."""
+    X, paths, labeled, blocks, idf, leaf_node = corpus
+    M, V = leaf_node.shape[0], len(idf)
+    frame = spark.createDataFrame([row_of_block(blk) for blk in blocks], BLOCK_ROW).repartition(3)
+    rows = labeled_frame(frame, V, leaf_node.shape[1]).cache()
+    try:
+        assert rows.count() == sum(1 for blk in blocks if blk.labeled.any())
+        on_spark = FRAME_FITS[where](rows, idf, leaf_node, 0.01, V, max_iter=200, tol=1e-8)
+    finally:
+        rows.unpersist()
+    local = fit_softmax(lambda W, b: _local_terms(corpus, W, b), M, V, 0.01, max_iter=200, tol=1e-8)
+    np.testing.assert_allclose(on_spark.W, local.W, atol=1e-6)
+    assert on_spark.objective == pytest.approx(local.objective, rel=1e-9)
 
 
 def test_a_small_labelled_set_fits_in_one_task_and_a_large_one_pass_by_pass():

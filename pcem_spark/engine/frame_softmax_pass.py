@@ -13,7 +13,10 @@ operations, as :mod:`pcem_spark.engine.frame_sums` moves an EM pass:
   in the plan, or a staged file when large over Connect);
 * each task yields one pickled record (its summed terms), the driver adds them.
   A record is the size of the free weights; it is checked against
-  ``spark.driver.maxResultSize`` before the first pass.
+  ``spark.driver.maxResultSize`` before the first pass;
+* a small labelled set is fitted whole in one task instead
+  (:func:`fit_softmax_in_one_task_on_frame`, as
+  :func:`pcem_spark.engine.softmax_pass.fit_softmax_in_one_task` on an RDD).
 """
 
 from __future__ import annotations
@@ -28,7 +31,15 @@ from pyspark.sql import DataFrame
 from pcem_spark.core.logistic import SoftmaxFit, SoftmaxTerms, fit_softmax
 from pcem_spark.engine.blocks import BLOCK_ROW, Block, block_from_row
 from pcem_spark.engine.shipping import ship_in_plan
-from pcem_spark.engine.softmax_pass import _add, as_support, block_support, block_terms, union_pattern
+from pcem_spark.engine.softmax_pass import (
+    _add,
+    as_support,
+    block_support,
+    block_terms,
+    features_terms,
+    labeled_features,
+    union_pattern,
+)
 
 __all__ = [
     "row_of_block",
@@ -37,6 +48,7 @@ __all__ = [
     "frame_support",
     "frame_softmax_terms",
     "fit_softmax_on_frame",
+    "fit_softmax_in_one_task_on_frame",
 ]
 
 _RECORD_SCHEMA = "payload binary"
@@ -101,19 +113,22 @@ def labeled_frame(frame: DataFrame, vocab_size: int, n_nodes: int) -> DataFrame:
     return frame.mapInArrow(body, BLOCK_ROW)
 
 
-def frame_document_frequency(frame: DataFrame, vocab_size: int, n_nodes: int) -> Tuple[np.ndarray, int, int]:
-    """(V,) documents containing each term, the number of documents and of labelled ones, in one pass."""
+def frame_document_frequency(frame: DataFrame, vocab_size: int, n_nodes: int) -> Tuple[np.ndarray, int, int, int]:
+    """(V,) documents containing each term, the number of documents, of labelled ones and the labelled
+    rows' non-zeros, in one pass."""
 
     def body(batches):
-        df, n, n_lab = np.zeros(vocab_size), 0, 0
+        df, n, n_lab, lab_nnz = np.zeros(vocab_size), 0, 0, 0
         for block in _blocks(batches, vocab_size, n_nodes):
             df += np.bincount(block.X.indices, minlength=vocab_size)[:vocab_size]
             n += block.X.shape[0]
             n_lab += int(block.labeled.sum())
-        return _one_record((df, n, n_lab))
+            if block.labeled.any():
+                lab_nnz += int(np.diff(block.X.indptr)[np.asarray(block.labeled, dtype=bool)].sum())
+        return _one_record((df, n, n_lab, lab_nnz))
 
-    total = _summed(frame, body, lambda a, b: (a[0] + b[0], a[1] + b[1], a[2] + b[2]))
-    return (np.zeros(vocab_size), 0, 0) if total is None else total
+    total = _summed(frame, body, lambda a, b: tuple(x + y for x, y in zip(a, b)))
+    return (np.zeros(vocab_size), 0, 0, 0) if total is None else total
 
 
 def frame_support(labeled: DataFrame, target_matrix: np.ndarray, vocab_size: int, n_nodes: int) -> sp.csr_matrix:
@@ -173,3 +188,44 @@ def fit_softmax_on_frame(
         tol,
         support=support,
     )
+
+
+def fit_softmax_in_one_task_on_frame(
+    labeled: DataFrame,
+    idf: np.ndarray,
+    target_matrix: np.ndarray,
+    l2: float,
+    vocab_size: int,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+    support: Optional[sp.csr_matrix] = None,
+) -> SoftmaxFit:
+    """:func:`fit_softmax_on_frame` for a small labelled set: the whole L-BFGS in one task.
+
+    ``labeled`` (a :func:`labeled_frame`) is coalesced to one partition, which keeps its partitions'
+    order, so the task's sums (and the fit) are the same every run; the fit is the task's one record.
+    The caller bounds the labelled non-zeros this task holds
+    (:func:`pcem_spark.model.linear_family.fits_in_one_task`).
+    """
+    static = (np.asarray(idf, dtype=np.float64), np.asarray(target_matrix), support)
+    M, n_nodes = target_matrix.shape
+    shipped = ship_in_plan(labeled.sparkSession, static, "the softmax regression's idf and targets")
+
+    def body(batches):
+        idf_, target_, support_ = shipped.value
+        features = labeled_features(_blocks(batches, vocab_size, n_nodes), idf_, target_)
+        if features:
+            fit = fit_softmax(
+                lambda W, b: features_terms(features, W, b), M, vocab_size, l2, max_iter, tol, support=support_
+            )
+            return _one_record(fit)
+        return _one_record(None)
+
+    try:
+        # One record reaches the driver: the fit (W, b, its objective), never a document.
+        payloads = labeled.coalesce(1).mapInArrow(body, _RECORD_SCHEMA).toArrow().column("payload").to_pylist()
+    finally:
+        shipped.unpersist()
+    if not payloads:
+        raise ValueError("no labelled document to fit the discriminative path model on")
+    return pickle.loads(payloads[0])

@@ -237,6 +237,7 @@ def _fit_on_rdd(blocks: RDD, target: np.ndarray, vocab_size: int, settings: Mode
 def _fit_on_frame(frame, target: np.ndarray, vocab_size: int, settings: ModelSettings, layout: str):
     """The DataFrame-only fit (Spark Connect): the same passes on packed block rows."""
     from pcem_spark.engine.frame_softmax_pass import (
+        fit_softmax_in_one_task_on_frame,
         fit_softmax_on_frame,
         frame_document_frequency,
         frame_support,
@@ -245,11 +246,12 @@ def _fit_on_frame(frame, target: np.ndarray, vocab_size: int, settings: ModelSet
     from pcem_spark.engine.frame_sums import _default_parallelism
 
     n_nodes = target.shape[1]
-    df, n, n_labeled = frame_document_frequency(frame, vocab_size, n_nodes)
+    df, n, n_labeled, labeled_nnz = frame_document_frequency(frame, vocab_size, n_nodes)
     if n_labeled == 0:
         raise InputError(_NO_LABELS.format(family=settings.family))
     spark = frame.sparkSession
-    n_tasks = _default_parallelism(spark)
+    one_task = fits_in_one_task(labeled_nnz, target.shape[0])
+    n_tasks = _default_parallelism(spark)  # the labelled rows are filtered in parallel either way
     labeled = labeled_frame(frame, vocab_size, n_nodes).coalesce(n_tasks).cache()
     try:
         support = None
@@ -264,7 +266,8 @@ def _fit_on_frame(frame, target: np.ndarray, vocab_size: int, settings: ModelSet
             f"the softmax regression's gradients ({n_weights:,} weights, {layout}; {n_tasks} tasks)",
         )
         idf = idf_weights(df, n)
-        fit = fit_softmax_on_frame(
+        fit_on = fit_softmax_in_one_task_on_frame if one_task else fit_softmax_on_frame
+        fit = fit_on(
             labeled,
             idf,
             target,
@@ -276,7 +279,7 @@ def _fit_on_frame(frame, target: np.ndarray, vocab_size: int, settings: ModelSet
         )
     finally:
         labeled.unpersist()
-    return fit, idf, n, n_labeled, n_weights, "a pass per evaluation"
+    return fit, idf, n, n_labeled, n_weights, "one task" if one_task else "a pass per evaluation"
 
 
 def fit_linear_blocks(
