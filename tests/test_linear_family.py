@@ -176,7 +176,7 @@ def test_family_auto_is_cross_validated_for_one_component_methods_only():
     emmc = settings(method="emmc", family="auto")
     emmc.validate()  # auto is allowed: it resolves to generative for a method that has no other family
     assert "family" not in emmc.auto_params()
-    assert TuneSettings().families[0] == "generative"  # preferred by the one-standard-error rule
+    assert TuneSettings().families[0] == "combined"  # preferred by the paired one-standard-error rule
     with pytest.raises(InputError, match="families"):
         TuneSettings(families=["generative", "neural"]).validate()
 
@@ -325,7 +325,7 @@ def test_the_family_choice_is_deterministic_for_a_seed_and_records_each_familys_
     assert first == again
     # the families compared fold by fold: each one's point and the paired rule's choice are recorded
     families = run_info(3)["families"]
-    assert [f["family"] for f in families["families"]] == ["generative", "combined", "discriminative"]
+    assert [f["family"] for f in families["families"]] == ["combined", "generative", "discriminative"]
     assert families["chosen"] == first[0]
     # each family's fold scores recorded (tune.families' default: all three)
     assert sorted(f for f, _ in first[2]) == ["combined", "discriminative", "generative"]
