@@ -391,8 +391,17 @@ def test_cli_train_from_a_previous_model_records_it(spark, day1_model):
     assert ws["terms_kept"] == len(kept) > 0
     assert ws["terms_dropped"] == len(set(prev.vocabulary) - kept) > 0
     assert ws["terms_new"] == len(set(new.vocabulary) - kept) > 0
-    # settings left at "auto" are the previous model's, not chosen again (no tuning ran)
-    assert ws["inherited"] == {"smoothing": 0.5, "unlabeled_weight": 0.7, "path_weight": 1.0, "family": "generative"}
+    # settings left at "auto" are the previous model's, not chosen again (no tuning ran): the family the default
+    # chose on day 1 (combined, the preferred one, here), and its beta
+    assert prev.model_settings.family == "combined"
+    assert ws["inherited"] == {
+        "smoothing": 0.5,
+        "unlabeled_weight": 0.7,
+        "path_weight": 1.0,
+        "family": "combined",
+        "generative_weight": prev.model_settings.generative_weight,
+    }
+    assert new.model_settings.family == "combined" and "tuning" not in summary
     ms = new.model_settings
     assert (ms.smoothing, ms.unlabeled_weight, ms.path_weight) == (0.5, 0.7, 1.0)
     assert "tuning" not in summary and "smoothing_evidence" not in summary
@@ -476,9 +485,17 @@ def test_cli_batch_without_labels_needs_the_init_model(spark, day1_model, capsys
     )
     assert "no labelled document" in capsys.readouterr().err
     assert not os.path.exists(out)
-    # with the previous model (its taxonomy, its settings) it trains
+    # with the previous model (its taxonomy, its settings) it trains: family auto, inherited as combined, whose
+    # regression has no labelled document here, trains the generative family (an explicit combined exits 2)
+    assert PathModel.load(prev_path).model_settings.family == "combined"
     assert main(["train", "--docs", docs, "--model", out, "--init-model", prev_path, *CLI_SETTINGS]) == 0
     new = PathModel.load(out)
+    assert new.model_settings.family == "generative"
+    assert new.training_summary["warm_start"]["inherited"]["family"] == "generative"
+    explicit = ["--set", "model.family=combined"]
+    failed = str(d / "day2_nolabels_combined")
+    assert main(["train", "--docs", docs, "--model", failed, "--init-model", prev_path, *CLI_SETTINGS, *explicit]) == 2
+    assert "needs labelled documents" in capsys.readouterr().err and not os.path.exists(failed)
     assert new.training_summary["n_labeled"] == 0 and new.training_summary["n_unlabeled"] == 60
     assert new.training_summary["init_model"] == prev_path
     assert new.taxonomy.path_keys() == PathModel.load(prev_path).taxonomy.path_keys()

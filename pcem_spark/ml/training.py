@@ -130,7 +130,8 @@ def train(
     if warm is not None:
         warm.check(taxonomy, model_settings)
         if not opts.retune_auto:  # the weights left at "auto" are the previous model's, not cross-validated again
-            model_settings, _ = warm.inherit(model_settings, CROSS_VALIDATED_SETTINGS)
+            model_settings, taken = warm.inherit(model_settings, CROSS_VALIDATED_SETTINGS)
+            model_settings = _generative_without_labels(model_settings, taken, featurized, warm)
     with ExitStack() as cleanup:
         names_info, names_apply = None, opts.featurized is None and model_settings.names != "off"
         if opts.featurized is None and model_settings.names == "off":
@@ -171,6 +172,26 @@ def _with_names(featurized, taxonomy, vocabulary, feature_settings, model_settin
     if name_docs is None:
         return featurized, info
     return featurized.select("id", "features", "labels").unionByName(name_docs), info
+
+
+def _generative_without_labels(model_settings: ModelSettings, taken: Dict[str, object], featurized, warm):
+    """``model_settings`` with the generative family when the family inherited from a warm start ("auto" left
+    to the previous model) has a regression and this batch has no labelled document to fit it on.
+
+    A daily crawl's batch is often unlabelled: under ``model.family = "auto"`` it still trains (EM from the
+    previous parameters), where an explicit combined or discriminative family exits 2 (it needs labels).
+    """
+    if taken.get("family") in (None, "generative") or featurized is None or "labels" not in featurized.columns:
+        return model_settings
+    if featurized.where(F.col("labels").isNotNull()).limit(1).count():
+        return model_settings
+    log.warning(
+        "warm start: the init model's family is %s, whose regression needs labelled documents, and this batch has "
+        "none: model.family = auto trains the generative family (EM from the previous parameters)",
+        taken["family"],
+    )
+    warm.inherited["family"] = "generative"
+    return replace(model_settings, family="generative")
 
 
 def _tune_and_fit(

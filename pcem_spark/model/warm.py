@@ -42,9 +42,9 @@ __all__ = ["INHERITED_SETTINGS", "CROSS_VALIDATED_SETTINGS", "WarmStartError", "
 log = logging.getLogger(__name__)
 
 # Settings a warm start takes from the previous model when they are "auto".
-INHERITED_SETTINGS = ("smoothing", "unlabeled_weight", "path_weight", "family")
+INHERITED_SETTINGS = ("smoothing", "unlabeled_weight", "path_weight", "family", "generative_weight")
 # Of those, the ones `pcem train --tune` chooses again by cross-validation.
-CROSS_VALIDATED_SETTINGS = ("unlabeled_weight", "path_weight", "family")
+CROSS_VALIDATED_SETTINGS = ("unlabeled_weight", "path_weight", "family", "generative_weight")
 
 
 class WarmStartError(InputError):
@@ -148,6 +148,9 @@ class WarmStart:
             for name in names
             if getattr(model_settings, name) == AUTO and getattr(prev, name) != AUTO
         }
+        # beta weighs the combined family's generative posterior: kept only from a combined fit for a combined one
+        if prev.family != "combined" or taken.get("family", model_settings.family) not in ("combined", AUTO):
+            taken.pop("generative_weight", None)
         if taken:
             log.info(
                 'warm start: %s from the init model %s (settings left at "auto" are not chosen again)',
