@@ -152,12 +152,19 @@ def chosen_settings(model_dir: str) -> Dict[str, object]:
 
     m = PathModel.load(model_dir)
     ms, fs = m.model_settings, m.feature_settings
-    return {
+    chosen = {
         "model.unlabeled_weight": ms.unlabeled_weight,
         "model.path_weight": ms.path_weight,
         "model.smoothing": ms.smoothing,
+        "model.family": ms.family,
         "features.stop_words": fs.stop_words,
     }
+    if ms.family == "combined":
+        chosen["model.generative_weight"] = ms.generative_weight
+    names = (m.training_summary or {}).get("names", {}).get("choice")
+    if names in ("on", "off"):  # decided from the data under "auto": the fixed train is given the decision
+        chosen["model.names"] = names
+    return chosen
 
 
 def evaluate(spark, name: str, model: str, predictions: str, out_dir: str) -> Dict[str, float]:
