@@ -34,6 +34,7 @@ from pcem_spark.engine.shipping import ship_in_plan
 from pcem_spark.engine.softmax_pass import (
     _add,
     as_support,
+    block_frequencies,
     block_support,
     block_terms,
     features_terms,
@@ -118,14 +119,7 @@ def frame_document_frequency(frame: DataFrame, vocab_size: int, n_nodes: int) ->
     rows' non-zeros, in one pass."""
 
     def body(batches):
-        df, n, n_lab, lab_nnz = np.zeros(vocab_size), 0, 0, 0
-        for block in _blocks(batches, vocab_size, n_nodes):
-            df += np.bincount(block.X.indices, minlength=vocab_size)[:vocab_size]
-            n += block.X.shape[0]
-            n_lab += int(block.labeled.sum())
-            if block.labeled.any():
-                lab_nnz += int(np.diff(block.X.indptr)[np.asarray(block.labeled, dtype=bool)].sum())
-        return _one_record((df, n, n_lab, lab_nnz))
+        return _one_record(block_frequencies(_blocks(batches, vocab_size, n_nodes), vocab_size))
 
     total = _summed(frame, body, lambda a, b: tuple(x + y for x, y in zip(a, b)))
     return (np.zeros(vocab_size), 0, 0, 0) if total is None else total

@@ -25,7 +25,7 @@ broadcasts and sums.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -43,6 +43,7 @@ from pcem_spark.core.structure import path_scores
 from pcem_spark.engine.blocks import Block
 
 __all__ = [
+    "block_frequencies",
     "labeled_features",
     "features_terms",
     "labeled_rows",
@@ -63,6 +64,21 @@ def _labelled_part(block: Block) -> Optional[Block]:
         return None
     rows = np.flatnonzero(block.labeled)
     return Block(block.X[rows], block.node_scores[rows], block.labeled[rows])
+
+
+def block_frequencies(blocks: Iterable[Block], vocab_size: int) -> Tuple[np.ndarray, int, int, int]:
+    """(V,) document frequencies, documents, labelled documents and their non-zeros, of ``blocks``: one pass
+    feeds the idf, the penalty and the choice of where L-BFGS runs."""
+    df, n = np.zeros(vocab_size), 0
+    n_labeled = labeled_nnz = 0
+    for block in blocks:
+        df += np.bincount(block.X.indices, minlength=vocab_size)[:vocab_size]  # CSR: one entry per (row, term)
+        n += block.X.shape[0]
+        n_labeled += int(block.labeled.sum())
+        if block.labeled.any():
+            row_nnz = np.diff(block.X.indptr)
+            labeled_nnz += int(row_nnz[np.asarray(block.labeled, dtype=bool)].sum())
+    return df, n, n_labeled, labeled_nnz
 
 
 def labeled_rows(blocks: RDD) -> RDD:

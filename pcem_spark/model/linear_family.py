@@ -39,6 +39,7 @@ from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.blocks import Block
 from pcem_spark.engine.limits import check_result_size
 from pcem_spark.engine.softmax_pass import (
+    block_frequencies,
     features_terms,
     fit_softmax_in_one_task,
     fit_softmax_on_blocks,
@@ -189,26 +190,11 @@ def fits_in_one_task(labeled_nnz: int, n_paths: int) -> bool:
     return labeled_nnz <= LINEAR_ONE_TASK_NNZ and labeled_nnz * max(n_paths, 1) <= LINEAR_ONE_TASK_WORK
 
 
-def _frequencies(blocks: Iterable[Block], vocab_size: int) -> Tuple[np.ndarray, int, int, int]:
-    """(V,) document frequencies, documents, labelled documents and their non-zeros, of ``blocks``: one pass
-    feeds the idf, the penalty and the choice of where L-BFGS runs."""
-    df, n = np.zeros(vocab_size), 0
-    n_labeled = labeled_nnz = 0
-    for block in blocks:
-        df += np.bincount(block.X.indices, minlength=vocab_size)[:vocab_size]  # CSR: one entry per (row, term)
-        n += block.X.shape[0]
-        n_labeled += int(block.labeled.sum())
-        if block.labeled.any():
-            row_nnz = np.diff(block.X.indptr)
-            labeled_nnz += int(row_nnz[np.asarray(block.labeled, dtype=bool)].sum())
-    return df, n, n_labeled, labeled_nnz
-
-
 def _fit_on_rdd(blocks: RDD, target: np.ndarray, vocab_size: int, settings: ModelSettings, layout: str):
     def add(a, b):
         return tuple(x + y for x, y in zip(a, b))
 
-    df, n, n_labeled, labeled_nnz = blocks.mapPartitions(lambda part: [_frequencies(part, vocab_size)]).treeReduce(
+    df, n, n_labeled, labeled_nnz = blocks.mapPartitions(lambda part: [block_frequencies(part, vocab_size)]).treeReduce(
         add, depth=2
     )
     if n_labeled == 0:
