@@ -143,8 +143,8 @@ def variant_settings(name: str, base):
 
     if name == "pcem-default":
         return replace(base, method="pcem")
-    if name == "pcem-paper":
-        return replace(base, method="pcem", **PAPER_MODEL_SETTINGS)
+    if name == "pcem-paper":  # the paper's PCEM: generative, its settings
+        return replace(base, method="pcem", family="generative", **PAPER_MODEL_SETTINGS)
     if ":" in name:
         _, method, kv = (name.split(":", 2) + [""])[:3]
         values = {}
@@ -152,7 +152,9 @@ def variant_settings(name: str, base):
             k, v = item.split("=")
             values[k] = v if v == "auto" else int(v) if k in INT_SETTINGS else _number_or_text(v)
         return replace(base, method=method, **values)
-    return replace(base, method=name)
+    # A baseline by its method name (flat-em, emmc, ...) is the paper's generative model: never given the
+    # regression that model.family = "auto" may add.
+    return replace(base, method=name, family="generative")
 
 
 def soft_label_rows(X, y, lab, posteriors, method):

@@ -9,6 +9,7 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 from bench_noregret import PSEUDO_LABEL_PROBABILITY, dotted_labels, soft_label_rows  # noqa: E402
 from bench_stopwords import question_corpus, questions_of  # noqa: E402
+from make_subjects import distinct_subjects, subject_of  # noqa: E402
 
 
 def test_dotted_labels_are_the_prefixes_of_the_group_name():
@@ -82,3 +83,20 @@ def test_soft_and_pseudo_labels_add_the_unlabelled_rows_by_their_posteriors():
     # only a top path with p >= the threshold, at weight 1
     assert yp.tolist() == ["a", "b", "b"] and wp.tolist() == [1.0, 1.0, 1.0]
     assert np.array_equal(Xp.toarray(), X.toarray()[[0, 3, 1]])
+
+
+def test_subject_lines_drop_reply_prefixes_and_keep_one_row_per_subject():
+    assert subject_of("Re: RE: Fwd: Orbit  question\n\nbody") == "Orbit  question"
+    assert subject_of("no subject line\nbut body text\n\nmore") == ""
+    rows = [
+        {"id": "a", "text": "Orbit question\n\nbody a", "labels": ["sci", "sci.space"]},
+        {"id": "b", "text": "Re: orbit   QUESTION\n\nbody b", "labels": ["sci", "sci.space"]},
+        {"id": "c", "text": "Puck drop\n\nbody c", "labels": ["rec", "rec.sport.hockey"]},
+        {"id": "d", "text": "body without a subject", "labels": ["rec", "rec.sport.hockey"]},
+    ]
+    kept, missing = distinct_subjects(rows)
+    assert kept == [
+        {"id": "a", "text": "Orbit question", "labels": ["sci", "sci.space"]},
+        {"id": "c", "text": "Puck drop", "labels": ["rec", "rec.sport.hockey"]},
+    ]
+    assert missing == 1

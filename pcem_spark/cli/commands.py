@@ -18,9 +18,11 @@ import time
 
 from pcem_spark.cli.inputs import (
     DocsOptions,
+    LabelsTable,
     check_label_rate,
     check_outputs,
     connect_staging,
+    labels_rejects_output,
     preflight,
     read_valid_documents,
     rejects_output,
@@ -126,6 +128,11 @@ def cmd_train(args, settings) -> int:
         settings.model.method = args.method
         settings.model.validate()
     check_label_rate(args.label_rate)
+    if args.labels and (args.supervision or settings.supervision.kind) != "labels":
+        raise InputError(
+            "--labels gives documents true labels; it does not apply to weak supervision "
+            f"(--supervision {args.supervision or settings.supervision.kind})"
+        )
     # Cheap checks before the read: a wrong taxonomy or descriptions path fails in a second.
     given_taxonomy = taxonomy_for(args) if args.taxonomy else None
     for path in (args.descriptions,):
@@ -135,8 +142,14 @@ def cmd_train(args, settings) -> int:
 
     preflight(
         settings,
-        [Output("--model", args.model, "model"), rejects_output(args, args.model, args.docs)],
-        [("--docs", args.docs), ("--taxonomy", args.taxonomy), ("--init-model", args.init_model)],
+        [Output("--model", args.model, "model"), rejects_output(args, args.model, args.docs)]
+        + ([labels_rejects_output(args)] if args.labels else []),
+        [
+            ("--docs", args.docs),
+            ("--labels", args.labels),
+            ("--taxonomy", args.taxonomy),
+            ("--init-model", args.init_model),
+        ],
         args.overwrite,
         models=[("--init-model", args.init_model)],
     )
@@ -156,11 +169,13 @@ def _train_on(spark, args, settings, given_taxonomy) -> int:
     from pcem_spark.io.output_paths import Output
 
     rejects = rejects_output(args, args.model, args.docs)
+    labels_rejects = labels_rejects_output(args) if args.labels else None
     check_outputs(
         spark,
-        [Output("--model", args.model, "model"), rejects],
+        [Output("--model", args.model, "model"), rejects] + ([labels_rejects] if labels_rejects else []),
         [
             ("--docs", args.docs),
+            ("--labels", args.labels),
             ("--taxonomy", args.taxonomy),
             ("--descriptions", args.descriptions or settings.supervision.descriptions),
             ("--init-model", args.init_model),
@@ -175,7 +190,16 @@ def _train_on(spark, args, settings, given_taxonomy) -> int:
         warm.check(given_taxonomy or warm.model.taxonomy, settings.model, where="--init-model")
     counts: dict = {}
     docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, DocsOptions.of(args))
-    taxonomy = given_taxonomy or (warm.model.taxonomy if warm is not None else taxonomy_for(args, docs, counts))
+    labels_table = LabelsTable.read(spark, args.labels, DocsOptions.of(args)) if args.labels else None
+    taxonomy = given_taxonomy or (warm.model.taxonomy if warm is not None else None)
+    if taxonomy is None and labels_table is not None and docs.where(F.col("labels").isNotNull()).isEmpty():
+        # Nothing in --docs is labelled: the labels table's paths are the only ones to infer the tree from.
+        log.info("train: no document of --docs is labelled; the taxonomy is inferred from --labels' paths")
+        taxonomy = taxonomy_for(args, labels_table.valid)
+    if taxonomy is None:
+        taxonomy = taxonomy_for(args, docs, counts)
+    if labels_table is not None:
+        docs, counts["labels_table"] = labels_table.merge_into(spark, docs, taxonomy, labels_rejects.path)
     sup = settings.supervision
     args.supervision = args.supervision or sup.kind
     args.descriptions = args.descriptions or sup.descriptions or None
@@ -257,6 +281,12 @@ def _train_on(spark, args, settings, given_taxonomy) -> int:
             ws["terms_new"],
             ", ".join(f"{k} {v}" for k, v in ws["inherited"].items()) or "no setting",
         )
+    if "labels_table" in counts:  # what came from where
+        merged = counts["labels_table"]["merged"]
+        counts["labels_table"]["labelled_documents"] = {
+            "from_labels_table": merged,
+            "from_docs": result.n_labeled - merged,
+        }
     model.training_summary = {**(model.training_summary or {}), "input": counts}
     model.save(args.model, overwrite=args.overwrite)
     its = result.iter_seconds

@@ -30,6 +30,8 @@ __all__ = [
     "read_valid_documents",
     "connect_staging",
     "preflight",
+    "labels_rejects_output",
+    "LabelsTable",
 ]
 
 log = logging.getLogger("pcem")
@@ -76,7 +78,17 @@ def connect_staging(spark, output: str):
 
 
 # The flags that name files or directories the Spark side reads or writes.
-_PATH_FLAGS = ("docs", "model", "output", "predictions", "rejects", "taxonomy", "descriptions", "init_model")
+_PATH_FLAGS = (
+    "docs",
+    "model",
+    "output",
+    "predictions",
+    "rejects",
+    "taxonomy",
+    "descriptions",
+    "init_model",
+    "labels",
+)
 
 
 def _share_local_paths(args) -> None:
@@ -278,6 +290,56 @@ class DocsOptions:
         )
 
 
+def _read_checked(spark, path: str, options: "DocsOptions", require_text: bool = True, with_source: bool = False):
+    """``(source, valid rows, rejects, verdicts, rows stored)`` of a documents or labels table, nothing written."""
+    from pcem_spark.io.documents import KEPT_PREFIX, count_input_rows, detect_format, read_documents
+    from pcem_spark.io.file_system import session_path
+    from pcem_spark.io.input_files import input_files
+    from pcem_spark.io.rejects import split_rejects
+
+    source = input_files(spark, session_path(spark, path), options.allow_incomplete, options.require_success)
+    fmt = options.fmt or detect_format(spark, path)
+    raw = read_documents(spark, source.base, fmt, options.keep, source.files, require_text=require_text)
+    verdicts: dict = {}
+    # both read one persisted, fully parsed copy
+    distinct = KEPT_PREFIX + options.distinct if options.distinct else None
+    good, rejects = split_rejects(
+        raw, require_text=require_text, counts=verdicts, distinct=distinct, with_source=with_source
+    )
+    # Counted from the stored rows (lines), not from the parser's output: the checks below then prove
+    # that every input row is either valid or rejected.
+    n_in = count_input_rows(spark, source.base, fmt, source.files)
+    if verdicts["parsed"] != n_in:
+        raise RuntimeError(f"{path}: {n_in} rows stored but {verdicts['parsed']} parsed")
+    return source, good, rejects, verdicts, n_in
+
+
+def _write_rejects(spark, rejects_path: str, path: str, source, rejects, n_in: int, n_good: int) -> dict:
+    """Write ``rejects`` as the rejects table of ``path`` (atomically, the counts in its marker); return the counts.
+
+    The contract, checked on what was written: every input row is valid or rejected, never lost.
+    """
+    from pcem_spark.io.outputs import atomic_output
+    from pcem_spark.io.rejects import log_counts
+
+    with atomic_output(spark, rejects_path, "rejects", overwrite=True, parts=[""]) as staged:
+        rejects.write.parquet(staged.tmp)
+        by_reason = log_counts(path, n_in, n_good, rejects)
+        n_rej = spark.read.parquet(staged.tmp).count()
+        if n_rej != n_in - n_good:
+            raise RuntimeError(f"{path}: {n_in} rows read, {n_good} valid, but {n_rej} rejects written")
+        summary = {
+            "source": path,
+            **({"source_version": source.version} if source.version else {}),
+            "rows_read": n_in,
+            "valid": n_good,
+            "rejected": n_rej,
+            "rejected_by_reason": by_reason,
+        }
+        staged.info.update(summary)
+    return summary
+
+
 def read_valid_documents(
     spark,
     path: str,
@@ -298,45 +360,12 @@ def read_valid_documents(
     unfinished job is taken, a column whose distinct values to count. A
     pcem-spark output is pinned to one version for the run.
     """
-    options = options or DocsOptions()
-    fmt, keep = options.fmt, options.keep
     from pyspark.sql import functions as F
 
-    from pcem_spark.io.documents import count_input_rows, detect_format, read_documents
-    from pcem_spark.io.file_system import session_path
-    from pcem_spark.io.input_files import input_files
-    from pcem_spark.io.outputs import atomic_output
-    from pcem_spark.io.rejects import log_counts, split_rejects
-
-    source = input_files(spark, session_path(spark, path), options.allow_incomplete, options.require_success)
-    fmt = fmt or detect_format(spark, path)
-    raw = read_documents(spark, source.base, fmt, keep, source.files)
-    verdicts: dict = {}
-    from pcem_spark.io.documents import KEPT_PREFIX
-
-    # both read one persisted, fully parsed copy
-    distinct = KEPT_PREFIX + options.distinct if options.distinct else None
-    good, rejects = split_rejects(raw, counts=verdicts, distinct=distinct)
-    # Counted from the stored rows (lines), not from the parser's output: the checks below then prove
-    # that every input row is either valid or rejected.
-    n_in, n_good = count_input_rows(spark, source.base, fmt, source.files), verdicts["valid"]
-    if verdicts["parsed"] != n_in:
-        raise RuntimeError(f"{path}: {n_in} rows stored but {verdicts['parsed']} parsed")
-    with atomic_output(spark, rejects_path, "rejects", overwrite=True, parts=[""]) as staged:
-        rejects.write.parquet(staged.tmp)
-        by_reason = log_counts(path, n_in, n_good, rejects)
-        n_rej = spark.read.parquet(staged.tmp).count()
-        if n_rej != n_in - n_good:  # the contract: every input row is valid or rejected, never lost
-            raise RuntimeError(f"{path}: {n_in} rows read, {n_good} valid, but {n_rej} rejects written")
-        summary = {
-            "source": path,
-            **({"source_version": source.version} if source.version else {}),
-            "rows_read": n_in,
-            "valid": n_good,
-            "rejected": n_rej,
-            "rejected_by_reason": by_reason,
-        }
-        staged.info.update(summary)
+    options = options or DocsOptions()
+    source, good, rejects, verdicts, n_in = _read_checked(spark, path, options)
+    n_good = verdicts["valid"]
+    summary = _write_rejects(spark, rejects_path, path, source, rejects, n_in, n_good)
     if counts is not None:
         counts.update({**summary, "rejects": rejects_path})
         for key in ("distinct_values", "longest_folder_value"):
@@ -364,3 +393,75 @@ def read_valid_documents(
             + f" (the rejects, with their reasons, are in {rejects_path})"
         )
     return good
+
+
+def labels_rejects_output(args):
+    """The Output of ``pcem train --labels``'s rejects: MODEL_labels_rejects beside the model."""
+    from pcem_spark.io.output_paths import Output
+
+    return Output(
+        "--labels' rejects (beside the model)",
+        args.model.rstrip("/") + "_labels_rejects",
+        "rejects",
+        source=args.labels,
+    )
+
+
+@dataclass
+class LabelsTable:
+    """A labels table (``pcem train --labels``) read and parsed, before the taxonomy is known.
+
+    ``valid``: its rows that parsed, with a unique id (``id``, ``labels``);
+    ``rejects``: the others, with their reasons.
+    """
+
+    path: str
+    source: object
+    valid: object
+    rejects: object
+    n_rows: int
+    n_valid: int
+
+    @classmethod
+    def read(cls, spark, path: str, options: Optional["DocsOptions"] = None) -> "LabelsTable":
+        """Read ``path`` (JSON Lines or Parquet rows ``{"id", "labels"}``; other fields are ignored)."""
+        source, valid, rejects, verdicts, n_in = _read_checked(
+            spark, path, DocsOptions(allow_incomplete=(options or DocsOptions()).allow_incomplete), False, True
+        )
+        return cls(path, source, valid.select("id", "labels", "source_file"), rejects, n_in, verdicts["valid"])
+
+    def merge_into(self, spark, docs, taxonomy, rejects_path: str):
+        """``(documents with the table's labels, counts)``: :func:`pcem_spark.model.label_merge.merge_labels`,
+        with every rejected row of the table (parse errors included) written to ``rejects_path`` (atomically).
+
+        ``counts``: the table's rows read, merged and rejected (by reason), and how many documents had their
+        labels added, replaced or confirmed, for the training summary.
+        """
+        from pcem_spark.model.label_merge import merge_labels
+
+        merged, merge_rejects, counts = merge_labels(docs, self.valid, taxonomy, self.path)
+        rejects = self.rejects.unionByName(merge_rejects)
+        n_merged = counts["merged"]
+        if n_merged + counts["rejected"] != self.n_valid:  # every valid row is merged or rejected
+            raise RuntimeError(
+                f"{self.path}: {self.n_valid} valid rows, {n_merged} merged, {counts['rejected']} rejected"
+            )
+        summary = _write_rejects(spark, rejects_path, self.path, self.source, rejects, self.n_rows, n_merged)
+        log.info(
+            "--labels %s: %d rows, %d merged (labels added to %d documents, replaced on %d, confirmed on %d; %s), "
+            "%d rejected -> %s",
+            self.path,
+            self.n_rows,
+            n_merged,
+            counts["added"],
+            counts["replaced"],
+            counts["confirmed"],
+            counts["rule"],
+            summary["rejected"],
+            rejects_path,
+        )
+        return merged, {
+            **summary,
+            "rejects": rejects_path,
+            **{k: counts[k] for k in ("merged", "added", "replaced", "confirmed", "rule")},
+        }

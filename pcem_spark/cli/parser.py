@@ -153,6 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="output model directory")
     p.add_argument("--taxonomy", help="taxonomy file (TSV parent<TAB>child or JSON); inferred from labels if omitted")
     p.add_argument(
+        "--labels",
+        metavar="LABELS",
+        help='labels merged by id: JSON Lines or Parquet rows {"id": ..., "labels": [...]} that give (or replace) '
+        "the labels of the --docs documents with the same id; a row with an unknown id or path is rejected "
+        "(MODEL_labels_rejects). The taxonomy comes from --taxonomy, --init-model or --docs' labels "
+        "(from --labels' when no document is labelled)",
+    )
+    p.add_argument(
         "--method",
         help="pcnb | pcem | flat-nb | flat-em | nbmc | emmc | tdnb | tdem | wdnb | wdem (overrides model.method)",
     )

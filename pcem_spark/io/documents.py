@@ -358,13 +358,17 @@ def _read_json_lines(spark: SparkSession, path: str, files: Optional[Sequence[st
     return lines.mapInArrow(_parse_line_batches, RAW_SCHEMA)
 
 
-def _check_parquet_schema(schema: T.StructType, path: str) -> None:
+def _check_parquet_schema(schema: T.StructType, path: str, require_text: bool = True) -> None:
     fields: Dict[str, T.DataType] = {f.name: f.dataType for f in schema.fields}
-    for required in ("id", "text"):
+    for required in ("id", "text") if require_text else ("id",):
         if required not in fields:
             raise DocumentsError(
                 f"{path}: column {required!r} is missing (found columns {sorted(fields)}); "
-                "a documents table needs id: string, text: string, labels: array<string>"
+                + (
+                    "a documents table needs id: string, text: string, labels: array<string>"
+                    if require_text
+                    else "a labels table needs id: string, labels: array<string> (one path) or array<array<string>>"
+                )
             )
     expected = {f.name: [f.dataType.simpleString()] for f in DOCUMENT_SCHEMA.fields}
     expected["labels"].append(LABEL_PATHS_TYPE.simpleString())  # several paths per document
@@ -474,11 +478,15 @@ def _parquet(spark: SparkSession, path: str, files: Optional[Sequence[str]]) -> 
 
 
 def _read_parquet(
-    spark: SparkSession, path: str, keep: Sequence[str] = (), files: Optional[Sequence[str]] = None
+    spark: SparkSession,
+    path: str,
+    keep: Sequence[str] = (),
+    files: Optional[Sequence[str]] = None,
+    require_text: bool = True,
 ) -> DataFrame:
     """Parquet documents with the per-row checks its types do not guarantee, as RAW_SCHEMA rows (+ ``keep``)."""
     df = _parquet(spark, path, files)
-    _check_parquet_schema(df.schema, path)
+    _check_parquet_schema(df.schema, path, require_text)
     for name in keep:
         if name not in df.columns:
             raise DocumentsError(
@@ -515,6 +523,7 @@ def read_documents(
     fmt: Optional[str] = None,
     keep: Sequence[str] = (),
     files: Optional[Sequence[str]] = None,
+    require_text: bool = True,
 ) -> DataFrame:
     """Read a documents table: one row per input row (per physical line for JSON), rejects included.
 
@@ -537,6 +546,8 @@ def read_documents(
     ``keep``: more input columns (Parquet only) that follow, named
     ``KEPT_PREFIX + name`` so they never meet the internal ones;
     :func:`split_rejects` gives them back their names on the valid rows.
+    ``require_text=False`` reads a labels table (``pcem train --labels``): a
+    Parquet one needs no ``text`` column (JSON Lines never needs one here).
 
     Raises
     ------
@@ -557,7 +568,7 @@ def read_documents(
             )
         return _read_json_lines(spark, path, files)
     if fmt == "parquet":
-        return _read_parquet(spark, path, keep, files)
+        return _read_parquet(spark, path, keep, files, require_text)
     raise DocumentsError(f"unknown documents format {fmt!r}: expected 'parquet' or 'json'")
 
 

@@ -42,6 +42,7 @@ def split_rejects(
     require_text: bool = True,
     counts: Optional[Dict[str, int]] = None,
     distinct: Optional[str] = None,
+    with_source: bool = False,
 ) -> Tuple[DataFrame, DataFrame]:
     """Split a documents DataFrame into (valid documents, rejects).
 
@@ -71,6 +72,7 @@ def split_rejects(
     ``labels`` of the valid rows: a list of paths (array<array<string>>)
     when any valid row wrote one (``_nested_labels``), else one path
     (array<string>) -- the shape of :data:`DOCUMENT_SCHEMA`'s documentation.
+    ``with_source``: the valid rows also keep ``source_file`` (the file each came from).
     """
     if REASON_COL not in df.columns:  # a frame built by hand, not by read_documents
         df = df.withColumn(
@@ -125,7 +127,9 @@ def split_rejects(
     else:
         row = flagged.agg(any_nested).first() if shaped else (0, 0, 0)
     labels = F.col("labels") if not shaped or row[-1] else F.try_element_at("labels", F.lit(1)).alias("labels")
-    good = flagged.where(valid).select("id", "text", labels, "split", "similarities", *kept)
+    good = flagged.where(valid).select(
+        "id", "text", labels, "split", "similarities", *kept, *(["source_file"] if with_source else [])
+    )
     if counts is not None and counts["parsed"] == counts["valid"]:
         return good, flagged.sparkSession.createDataFrame([], REJECT_SCHEMA)
     as_json = F.to_json(F.struct("id", "text", "labels", "split", "similarities"))
