@@ -44,6 +44,7 @@ from pcem_spark.cli.failures import EXIT_BAD_INPUT, EXIT_BUG, EXIT_TRANSIENT, cl
 from pcem_spark.cli.inputs import settings_from_args
 from pcem_spark.cli.parser import build_parser
 from pcem_spark.cli.predict_command import cmd_predict
+from pcem_spark.cli.suggest_command import cmd_suggest_labels
 from pcem_spark.io.snapshots import missing_file
 
 __all__ = ["COMMANDS", "main"]
@@ -56,6 +57,7 @@ COMMANDS = {
     "ingest-warc": cmd_ingest_warc,
     "train": cmd_train,
     "predict": cmd_predict,
+    "suggest-labels": cmd_suggest_labels,
     "evaluate": cmd_evaluate,
     "inspect": cmd_inspect,
     "experiment": cmd_experiment,

@@ -201,6 +201,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true")
     _common(p)
 
+    p = sub.add_parser(
+        "suggest-labels",
+        help="rank the unlabelled documents most worth labelling next (Parquet or JSON Lines for a labelling tool)",
+    )
+    p.add_argument("--model", required=True)
+    p.add_argument("--docs", required=True, help="documents table; its unlabelled documents are ranked")
+    p.add_argument(
+        "--format",
+        dest="docs_format",
+        choices=["json", "parquet"],
+        help="format of --docs (default: from the file names; a folder from the files in it)",
+    )
+    _incomplete_input_flags(p)
+    p.add_argument("--output", required=True, help="output directory (Parquet, or JSON Lines with --output-format)")
+    p.add_argument("--budget", type=int, required=True, help="how many documents to suggest")
+    p.add_argument(
+        "--output-format",
+        choices=["parquet", "jsonl"],
+        default="parquet",
+        help="parquet (default) or jsonl: one JSON Lines part file in rank order, whose rows read back with "
+        "pcem train --labels once a labeller fills in 'labels'",
+    )
+    p.add_argument(
+        "--criterion",
+        choices=["margin", "entropy", "level"],
+        default="margin",
+        help="margin: the two best paths' probabilities are close (default); entropy: of the path posterior; "
+        "level: the predicted path's least sure node",
+    )
+    p.add_argument(
+        "--batch",
+        choices=["spread", "none"],
+        default="spread",
+        help="spread: round-robin over the pairs of leaves the model hesitates between, texts that start "
+        "alike once (default); none: the highest scores",
+    )
+    p.add_argument("--candidates", type=int, default=3, help="top paths shown with each suggestion (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="order of ties")
+    p.add_argument("--split", help="rank only documents with this split value")
+    p.add_argument("--rejects", help="where to write rejected rows (default: OUTPUT_rejects)")
+    p.add_argument("--overwrite", action="store_true")
+    _common(p)
+
     p = sub.add_parser("predict", help="write predictions (Parquet) with a saved model")
     p.add_argument("--model", required=True)
     p.add_argument("--docs", required=True)

@@ -1,0 +1,215 @@
+"""Which documents to label next: ``pcem suggest-labels``.
+
+The unlabelled documents are scored from the model's calibrated path
+posteriors (one prediction pass: the cost per document of ``pcem predict``),
+then a batch rule picks ``budget`` of them that are not all the same question:
+
+* **criteria** (:data:`CRITERIA`), each a Spark SQL expression over the
+  prediction's ``top_paths`` and ``node_probabilities`` (no Python per row):
+
+  - ``margin``: 1 - (p1 - p2), the two most probable paths' probabilities: a
+    document the model cannot decide between two paths;
+  - ``entropy``: the entropy (nats) of the path posterior over the
+    ``candidates`` best paths, the rest of the mass as one more outcome;
+  - ``level``: 1 - the smallest marginal probability of a node of the
+    predicted path: the level where the model is least sure;
+
+  the reason names the criterion, its value, the two paths and the level
+  where they part (``margin`` / ``entropy``) or the weakest level (``level``);
+
+* **batch rule** ``spread``: picks go round-robin over the pairs of leaves the
+  model hesitates between (the best and second-best path's leaves), the most
+  uncertain document of each pair first, so N picks are spread over the
+  taxonomy; documents whose text starts alike (the first 1,000 characters,
+  case and punctuation ignored) count once (the most uncertain copy).
+  ``none``: the N highest scores.
+
+Ties are broken by a hash of (id, seed): the ranking is the same for a seed.
+Bounded work: the window functions keep ``budget`` rows per group (Spark plans
+them as a per-partition limit before the shuffle), and the final ordering is a
+``budget``-row top-N; nothing but the N picks is ever in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Tuple
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from pcem_spark.errors import InputError
+
+__all__ = ["CRITERIA", "BATCH_RULES", "suggest_labels", "uncertainty_columns", "SUGGESTION_COLUMNS"]
+
+log = logging.getLogger(__name__)
+
+CRITERIA = ("margin", "entropy", "level")
+BATCH_RULES = ("spread", "none")
+EXCERPT_CHARS = 300
+_FINGERPRINT_CHARS = 1000
+SUGGESTION_COLUMNS = (
+    "id",
+    "rank",
+    "score",
+    "criterion",
+    "level",
+    "reason",
+    "excerpt",
+    "candidates",
+    "labels",
+)
+
+
+def _path_text(path: Column) -> Column:
+    return F.array_join(path, " / ")
+
+
+def uncertainty_columns(pred: DataFrame, criterion: str) -> Tuple[Column, Column, Column]:
+    """``(score, level, reason)`` of each prediction row for ``criterion``.
+
+    ``pred`` has ``top_paths`` (array of (path, probability), most probable first, at least one) and
+    ``node_probabilities`` (the marginal of each node of ``path``). ``score`` is larger for a document
+    more worth labelling; ``level`` (1-based) is where the doubt is.
+    """
+    if criterion not in CRITERIA:
+        raise InputError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
+    first = F.col("top_paths")[0]
+    second = F.try_element_at("top_paths", F.lit(2))
+    p1, p2 = first["probability"], F.coalesce(second["probability"], F.lit(0.0))
+    path1, path2 = first["path"], second["path"]
+    # The first level where the two best paths differ (1-based); a path that is a prefix of the other parts
+    # below its end; with no second path, at level 1.
+    same = F.zip_with(path1, path2, lambda a, b: F.coalesce(a == b, F.lit(False)))
+    parting = F.when(path2.isNull(), F.lit(1)).otherwise(
+        F.coalesce(F.nullif(F.array_position(same, False), F.lit(0)).cast("int"), F.lit(1) + F.size(path1))
+    )
+    between = F.concat(
+        F.lit(" between "),
+        _path_text(path1),
+        F.lit(" and "),
+        F.coalesce(_path_text(path2), F.lit("(no other path)")),
+        F.lit(" (they part at level "),
+        parting.cast("string"),
+        F.lit(")"),
+    )
+    if criterion == "margin":
+        score = F.lit(1.0) - (p1 - p2)
+        reason = F.concat(F.lit("margin "), F.format_number(p1 - p2, 3), between)
+        return score, parting, reason
+    if criterion == "entropy":
+        mass = F.aggregate("top_paths", F.lit(0.0), lambda acc, x: acc + x["probability"])
+        rest = F.greatest(F.lit(0.0), F.lit(1.0) - mass)
+
+        def plogp(p: Column) -> Column:
+            return F.when(p > 0, p * F.log(p)).otherwise(F.lit(0.0))
+
+        score = -F.aggregate("top_paths", F.lit(0.0), lambda acc, x: acc + plogp(x["probability"])) - plogp(rest)
+        reason = F.concat(F.lit("entropy "), F.format_number(score, 3), F.lit(" nats"), between)
+        return score, parting, reason
+    weakest = F.array_min("node_probabilities")
+    level = F.array_position("node_probabilities", weakest).cast("int")
+    reason = F.concat(
+        F.lit("level "),
+        level.cast("string"),
+        F.lit(": "),
+        F.format_number(weakest, 3),
+        F.lit(" sure of "),
+        F.element_at(F.col("path"), level),
+        F.lit(" on the path "),
+        _path_text(F.col("path")),
+    )
+    return F.lit(1.0) - weakest, level, reason
+
+
+def suggest_labels(
+    model,
+    docs: DataFrame,
+    budget: int,
+    criterion: str = "margin",
+    batch: str = "spread",
+    candidates: int = 3,
+    seed: int = 0,
+) -> DataFrame:
+    """The ``budget`` unlabelled documents of ``docs`` most worth labelling, ranked.
+
+    Parameters
+    ----------
+    model : a :class:`~pcem_spark.model.path_model.PathModel`.
+    docs : documents (``id``, ``text``, ``labels`` or none); labelled ones are not suggested.
+    budget : how many to suggest (>= 1).
+    criterion, batch : see the module docstring.
+    candidates : the top paths each suggestion shows (>= 2), with their probabilities.
+    seed : the ties' order.
+
+    Returns
+    -------
+    DataFrame with :data:`SUGGESTION_COLUMNS`: ``id``, ``rank`` (1 = label first), ``score``,
+    ``criterion``, ``level``, ``reason``, ``excerpt`` (the text's first :data:`EXCERPT_CHARS`
+    characters, white space collapsed), ``candidates`` (array of (path, probability)) and
+    ``labels`` (null: for the labeller to fill in; the rows then read back with ``pcem train
+    --labels``). At most ``budget`` rows, fewer when fewer documents are unlabelled.
+    """
+    if criterion not in CRITERIA:
+        raise InputError(f"--criterion must be one of {', '.join(CRITERIA)}, got {criterion!r}")
+    if batch not in BATCH_RULES:
+        raise InputError(f"--batch must be one of {', '.join(BATCH_RULES)}, got {batch!r}")
+    if int(budget) < 1:
+        raise InputError(f"--budget must be at least 1, got {budget}")
+    if int(candidates) < 2:
+        raise InputError(f"--candidates must be at least 2 (the choice shown to a labeller), got {candidates}")
+    unlabelled = docs.where(F.col("labels").isNull()) if "labels" in docs.columns else docs
+    # The excerpt and the near-duplicate fingerprint travel with each row through the prediction (kept
+    # columns): no join of the texts back to the predictions.
+    excerpt = F.substring(
+        F.trim(F.regexp_replace(F.substring("text", 1, 4 * EXCERPT_CHARS), r"\s+", " ")), 1, EXCERPT_CHARS
+    )
+    fingerprint = F.xxhash64(F.lower(F.regexp_replace(F.substring("text", 1, _FINGERPRINT_CHARS), r"[\W_]+", " ")))
+    rows = unlabelled.select(
+        "id",
+        "text",
+        F.lit(None).cast("array<string>").alias("labels"),
+        excerpt.alias("_excerpt"),
+        fingerprint.alias("_fingerprint"),
+    )
+    pred = model.transform(
+        rows, top_k=int(candidates), node_probabilities=True, keep_columns=["_excerpt", "_fingerprint"]
+    )
+    score, level, reason = uncertainty_columns(pred, criterion)
+    best, runner_up = F.col("top_paths")[0]["path"], F.try_element_at("top_paths", F.lit(2))["path"]
+    pair = F.array_join(
+        F.array_sort(F.array(F.element_at(best, -1), F.coalesce(F.element_at(runner_up, -1), F.lit("")))), " | "
+    )
+    scored = pred.select(
+        "id",
+        score.alias("score"),
+        level.alias("level"),
+        reason.alias("reason"),
+        F.col("_excerpt").alias("excerpt"),
+        F.col("top_paths").alias("candidates"),
+        pair.alias("_pair"),
+        "_fingerprint",
+        F.xxhash64(F.col("id"), F.lit(int(seed))).alias("_tie"),
+    )
+    order = [F.desc("score"), F.asc("_tie"), F.asc("id")]
+    if batch == "spread":
+        once = scored.withColumn("_copy", F.row_number().over(Window.partitionBy("_fingerprint").orderBy(*order)))
+        once = once.where(F.col("_copy") == 1)
+        turns = once.withColumn("_turn", F.row_number().over(Window.partitionBy("_pair").orderBy(*order)))
+        picked = turns.where(F.col("_turn") <= int(budget)).orderBy(F.asc("_turn"), *order).limit(int(budget))
+        final_order = [F.asc("_turn"), *order]
+    else:
+        picked = scored.orderBy(*order).limit(int(budget))
+        final_order = order
+    ranked = picked.withColumn("rank", F.row_number().over(Window.orderBy(*final_order)))
+    return ranked.select(
+        "id",
+        "rank",
+        "score",
+        F.lit(criterion).alias("criterion"),
+        "level",
+        "reason",
+        "excerpt",
+        "candidates",
+        F.lit(None).cast("array<string>").alias("labels"),
+    )

@@ -1,0 +1,177 @@
+"""Which documents to label next (``pcem suggest-labels``): the criteria against numpy, the batch rule, the command.
+
+The criteria's Spark SQL expressions are checked against a plain numpy computation on hand-built
+predictions; the ranking on a small model: deterministic for a seed, spread over the pairs of leaves
+the model hesitates between, near-duplicate texts once, labelled documents never suggested; the
+command end to end: a JSON Lines export whose rows, once a labeller fills in ``labels``, train with
+``pcem train --labels``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from test_abstain import FS, SETTINGS, TAX, TREE, WORDS
+
+from pcem_spark.errors import InputError
+from pcem_spark.ml import train
+from pcem_spark.model.settings import ModelSettings
+from pcem_spark.ops.suggestions import SUGGESTION_COLUMNS, suggest_labels, uncertainty_columns
+
+PRED_SCHEMA = (
+    "id string, path array<string>, node_probabilities array<double>, "
+    "top_paths array<struct<path: array<string>, probability: double>>"
+)
+
+
+def _reference(top, nodes):
+    """(margin score, entropy score, level score, parting level, weakest level) by hand."""
+    p = [q for _, q in top]
+    margin = 1 - (p[0] - (p[1] if len(p) > 1 else 0.0))
+    rest = max(0.0, 1 - sum(p))
+    entropy = -sum(q * np.log(q) for q in p + [rest] if q > 0)
+    a, b = top[0][0], (top[1][0] if len(top) > 1 else [])
+    parting = next((i + 1 for i in range(len(a)) if i >= len(b) or a[i] != b[i]), len(a) + 1)
+    return margin, entropy, 1 - min(nodes), parting, int(np.argmin(nodes)) + 1
+
+
+def test_the_criteria_equal_a_numpy_computation(spark):
+    rows = [
+        ("a", ["sci", "space"], [0.9, 0.5], [(["sci", "space"], 0.5), (["sci", "med"], 0.4), (["rec", "x"], 0.05)]),
+        ("b", ["rec", "x"], [0.6, 0.55], [(["rec", "x"], 0.55), (["sci", "med"], 0.45)]),
+        ("c", ["misc"], [1.0], [(["misc"], 1.0)]),
+        ("d", ["sci", "space", "r"], [0.97, 0.7, 0.9], [(["sci", "space", "r"], 0.6), (["sci", "space", "p"], 0.1)]),
+    ]
+    pred = spark.createDataFrame(rows, PRED_SCHEMA)
+    got = {}
+    for criterion in ("margin", "entropy", "level"):
+        score, level, reason = uncertainty_columns(pred, criterion)
+        for r in pred.select("id", score.alias("s"), level.alias("l"), reason.alias("r")).collect():
+            got[(r.id, criterion)] = (r.s, r.l, r.r)
+    for doc_id, _, nodes, top in rows:
+        margin, entropy, level_score, parting, weakest = _reference([(p, q) for p, q in top], nodes)
+        assert got[(doc_id, "margin")][:2] == (pytest.approx(margin, abs=1e-12), parting)
+        assert got[(doc_id, "entropy")][:2] == (pytest.approx(entropy, abs=1e-12), parting)
+        assert got[(doc_id, "level")][:2] == (pytest.approx(level_score, abs=1e-12), weakest)
+    assert got[("a", "margin")][2] == "margin 0.100 between sci / space and sci / med (they part at level 2)"
+    assert got[("c", "margin")][2].endswith("and (no other path) (they part at level 1)")
+    assert got[("d", "level")][2] == "level 2: 0.700 sure of space on the path sci / space / r"
+    with pytest.raises(InputError, match="criterion"):
+        uncertainty_columns(pred, "votes")
+
+
+def _mixed(a, b, share, rng):
+    n_b = int(round(10 * share))
+    return " ".join(list(rng.choice(WORDS[a].split(), 10 - n_b)) + list(rng.choice(WORDS[b].split(), n_b)))
+
+
+@pytest.fixture(scope="module")
+def model(spark):
+    from test_abstain import _corpus
+
+    return train(_corpus(spark, n_labeled=4), TAX, FS, ModelSettings(method="pcnb", **SETTINGS))[0]
+
+
+def _pool(spark):
+    """Unlabelled documents: many evenly mixed rockets/planets ones (the most uncertain pair), a few
+    hockey/baseball and med/misc ones less evenly mixed, clear ones, two copies of one text, labelled ones."""
+    rng = np.random.default_rng(5)
+    rows = [(f"rp{i}", _mixed("rockets", "planets", 0.5, rng), None) for i in range(8)]
+    rows += [(f"hb{i}", _mixed("hockey", "baseball", 0.4, rng), None) for i in range(3)]
+    rows += [(f"mm{i}", _mixed("med", "misc", 0.4, rng), None) for i in range(3)]
+    rows += [(f"clear{i}", _mixed(leaf, leaf, 0.0, rng), None) for i, leaf in enumerate(WORDS)]
+    rows += [("dup1", "launch orbit launch orbit", None), ("dup2", "Launch, orbit! launch orbit", None)]
+    rows += [(f"lab{i}", _mixed("rockets", "planets", 0.5, rng), TAX.real_path(0)) for i in range(3)]
+    return spark.createDataFrame(rows, "id string, text string, labels array<string>")
+
+
+def test_the_ranking_is_the_same_for_a_seed_and_never_suggests_a_labelled_document(spark, model):
+    pool = _pool(spark)
+    a = [tuple(r) for r in suggest_labels(model, pool, 10, seed=3).collect()]
+    b = [tuple(r) for r in suggest_labels(model, pool.repartition(3), 10, seed=3).collect()]
+    assert a == b
+    assert [r[1] for r in a] == list(range(1, 11))
+    assert not any(r[0].startswith("lab") for r in a)
+    assert suggest_labels(model, pool, 10).columns == list(SUGGESTION_COLUMNS)
+    # Ties (the two texts of the same words) are ordered by the seed's hash, whatever the input order.
+    ties = spark.createDataFrame(
+        [(f"t{i}", "launch orbit", None) for i in range(6)], "id string, text string, labels array<string>"
+    )
+    orders = {tuple(r.id for r in suggest_labels(model, ties, 6, batch="none", seed=s).collect()) for s in range(4)}
+    assert len(orders) > 1
+
+
+def test_the_batch_rule_spreads_the_picks_over_the_pairs_the_model_hesitates_between(spark, model):
+    pool = _pool(spark)
+    ranked = suggest_labels(model, pool, 100, batch="none").collect()  # every unlabelled document, by score
+    assert len(ranked) == pool.where("labels IS NULL").count()
+
+    def pair(r):
+        return frozenset(c.path[-1] for c in r.candidates[:2])
+
+    # Brute force: drop the later copy of a text (dup1 / dup2 start alike), then each pair's best document,
+    # the pairs in the order of their best score.
+    copies = [r for r in ranked if r.id in ("dup1", "dup2")]
+    once = [r for r in ranked if r.id != copies[1].id]
+    best = {}
+    for r in once:
+        best.setdefault(pair(r), r)
+    expected = [r.id for r in best.values()][:4]
+    spread = suggest_labels(model, pool, 4, batch="spread").collect()
+    assert [r.id for r in spread] == expected
+    assert len({pair(r) for r in spread}) == 4 > len({pair(r) for r in ranked[:4]})
+    # Past one pick per pair, the second turn: every pair's second best, and so on; a text once.
+    picked = [r.id for r in suggest_labels(model, pool, 100).collect()]
+    assert len(picked) == len(set(picked)) == len(ranked) - 1 and copies[1].id not in picked
+
+
+def test_suggestions_export_as_json_lines_and_read_back_into_train_labels(spark, model, tmp_path):
+    from pcem_spark.cli import main
+    from pcem_spark.io.outputs import read_marker
+    from pcem_spark.model.path_model import PathModel
+
+    model_dir, docs, out = str(tmp_path / "model"), str(tmp_path / "docs.jsonl"), str(tmp_path / "suggested")
+    model.save(model_dir)
+    pool = _pool(spark).collect()
+    with open(docs, "w") as fh:
+        for r in pool:
+            fh.write(json.dumps({"id": r.id, "text": r.text, "labels": r.labels}) + "\n")
+        fh.write('{"id": "broken"\n')
+    argv = ["suggest-labels", "--model", model_dir, "--docs", docs, "--output", out, "--budget", "5"]
+    assert main(argv + ["--output-format", "jsonl", "--log-level", "WARNING"]) == 0
+    marker = read_marker(spark, out)
+    assert marker["rows"] == 5 and marker["input"]["unlabelled"] == len(pool) - 3 and marker["input"]["rejected"] == 1
+    (part,) = [n for n in os.listdir(out) if n.endswith(".json")]
+    rows = [json.loads(line) for line in open(os.path.join(out, part))]
+    assert [r["rank"] for r in rows] == [1, 2, 3, 4, 5] and all(r["labels"] is None for r in rows)
+    assert all(len(r["candidates"]) == 3 and r["excerpt"] and r["reason"] for r in rows)
+    # The labeller answers 4 of them (the first candidate) and skips one.
+    with open(os.path.join(out, part), "w") as fh:
+        for r in rows:
+            fh.write(json.dumps({**r, "labels": r["candidates"][0]["path"] if r["rank"] < 5 else None}) + "\n")
+    trained = str(tmp_path / "retrained")
+    from test_labels_merge import FIXED as fixed
+
+    taxonomy = str(tmp_path / "taxonomy.json")
+    with open(taxonomy, "w") as fh:
+        json.dump(TREE, fh)
+    assert main(["train", "--docs", docs, "--labels", out, "--taxonomy", taxonomy, "--model", trained, *fixed]) == 0
+    got = PathModel.load(trained).training_summary["input"]["labels_table"]
+    assert (got["rows_read"], got["merged"], got["added"], got["rejected"]) == (5, 4, 4, 1)
+    # Refused before Spark starts: a budget below 1.
+    assert main(argv[:-1] + ["0", "--overwrite"]) == 2
+
+
+def test_suggest_labels_refuses_bad_settings(spark, model):
+    pool = _pool(spark)
+    for kwargs, needle in [
+        (dict(budget=0), "budget"),
+        (dict(budget=3, candidates=1), "candidates"),
+        (dict(budget=3, batch="clusters"), "batch"),
+        (dict(budget=3, criterion="votes"), "criterion"),
+    ]:
+        with pytest.raises(InputError, match=needle):
+            suggest_labels(model, pool, **kwargs)
