@@ -531,8 +531,19 @@ def main(argv=None) -> int:
     return 0
 
 
-def write_summary(rows, path: str) -> None:
-    """Means over seeds per (taxonomy, rate, method) and issue 9's done-when checks."""
+def _rate_name(rate: float) -> str:
+    """A rate as the tables show it: 1/leaf for a rate below 0.1% (assign_roles keeps >= 1 per leaf)."""
+    return "1/leaf" if rate < 0.001 else f"{100 * rate:g}%"
+
+
+def default_method(methods) -> str:
+    """The row that is the package's default: the whole ``pcem train`` pipeline when it was run."""
+    return "pipeline:pcem-default" if "pipeline:pcem-default" in methods else "pcem-default"
+
+
+def write_summary(rows, path: str, margin: float = 0.3) -> None:
+    """Means over seeds per (taxonomy, rate, method), the default's gap to each peer, and the default against
+    the best peer of each cell (micro and macro apart; "ok" when it is within ``margin`` of it)."""
     groups: Dict[tuple, List[dict]] = {}
     for r in rows:
         groups.setdefault((r["taxonomy"], float(r["rate"]), r["method"]), []).append(r)
@@ -541,36 +552,58 @@ def write_summary(rows, path: str) -> None:
         for k, v in groups.items()
     }
     methods = sorted({k[2] for k in mean}, key=lambda m: (m.startswith("sk-"), m))
+    default = default_method(methods)
     lines = []
     for tax in sorted({k[0] for k in mean}):
+        rates = sorted({k[1] for k in mean if k[0] == tax})
         lines += [
             f"### {tax}: micro / macro F1 (%), mean over seeds (n)",
             "",
             "| rate | " + " | ".join(methods) + " |",
             "|---|" + "---|" * len(methods),
         ]
-        for rate in sorted({k[1] for k in mean if k[0] == tax}):
+        for rate in rates:
             cells = []
             for m in methods:
                 v = mean.get((tax, rate, m))
                 cells.append("" if v is None else f"{v[0]:.2f} / {v[1]:.2f} ({v[2]})")
-            lines.append(f"| {100 * rate:g}% | " + " | ".join(cells) + " |")
+            lines.append(f"| {_rate_name(rate)} | " + " | ".join(cells) + " |")
         lines.append("")
         lines += [
-            "Gap of pcem-default to each peer (micro / macro; positive = default ahead):",
+            f"Gap of {default} to each peer (micro / macro; positive = default ahead):",
             "",
-            "| rate | " + " | ".join(m for m in methods if m != "pcem-default") + " |",
+            "| rate | " + " | ".join(m for m in methods if m != default) + " |",
             "|---|" + "---|" * (len(methods) - 1),
         ]
-        for rate in sorted({k[1] for k in mean if k[0] == tax}):
-            d = mean.get((tax, rate, "pcem-default"))
+        for rate in rates:
+            d = mean.get((tax, rate, default))
             cells = []
             for m in methods:
-                if m == "pcem-default":
+                if m == default:
                     continue
                 v = mean.get((tax, rate, m))
                 cells.append("" if v is None or d is None else f"{d[0] - v[0]:+.2f} / {d[1] - v[1]:+.2f}")
-            lines.append(f"| {100 * rate:g}% | " + " | ".join(cells) + " |")
+            lines.append(f"| {_rate_name(rate)} | " + " | ".join(cells) + " |")
+        lines.append("")
+        lines += [
+            f"{default} against the best peer of each cell (ok: within {margin} F1 of it):",
+            "",
+            "| rate | default | best peer, micro | gap | best peer, macro | gap | |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for rate in rates:
+            d = mean.get((tax, rate, default))
+            peers = {m: mean[(tax, rate, m)] for m in methods if m != default and (tax, rate, m) in mean}
+            if d is None or not peers:
+                continue
+            micro = max(peers, key=lambda m: peers[m][0])
+            macro = max(peers, key=lambda m: peers[m][1])
+            g1, g2 = d[0] - peers[micro][0], d[1] - peers[macro][1]
+            verdict = "ok" if min(g1, g2) >= -margin else "**behind**"
+            lines.append(
+                f"| {_rate_name(rate)} | {d[0]:.2f} / {d[1]:.2f} ({d[2]}) | {micro} {peers[micro][0]:.2f} | "
+                f"{g1:+.2f} | {macro} {peers[macro][1]:.2f} | {g2:+.2f} | {verdict} |"
+            )
         lines.append("")
     with open(path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
