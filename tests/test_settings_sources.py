@@ -120,7 +120,7 @@ def test_local_path_errors_exit_2_before_the_jvm_starts(tmp_path, args, message)
             ["train", "--modle", "m", "--docs", "d"],
             "pcem train: error: unrecognized option --modle; did you mean --model",
         ),
-        (["train", "--docs", "d", "--model", "m", "--label_rate", "0.1"], "did you mean --label-rate?"),
+        (["train", "--docs", "d", "--model", "m", "--label_rate", "0.1"], "did you mean --label-rate"),
         (["trian", "--docs", "d"], "unknown command 'trian'; did you mean train?"),
         (["predict", "--model", "m", "--docs", "d", "--output", "o", "--bogus-flag"], "see pcem predict --help"),
     ],

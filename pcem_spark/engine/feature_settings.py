@@ -89,7 +89,7 @@ class FeatureSettings:
     # "auto" (decided from the labelled documents before the vocabulary is fitted:
     # pcem_spark.model.stop_words), a StopWordsRemover language, or "none"
     stop_words: str = AUTO_STOP_WORDS
-    min_df: float = 3.0  # >= 1: document count; < 1: fraction
+    min_df: float = 2.0  # >= 1: document count; < 1: fraction (2: short texts keep their words)
     max_df: float = 0.5  # fraction of documents (<= 1) or count (> 1)
     vocab_size: int = 20000  # keep the most frequent terms (0 = no cap)
     vocabulary_docs: str = "all"  # fit the vocabulary on "all" training docs or only "labeled" ones

@@ -193,7 +193,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         tokenPattern=DEFAULT_TOKEN_PATTERN,
         minTokenLength=2,
         stopWords="auto",
-        minDF=3.0,
+        minDF=2.0,
         maxDF=0.5,
         vocabSize=20000,
         vocabularyDocs="all",
