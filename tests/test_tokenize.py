@@ -504,11 +504,11 @@ def test_old_model_keeps_predicting_exactly_as_before(spark, tmp_path):
 
 # --------------------------------------------------------------------------- small corpora / Chinese corpus
 def test_tiny_corpus_error_names_the_document_count_and_settings(spark):
-    docs = spark.createDataFrame([(f"d{i}", f"alpha beta gamma {i}", None) for i in range(5)], DOC_SCHEMA)
+    docs = spark.createDataFrame([(f"d{i}", f"alpha beta gamma {i}", None) for i in range(3)], DOC_SCHEMA)
     with pytest.raises(ValueError) as err:
-        fit_vocabulary(docs, FeatureSettings(stop_words="english"))
+        fit_vocabulary(docs, FeatureSettings(stop_words="english"))  # min_df 2, max_df 0.5: 4 documents at least
     msg = str(err.value)
-    assert "5 documents are too few" in msg and "at least 6 documents" in msg
+    assert "3 documents are too few" in msg and "at least 4 documents" in msg
     assert "features.min_df=1" in msg and "features.max_df=1.0" in msg
     assert "maxDF must be" not in msg
     # The suggested settings work.
