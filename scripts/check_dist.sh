@@ -16,7 +16,7 @@ REPO=$PWD
 PY=${PYTHON:-python3}
 start=$(date +%s)
 "$PY" -m pip install --quiet --disable-pip-version-check "build>=1.2" "twine>=6" 2>&1 | { grep -v "^WARNING: Location" || true; }
-rm -rf build/dist
+rm -rf build/dist && mkdir -p build
 "$PY" -m build --outdir build/dist . >build/build.log 2>&1 || { tail -40 build/build.log >&2; exit 1; }
 "$PY" -m twine check --strict build/dist/*
 wheel=$(ls build/dist/*.whl)
