@@ -44,6 +44,17 @@ def _int_or_auto(text: str):
     return text if text == "auto" else int(text)
 
 
+def _docs_format_flags(p) -> None:
+    """--format and the --allow-incomplete-input / --require-success flags: how a command reads its --docs."""
+    p.add_argument(
+        "--format",
+        dest="docs_format",
+        choices=["json", "parquet"],
+        help="format of --docs (default: from the file names; a folder from the files in it)",
+    )
+    _incomplete_input_flags(p)
+
+
 def _incomplete_input_flags(p) -> None:
     """--allow-incomplete-input / --require-success: how a --docs folder from an unfinished job is taken."""
     p.add_argument(
@@ -143,13 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="fit PCNB / PCEM / flat NB / flat EM and save the model")
     p.add_argument("--docs", required=True, help="documents table (Parquet or JSON Lines)")
-    p.add_argument(
-        "--format",
-        dest="docs_format",
-        choices=["json", "parquet"],
-        help="format of --docs (default: from the file names; a folder from the files in it)",
-    )
-    _incomplete_input_flags(p)
+    _docs_format_flags(p)
     p.add_argument("--model", required=True, help="output model directory")
     p.add_argument("--taxonomy", help="taxonomy file (TSV parent<TAB>child or JSON); inferred from labels if omitted")
     p.add_argument(
@@ -207,13 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model", required=True)
     p.add_argument("--docs", required=True, help="documents table; its unlabelled documents are ranked")
-    p.add_argument(
-        "--format",
-        dest="docs_format",
-        choices=["json", "parquet"],
-        help="format of --docs (default: from the file names; a folder from the files in it)",
-    )
-    _incomplete_input_flags(p)
+    _docs_format_flags(p)
     p.add_argument("--output", required=True, help="output directory (Parquet, or JSON Lines with --output-format)")
     p.add_argument("--budget", type=int, required=True, help="how many documents to suggest")
     p.add_argument(
@@ -247,13 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="write predictions (Parquet) with a saved model")
     p.add_argument("--model", required=True)
     p.add_argument("--docs", required=True)
-    p.add_argument(
-        "--format",
-        dest="docs_format",
-        choices=["json", "parquet"],
-        help="format of --docs (default: from the file names; a folder from the files in it)",
-    )
-    _incomplete_input_flags(p)
+    _docs_format_flags(p)
     p.add_argument("--output", required=True, help="Parquet output directory")
     p.add_argument("--split", help="predict only documents with this split value")
     p.add_argument("--rejects", help="where to write rejected rows (default: OUTPUT_rejects)")
@@ -348,13 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("experiment", help="the paper's protocol: methods x settings x label rates x seeds")
     p.add_argument("--docs", required=True)
-    p.add_argument(
-        "--format",
-        dest="docs_format",
-        choices=["json", "parquet"],
-        help="format of --docs (default: from the file names; a folder from the files in it)",
-    )
-    _incomplete_input_flags(p)
+    _docs_format_flags(p)
     p.add_argument(
         "--output-dir",
         required=True,

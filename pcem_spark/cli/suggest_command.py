@@ -31,15 +31,12 @@ log = logging.getLogger("pcem")
 def cmd_suggest_labels(args, settings) -> int:
     from pcem_spark.engine.session import build_session
     from pcem_spark.io.output_paths import Output
-    from pcem_spark.ops.suggestions import BATCH_RULES, CRITERIA
 
     # Checked before Spark starts.
     if args.budget < 1:
         raise InputError(f"--budget must be at least 1, got {args.budget}")
     if args.candidates < 2:
         raise InputError(f"--candidates must be at least 2 (the choice shown to a labeller), got {args.candidates}")
-    if args.criterion not in CRITERIA or args.batch not in BATCH_RULES:  # argparse's choices say the same
-        raise InputError(f"--criterion {CRITERIA}, --batch {BATCH_RULES}")
     preflight(
         settings,
         [Output("--output", args.output, "suggestions"), rejects_output(args, args.output, args.docs)],

@@ -138,9 +138,13 @@ def merge_labels(
         F.count(F.when(F.col(_DOC_PATHS).isNotNull() & same, 1)),
         F.max(F.size(_FILE_PATHS)),
     ).first()
+    # Counts by reason: a handful of rows reach the driver, never a document.
     by_reason = {
         r["reason"]: int(r["n"]) for r in rejects.groupBy("reason").agg(F.count(F.lit(1)).alias("n")).collect()
     }
+    # The verdicts are cached and counted now: what they were computed from is no longer needed.
+    for frame in (table, unknown, named):
+        frame.unpersist()
     counts = {
         "rule": MERGE_RULE,
         "merged": int(row[0]),
@@ -167,6 +171,7 @@ def _nearest_paths(spark, unknown: DataFrame, taxonomy: Taxonomy) -> DataFrame:
     """(``_hinted_path``, ``_hint``): for the distinct unknown paths (at most :data:`_HINTED_PATHS`), the nearest
     path of the taxonomy when one is close (:meth:`Taxonomy.suggest_path`); only these paths reach the driver."""
     rows = []
+    # Distinct wrong paths only (at most _HINTED_PATHS), never the labels table's rows.
     for r in unknown.select("_unknown_path").distinct().limit(_HINTED_PATHS).collect():
         guess = taxonomy.suggest_path(list(r[0]))
         if guess:
