@@ -53,6 +53,9 @@ setup(
         "dist": ["build>=1.2", "twine>=6"],
         "test": [
             "pytest>=7",
+            # pytest-xdist: scripts/test.sh runs two pytest workers, one file per worker at a time
+            # (--dist loadfile); the tests' JVMs leave a third of the CPU idle (tests/conftest.py).
+            "pytest-xdist>=3.5",
             "chispa>=0.10",
             # lint and format (pyproject.toml), run by .ci/run; pinned to a minor version because
             # ruff changes its formatting style only between minor versions.
