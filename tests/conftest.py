@@ -22,6 +22,7 @@ def pytest_configure(config):
     ):
         os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), TEST_JVM_OPTS]))
 
+
 SHARED_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 ARCHIVE_20NG = os.environ.get("PCEM_20NG_ARCHIVE", os.path.join(SHARED_DATA, "20news-bydate.tar.gz"))
 
