@@ -16,10 +16,12 @@ import numpy as np
 import pytest
 from test_abstain import FS, SETTINGS, TAX, TREE, WORDS
 
+from pcem_spark.core.committee import sample_member_parameters
+from pcem_spark.core.parameters import sparse_log_parameters
 from pcem_spark.errors import InputError
 from pcem_spark.ml import train
 from pcem_spark.model.settings import ModelSettings
-from pcem_spark.ops.suggestions import SUGGESTION_COLUMNS, suggest_labels, uncertainty_columns
+from pcem_spark.ops.suggestions import SUGGESTION_COLUMNS, committee_models, suggest_labels, uncertainty_columns
 
 PRED_SCHEMA = (
     "id string, path array<string>, node_probabilities array<double>, "
@@ -175,3 +177,71 @@ def test_suggest_labels_refuses_bad_settings(spark, model):
     ]:
         with pytest.raises(InputError, match=needle):
             suggest_labels(model, pool, **kwargs)
+
+
+def test_committee_members_are_draws_from_the_dirichlet_posterior_of_the_counts():
+    """Each member is a distribution per component with the model's non-zeros; their mean is the posterior mean
+    (c + s) / (N + V s) (the unseen words' share included), and a seed gives the same members."""
+    counts = np.array([[5.0, 0.0, 2.0, 0.0, 0.0, 1.0], [0.0, 30.0, 0.0, 0.0, 4.0, 0.0]])
+    s = 0.5
+    params = sparse_log_parameters(counts, counts.sum(axis=1), smoothing=s)
+    rng = np.random.default_rng(11)
+    draws = [sample_member_parameters(params, s, rng) for _ in range(4000)]
+    thetas = np.exp(np.stack([d.log_theta() for d in draws]))
+    np.testing.assert_allclose(thetas.sum(axis=2), 1.0, atol=1e-12)
+    assert all((d.log_ratio != 0).nnz <= params.log_ratio.nnz for d in draws[:5])
+    posterior_mean = (counts + s) / (counts.sum(axis=1, keepdims=True) + counts.shape[1] * s)
+    np.testing.assert_allclose(thetas.mean(axis=0), posterior_mean, atol=0.01)
+    # The spread shrinks with the counts: the 30-count word varies less than the 5-count one (relative).
+    rel = thetas.std(axis=0) / thetas.mean(axis=0)
+    assert rel[1, 1] < rel[0, 0]
+    again = sample_member_parameters(params, s, np.random.default_rng(11))
+    np.testing.assert_array_equal(again.log_theta(), draws[0].log_theta())
+
+
+def test_the_committee_criterion_equals_a_brute_force_reference(spark, model):
+    """Dense numpy, from the members' parameters: each member's path posterior (prior + counts x log theta,
+    normalised), its 3 best paths, the mean over the members (0 where a member does not list a path) and the
+    mean KL divergence from it; the ranking with batch none is by that score."""
+    import re
+
+    # The members share the model's calibration: Eq. 5's joint log-likelihoods over its temperature.
+    assert model.probability_map is None and model.linear is None
+    temperature = model.effective_temperature
+    pool = _pool(spark).where("labels IS NULL")
+    size, k, seed = 3, 3, 7
+    got = {
+        r.id: r
+        for r in suggest_labels(
+            model, pool, 100, criterion="committee", batch="none", candidates=k, committee_size=size, seed=seed
+        ).collect()
+    }
+    members = committee_models(model, size, seed)
+    index = {w: j for j, w in enumerate(model.vocabulary)}
+    expected = {}
+    for r in pool.collect():
+        x = np.zeros(len(index))
+        for w in re.findall(r"[a-z]+", r.text.lower()):
+            if w in index:
+                x[index[w]] += 1
+        lists = []
+        for m in members:
+            logp = (m.params.log_prior + m.params.log_theta() @ x) / temperature
+            post = np.exp(logp - logp.max())
+            post /= post.sum()
+            top = np.argsort(-post, kind="stable")[:k]
+            lists.append({int(j): post[j] for j in top})
+        mean = {j: sum(lst.get(j, 0.0) for lst in lists) / size for lst in lists for j in lst}
+        expected[r.id] = sum(q * np.log(q / mean[j]) for lst in lists for j, q in lst.items() if q > 0) / size
+    assert set(got) == set(expected)
+    for doc_id, score in expected.items():
+        assert got[doc_id].score == pytest.approx(score, abs=1e-9), doc_id
+        assert got[doc_id].criterion == "committee"
+    order = [r.id for r in sorted(got.values(), key=lambda r: r.rank)]
+    assert [expected[i] for i in order] == pytest.approx(sorted(expected.values(), reverse=True), abs=1e-9)
+    # The mixed rockets/planets texts divide the committee more than the clear ones.
+    assert max(expected[f"rp{i}"] for i in range(8)) > max(expected[f"clear{i}"] for i in range(len(WORDS)))
+    top = got[order[0]]
+    assert top.reason.startswith("committee disagreement ") and f"the {size} members' best paths: " in top.reason
+    with pytest.raises(InputError, match="committee-size"):
+        suggest_labels(model, pool, 3, criterion="committee", committee_size=1)

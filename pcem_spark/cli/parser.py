@@ -224,10 +224,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--criterion",
-        choices=["margin", "entropy", "level"],
+        choices=["margin", "entropy", "level", "committee"],
         default="margin",
         help="margin: the two best paths' probabilities are close (default); entropy: of the path posterior; "
-        "level: the predicted path's least sure node",
+        "level: the predicted path's least sure node; committee: models drawn from the posterior of the "
+        "word distributions disagree (costs --committee-size more predictions)",
+    )
+    p.add_argument(
+        "--committee-size",
+        type=int,
+        default=4,
+        help="members of the committee criterion (default 4, at least 2)",
     )
     p.add_argument(
         "--batch",

@@ -37,6 +37,8 @@ def cmd_suggest_labels(args, settings) -> int:
         raise InputError(f"--budget must be at least 1, got {args.budget}")
     if args.candidates < 2:
         raise InputError(f"--candidates must be at least 2 (the choice shown to a labeller), got {args.candidates}")
+    if args.criterion == "committee" and args.committee_size < 2:
+        raise InputError(f"--committee-size must be at least 2 (one model cannot disagree), got {args.committee_size}")
     preflight(
         settings,
         [Output("--output", args.output, "suggestions"), rejects_output(args, args.output, args.docs)],
@@ -84,6 +86,7 @@ def _suggest_on(spark, args, settings) -> int:
         batch=args.batch,
         candidates=args.candidates,
         seed=args.seed,
+        committee_size=args.committee_size,
     )
     with atomic_output(spark, args.output, "suggestions", overwrite=args.overwrite, parts=[""]) as staged:
         if args.output_format == "jsonl":
@@ -114,6 +117,7 @@ def _suggest_on(spark, args, settings) -> int:
                 "batch": args.batch,
                 "candidates": int(args.candidates),
                 "seed": int(args.seed),
+                **({"committee_size": int(args.committee_size)} if args.criterion == "committee" else {}),
                 "model": args.model,
                 "model_version": model.version,
                 "input": {**counts, "labelled": n_labelled, "unlabelled": n_unlabelled},

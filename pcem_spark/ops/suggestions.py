@@ -13,6 +13,14 @@ then a batch rule picks ``budget`` of them that are not all the same question:
     ``candidates`` best paths, the rest of the mass as one more outcome;
   - ``level``: 1 - the smallest marginal probability of a node of the
     predicted path: the level where the model is least sure;
+  - ``committee``: the disagreement of ``committee_size`` naive Bayes models
+    drawn from the posterior of the model's word distributions
+    (:mod:`pcem_spark.core.committee`, McCallum & Nigam 1998): the mean
+    Kullback-Leibler divergence (nats) of each member's path posterior from the
+    members' mean, over the ``candidates`` best paths of each member (a path
+    outside a member's list counts 0 for it). Each member is one more scoring
+    of every document (no shuffle: the members' predictions travel with the
+    rows), so it costs ``committee_size`` + 1 predictions;
 
   the reason names the criterion, its value, the two paths and the level
   where they part (``margin`` / ``entropy``) or the weakest level (``level``);
@@ -32,19 +40,31 @@ them as a per-partition limit before the shuffle), and the final ordering is a
 
 from __future__ import annotations
 
+import copy
 import logging
-from typing import Tuple
+from typing import List, Tuple
 
+import numpy as np
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from pcem_spark.core.committee import member_seeds, sample_member_parameters
 from pcem_spark.errors import InputError
 
-__all__ = ["CRITERIA", "BATCH_RULES", "suggest_labels", "uncertainty_columns", "SUGGESTION_COLUMNS"]
+__all__ = [
+    "CRITERIA",
+    "BATCH_RULES",
+    "suggest_labels",
+    "uncertainty_columns",
+    "committee_models",
+    "committee_disagreement",
+    "SUGGESTION_COLUMNS",
+]
 
 log = logging.getLogger(__name__)
 
-CRITERIA = ("margin", "entropy", "level")
+CRITERIA = ("margin", "entropy", "level", "committee")
+DEFAULT_COMMITTEE_SIZE = 4
 BATCH_RULES = ("spread", "none")
 EXCERPT_CHARS = 300
 _FINGERPRINT_CHARS = 1000
@@ -122,6 +142,52 @@ def uncertainty_columns(pred: DataFrame, criterion: str) -> Tuple[Column, Column
     return F.lit(1.0) - weakest, level, reason
 
 
+def committee_models(model, size: int, seed: int = 0) -> list:
+    """``size`` copies of ``model`` whose word distributions are drawn from their posterior.
+
+    Everything but the parameters is shared (taxonomy, vocabulary, calibration, a linear family's
+    regression); member ``k`` is drawn from the ``k``-th seed spawned from ``seed``.
+    """
+    if int(size) < 2:
+        raise InputError(f"--committee-size must be at least 2 (one model cannot disagree), got {size}")
+    smoothing = float(model.model_settings.smoothing)
+    members = []
+    for member_seed in member_seeds(seed, size):
+        member = copy.copy(model)
+        member.params = sample_member_parameters(model.params, smoothing, np.random.default_rng(member_seed))
+        members.append(member)
+    return members
+
+
+def committee_disagreement(member_cols: List[str]) -> Column:
+    """Mean KL divergence (nats) of each member's path posterior from the members' mean.
+
+    Each column of ``member_cols`` is a member's ``top_paths`` (array of (path, probability)). A
+    path outside a member's list has probability 0 for it: the mean of a path is the sum of the
+    probabilities the members list for it, over the number of members.
+    """
+    k = len(member_cols)
+    entries = F.flatten(
+        F.array(
+            *[
+                F.transform(
+                    c, lambda x: F.struct(F.array_join(x["path"], " / ").alias("p"), x["probability"].alias("q"))
+                )
+                for c in member_cols
+            ]
+        )
+    )
+
+    def mean(p: Column) -> Column:
+        listed = F.filter(entries, lambda e: e["p"] == p)
+        return F.aggregate(listed, F.lit(0.0), lambda acc, e: acc + e["q"]) / F.lit(float(k))
+
+    def term(x: Column) -> Column:
+        return F.when(x["q"] > 0, x["q"] * F.log(x["q"] / mean(x["p"]))).otherwise(F.lit(0.0))
+
+    return F.aggregate(entries, F.lit(0.0), lambda acc, x: acc + term(x)) / F.lit(float(k))
+
+
 def suggest_labels(
     model,
     docs: DataFrame,
@@ -130,6 +196,7 @@ def suggest_labels(
     batch: str = "spread",
     candidates: int = 3,
     seed: int = 0,
+    committee_size: int = DEFAULT_COMMITTEE_SIZE,
 ) -> DataFrame:
     """The ``budget`` unlabelled documents of ``docs`` most worth labelling, ranked.
 
@@ -140,7 +207,8 @@ def suggest_labels(
     budget : how many to suggest (>= 1).
     criterion, batch : see the module docstring.
     candidates : the top paths each suggestion shows (>= 2), with their probabilities.
-    seed : the ties' order.
+    seed : the ties' order, and the committee's draws.
+    committee_size : the members of the ``committee`` criterion (>= 2).
 
     Returns
     -------
@@ -172,10 +240,40 @@ def suggest_labels(
         excerpt.alias("_excerpt"),
         fingerprint.alias("_fingerprint"),
     )
+    kept = ["_excerpt", "_fingerprint"]
+    if criterion == "committee":
+        # Each member scores the rows it is handed and passes them on with its top paths: a chain of
+        # narrow mapInArrow stages over the same partitions, no join.
+        # The text travels as _text ("text" is a name the predictions reserve).
+        rows = rows.withColumnRenamed("text", "_text")
+        for k, member in enumerate(committee_models(model, committee_size, seed)):
+            scored_by = member.transform(
+                rows, top_k=int(candidates), keep_columns=["_text", *kept], input_cols=("id", "_text", "labels")
+            )
+            kept.append(f"_member{k}")
+            rows = scored_by.select("id", "_text", "labels", *kept[:-1], F.col("top_paths").alias(kept[-1]))
     pred = model.transform(
-        rows, top_k=int(candidates), node_probabilities=True, keep_columns=["_excerpt", "_fingerprint"]
+        rows,
+        top_k=int(candidates),
+        node_probabilities=True,
+        keep_columns=kept,
+        input_cols=("id", "_text" if criterion == "committee" else "text", "labels"),
     )
-    score, level, reason = uncertainty_columns(pred, criterion)
+    if criterion == "committee":
+        members = kept[2:]
+        _, level, model_margin = uncertainty_columns(pred, "margin")
+        score = committee_disagreement(members)
+        votes = F.array_join(F.array(*[_path_text(F.col(c)[0]["path"]) for c in members]), ", ")
+        reason = F.concat(
+            F.lit("committee disagreement "),
+            F.format_number(score, 3),
+            F.lit(f" nats; the {len(members)} members' best paths: "),
+            votes,
+            F.lit("; the model's "),
+            model_margin,
+        )
+    else:
+        score, level, reason = uncertainty_columns(pred, criterion)
     best, runner_up = F.col("top_paths")[0]["path"], F.try_element_at("top_paths", F.lit(2))["path"]
     pair = F.array_join(
         F.array_sort(F.array(F.element_at(best, -1), F.coalesce(F.element_at(runner_up, -1), F.lit("")))), " | "
