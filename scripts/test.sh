@@ -19,9 +19,10 @@ case "${1:-}" in
 esac
 "$PY" -m pip install --quiet -e ".[test]"
 # Two pytest workers (pytest-xdist), each with its own SparkSession, each taking a whole test file
-# at a time so that module fixtures (a standalone cluster, a Connect server) stay in one process.
+# at a time so that module fixtures (a standalone cluster, a Connect server) stay in one process, the
+# longest files first (tests/conftest.py, LONGEST_FIRST).
 # A test's JVMs keep a 2-core machine about 65% busy (tests/conftest.py): a second worker fills
 # the rest. PCEM_TEST_WORKERS=0 runs everything in this process, in file order.
 workers=${PCEM_TEST_WORKERS:-2}
 # --durations: the slowest tests are listed at the end, so a tier that grows shows where (CI keeps the log).
-exec "$PY" -m pytest -q --durations=15 -n "$workers" --dist loadfile tests --ignore=tests/dags "${tier[@]}" "$@"
+exec "$PY" -m pytest -q --durations=15 -n "$workers" --dist loadfile --no-loadscope-reorder tests --ignore=tests/dags "${tier[@]}" "$@"

@@ -23,6 +23,29 @@ def pytest_configure(config):
         os.environ["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), TEST_JVM_OPTS]))
 
 
+# The files whose tests run longest (the slow tier's durations), started first: scripts/test.sh hands whole
+# files to two workers in collection order (--no-loadscope-reorder; xdist's own order, by the number of tests,
+# left a 270 s one-test file to run alone at the end). The rest keep their order.
+LONGEST_FIRST = (
+    "test_cluster.py",
+    "test_outputs.py",
+    "test_connect.py",
+    "test_report.py",
+    "test_tuning.py",
+    "test_overlap_processes.py",
+    "test_end_to_end.py",
+    "test_baselines.py",
+    "test_abstain.py",
+    "test_fewest_labels.py",
+    "test_linear_family.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+
+
 SHARED_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 ARCHIVE_20NG = os.environ.get("PCEM_20NG_ARCHIVE", os.path.join(SHARED_DATA, "20news-bydate.tar.gz"))
 

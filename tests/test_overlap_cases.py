@@ -160,6 +160,64 @@ def test_a_commit_between_the_vocabulary_and_the_parameters_read_never_mixes(
     assert _same(PathModel.load(path), new)
 
 
+def test_a_read_that_fails_because_a_commit_moved_the_version_reads_it_where_it_was_retained(
+    spark, tmp_path, monkeypatch
+):
+    """Spark checks that a file exists, then lists it: a commit that moves the version in between leaves the
+    listing empty, and the metadata read fails as "damaged" rather than "missing". The reader must see that the
+    pinned files went away and read the retained version, not exit 2."""
+    from pcem_spark.errors import InputError
+    from pcem_spark.model import model_files, path_model
+
+    old, new = _model(1, 30), _model(2, 30)
+    path = str(tmp_path / "m")
+    old.save(path)
+    fired = []
+
+    def wrap(original):
+        def read_model_parts(spark_, snap):
+            if not fired:
+                fired.append(1)
+                new.save(path, overwrite=True)  # the commit lands mid-read ...
+                raise InputError(f"{path}/metadata: not a pcem-spark model metadata line (IndexError)")  # ... as seen
+            return original(spark_, snap)
+
+        return read_model_parts
+
+    _patch_module_function(monkeypatch, [model_files, path_model], "read_model_parts", wrap)
+    loaded = PathModel.load(path)
+    assert fired and _same(loaded, old)
+    # The same failure with nothing replaced is real damage: still reported as it is.
+    fired.clear()
+    other = str(tmp_path / "other")
+    old.save(other)
+
+    def damaged(original):
+        def read_model_parts(spark_, snap):
+            raise InputError(f"{other}/metadata: not a pcem-spark model metadata line (IndexError)")
+
+        return read_model_parts
+
+    _patch_module_function(monkeypatch, [model_files, path_model], "read_model_parts", damaged)
+    with pytest.raises(InputError, match="metadata line"):
+        PathModel.load(other)
+
+
+def test_a_pinned_table_listed_short_by_spark_is_a_missing_file_not_fewer_rows(spark, tmp_path, monkeypatch):
+    from pcem_spark.io.file_system import file_system
+    from pcem_spark.io.snapshots import missing_file, resolve
+
+    path = str(tmp_path / "m")
+    _model(1, 30).save(path)
+    snap = resolve(file_system(spark, path), path, "model")
+    assert snap.table(spark, "vocabulary").count() == 30
+    frame_type = type(spark.range(1))
+    monkeypatch.setattr(frame_type, "inputFiles", lambda self: [])  # what Spark lists when the file just went
+    with pytest.raises(FileNotFoundError, match="went away while Spark listed them") as caught:
+        snap.table(spark, "vocabulary")
+    assert missing_file(caught.value)
+
+
 # ------------------------------------------------------------------ two writers
 def test_a_second_predict_into_the_same_path_exits_75_and_the_first_finishes(
     spark, corpus, trained, tmp_path, monkeypatch

@@ -120,7 +120,15 @@ class Snapshot:
         files = self.files(part)
         if not files:  # an older output without a manifest (or a part with no data file): by folder
             return spark.read.format(fmt).load(base)
-        return spark.read.format(fmt).option("basePath", base).load(files)
+        table = spark.read.format(fmt).option("basePath", base).load(files)
+        # Spark checks that each file exists, then lists it; a file gone in between (a replacement moved
+        # the version) is listed as nothing, with a warning, and the read returns fewer rows, not an error.
+        listed = len(table.inputFiles())
+        if listed < len(files):
+            raise FileNotFoundError(
+                f"{base}: {len(files) - listed} of its {len(files)} files went away while Spark listed them"
+            )
+        return table
 
     def check_files(self, fs) -> None:
         """Raise FileNotFoundError unless every manifest file is present with its size."""
@@ -133,6 +141,14 @@ class Snapshot:
                     f"{self.location}/{rel}: "
                     + ("missing" if rel not in present else f"{present[rel]} bytes, the manifest says {size}")
                 )
+
+    def intact(self, fs) -> bool:
+        """Whether every file of this version is still where it is read from (True without a manifest)."""
+        try:
+            self.check_files(fs)
+        except FileNotFoundError:
+            return False
+        return True
 
     def moved(self, fs) -> Optional["Snapshot"]:
         """This version where a later commit retained it, if it is there (and complete)."""
@@ -248,7 +264,10 @@ def read_pinned(fs, path: str, kind: Optional[str], read: Callable[[Snapshot], T
             snap.check_files(fs)
             value = read(snap)
         except Exception as exc:
-            if not missing_file(exc):
+            # A read that saw the version only in part (a file moved away mid-read) may fail as anything:
+            # an empty table is "damaged", a schema cannot be inferred. Whether the pinned files are all
+            # still there tells a replacement from a real error.
+            if not missing_file(exc) and snap.intact(fs):
                 raise
             value, snap = None, _after_loss(fs, snap, kind, exc)
         else:
