@@ -518,6 +518,30 @@ def test_train_over_connect_killed_at_each_write_stage_leaves_old_or_new_model(c
     assert [n for n in os.listdir(parent) if n.startswith((".model.pcem-tmp-", ".model.pcem-old-"))] == []
 
 
+def test_a_train_over_connect_killed_in_em_resumes_from_its_checkpoint(connect_url, tmp_path):
+    """The checkpoint is written from the client through pyarrow.fs: a SIGKILL after EM iteration 2's checkpoint,
+    then the same command goes on at iteration 3, to the uninterrupted run's parameters."""
+    docs = _small_corpus(tmp_path / "docs.jsonl")
+    fixed = ["--set", "model.unlabeled_weight=0.5", "--set", "model.path_weight=1.0", "--set", "model.calibration=none"]
+    fixed += ["--set", "model.family=generative", "--set", "model.max_iter=6", "--set", "model.tol=0"]
+    fixed += ["--set", "checkpoint.every_iterations=2"]
+    whole = _pcem(["train", "--docs", docs, "--model", str(tmp_path / "whole"), *fixed], connect_url)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    train = ["train", "--docs", docs, "--model", str(tmp_path / "model"), *fixed]
+    killed = _pcem(train, connect_url, kill_at="checkpoint:em:2:done")
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert os.listdir(tmp_path / ".model.pcem-checkpoint") == ["state-000000000003.pkl"]  # stop words, vocabulary, EM
+    again = _pcem(train, connect_url)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "checkpoint: skipping vocabulary" in again.stderr
+    assert "resumed from the checkpoint after EM iteration 2" in again.stderr and "EM iteration 3:" in again.stderr
+    a, b = _parameters(str(tmp_path / "whole")), _parameters(str(tmp_path / "model"))
+    np.testing.assert_allclose(b[0], a[0], rtol=0, atol=1e-9)
+    for ra, rb in zip(a[3], b[3]):
+        np.testing.assert_allclose(rb, ra, rtol=0, atol=1e-9)
+    assert not os.path.exists(tmp_path / ".model.pcem-checkpoint")
+
+
 def _small_corpus(path):
     rng = np.random.default_rng(0)
     vocab = {"space": "rocket orbit launch moon nasa shuttle", "hockey": "puck goal skate ice team season"}

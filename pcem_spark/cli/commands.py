@@ -160,13 +160,9 @@ def cmd_train(args, settings) -> int:
 
 def _train_on(spark, args, settings, given_taxonomy) -> int:
     """``pcem train`` once the session exists (the staging directory of a Connect session around it)."""
-    from pyspark.sql import functions as F
-
-    from pcem_spark.experiment.protocol import assign_roles
-    from pcem_spark.ml import train
+    from pcem_spark.io.output_paths import Output
 
     t0 = time.perf_counter()
-    from pcem_spark.io.output_paths import Output
 
     rejects = rejects_output(args, args.model, args.docs)
     labels_rejects = labels_rejects_output(args) if args.labels else None
@@ -182,6 +178,23 @@ def _train_on(spark, args, settings, given_taxonomy) -> int:
         ],
         args.overwrite,
     )
+    from pcem_spark.cli.train_checkpoint import graceful_stop, open_train_checkpoint
+
+    # Read once this run holds --model's lease (check_outputs): a checkpoint is only ever its owner's.
+    checkpoint = open_train_checkpoint(spark, args, settings)
+    with graceful_stop(checkpoint, spark, settings.checkpoint.stop_grace_seconds):
+        return _train_checkpointed(spark, args, settings, given_taxonomy, checkpoint, t0)
+
+
+def _train_checkpointed(spark, args, settings, given_taxonomy, checkpoint, t0) -> int:
+    """``pcem train`` once its outputs are held and its checkpoint (None: off) is read."""
+    from pyspark.sql import functions as F
+
+    from pcem_spark.experiment.protocol import assign_roles
+    from pcem_spark.ml import train
+
+    rejects = rejects_output(args, args.model, args.docs)
+    labels_rejects = labels_rejects_output(args) if args.labels else None
     warm = None
     if args.init_model:  # read and checked before the documents: a wrong init model fails in seconds
         from pcem_spark.model.warm import WarmStart
@@ -259,6 +272,7 @@ def _train_on(spark, args, settings, given_taxonomy) -> int:
             init_model=warm,
             retune_auto=args.tune,
             descriptions=descriptions,
+            checkpoint=checkpoint,
         )
         tuning = model.training_summary.get("tuning")
         if tuning and tuning.get("tuned"):
@@ -288,7 +302,11 @@ def _train_on(spark, args, settings, given_taxonomy) -> int:
             "from_docs": result.n_labeled - merged,
         }
     model.training_summary = {**(model.training_summary or {}), "input": counts}
+    if checkpoint is not None:
+        model.training_summary["checkpoint"] = checkpoint.summary()
     model.save(args.model, overwrite=args.overwrite)
+    if checkpoint is not None:
+        checkpoint.committed()
     its = result.iter_seconds
     log.info(
         "train: %s on %d labelled + %d unlabelled documents, %d EM iterations (%s), "

@@ -22,6 +22,7 @@ from pcem_spark.engine.feature_settings import TOKENIZERS, FeatureSettings
 from pcem_spark.engine.session import SparkSettings
 from pcem_spark.experiment.settings import ConfigError, ExperimentSettings, SupervisionSettings
 from pcem_spark.io.output_policy import OutputSettings
+from pcem_spark.ml.checkpointing import CheckpointSettings
 from pcem_spark.ml.tune_settings import TuneSettings
 from pcem_spark.model.settings import ModelSettings
 from pcem_spark.util.constraints import Interval, Options, check_constraints
@@ -109,6 +110,7 @@ class Settings:
     tune: TuneSettings = field(default_factory=TuneSettings)
     predict: PredictSettings = field(default_factory=PredictSettings)
     output: OutputSettings = field(default_factory=OutputSettings)
+    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     # the layers these settings came from, lowest first ("package defaults", "PCEM_CONFIG=...", ...)
     sources: List[str] = field(default_factory=list)
 
@@ -122,6 +124,7 @@ _SECTIONS = {
     "tune": TuneSettings,
     "predict": PredictSettings,
     "output": OutputSettings,
+    "checkpoint": CheckpointSettings,
 }
 
 
@@ -232,6 +235,7 @@ def load_settings(
     settings.experiment.validate()
     settings.predict.validate()
     settings.output.validate(error=ConfigError)
+    settings.checkpoint.validate(error=ConfigError)
     try:
         settings.tune.validate()
     except ValueError as exc:

@@ -203,6 +203,17 @@ def build_parser() -> argparse.ArgumentParser:
         "values (--tune cross-validates the weights again); the taxonomy defaults to its. A "
         "batch without labelled documents is then allowed",
     )
+    p.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="keep the train's checkpoint in DIR (as NAME.pcem-checkpoint) instead of beside the model "
+        "(.NAME.pcem-checkpoint); the same command run again resumes from it ([checkpoint] settings)",
+    )
+    p.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="start afresh even when a checkpoint of the same inputs and settings is there (it is replaced)",
+    )
     p.add_argument("--overwrite", action="store_true")
     _common(p)
 

@@ -37,6 +37,7 @@ from pcem_spark.core.parameters import (
     sparse_log_prior_density,
 )
 from pcem_spark.core.structure import Structure
+from pcem_spark.engine.em_checkpoint import EMState, active_hook
 from pcem_spark.engine.frame_sums import frame_sufficient_stats
 from pcem_spark.engine.sums import PassOptions, local_sufficient_stats, sufficient_stats
 from pcem_spark.errors import InputError
@@ -345,16 +346,52 @@ def _fit(run: _FitRun, mode: str, init_params: Optional[PathParameters] = None) 
         return result
     if n_unlab == 0 and use_unlabeled:
         log.warning("%s: no unlabelled documents, EM reduces to naive Bayes", label)
-    return _iterate(run, result, prior_smoothing, use_unlabeled, n_terms)
+    hook = active_hook()
+    resumed = hook.resume_state() if hook is not None else None
+    if resumed is not None:
+        _resume_from(result, resumed, label)
+        if resumed.finished:
+            return result
+    return _iterate(run, result, prior_smoothing, use_unlabeled, n_terms, hook)
+
+
+def _resume_from(result: FitResult, state: EMState, label: str) -> None:
+    """``result`` as it was after ``state.iteration`` EM iterations of an earlier run (a checkpoint)."""
+    if state.params.shape != result.params.shape:
+        raise ValueError(
+            f"{label}: the checkpoint's parameters are {state.params.shape}, this fit's are {result.params.shape}"
+        )
+    result.params = state.params
+    result.n_iter = state.iteration
+    result.loglik_history = list(state.loglik_history)
+    result.iter_seconds = list(state.iter_seconds)
+    result.converged = state.converged
+    result.loglik_decreases = state.loglik_decreases
+    if state.path_mass is not None:
+        result.path_mass = np.asarray(state.path_mass, dtype=np.float64)
+    log.info(
+        "%s: resumed from the checkpoint after EM iteration %d%s",
+        label,
+        state.iteration,
+        " (EM had finished: no iteration to run)" if state.finished else "",
+    )
 
 
 def _iterate(
-    run: _FitRun, result: FitResult, prior_smoothing: Optional[float], use_unlabeled: bool, n_terms: Optional[int]
+    run: _FitRun,
+    result: FitResult,
+    prior_smoothing: Optional[float],
+    use_unlabeled: bool,
+    n_terms: Optional[int],
+    hook=None,
 ) -> FitResult:
     """The EM iterations (Algorithm 1) from ``result.params``, recorded in ``result``.
 
     Only ``result`` holds the starting parameters, so they are freed as soon
     as the first pass has summed (before the next parameters are built).
+    ``result.n_iter`` iterations are already done (a resumed run: their
+    log-likelihoods are in ``result.loglik_history``); ``hook``
+    (:mod:`pcem_spark.engine.em_checkpoint`) sees the state after each one.
     """
     s = run.settings
     params = result.params
@@ -367,8 +404,8 @@ def _iterate(
         doc_length=s.doc_length,
         top_k=s.top_k,
     )
-    prev = None
-    for it in range(1, s.max_iter + 1):
+    prev = result.loglik_history[-1] if result.loglik_history else None
+    for it in range(result.n_iter + 1, s.max_iter + 1):
         t_it = time.perf_counter()
         pass_stats: Dict[str, float] = {}
         wc, totals, data_ll, _, _ = run.run_pass(params, options, pass_stats, n_terms)
@@ -414,6 +451,10 @@ def _iterate(
             )
         if prev is not None and rel < s.tol:
             result.converged = True
+        if hook is not None:
+            finished = result.converged or it == s.max_iter
+            hook.iteration_done(_state(result, params, finished))
+        if result.converged:
             break
         prev = loglik
     if not result.converged and s.tol > 0:  # tol 0 asks for exactly max_iter iterations
@@ -427,3 +468,17 @@ def _iterate(
         )
     result.params = params
     return result
+
+
+def _state(result: FitResult, params, finished: bool) -> EMState:
+    """The state after ``result.n_iter`` iterations whose M-step gave ``params``."""
+    return EMState(
+        result.n_iter,
+        params,
+        list(result.loglik_history),
+        list(result.iter_seconds),
+        result.converged,
+        finished,
+        result.loglik_decreases,
+        result.path_mass,
+    )

@@ -223,6 +223,18 @@ class ArrowFS:
         with self.fs.open_output_stream(self._p(path)) as out:
             out.write(text.encode("utf-8"))
 
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Create or replace a file holding ``data``."""
+        with self.fs.open_output_stream(self._p(path)) as out:
+            out.write(data)
+
+    def read_bytes(self, path: Optional[str] = None) -> Optional[bytes]:
+        """A file's bytes, or None when it does not exist."""
+        if not self.exists(path):
+            return None
+        with self.fs.open_input_stream(self._p(path)) as stream:
+            return bytes(stream.read())
+
     def read_text(self, path: Optional[str] = None) -> Optional[str]:
         """A file's text (UTF-8; lines joined by ``\\n``), or None when it does not exist."""
         if not self.exists(path):

@@ -210,6 +210,41 @@ class HadoopFS:
         finally:
             out.close()
 
+    def write_bytes(self, path, data: bytes) -> None:
+        """Create or replace a file holding ``data``: on the driver's local disk by Python itself (py4j would
+        copy the bytes through its socket at tens of MB/s), elsewhere through the JVM in chunks of 16 MB."""
+        local = self.local(path)
+        if local is not None:
+            os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
+            with open(local, "wb") as fh:
+                fh.write(data)
+            return
+        out = self.fs.create(self.p(path), True)
+        try:
+            view = memoryview(data)
+            for start in range(0, len(view), 1 << 24):
+                out.write(bytearray(view[start : start + (1 << 24)]))
+        finally:
+            out.close()
+
+    def read_bytes(self, path=None) -> Optional[bytes]:
+        """A file's bytes, or None when it does not exist (read by Python on the driver's local disk)."""
+        local = self.local(path)
+        if local is not None:
+            try:
+                with open(local, "rb") as fh:
+                    return fh.read()
+            except FileNotFoundError:
+                return None
+        p = self.p(path)
+        if not self.fs.exists(p):
+            return None
+        stream = self.fs.open(p)
+        try:
+            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+        finally:
+            stream.close()
+
     def read_text(self, path=None) -> Optional[str]:
         """A file's text (UTF-8; lines joined by ``\\n``), or None when it does not exist."""
         p = self.p(path)

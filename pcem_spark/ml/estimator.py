@@ -32,6 +32,7 @@ from pcem_spark.engine.blocks import label_blocks, packed_blocks
 from pcem_spark.engine.features import DEFAULT_TOKEN_PATTERN
 from pcem_spark.errors import InputError
 from pcem_spark.ml import training
+from pcem_spark.ml.checkpointing import pathem_checkpoint
 from pcem_spark.ml.params import MODEL_PARAMS, _PathEMParams
 from pcem_spark.model.labels import infer_taxonomy
 from pcem_spark.model.path_model import PathModel
@@ -215,6 +216,8 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         minProbability=0.0,
         topK=0,
         initModel="",
+        checkpointDir="",
+        checkpointInterval=5,
     ):
         super().__init__()
         self._set(**self._input_kwargs)
@@ -389,10 +392,16 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
                     )
                 )
             taxonomy = self._taxonomy_of(docs)
+            checkpoint = pathem_checkpoint(self, dataset)  # None without a checkpoint directory
             options = training.TrainOptions(
-                tune=self.tune_settings(), init_model=self._warm_start(), estimator_class=type(self)
+                tune=self.tune_settings(),
+                init_model=self._warm_start(),
+                estimator_class=type(self),
+                checkpoint=checkpoint,
             )
             path_model, _ = training.train(docs, taxonomy, self.feature_settings(), self.model_settings(), options)
+            if checkpoint is not None:
+                checkpoint.committed()
         else:
             from pcem_spark.io.descriptions import check_descriptions
 

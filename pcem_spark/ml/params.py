@@ -331,6 +331,20 @@ class _PathEMParams(Params):
         "'auto' take its values); empty = start from naive Bayes",
         TypeConverters.toString,
     )
+    checkpointDir = Param(
+        Params._dummy(),
+        "checkpointDir",
+        "fit: keep a checkpoint of the fit in this folder (its stages, EM every checkpointInterval iterations), "
+        "and resume from it when the same fit (Params, input files, plan) runs again; empty = the SparkContext's "
+        "checkpoint directory (SparkContext.setCheckpointDir), if any; deleted when the fit returns",
+        TypeConverters.toString,
+    )
+    checkpointInterval = Param(
+        Params._dummy(),
+        "checkpointInterval",
+        "fit: EM iterations between two checkpoints (>= 1)",
+        TypeConverters.toInt,
+    )
     minProbability = Param(
         Params._dummy(),
         "minProbability",
@@ -363,6 +377,8 @@ class _PathEMParams(Params):
             minProbability=0.0,
             topK=0,
             initModel="",
+            checkpointDir="",
+            checkpointInterval=5,
             **param_values(FeatureSettings(), FEATURE_PARAMS),
             **param_values(ModelSettings(), MODEL_PARAMS),
             **param_values(TuneSettings(), TUNE_PARAMS),

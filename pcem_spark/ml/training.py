@@ -65,6 +65,12 @@ class TrainOptions:
     retune_auto: bool = False
     estimator_class: Any = None
     descriptions: Optional[Dict[str, str]] = None
+    checkpoint: Any = None  # a pcem_spark.ml.checkpointing.TrainCheckpoint: stages skipped on a resume
+
+
+def _stage(opts: TrainOptions, name: str, compute):
+    """``compute()``, or the result an earlier run recorded in ``opts.checkpoint`` for stage ``name``."""
+    return compute() if opts.checkpoint is None else opts.checkpoint.stage(name, compute)
 
 
 def _fit_result(model: PathModel) -> FitResult:
@@ -110,10 +116,16 @@ def train(
         warn_label_coverage(label_coverage(docs, taxonomy), taxonomy)
         if vocabulary is None:
             # stop_words = "auto": decided from the labelled documents before the vocabulary is fitted.
-            feature_settings, stop_words_info = resolve_stop_words(
-                docs, taxonomy, feature_settings, model_settings.seed if opts.seed is None else opts.seed
+            given = feature_settings
+            feature_settings, stop_words_info = _stage(
+                opts,
+                "stop_words",
+                lambda: resolve_stop_words(
+                    docs, taxonomy, given, model_settings.seed if opts.seed is None else opts.seed
+                ),
             )
-            vocabulary = fit_vocabulary(docs, feature_settings)
+            chosen = feature_settings
+            vocabulary = _stage(opts, "vocabulary", lambda: fit_vocabulary(docs, chosen))
         else:
             feature_settings, stop_words_info = fallback_stop_words(
                 feature_settings, "the vocabulary was given: the list it was built with is not known"
@@ -208,24 +220,47 @@ def _tune_and_fit(
     # train() cached featurized when it is read more than once (the cross-validation, the refit, calibration).
     info = None
     if model_settings.auto_params() or opts.extra_grid:
-        model_settings, info, tuned = resolve_auto(
-            featurized,
-            taxonomy,
-            vocabulary,
-            feature_settings,
-            model_settings,
-            opts.tune,
-            seed=seed,
-            extra_grid=opts.extra_grid,
-            init_model=None if warm is None else warm.path,
-            estimator_class=opts.estimator_class,
-        )
+        given = model_settings
+
+        def cross_validate():
+            return resolve_auto(
+                featurized,
+                taxonomy,
+                vocabulary,
+                feature_settings,
+                given,
+                opts.tune,
+                seed=seed,
+                extra_grid=opts.extra_grid,
+                init_model=None if warm is None else warm.path,
+                estimator_class=opts.estimator_class,
+            )
+
+        if opts.checkpoint is None:
+            model_settings, info, tuned = cross_validate()
+        else:
+            # The choice and its scores are recorded, not a model CrossValidator refitted (the exhaustive
+            # strategy): a resume past this stage refits the chosen settings below instead.
+            refitted: list = []
+
+            def choice():
+                chosen, scores, tuned = cross_validate()
+                refitted.append(tuned)
+                return chosen, scores
+
+            model_settings, info = opts.checkpoint.stage("cross_validation", choice)
+            tuned = refitted[0] if refitted else None
         if tuned is not None:
             return _calibrated(tuned, featurized, opts, seed), _fit_result(tuned)
     lookup, path_node = taxonomy.path_lookup(), taxonomy.path_node_matrix(sparse=True)
-    with packed_blocks(
-        label_blocks(featurized, lookup, path_node, len(vocabulary), model_settings.block_size)
-    ) as blocks:
+    from pcem_spark.engine.em_checkpoint import em_hook
+
+    with (
+        packed_blocks(
+            label_blocks(featurized, lookup, path_node, len(vocabulary), model_settings.block_size)
+        ) as blocks,
+        em_hook(opts.checkpoint),
+    ):
         model, result = fit_blocks(blocks, taxonomy, vocabulary, feature_settings, model_settings, warm_start=warm)
     if info is not None:
         model.training_summary["tuning"] = info
@@ -235,8 +270,12 @@ def _tune_and_fit(
 def _calibrated(model: PathModel, featurized: DataFrame, opts: TrainOptions, seed: int) -> PathModel:
     """``model`` with its probabilities' calibration fitted (:func:`pcem_spark.ml.calibrating.fit_calibration`)."""
     # The refit's own settings: its smoothing is the number "auto" resolved to.
-    calibration, model.training_summary["calibration"] = fit_calibration(
-        featurized, model.taxonomy, len(model.vocabulary), model.model_settings, opts.tune, seed
+    calibration, model.training_summary["calibration"] = _stage(
+        opts,
+        "calibration",
+        lambda: fit_calibration(
+            featurized, model.taxonomy, len(model.vocabulary), model.model_settings, opts.tune, seed
+        ),
     )
     model.temperature, model.probability_map = calibration if calibration is not None else (None, None)
     return model
