@@ -222,3 +222,27 @@ def test_a_sigkill_then_a_sigterm_in_em_and_the_third_run_ends_as_the_uninterrup
     assert f"EM iteration {stopped_after + 1}:" in again.stderr
     _same_model(spark, uninterrupted, model, corpus)
     assert not os.path.exists(tmp_path / ".model.pcem-checkpoint")
+
+
+def test_a_second_writer_never_reads_nor_touches_a_live_runs_checkpoint(spark, corpus, tmp_path, caplog):
+    """The checkpoint is the lease holder's: while another live run holds the model, a second train exits 75 at
+    the lease, before it reads the checkpoint; once the lease is free, the same command takes it over."""
+    from pcem_spark.io import leases
+    from pcem_spark.io.hadoop_fs import HadoopFS
+
+    caplog.set_level(logging.INFO)
+    model = str(tmp_path / "model")
+    assert _train(corpus, model, kill_at="checkpoint:vocabulary:done")[0] != 0
+    folder = tmp_path / ".model.pcem-checkpoint"
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    live = leases.acquire(HadoopFS(spark, model), model, "a-live-run", "pcem train")
+    try:
+        caplog.clear()
+        assert _train(corpus, model, kill_at="checkpoint:stop_words:start")[0] == 75
+        assert "a-live-run" in caplog.text and "checkpoint:" not in caplog.text
+        assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    finally:
+        live.release()
+    caplog.clear()
+    assert _train(corpus, model, kill_at="checkpoint:cross_validation:start")[0] != 0
+    assert "checkpoint: skipping vocabulary (completed by an earlier run)" in caplog.text
