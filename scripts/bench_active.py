@@ -147,6 +147,10 @@ def main(argv=None) -> int:
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--criterion", default="margin")
     ap.add_argument("--batch", default="spread")
+    ap.add_argument("--committee-size", type=int, default=4)
+    ap.add_argument(
+        "--density-weight", type=float, default=0.0, help="beta of exp(beta * typicality) (suggest-labels' flag)"
+    )
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--config", default=None)
     ap.add_argument("--no-plot", action="store_true")
@@ -164,7 +168,7 @@ def main(argv=None) -> int:
     from pcem_spark.evaluation.metrics import evaluate_predictions
     from pcem_spark.experiment.protocol import assign_roles
     from pcem_spark.ml import train
-    from pcem_spark.ops.suggestions import suggest_labels
+    from pcem_spark.ops.suggestions import Scoring, suggest_labels
 
     settings = load_settings(args.config, args.overrides)
     spark = build_session(settings.spark)
@@ -241,7 +245,7 @@ def main(argv=None) -> int:
                                     model,
                                     unlabelled.withColumn("labels", F.lit(None).cast("array<string>")),
                                     per_round,
-                                    criterion=args.criterion,
+                                    Scoring(args.criterion, args.committee_size, args.density_weight),
                                     batch=args.batch,
                                     seed=seed,
                                 )

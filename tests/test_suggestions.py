@@ -20,8 +20,15 @@ from pcem_spark.core.committee import sample_member_parameters
 from pcem_spark.core.parameters import sparse_log_parameters
 from pcem_spark.errors import InputError
 from pcem_spark.ml import train
+from pcem_spark.model.schema import OutputOptions
 from pcem_spark.model.settings import ModelSettings
-from pcem_spark.ops.suggestions import SUGGESTION_COLUMNS, committee_models, suggest_labels, uncertainty_columns
+from pcem_spark.ops.suggestions import (
+    SUGGESTION_COLUMNS,
+    Scoring,
+    committee_models,
+    suggest_labels,
+    uncertainty_columns,
+)
 
 PRED_SCHEMA = (
     "id string, path array<string>, node_probabilities array<double>, "
@@ -143,9 +150,10 @@ def test_suggestions_export_as_json_lines_and_read_back_into_train_labels(spark,
             fh.write(json.dumps({"id": r.id, "text": r.text, "labels": r.labels}) + "\n")
         fh.write('{"id": "broken"\n')
     argv = ["suggest-labels", "--model", model_dir, "--docs", docs, "--output", out, "--budget", "5"]
-    assert main(argv + ["--output-format", "jsonl", "--log-level", "WARNING"]) == 0
+    assert main(argv + ["--output-format", "jsonl", "--density-weight", "0.5", "--log-level", "WARNING"]) == 0
     marker = read_marker(spark, out)
     assert marker["rows"] == 5 and marker["input"]["unlabelled"] == len(pool) - 3 and marker["input"]["rejected"] == 1
+    assert marker["density_weight"] == 0.5
     (part,) = [n for n in os.listdir(out) if n.endswith(".json")]
     rows = [json.loads(line) for line in open(os.path.join(out, part))]
     assert [r["rank"] for r in rows] == [1, 2, 3, 4, 5] and all(r["labels"] is None for r in rows)
@@ -163,8 +171,10 @@ def test_suggestions_export_as_json_lines_and_read_back_into_train_labels(spark,
     assert main(["train", "--docs", docs, "--labels", out, "--taxonomy", taxonomy, "--model", trained, *fixed]) == 0
     got = PathModel.load(trained).training_summary["input"]["labels_table"]
     assert (got["rows_read"], got["merged"], got["added"], got["rejected"]) == (5, 4, 4, 1)
-    # Refused before Spark starts: a budget below 1.
+    assert all(r["typicality"] <= 0 and r["reason"].endswith(" nats") for r in rows)
+    # Refused before Spark starts: a budget below 1, a negative density weight.
     assert main(argv[:-1] + ["0", "--overwrite"]) == 2
+    assert main(argv + ["--density-weight", "-1", "--overwrite"]) == 2
 
 
 def test_suggest_labels_refuses_bad_settings(spark, model):
@@ -173,7 +183,8 @@ def test_suggest_labels_refuses_bad_settings(spark, model):
         (dict(budget=0), "budget"),
         (dict(budget=3, candidates=1), "candidates"),
         (dict(budget=3, batch="clusters"), "batch"),
-        (dict(budget=3, criterion="votes"), "criterion"),
+        (dict(budget=3, scoring=Scoring("votes")), "criterion"),
+        (dict(budget=3, scoring=Scoring(density_weight=-1.0)), "density-weight"),
     ]:
         with pytest.raises(InputError, match=needle):
             suggest_labels(model, pool, **kwargs)
@@ -213,7 +224,7 @@ def test_the_committee_criterion_equals_a_brute_force_reference(spark, model):
     got = {
         r.id: r
         for r in suggest_labels(
-            model, pool, 100, criterion="committee", batch="none", candidates=k, committee_size=size, seed=seed
+            model, pool, 100, Scoring("committee", committee_size=size), batch="none", candidates=k, seed=seed
         ).collect()
     }
     members = committee_models(model, size, seed)
@@ -244,4 +255,75 @@ def test_the_committee_criterion_equals_a_brute_force_reference(spark, model):
     top = got[order[0]]
     assert top.reason.startswith("committee disagreement ") and f"the {size} members' best paths: " in top.reason
     with pytest.raises(InputError, match="committee-size"):
-        suggest_labels(model, pool, 3, criterion="committee", committee_size=1)
+        suggest_labels(model, pool, 3, Scoring("committee", committee_size=1))
+
+
+def _counts(model, texts):
+    """Dense term counts over the model's vocabulary, tokenised by hand (the test words are lowercase)."""
+    import re
+
+    index = {w: j for j, w in enumerate(model.vocabulary)}
+    X = np.zeros((len(texts), len(index)))
+    for i, text in enumerate(texts):
+        for w in re.findall(r"[a-z]+", text.lower()):
+            if w in index:
+                X[i, index[w]] += 1
+    return X
+
+
+def test_the_typicality_column_is_the_kl_divergence_from_the_predicted_path(spark, model):
+    """Dense numpy: -KL(p || theta of the predicted path), every route of the decoder (exact, beam)."""
+    pool = (
+        _pool(spark)
+        .where("labels IS NULL")
+        .union(spark.createDataFrame([("unknown", "zzz qqq", None)], "id string, text string, labels array<string>"))
+    )
+    texts = {r.id: r.text for r in pool.collect()}
+    log_theta = model.params.log_theta()
+    paths = [tuple(model.taxonomy.real_path(j)) for j in range(model.taxonomy.n_paths)]
+    for beam in (0, 2):
+        rows = model.transform_outputs(pool, OutputOptions(typicality=True), beam=beam).collect()
+        assert len(rows) == len(texts)
+        X = _counts(model, [texts[r.id] for r in rows])
+        for r, x in zip(rows, X):
+            if x.sum() == 0:
+                assert r.id == "unknown" and r.typicality is None
+                continue
+            p = x / x.sum()
+            nz = p > 0
+            best = paths.index(tuple(r.path))
+            want = float(np.sum(p[nz] * log_theta[best, nz]) - np.sum(p[nz] * np.log(p[nz])))
+            assert r.typicality == pytest.approx(want, abs=1e-9), (beam, r.id)
+    assert "typicality" not in model.transform(pool).columns
+    with pytest.raises(InputError, match="clashes with the predictions' own column 'typicality'"):
+        model.transform(pool.withColumnRenamed("labels", "Typicality"), keep_columns=["Typicality"])
+
+
+def test_the_density_weight_ranks_outliers_lower_and_never_suggests_what_the_model_cannot_read(spark, model):
+    """The score is the margin times exp(beta * typicality) (brute force from the columns); a document with
+    no known word, the most uncertain by its margin alone (the prior's), comes last at any beta."""
+    rng = np.random.default_rng(3)
+    # Typical mixed documents, and outliers: a word of every leaf, like nothing the model has seen together.
+    rows = [(f"mix{i}", _mixed("rockets", "planets", 0.5, rng), None) for i in range(4)]
+    rows += [(f"odd{i}", " ".join(rng.choice(w.split()) for w in WORDS.values()), None) for i in range(3)]
+    rows += [(f"sure{i}", _mixed("med", "med", 0.0, rng), None) for i in range(2)]
+    rows += [("unknown", "zzz qqq xxx", None)]
+    pool = spark.createDataFrame(rows, "id string, text string, labels array<string>")
+    margin_only = {
+        r.id: 1 - r.top_paths[0].probability + r.top_paths[1].probability
+        for r in model.transform(pool, top_k=2).collect()
+    }
+    assert max(margin_only, key=margin_only.get) == "unknown"  # what density weighting must not pick first
+    rankings = {}
+    for beta in (0.0, 1.0, 4.0):
+        got = suggest_labels(model, pool, 100, Scoring(density_weight=beta), batch="none").collect()
+        assert [r.id for r in got][-1] == "unknown" and got[-1].score == 0 and got[-1].typicality is None
+        assert got[-1].reason.endswith("; no word the model knows")
+        for r in got[:-1]:
+            assert r.score == pytest.approx(margin_only[r.id] * np.exp(beta * r.typicality), abs=1e-12)
+            assert r.reason.endswith(f"; typicality {r.typicality:.3f} nats")
+        assert [r.score for r in got] == sorted((r.score for r in got), reverse=True)
+        rankings[beta] = [r.id for r in got]
+    # The outliers hesitate as much as the mixed documents, but are far from every path's words.
+    assert sorted(rankings[4.0][:4]) == [f"mix{i}" for i in range(4)]
+    assert any(i.startswith("odd") for i in rankings[0.0][:4])

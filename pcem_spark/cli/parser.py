@@ -248,6 +248,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="members of the committee criterion (default 4, at least 2)",
     )
     p.add_argument(
+        "--density-weight",
+        type=float,
+        default=0.0,
+        metavar="BETA",
+        help="weight each score by exp(BETA * typicality), -KL (nats) of the document's known words from its "
+        "predicted path's word distribution, so that outliers rank lower (default 0: the criterion alone); a "
+        "document with no known word is never ranked above one with",
+    )
+    p.add_argument(
         "--batch",
         choices=["spread", "none"],
         default="spread",

@@ -37,6 +37,8 @@ def cmd_suggest_labels(args, settings) -> int:
         raise InputError(f"--budget must be at least 1, got {args.budget}")
     if args.candidates < 2:
         raise InputError(f"--candidates must be at least 2 (the choice shown to a labeller), got {args.candidates}")
+    if not args.density_weight >= 0:
+        raise InputError(f"--density-weight must be >= 0 (0 = no density weight), got {args.density_weight}")
     if args.criterion == "committee" and args.committee_size < 2:
         raise InputError(f"--committee-size must be at least 2 (one model cannot disagree), got {args.committee_size}")
     preflight(
@@ -57,7 +59,7 @@ def _suggest_on(spark, args, settings) -> int:
     from pcem_spark.io.output_paths import Output
     from pcem_spark.io.outputs import atomic_output
     from pcem_spark.model.path_model import PathModel
-    from pcem_spark.ops.suggestions import suggest_labels
+    from pcem_spark.ops.suggestions import Scoring, suggest_labels
 
     t0 = time.perf_counter()
     rejects = rejects_output(args, args.output, args.docs)
@@ -82,11 +84,10 @@ def _suggest_on(spark, args, settings) -> int:
         model,
         docs,
         args.budget,
-        criterion=args.criterion,
+        Scoring(args.criterion, args.committee_size, args.density_weight),
         batch=args.batch,
         candidates=args.candidates,
         seed=args.seed,
-        committee_size=args.committee_size,
     )
     with atomic_output(spark, args.output, "suggestions", overwrite=args.overwrite, parts=[""]) as staged:
         if args.output_format == "jsonl":
@@ -116,6 +117,7 @@ def _suggest_on(spark, args, settings) -> int:
                 "criterion": args.criterion,
                 "batch": args.batch,
                 "candidates": int(args.candidates),
+                "density_weight": float(args.density_weight),
                 "seed": int(args.seed),
                 **({"committee_size": int(args.committee_size)} if args.criterion == "committee" else {}),
                 "model": args.model,

@@ -94,6 +94,7 @@ def predicted_path_batches(
     layout: PredictionLayout,
     predict,
     options: PredictionOptions = PredictionOptions(),
+    typicality=None,
 ):
     """mapInArrow body shared by every model's prediction: Arrow in, Arrow out.
 
@@ -118,6 +119,8 @@ def predicted_path_batches(
     ``options.beam`` > 0 ``predict`` is a beam decoder
     (:func:`pcem_spark.core.beam_path_details`): a row's ``top_paths`` then
     holds the at most k paths the beam scored (``top_index`` -1 pads the rest).
+    ``typicality(X, best)`` (n,) adds a last ``typicality`` column, NaN as null
+    (:func:`pcem_spark.core.density.path_typicality`).
     Everything is built per block from offsets and ``take``: no Python object per row.
     """
     import pyarrow as pa
@@ -128,7 +131,8 @@ def predicted_path_batches(
     leaf_arr = pa.array([p[-1] for p in paths], pa.string())
     node_arr = None if node_names is None else pa.array(list(node_names), pa.string())
     for b in arrow_blocks(batches, block_size):
-        out = predict(to_matrix(b.column(n_keep)))
+        X = to_matrix(b.column(n_keep))
+        out = predict(X)
         best, prob = out[0], out[1]
         take = pa.array(best, pa.int64())
         if min_probability > 0:
@@ -146,6 +150,9 @@ def predicted_path_batches(
             # The paths' membership probabilities when the model gives them (core.multi_path), else posteriors.
             member = out.member_probability if out.member_probability is not None else out.top_probability
             cols.append(multi_paths_array(path_arr, best, out.top_index, member, options.multi_path))
+        if typicality is not None:
+            values = typicality(X, best)
+            cols.append(pa.array(values, pa.float64(), mask=np.isnan(values)))
         yield pa.RecordBatch.from_arrays(cols, names=names)
 
 

@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pcem_spark.core.beam import beam_path_details, beam_scorer, beam_tables, beam_width, check_beam
+from pcem_spark.core.beam import beam_width, check_beam
 from pcem_spark.core.calibration import DepthMaps, path_depths
 from pcem_spark.core.decoding import path_node_table, predict_path_details, predict_paths
 from pcem_spark.core.estep import scoring_tables
@@ -40,6 +40,7 @@ from pcem_spark.engine.features import FeatureSettings, featurize
 from pcem_spark.engine.python_tokens import TOKENIZERS, TextFeaturizer, supports
 from pcem_spark.engine.shipping import ship
 from pcem_spark.errors import InputError
+from pcem_spark.model.beam_prediction import beam_batches
 from pcem_spark.model.labels import check_vector_size
 from pcem_spark.model.model_files import (
     FORMAT_VERSION,
@@ -61,6 +62,7 @@ from pcem_spark.model.schema import (
     prediction_source,
 )
 from pcem_spark.model.settings import ModelSettings, _weight
+from pcem_spark.model.typicality import typicality_of_blocks
 
 __all__ = ["FORMAT_VERSION", "READABLE_FORMAT_VERSIONS", "PathModel"]
 
@@ -236,7 +238,26 @@ class PathModel:
         ``paths``, every path whose (calibrated) probability is >= P, the
         predicted path first (always there).
         """
+        outputs = OutputOptions(min_probability, top_k, node_probabilities, multi_path)
+        return self.transform_outputs(df, outputs, beam, keep_columns, input_cols)
+
+    def transform_outputs(
+        self,
+        df: DataFrame,
+        outputs: OutputOptions,
+        beam="auto",
+        keep_columns: Sequence[str] = (),
+        input_cols: Sequence[str] = ("id", "text", "labels"),
+    ) -> DataFrame:
+        """:meth:`transform` with its outputs as one :class:`~pcem_spark.model.schema.OutputOptions`.
+
+        It also offers ``outputs.typicality``: a ``typicality`` column, -KL
+        (nats) of the document's known words from its predicted path's word
+        distribution (:mod:`pcem_spark.core.density`; null with no known
+        word), what ``pcem suggest-labels`` weights its scores by.
+        """
         id_col, text_col, labels_col = input_cols
+        min_probability, top_k, _, multi_path = outputs[:4]
         check_prediction_options(min_probability, top_k)
         check_beam(beam)
         check_output_columns(keep_columns, "", min_probability, top_k, names=("keep_columns", "partition_by"))
@@ -245,7 +266,6 @@ class PathModel:
                 raise InputError(f"keep_columns: column {column!r} not found; columns are {df.columns}")
         src = prediction_source(df, id_col, text_col, labels_col, keep_columns)
         check_multi_path(multi_path)
-        outputs = OutputOptions(min_probability, top_k, node_probabilities, multi_path)
         return self.predict_columns(
             src, passthrough=["id", "labels", *keep_columns], outputs=outputs, beam=beam
         ).select(*outputs.schema().names, *keep_columns)
@@ -350,7 +370,8 @@ class PathModel:
         and ``text_col`` is not read.
         """
         spark = df.sparkSession
-        min_probability, top_k, node_probabilities, multi_path = outputs
+        min_probability, top_k, node_probabilities, multi_path = outputs[:4]
+        typical = typicality_of_blocks(spark, self) if outputs.typicality else None
         check_prediction_options(min_probability, top_k)
         check_multi_path(multi_path)
         width = self.beam_width(beam)
@@ -392,7 +413,8 @@ class PathModel:
         feats = feats.select(*passthrough, "_pcem_features")
         if width > 0:
             options = PredictionOptions(min_probability, top_k, width, node_probabilities, multi_path, ranked)
-            body = self._beam_batches(spark, real_paths, options, n_keep, to_matrix, block_size, names, doc_length)
+            batching = (n_keep, to_matrix, block_size, names)
+            body = beam_batches(self, spark, real_paths, options, batching, doc_length, typical)
             return feats.mapInArrow(body, T.StructType(out_fields))
         # The sparse parameters at the model's parameter dtype (float32 halves the broadcast).
         tables = scoring_tables(self.params, self.model_settings.parameter_dtype)._replace(
@@ -429,6 +451,7 @@ class PathModel:
                         tables,
                     ),
                     PredictionOptions(min_probability, top_k, 0, node_probabilities, multi_path, ranked),
+                    typical,
                 )
 
             return feats.mapInArrow(predict_batches, T.StructType(out_fields))
@@ -443,63 +466,10 @@ class PathModel:
                 block_size,
                 PredictionLayout(paths, names),
                 lambda X: predict_paths(X, None, None, structure, doc_length, tables=tables),
+                typicality=typical,
             )
 
         return feats.mapInArrow(predict_batches, T.StructType(out_fields))
-
-    def _beam_batches(
-        self, spark, real_paths, options: PredictionOptions, n_keep, to_matrix, block_size, names, doc_length
-    ):
-        """The mapInArrow body of a beam decoder of width ``options.beam``: the beam tables, built here, are broadcast.
-
-        The other arguments are those of :func:`predicted_path_batches` and the model's ``doc_length``.
-        """
-        width = options.beam
-        temperature = self.effective_temperature
-        path_node = self.taxonomy.path_node_matrix(sparse=True)
-        dtype = self.model_settings.parameter_dtype
-        cached = getattr(self, "_beam_scorer", None)  # (params, dtype, scorer): seconds to build at 10,000 paths
-        if cached is None or cached[0] is not self.params or cached[1] != dtype:
-            self._beam_scorer = cached = (self.params, dtype, beam_scorer(beam_tables(self.params, path_node), dtype))
-        scorer = cached[2]._replace(temperature=temperature, probability_map=self.effective_probability_map)
-        nodes = None
-        if options.min_probability > 0 or options.node_probabilities:
-            nodes = (path_node_table(path_node, self.taxonomy.is_dummy), list(self.taxonomy.nodes))
-        # --multi-path: the pairs' word probabilities come from the path tables (core.multi_path).
-        path_tables = None
-        if options.multi_path > 0:
-            path_tables = scoring_tables(self.params, dtype)._replace(temperature=temperature)
-        bc = ship(spark, (scorer, real_paths, nodes, path_tables))
-        del scorer, path_tables
-
-        def decode(X, scorer, path_nodes, path_tables):
-            out = beam_path_details(
-                X,
-                scorer,
-                width,
-                doc_length,
-                path_nodes,
-                options.min_probability,
-                options.ranked,
-                options.node_probabilities,
-            )
-            return out if path_tables is None else with_membership(out, X, path_tables, doc_length)
-
-        def predict_batches(batches):
-            # Arrow in, Arrow out: each block walks down the tree at once (core.beam), no per-row Python.
-            scorer, paths, nodes, path_tables = bc.value
-            path_nodes, node_names = nodes if nodes is not None else (None, None)
-            return predicted_path_batches(
-                batches,
-                n_keep,
-                to_matrix,
-                block_size,
-                PredictionLayout(paths, names, node_names, path_nodes),
-                lambda X: decode(X, scorer, path_nodes, path_tables),
-                options,
-            )
-
-        return predict_batches
 
     # ----------------------------------------------------------- persistence
     def save(self, path: str, overwrite: bool = False, class_name: str = "pcem_spark.model.PathModel") -> None:

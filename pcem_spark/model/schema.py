@@ -57,6 +57,11 @@ PATHS_FIELD = T.StructField("paths", T.ArrayType(T.ArrayType(T.StringType(), Fal
 NODE_PROBABILITIES_FIELD = T.StructField("node_probabilities", T.ArrayType(T.DoubleType(), False), False)
 
 
+# Added with typicality: -KL (nats) of the document's words from its predicted path's word distribution
+# (pcem_spark.core.density); null for a document with no word the model knows.
+TYPICALITY_FIELD = T.StructField("typicality", T.DoubleType(), True)
+
+
 TOP_PATHS_FIELD = T.StructField(
     "top_paths",
     T.ArrayType(
@@ -93,11 +98,16 @@ def check_prediction_options(min_probability: float, top_k: int, names=("min_pro
 
 
 def prediction_schema(
-    min_probability: float = 0.0, top_k: int = 0, node_probabilities: bool = False, multi_path: float = 0.0
+    min_probability: float = 0.0,
+    top_k: int = 0,
+    node_probabilities: bool = False,
+    multi_path: float = 0.0,
+    typicality: bool = False,
 ) -> T.StructType:
     """The predictions table's schema: :data:`PREDICTION_SCHEMA` (the default), ``leaf`` nullable and a
     ``path_probability`` column with ``min_probability`` > 0, a ``top_paths`` column with ``top_k`` > 0, a
-    ``node_probabilities`` column with ``node_probabilities``, a ``paths`` column with ``multi_path`` > 0."""
+    ``node_probabilities`` column with ``node_probabilities``, a ``paths`` column with ``multi_path`` > 0,
+    a ``typicality`` column with ``typicality``."""
     fields = [
         T.StructField(f.name, f.dataType, f.nullable or (f.name == "leaf" and min_probability > 0))
         for f in PREDICTION_SCHEMA.fields
@@ -110,6 +120,8 @@ def prediction_schema(
         fields.append(NODE_PROBABILITIES_FIELD)
     if multi_path > 0:
         fields.append(PATHS_FIELD)
+    if typicality:
+        fields.append(TYPICALITY_FIELD)
     return T.StructType(fields)
 
 
@@ -120,9 +132,12 @@ class OutputOptions(NamedTuple):
     top_k: int = 0  # > 0: top_paths
     node_probabilities: bool = False  # node_probabilities: each node's marginal along path
     multi_path: float = 0.0  # > 0: paths, every path at least this probable (the predicted one first)
+    typicality: bool = False  # typicality: -KL of the document's words from its path's (core.density)
 
     def schema(self) -> T.StructType:
-        return prediction_schema(self.min_probability, self.top_k, self.node_probabilities, self.multi_path)
+        return prediction_schema(
+            self.min_probability, self.top_k, self.node_probabilities, self.multi_path, self.typicality
+        )
 
 
 # --partition-by's value for the first node of the predicted path (a column of that name is added).
@@ -136,7 +151,12 @@ def check_output_columns(
     neither kept nor :data:`LEVEL1` (InputError naming the column and ``names``, e.g. the CLI's flags)."""
     keep_name, partition_name = names
     # text, split and similarities are the documents' own fields (read as such, not as kept columns)
-    own = set(prediction_schema(min_probability, top_k, True, 1.0).names) | {LEVEL1, "text", "split", "similarities"}
+    own = set(prediction_schema(min_probability, top_k, True, 1.0, True).names) | {
+        LEVEL1,
+        "text",
+        "split",
+        "similarities",
+    }
     # Compared case-insensitively, as Spark resolves column names (spark.sql.caseSensitive = false):
     # "Path" would be ambiguous with "path".
     own_folded = {c.lower(): c for c in own}

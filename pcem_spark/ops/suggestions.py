@@ -25,6 +25,15 @@ then a batch rule picks ``budget`` of them that are not all the same question:
   the reason names the criterion, its value, the two paths and the level
   where they part (``margin`` / ``entropy``) or the weakest level (``level``);
 
+* **density weight** ``density_weight`` (beta >= 0, McCallum & Nigam's density
+  weighting): the criterion's value times ``exp(beta * typicality)``, where
+  ``typicality`` is -KL (nats) of the document's known words from its
+  predicted path's word distribution (:mod:`pcem_spark.core.density`,
+  computed in the same prediction task): an outlier the model is unsure of
+  only because it is like nothing it knows ranks below a typical document
+  it hesitates over. A document with no word the model knows scores 0
+  whatever beta: a label on it would teach the model nothing;
+
 * **batch rule** ``spread``: picks go round-robin over the pairs of leaves the
   model hesitates between (the best and second-best path's leaves), the most
   uncertain document of each pair first, so N picks are spread over the
@@ -42,7 +51,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import List, Tuple
+from typing import List, NamedTuple, Tuple
 
 import numpy as np
 from pyspark.sql import Column, DataFrame, Window
@@ -50,10 +59,13 @@ from pyspark.sql import functions as F
 
 from pcem_spark.core.committee import member_seeds, sample_member_parameters
 from pcem_spark.errors import InputError
+from pcem_spark.model.schema import OutputOptions
 
 __all__ = [
     "CRITERIA",
     "BATCH_RULES",
+    "DEFAULT_DENSITY_WEIGHT",
+    "Scoring",
     "suggest_labels",
     "uncertainty_columns",
     "committee_models",
@@ -65,6 +77,8 @@ log = logging.getLogger(__name__)
 
 CRITERIA = ("margin", "entropy", "level", "committee")
 DEFAULT_COMMITTEE_SIZE = 4
+# beta of the density weight exp(beta * typicality); 0 = the criterion alone (see docs/BENCHMARKS.md).
+DEFAULT_DENSITY_WEIGHT = 0.0
 BATCH_RULES = ("spread", "none")
 EXCERPT_CHARS = 300
 _FINGERPRINT_CHARS = 1000
@@ -72,6 +86,7 @@ SUGGESTION_COLUMNS = (
     "id",
     "rank",
     "score",
+    "typicality",
     "criterion",
     "level",
     "reason",
@@ -188,15 +203,22 @@ def committee_disagreement(member_cols: List[str]) -> Column:
     return F.aggregate(entries, F.lit(0.0), lambda acc, x: acc + term(x)) / F.lit(float(k))
 
 
+class Scoring(NamedTuple):
+    """How suggestions are scored: the criterion and its settings (see the module docstring)."""
+
+    criterion: str = "margin"  # one of CRITERIA
+    committee_size: int = DEFAULT_COMMITTEE_SIZE  # the members of the committee criterion (>= 2)
+    density_weight: float = DEFAULT_DENSITY_WEIGHT  # beta of exp(beta * typicality); 0 = the criterion alone
+
+
 def suggest_labels(
     model,
     docs: DataFrame,
     budget: int,
-    criterion: str = "margin",
+    scoring: Scoring = Scoring(),
     batch: str = "spread",
     candidates: int = 3,
     seed: int = 0,
-    committee_size: int = DEFAULT_COMMITTEE_SIZE,
 ) -> DataFrame:
     """The ``budget`` unlabelled documents of ``docs`` most worth labelling, ranked.
 
@@ -205,19 +227,22 @@ def suggest_labels(
     model : a :class:`~pcem_spark.model.path_model.PathModel`.
     docs : documents (``id``, ``text``, ``labels`` or none); labelled ones are not suggested.
     budget : how many to suggest (>= 1).
-    criterion, batch : see the module docstring.
+    scoring : :class:`Scoring`: the criterion, the committee's size, the density weight's beta >= 0
+        (``exp(beta * typicality)``; 0 = the criterion alone; a document with no known word scores 0 at
+        any beta).
+    batch : see the module docstring.
     candidates : the top paths each suggestion shows (>= 2), with their probabilities.
     seed : the ties' order, and the committee's draws.
-    committee_size : the members of the ``committee`` criterion (>= 2).
 
     Returns
     -------
     DataFrame with :data:`SUGGESTION_COLUMNS`: ``id``, ``rank`` (1 = label first), ``score``,
-    ``criterion``, ``level``, ``reason``, ``excerpt`` (the text's first :data:`EXCERPT_CHARS`
-    characters, white space collapsed), ``candidates`` (array of (path, probability)) and
-    ``labels`` (null: for the labeller to fill in; the rows then read back with ``pcem train
+    ``typicality`` (null with no known word), ``criterion``, ``level``, ``reason``, ``excerpt`` (the
+    text's first :data:`EXCERPT_CHARS` characters, white space collapsed), ``candidates`` (array of
+    (path, probability)) and ``labels`` (null: for the labeller to fill in; the rows then read back with ``pcem train
     --labels``). At most ``budget`` rows, fewer when fewer documents are unlabelled.
     """
+    criterion, committee_size, density_weight = scoring
     if criterion not in CRITERIA:
         raise InputError(f"--criterion must be one of {', '.join(CRITERIA)}, got {criterion!r}")
     if batch not in BATCH_RULES:
@@ -226,6 +251,8 @@ def suggest_labels(
         raise InputError(f"--budget must be at least 1, got {budget}")
     if int(candidates) < 2:
         raise InputError(f"--candidates must be at least 2 (the choice shown to a labeller), got {candidates}")
+    if isinstance(density_weight, bool) or not isinstance(density_weight, (int, float)) or not density_weight >= 0:
+        raise InputError(f"--density-weight must be a number >= 0 (0 = no density weight), got {density_weight!r}")
     unlabelled = docs.where(F.col("labels").isNull()) if "labels" in docs.columns else docs
     # The excerpt and the near-duplicate fingerprint travel with each row through the prediction (kept
     # columns): no join of the texts back to the predictions.
@@ -252,10 +279,9 @@ def suggest_labels(
             )
             kept.append(f"_member{k}")
             rows = scored_by.select("id", "_text", "labels", *kept[:-1], F.col("top_paths").alias(kept[-1]))
-    pred = model.transform(
+    pred = model.transform_outputs(
         rows,
-        top_k=int(candidates),
-        node_probabilities=True,
+        OutputOptions(top_k=int(candidates), node_probabilities=True, typicality=True),
         keep_columns=kept,
         input_cols=("id", "_text" if criterion == "committee" else "text", "labels"),
     )
@@ -274,13 +300,24 @@ def suggest_labels(
         )
     else:
         score, level, reason = uncertainty_columns(pred, criterion)
+    typical = F.col("typicality")
+    # exp(beta * typicality) <= 1; a document with no known word (null typicality) 0.
+    density = F.coalesce(F.exp(F.lit(float(density_weight)) * typical), F.lit(0.0))
+    reason = F.concat(
+        reason,
+        F.coalesce(
+            F.concat(F.lit("; typicality "), F.format_number(typical, 3), F.lit(" nats")),
+            F.lit("; no word the model knows"),
+        ),
+    )
     best, runner_up = F.col("top_paths")[0]["path"], F.try_element_at("top_paths", F.lit(2))["path"]
     pair = F.array_join(
         F.array_sort(F.array(F.element_at(best, -1), F.coalesce(F.element_at(runner_up, -1), F.lit("")))), " | "
     )
     scored = pred.select(
         "id",
-        score.alias("score"),
+        (score * density).alias("score"),
+        typical.alias("typicality"),
         level.alias("level"),
         reason.alias("reason"),
         F.col("_excerpt").alias("excerpt"),
@@ -289,7 +326,8 @@ def suggest_labels(
         "_fingerprint",
         F.xxhash64(F.col("id"), F.lit(int(seed))).alias("_tie"),
     )
-    order = [F.desc("score"), F.asc("_tie"), F.asc("id")]
+    # At equal scores (0 at the extremes) a document the model can read comes first.
+    order = [F.desc("score"), F.asc(F.col("typicality").isNull()), F.asc("_tie"), F.asc("id")]
     if batch == "spread":
         once = scored.withColumn("_copy", F.row_number().over(Window.partitionBy("_fingerprint").orderBy(*order)))
         once = once.where(F.col("_copy") == 1)
@@ -304,6 +342,7 @@ def suggest_labels(
         "id",
         "rank",
         "score",
+        "typicality",
         F.lit(criterion).alias("criterion"),
         "level",
         "reason",
