@@ -6,22 +6,31 @@
 # package defaults; the metrics and the inspect report are checked), and prints each command's time.
 # This is the quick start's end-to-end check: the test suite checks only its sample lines.
 #
-# Usage: bash scripts/check_dist.sh
+# Usage: bash scripts/check_dist.sh [--build-only | --from-wheel]
+#   --build-only           only build and check the distributions (they write into the checkout:
+#                          build/dist and the egg-info)
+#   --from-wheel           only the clean venv and the quick start, from build/dist's wheel (reads
+#                          nothing else of the checkout but README.md, so it can run beside the tests)
 #   PYTHON=python3.11      interpreter (default python3)
 #   DIST_VENV=dir          the clean venv (default: a new temporary folder, removed at the end)
 set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac  # the header above, no work
+mode=${1:-all}
+case "$mode" in all | --build-only | --from-wheel) ;; *) echo "unknown option: $mode (see --help)" >&2; exit 2 ;; esac
 cd "$(dirname "$0")/.."
 REPO=$PWD
 PY=${PYTHON:-python3}
 start=$(date +%s)
-"$PY" -m pip install --quiet --disable-pip-version-check "build>=1.2" "twine>=6" 2>&1 | { grep -v "^WARNING: Location" || true; }
-rm -rf build/dist && mkdir -p build
-"$PY" -m build --outdir build/dist . >build/build.log 2>&1 || { tail -40 build/build.log >&2; exit 1; }
-"$PY" -m twine check --strict build/dist/*
-wheel=$(ls build/dist/*.whl)
+if [ "$mode" != --from-wheel ]; then
+  "$PY" -m pip install --quiet --disable-pip-version-check "build>=1.2" "twine>=6" 2>&1 | { grep -v "^WARNING: Location" || true; }
+  rm -rf build/dist && mkdir -p build
+  "$PY" -m build --outdir build/dist . >build/build.log 2>&1 || { tail -40 build/build.log >&2; exit 1; }
+  "$PY" -m twine check --strict build/dist/*
+  echo "built $(ls build/dist | tr '\n' ' ')in $(( $(date +%s) - start ))s"
+  [ "$mode" = --build-only ] && exit 0
+fi
+wheel=$(ls build/dist/*.whl) || { echo "no wheel in build/dist: run scripts/check_dist.sh --build-only first" >&2; exit 1; }
 version=$("$PY" -c 'import re; print(re.search(r"__version__ = \"([^\"]+)\"", open("pcem_spark/__init__.py").read()).group(1))')
-echo "built $(ls build/dist | tr '\n' ' ')in $(( $(date +%s) - start ))s"
 
 work=$(mktemp -d)
 VENV=${DIST_VENV:-$work/venv}

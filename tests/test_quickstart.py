@@ -1,5 +1,5 @@
 """The README's quick start: its sample lines are the shipped sample's. Its commands are run verbatim from an empty
-folder, from the built wheel in a clean venv, by scripts/check_dist.sh (which CI runs before the tests)."""
+folder, from the built wheel in a clean venv, by scripts/check_dist.sh (which CI runs beside the fast tier)."""
 
 import json
 import os
