@@ -113,6 +113,12 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--top-k", type=int, default=0, help="model.posterior_top_k of the timed EM (0 = exact)")
     ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="also the per-phase profile of one iteration (scripts/em_profile.py; turns the Spark UI on for "
+        "its stage metrics), beside the one-core scipy time of the same arithmetic",
+    )
+    ap.add_argument(
         "--engine-set",
         action="append",
         default=[],
@@ -127,6 +133,8 @@ def main(argv=None) -> int:
         help="settings override as in pcem, e.g. model.block_size=8192",
     )
     args = ap.parse_args(argv)
+    if args.profile and args.engine_only:
+        ap.error("--profile needs the scipy reference: leave out --engine-only")
 
     from pyspark.ml.classification import NaiveBayes
     from pyspark.sql import functions as F
@@ -150,7 +158,8 @@ def main(argv=None) -> int:
             app_name="pcem-bench",
             conf={
                 "spark.driver.memory": args.driver_memory,
-                "spark.ui.enabled": "false",
+                # The profile reads the stage metrics from the UI's REST API.
+                "spark.ui.enabled": "true" if args.profile else "false",
                 "spark.sql.shuffle.partitions": "8",
                 "spark.ui.showConsoleProgress": "false",
             },
@@ -224,6 +233,10 @@ def main(argv=None) -> int:
         row["n_labeled"] = fit.n_labeled
         row["spark_iteration_seconds"] = statistics.median(fit.iter_seconds)
         row["spark_iteration_all"] = fit.iter_seconds
+        if args.profile:
+            from em_profile import profile_iteration
+
+            row["profile"] = profile_iteration(sc, blocks, fit, pc_scores, V)
         if args.frame_pass:
             # The DataFrame-only pass (engine.frame_sums, what Spark Connect runs) on the same documents and
             # partitions: packed as a cached DataFrame, then the same EM iterations, right after the RDD ones.
@@ -305,6 +318,12 @@ def main(argv=None) -> int:
             args.repeats,
         )
         row["nnz"] = int(X.nnz)
+        if args.profile:
+            from em_profile import profile_table, scipy_phases
+
+            row["scipy_phases"] = scipy_phases(X, fixed, labeled, lp, lt)
+            row["profile_table"] = profile_table(row["profile"], row["scipy_phases"], row["spark_iteration_seconds"])
+            print(f"x{scale}: one iteration, phase by phase\n{row['profile_table']}", flush=True)
         del X, fixed, labeled
         row["spark_over_scipy"] = row["spark_iteration_seconds"] / row["scipy_iteration_seconds"]
         row["spark_over_mllib_nb"] = row["spark_iteration_seconds"] / row["mllib_nb_fit_seconds"]
@@ -362,6 +381,9 @@ def markdown(results) -> str:
             f"(+{r['driver_rss_growth_mb']:.0f}) | {r['pack_seconds']:.1f} | "
             f"{r['broadcast_bytes_per_iteration'] / 2**20:.1f} |"
         )
+    for r in results["sizes"]:
+        if "profile_table" in r:
+            lines += ["", f"One iteration at {r['n_docs']:,} documents, phase by phase:", "", r["profile_table"]]
     return "\n".join(lines) + "\n"
 
 
