@@ -414,3 +414,47 @@ def test_line_numbers_count_per_file_in_a_folder_of_split_and_gz_files(spark, tm
     # "{"text": "who am i"}" has no id: the same line in each file is one reject each, not a duplicate.
     assert rejects.count() == 3 * 13
     _assert_lines_address_rejects(rejects, files)
+
+
+def _catalogue_copy(tmp_path):
+    path = str(tmp_path / "docs.jsonl")
+    shutil.copy(CATALOGUE, path)
+    return path
+
+
+def test_an_input_replaced_while_it_is_read_is_transient_and_a_count_that_disagrees_is_not(
+    spark, tmp_path, monkeypatch
+):
+    """The parse and the stored count disagree because the writer appended rows between them: exit 75
+    (a retry reads one version); when a fresh read still disagrees, a RuntimeError (exit 1)."""
+    import pcem_spark.io.documents as documents
+    from pcem_spark.cli.failures import EXIT_BUG, EXIT_TRANSIENT, classify_failure
+    from pcem_spark.cli.inputs import DocsOptions, _read_checked
+    from pcem_spark.errors import TransientError
+
+    real_count = documents.count_input_rows
+    path = _catalogue_copy(tmp_path)
+    n = len(_raw_lines(path))
+    # The catalogue reads consistently as it is.
+    assert _read_checked(spark, path, DocsOptions())[4] == n
+
+    def count_after_the_writer_appends(spark, *args, **kwargs):
+        if not os.path.exists(path + ".appended"):
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write('{"id": "late1", "text": "appended"}\n{"id": "late2", "text": "appended"}\n')
+            open(path + ".appended", "w").close()
+        return real_count(spark, *args, **kwargs)
+
+    monkeypatch.setattr(documents, "count_input_rows", count_after_the_writer_appends)
+    with pytest.raises(
+        TransientError,
+        match=f"changed while this run read it: {n} rows parsed, then {n + 2} stored \\(its files. sizes changed\\)",
+    ) as err:
+        _read_checked(spark, path, DocsOptions())
+    assert classify_failure(err.value)[0] == EXIT_TRANSIENT
+
+    # A count that never matches the parser, the input unchanged: not a retry's business.
+    monkeypatch.setattr(documents, "count_input_rows", lambda spark, *a, **k: real_count(spark, *a, **k) + 1)
+    with pytest.raises(RuntimeError, match="rows stored but") as err:
+        _read_checked(spark, path, DocsOptions())
+    assert not isinstance(err.value, TransientError) and classify_failure(err.value)[0] == EXIT_BUG

@@ -299,6 +299,8 @@ def _read_checked(spark, path: str, options: "DocsOptions", require_text: bool =
 
     source = input_files(spark, session_path(spark, path), options.allow_incomplete, options.require_success)
     fmt = options.fmt or detect_format(spark, path)
+    # One listing, so that a count that disagrees with the parse can tell an input replaced mid-run.
+    sizes = _stored_sizes(spark, source)
     raw = read_documents(spark, source.base, fmt, options.keep, source.files, require_text=require_text)
     verdicts: dict = {}
     # both read one persisted, fully parsed copy
@@ -310,8 +312,46 @@ def _read_checked(spark, path: str, options: "DocsOptions", require_text: bool =
     # that every input row is either valid or rejected.
     n_in = count_input_rows(spark, source.base, fmt, source.files)
     if verdicts["parsed"] != n_in:
-        raise RuntimeError(f"{path}: {n_in} rows stored but {verdicts['parsed']} parsed")
+        _explain_count_mismatch(path, (verdicts["parsed"], n_in), (sizes, _stored_sizes(spark, source)))
     return source, good, rejects, verdicts, n_in
+
+
+def _stored_sizes(spark, source):
+    """The sizes of the files ``source`` reads, from one listing; None for a pinned pcem-spark version (it
+    never changes) or a path that has gone."""
+    from pcem_spark.io.file_system import file_system
+
+    if source.version is not None:
+        return None
+    fs = file_system(spark, source.base)
+    if not fs.exists():
+        return None
+    local = fs.local()
+    if not fs.is_directory():
+        return [("", os.path.getsize(local) if local is not None else (fs.sizes_below() or [("", None)])[0][1])]
+    return fs.sizes_below()
+
+
+def _explain_count_mismatch(path, counts, sizes) -> None:
+    """Raise the right error for a parse and a count of the same input that disagree.
+
+    ``sizes`` holds the input's file sizes before the parse and after the count: when they differ, the
+    input changed while this run read it (its writer replaced it in place), and a retry reads one
+    version (TransientError, exit 75). When they are the same, the parser and the count do not see the
+    same rows (RuntimeError, exit 1).
+    """
+    from pcem_spark.errors import TransientError
+
+    parsed, stored = counts
+    before, after = sizes
+    if before != after:
+        raise TransientError(
+            f"{path} changed while this run read it: {parsed} rows parsed, then {stored} stored (its files' sizes "
+            "changed). Its writer replaced it in place during the run. Exit 75: retry once it is finished (a "
+            "writer that writes under another name and renames, or a pcem output with its marker, is never read "
+            "half-way)"
+        )
+    raise RuntimeError(f"{path}: {stored} rows stored but {parsed} parsed")
 
 
 def _write_rejects(spark, rejects_path: str, path: str, source, rejects, n_in: int, n_good: int) -> dict:
