@@ -489,6 +489,23 @@ def test_train_predict_evaluate_over_connect_match_the_classic_run(connect_url, 
     # the Connect model's training summary: the same tuning choice and calibration
     with open(os.path.join(str(connect / "model"), "_PCEM_COMPLETE"), encoding="utf-8") as fh:
         assert json.load(fh)["kind"] == "model"
+    # pcem suggest-labels over Connect (density weight on): the classic session's suggestions, one model
+    pool = tmp_path / "pool.jsonl"
+    with open(slice_20ng, encoding="utf-8") as src, open(pool, "w", encoding="utf-8") as dst:
+        for line in src:
+            doc = json.loads(line)
+            if doc.get("split") == "test":
+                dst.write(json.dumps({"id": doc["id"], "text": doc["text"]}) + "\n")
+    suggest = ["suggest-labels", "--model", str(classic / "model"), "--docs", str(pool), "--budget", "12"]
+    picks = {}
+    for kind, url in (("classic", None), ("connect", connect_url)):
+        proc = _pcem([*suggest, "--density-weight", "1", "--output", f"sugg-{kind}"], url, cwd=str(tmp_path))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        picks[kind] = sorted(_predictions(str(tmp_path / f"sugg-{kind}")).values(), key=lambda r: r["rank"])
+    assert [r["id"] for r in picks["connect"]] == [r["id"] for r in picks["classic"]] and len(picks["classic"]) == 12
+    for got, want in zip(picks["connect"], picks["classic"]):
+        assert got["score"] == pytest.approx(want["score"], abs=1e-9)
+        assert got["typicality"] == pytest.approx(want["typicality"], abs=1e-9) and got["typicality"] < 0
 
 
 def test_train_over_connect_killed_at_each_write_stage_leaves_old_or_new_model(connect_url, remote, tmp_path):
