@@ -294,13 +294,13 @@ def _read_checked(spark, path: str, options: "DocsOptions", require_text: bool =
     """``(source, valid rows, rejects, verdicts, rows stored)`` of a documents or labels table, nothing written."""
     from pcem_spark.io.documents import KEPT_PREFIX, count_input_rows, detect_format, read_documents
     from pcem_spark.io.file_system import session_path
-    from pcem_spark.io.input_files import input_files
+    from pcem_spark.io.input_files import input_files, stored_sizes
     from pcem_spark.io.rejects import split_rejects
 
     source = input_files(spark, session_path(spark, path), options.allow_incomplete, options.require_success)
     fmt = options.fmt or detect_format(spark, path)
     # One listing, so that a count that disagrees with the parse can tell an input replaced mid-run.
-    sizes = _stored_sizes(spark, source)
+    sizes = stored_sizes(spark, source)
     raw = read_documents(spark, source.base, fmt, options.keep, source.files, require_text=require_text)
     verdicts: dict = {}
     # both read one persisted, fully parsed copy
@@ -312,24 +312,8 @@ def _read_checked(spark, path: str, options: "DocsOptions", require_text: bool =
     # that every input row is either valid or rejected.
     n_in = count_input_rows(spark, source.base, fmt, source.files)
     if verdicts["parsed"] != n_in:
-        _explain_count_mismatch(path, (verdicts["parsed"], n_in), (sizes, _stored_sizes(spark, source)))
+        _explain_count_mismatch(path, (verdicts["parsed"], n_in), (sizes, stored_sizes(spark, source)))
     return source, good, rejects, verdicts, n_in
-
-
-def _stored_sizes(spark, source):
-    """The sizes of the files ``source`` reads, from one listing; None for a pinned pcem-spark version (it
-    never changes) or a path that has gone."""
-    from pcem_spark.io.file_system import file_system
-
-    if source.version is not None:
-        return None
-    fs = file_system(spark, source.base)
-    if not fs.exists():
-        return None
-    local = fs.local()
-    if not fs.is_directory():
-        return [("", os.path.getsize(local) if local is not None else (fs.sizes_below() or [("", None)])[0][1])]
-    return fs.sizes_below()
 
 
 def _explain_count_mismatch(path, counts, sizes) -> None:

@@ -24,15 +24,16 @@ A documents input (``--docs``) is one of three things:
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from pcem_spark.errors import InputError, TransientError
 from pcem_spark.io.documents import DocumentsError, input_fs
 from pcem_spark.io.snapshots import pin
 from pcem_spark.io.versions import marker_at
 
-__all__ = ["IncompleteInputError", "InputFiles", "input_files"]
+__all__ = ["IncompleteInputError", "InputFiles", "input_files", "stored_sizes"]
 
 log = logging.getLogger(__name__)
 
@@ -113,3 +114,20 @@ def input_files(spark, path: str, allow_incomplete: bool = False, require_succes
             raise InputError(f"documents input {path!r}: every data file is empty")
         return InputFiles(path, keep)
     return InputFiles(path)
+
+
+def stored_sizes(spark, source: InputFiles) -> Optional[List[Tuple[str, Optional[int]]]]:
+    """The sizes of the files ``source`` reads, from one listing; None for a pinned pcem-spark version (it
+    never changes) or a path that has gone: a count of its rows that disagrees with its parse compares them
+    (an input replaced in place during the run)."""
+    from pcem_spark.io.file_system import file_system
+
+    if source.version is not None:
+        return None
+    fs = file_system(spark, source.base)
+    if not fs.exists():
+        return None
+    local = fs.local()
+    if not fs.is_directory():
+        return [("", os.path.getsize(local) if local is not None else (fs.sizes_below() or [("", None)])[0][1])]
+    return fs.sizes_below()
