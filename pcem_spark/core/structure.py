@@ -262,6 +262,14 @@ def posterior(jll: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     log_evidence : ndarray, shape (n,)
         ``log sum_j P(p_j) P(x_i | p_j)`` (up to the omitted constants).
     """
-    log_evidence = logsumexp(jll, axis=1)
-    post = np.exp(jll - log_evidence[:, None])
+    # One exp per cell: the shifted exponentials are the unnormalised posterior (scipy's logsumexp,
+    # then exp(jll - lse), took two, and its checks cost as much again: ~3.5x this per block).
+    top = jll.max(axis=1, keepdims=True) if jll.shape[1] else np.zeros((jll.shape[0], 1))
+    top[~np.isfinite(top)] = 0.0  # as logsumexp: a row of -inf has evidence -inf (posterior NaN), not an error
+    post = np.subtract(jll, top, dtype=np.float64)
+    np.exp(post, out=post)
+    total = post.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_evidence = top[:, 0] + np.log(total)
+        post /= total[:, None]
     return post, log_evidence

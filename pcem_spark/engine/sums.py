@@ -120,7 +120,8 @@ class _SumAccumulator:
         self.shape = (n_paths, vocab_size)
         self.sparse_sums = sparse_sums
         self.dtype = np.dtype(dtype)
-        self.dense = None if sparse_sums else np.zeros(self.shape, dtype=self.dtype)
+        # Dense sums are accumulated as (V, M): what X.T @ resp gives, so each add is contiguous.
+        self.dense_t = None if sparse_sums else np.zeros(self.shape[::-1], dtype=self.dtype)
         self.total: Optional[sp.csr_matrix] = None
         self.pending: List[sp.csr_matrix] = []
         self.pending_nnz = 0
@@ -129,9 +130,9 @@ class _SumAccumulator:
         if not self.sparse_sums:
             if sp.issparse(word_counts):
                 coo = word_counts.tocoo()
-                self.dense[coo.row, coo.col] += coo.data
+                self.dense_t[coo.col, coo.row] += coo.data
             else:
-                self.dense += word_counts
+                self.dense_t += word_counts.T
             return
         wc = sp.csr_matrix(word_counts)
         self.pending.append(wc)
@@ -152,7 +153,7 @@ class _SumAccumulator:
 
     def result(self):
         if not self.sparse_sums:
-            return self.dense
+            return np.ascontiguousarray(self.dense_t.T)
         self._merge()
         return self.total if self.total is not None else sp.csr_matrix(self.shape, dtype=self.dtype)
 
@@ -189,8 +190,11 @@ def _pass_partition(index: int, blocks: Iterable[Block], bc, static_bc, cfg: Pas
         for lo in range(0, blk.X.shape[0], rows_per_slice):
             seen = True
             hi = lo + rows_per_slice
-            X, labeled = blk.X[lo:hi], blk.labeled[lo:hi]
-            fixed = path_scores(blk.node_scores[lo:hi], score_matrix)
+            if lo == 0 and hi >= blk.X.shape[0]:  # the whole block: a CSR slice would copy it
+                X, labeled, node_scores = blk.X, blk.labeled, blk.node_scores
+            else:
+                X, labeled, node_scores = blk.X[lo:hi], blk.labeled[lo:hi], blk.node_scores[lo:hi]
+            fixed = path_scores(node_scores, score_matrix)
             raw_tokens = float(X[labeled].sum()) if tables is None else 0.0
             n_terms = X.nnz
             if opt.doc_length > 0:
