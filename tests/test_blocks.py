@@ -73,6 +73,29 @@ def test_block_pickles_compactly_and_exactly():
     assert (back.X != X).nnz == 0
 
 
+@pytest.mark.parametrize("n_terms", [1 << 16, (1 << 16) + 1, 1 << 20])
+def test_block_term_ids_survive_the_pickle_at_every_vocabulary_width(n_terms):
+    # Up to 2^16 terms the ids travel as uint16, wider vocabularies as int32: the highest id must come back.
+    rng = np.random.default_rng(n_terms)
+    cols = np.sort(np.r_[0, rng.choice(n_terms - 1, 40, replace=False) + 1, n_terms - 1])
+    cols = np.unique(cols)
+    X = sp.csr_matrix((np.ones(len(cols)), (np.zeros(len(cols), int), cols)), shape=(2, n_terms))
+    blk = Block(X, sp.csr_matrix(np.ones((2, 3))), np.array([True, False]))
+    back = pickle.loads(pickle.dumps(blk))
+    assert back.X.indices.dtype == np.int32
+    np.testing.assert_array_equal(back.X.indices, cols)
+    assert back.X.shape == (2, n_terms) and (back.X != X).nnz == 0
+
+
+def test_block_term_ids_take_two_bytes_up_to_two_to_the_sixteen_terms():
+    X = sp.random(100, 1 << 16, density=0.01, format="csr", random_state=2)
+    X.data[:] = 1.0
+    ns, labeled = sp.csr_matrix(np.ones((100, 3))), np.zeros(100, bool)
+    narrow = len(pickle.dumps(Block(X, ns, labeled)))
+    wide = len(pickle.dumps(Block(sp.csr_matrix(X, shape=(100, (1 << 16) + 1)), ns, labeled)))
+    assert wide - narrow >= 2 * X.nnz - 64
+
+
 def test_sparse_and_dense_word_sums_agree_and_mix():
     from pcem_spark import core
     from pcem_spark.engine.sums import _add, _SumAccumulator

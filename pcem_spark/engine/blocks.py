@@ -57,7 +57,7 @@ class Block:
     X : csr_matrix (n, V) term counts; node_scores : csr_matrix (n, K) of
     ``S_i(c)``; labeled : bool (n,) -- rows with any supervision.
 
-    Pickled compactly (counts as uint8/uint16 when exact, int32 indices):
+    Pickled compactly (counts as uint8/uint16 when exact, term ids as uint16 up to 2^16 terms, else int32):
     cached blocks cross from the JVM to Python every EM iteration, and the
     bytes moved are the main cost of an iteration after the math.
     """
@@ -74,7 +74,8 @@ class Block:
         return (
             X.shape,
             X.indptr,
-            X.indices.astype(np.int32, copy=False),
+            # uint16 term ids when the vocabulary allows (2^16 terms): 2 of the ~5 bytes per non-zero
+            X.indices.astype(np.uint16 if X.shape[1] <= _UINT16_TERMS else np.int32, copy=False),
             _compact(X.data),
             self.node_scores,
             self.labeled,
@@ -82,10 +83,13 @@ class Block:
 
     def __setstate__(self, state):
         shape, indptr, indices, data, node_scores, labeled = state
+        indices = indices.astype(np.int32, copy=False)  # scipy's index type (uint16 on the wire)
         self.X = sp.csr_matrix((data.astype(np.float64, copy=False), indices, indptr), shape=shape)
         self.node_scores = node_scores
         self.labeled = labeled
 
+
+_UINT16_TERMS = 1 << 16
 
 # One packed block as a DataFrame row (packed_label_frame; block_from_row reads it back).
 BLOCK_ROW = "n int, indptr binary, indices binary, data binary, ns_indptr binary, ns_indices binary, ns_data binary"
