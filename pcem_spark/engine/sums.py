@@ -53,6 +53,9 @@ E_STEP_MAX_CELLS = 1 << 22
 # Coalesce the cached partitions to one task per core before each pass, so every
 # task combines the sums of all the blocks it reads (see sufficient_stats).
 COALESCE_TO_CORES = True
+# Dense sums of all the pass's tasks up to this many bytes are collected and added on the driver (no shuffle);
+# more tasks (a large cluster) reduce them on the executors first.
+DIRECT_COLLECT_BYTES = 64 << 20
 
 # Key of the scalar record next to the row-chunk keys 0..n_chunks-1.
 _SCALARS = -1
@@ -327,9 +330,17 @@ def sufficient_stats(
         # reads (coalesce keeps the cached blocks' locations), so what is
         # shuffled grows with executors x cores, not with partitions.
         src = blocks.coalesce(n_tasks) if COALESCE_TO_CORES and blocks.getNumPartitions() > n_tasks else blocks
-        reduced = src.mapPartitionsWithIndex(lambda i, it: _pass_partition(i, it, bc, static_bc, cfg)).reduceByKey(
-            _add, numPartitions=n_reducers
-        )
+        mapped = src.mapPartitionsWithIndex(lambda i, it: _pass_partition(i, it, bc, static_bc, cfg))
+        direct_bytes = src.getNumPartitions() * dense_bytes
+        if not sparse_sums and direct_bytes <= DIRECT_COLLECT_BYTES:
+            # Dense sums of a few tasks: summed on the driver as the DataFrame pass does, without the shuffle
+            # and the second stage of Python tasks a reduceByKey costs every iteration (~5% at 963k documents).
+            check_result_size(sc, direct_bytes, what)
+            records = _sum_by_key(mapped.collect())
+            if stats is not None:
+                stats["collected_bytes"] = int(direct_bytes)
+            return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
+        reduced = mapped.reduceByKey(_add, numPartitions=n_reducers)
         if bound * 1.1 + (1 << 20) > _limit_or_inf(sc):
             # The bound says it might not fit: size the summed records exactly first
             # (the shuffle output is reused; only the small reduce side runs twice).
@@ -365,6 +376,14 @@ def _limit_or_inf(sc) -> float:
 
     limit = max_result_size(sc)
     return float("inf") if limit <= 0 else float(limit)
+
+
+def _sum_by_key(records) -> list:
+    """``(key, value)`` records with each key's values added (:func:`_add`), one record per key."""
+    summed: dict = {}
+    for key, value in records:
+        summed[key] = value if key not in summed else _add(summed[key], value)
+    return list(summed.items())
 
 
 def _assemble(records, n_paths: int, vocab_size: int, sparse_sums: bool, stats: Optional[dict]):
