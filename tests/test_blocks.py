@@ -154,3 +154,21 @@ def test_posterior_floor_above_one_over_m_never_empties_a_row():
         core.EStepOptions(posterior_floor=0.06),
     )
     assert np.isfinite(st.path_totals).all() and st.path_totals.sum() == pytest.approx(1.0)
+
+
+def test_a_packed_row_reads_back_whatever_width_its_term_ids_and_counts_travel_at():
+    from pcem_spark.engine.blocks import block_from_row
+    from pcem_spark.engine.frame_softmax_pass import row_of_block
+
+    X = sp.csr_matrix(np.array([[0, 3, 0, 1], [0, 0, 0, 0], [2, 0, 5, 0]], dtype=np.float64))
+    ns = sp.csr_matrix(np.array([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0]]))
+    ns_parts = (ns.indptr.astype(np.int64), ns.indices.astype(np.int32), ns.data)
+    for ids, counts in [(np.uint16, np.uint8), (np.int32, np.uint16), (np.uint16, np.float64), (np.int32, np.float64)]:
+        row = (3, X.indptr.astype(np.int64).tobytes(), X.indices.astype(ids).tobytes(), X.data.astype(counts).tobytes())
+        blk = block_from_row(row + tuple(a.tobytes() for a in ns_parts), 4, 2)
+        assert blk.X.indices.dtype == np.int32 and (blk.X != X).nnz == 0, (ids, counts)
+        np.testing.assert_array_equal(blk.labeled, [True, False, True])
+    back = block_from_row(row_of_block(Block(X, ns, np.array([True, False, True]))), 4, 2)
+    assert (back.X != X).nnz == 0 and (back.node_scores != ns).nnz == 0
+    empty = block_from_row(row_of_block(Block(sp.csr_matrix((2, 4)), sp.csr_matrix((2, 2)), np.zeros(2, bool))), 4, 2)
+    assert empty.X.shape == (2, 4) and empty.X.nnz == 0

@@ -104,6 +104,8 @@ def _pack_arrow_partition(batches, supervision, block_size: int):
         # Counts as uint8 / uint16 when exact: a cached DataFrame of blocks is read by every EM pass, and the
         # bytes moved to Python are the main cost after the math (block_from_row tells the width by the size).
         data = _compact(np.asarray(data))
+        if len(indices) and indices.max() < _UINT16_TERMS:
+            indices = indices.astype(np.uint16)  # as Block's pickle: block_from_row tells the width by the size
         ns_indptr, ns_indices, ns_data = supervision(b.column(1))
         cols = [pa.array([b.num_rows], pa.int32())] + [
             pa.array([a.tobytes()], pa.binary()) for a in (indptr, indices, data, ns_indptr, ns_indices, ns_data)
@@ -121,15 +123,19 @@ def block_from_row(row, vocab_size: int, n_nodes: int) -> Block:
 
 
 _COMPACT_DTYPES = {1: np.uint8, 2: np.uint16, 8: np.float64}  # a block's counts by their bytes per entry
+_INDEX_DTYPES = {2: np.uint16, 4: np.int32}  # its term ids
 
 
 def _block_from_row(row, vocab_size: int, n_nodes: int) -> Block:
     n = row[0]
-    indptr, indices, ns_indptr, ns_indices, ns_data = (
-        np.frombuffer(row[i], dtype=t)
-        for i, t in zip((1, 2, 4, 5, 6), (np.int64, np.int32, np.int64, np.int32, np.float64))
+    indptr, ns_indptr, ns_indices, ns_data = (
+        np.frombuffer(row[i], dtype=t) for i, t in zip((1, 4, 5, 6), (np.int64, np.int64, np.int32, np.float64))
     )
-    width = len(row[3]) // len(indices) if len(indices) else 8
+    # Term ids (uint16 or int32) and counts (uint8, uint16 or float64) are told apart by bytes per non-zero.
+    nnz = int(indptr[-1]) if len(indptr) else 0
+    index_width = len(row[2]) // nnz if nnz else 4
+    indices = np.frombuffer(row[2], dtype=_INDEX_DTYPES[index_width]).astype(np.int32, copy=False)
+    width = len(row[3]) // nnz if nnz else 8
     data = np.frombuffer(row[3], dtype=_COMPACT_DTYPES[width]).astype(np.float64)
     X = sp.csr_matrix((data, indices, indptr), shape=(n, vocab_size))
     ns = sp.csr_matrix((ns_data, ns_indices, ns_indptr), shape=(n, n_nodes))
