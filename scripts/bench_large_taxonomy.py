@@ -23,6 +23,12 @@ so two engines are compared in one run::
         --frame-pass   # the RDD pass and the DataFrame-only pass side by side
     python scripts/bench_large_taxonomy.py --shape 10,100 --vocab-bits 18 --docs 100000 --label-rate 0.1 \
         --iters 3 --driver-memory 2g --linear   # the discriminative family at 1,000 leaves x 2^18 terms
+    python scripts/bench_large_taxonomy.py --shape 10,10,10 --vocab-bits 18 --docs 100000 --iters 6 --top-k 5 \
+        --references   # the iteration against one-core scipy and MLlib NaiveBayes.fit, medians of --repeats
+
+``--references`` times the same EM iteration (the engine's sparse scoring tables, E-step and sparse
+M-step) as one process on one CSR matrix of all the documents, and MLlib ``NaiveBayes.fit`` on the same
+documents with their generating leaves as labels, and reports the Spark iteration's ratio to each.
 """
 
 from __future__ import annotations
@@ -156,6 +162,72 @@ def build_taxonomy(shape):
     return Taxonomy(children)
 
 
+def scipy_iteration(X, fixed, labeled, fit, options):
+    """One EM iteration of the engine's arithmetic on the whole corpus in one process, on one core.
+
+    The same sparse scoring tables, E-step (``posterior_top_k`` truncation, sparse sums) and sparse
+    M-step as a partition of the Spark pass, on one CSR matrix: the one-core limit at this width.
+    """
+    from pcem_spark import core
+    from pcem_spark.core.parameters import sparse_log_parameters, sparse_log_prior_density
+
+    tables = core.scoring_tables(fit.params, options.dtype)
+    e_opts = core.EStepOptions(use_unlabeled=True, sparse_density=1.0, top_k=options.top_k)
+    st = core.e_step(X, fixed, labeled, None, None, e_opts, tables=tables)
+    loglik = st.loglik + sparse_log_prior_density(fit.params, fit.smoothing, fit.prior_smoothing)
+    return sparse_log_parameters(st.word_counts, st.path_totals, fit.smoothing, None, fit.prior_smoothing), loglik
+
+
+def references(spark, blocks, df, fit, pc_scores, V: int, args) -> dict:
+    """The EM iteration against one-core scipy and MLlib NaiveBayes.fit on the same documents (medians)."""
+    import scipy.sparse as sp
+    from pyspark.ml.classification import NaiveBayes
+
+    from pcem_spark.core.structure import path_scores
+    from pcem_spark.engine.sums import PassOptions
+
+    parts_x, parts_fixed, parts_labeled = [], [], []
+    for blk in blocks.toLocalIterator():  # benchmark reference only: the corpus in one process
+        parts_x.append(blk.X)
+        parts_fixed.append(path_scores(blk.node_scores, pc_scores))
+        parts_labeled.append(blk.labeled)
+    X = sp.vstack(parts_x, format="csr").astype(np.float64)
+    fixed, labeled = np.vstack(parts_fixed), np.concatenate(parts_labeled)
+    del parts_x, parts_fixed
+    options = PassOptions(dtype=args.dtype, top_k=args.top_k)
+    scipy_times = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        scipy_iteration(X, fixed, labeled, fit, options)
+        scipy_times.append(time.perf_counter() - t0)
+    del X, fixed, labeled
+    nb_df = df.select("features", df["leaf"].alias("label")).cache()
+    nb_df.count()
+    nb = NaiveBayes(smoothing=1.0, modelType="multinomial")
+    nb_times = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        nb.fit(nb_df)
+        nb_times.append(time.perf_counter() - t0)
+    nb_df.unpersist()
+    spark_s = statistics.median(fit.iter_seconds)
+    row = {
+        "scipy_iteration_seconds": [round(s, 2) for s in scipy_times],
+        "scipy_median_iteration_seconds": statistics.median(scipy_times),
+        "mllib_nb_fit_seconds": [round(s, 2) for s in nb_times],
+        "mllib_nb_fit_median_seconds": statistics.median(nb_times),
+    }
+    row["spark_over_scipy"] = round(spark_s / row["scipy_median_iteration_seconds"], 3)
+    row["spark_over_mllib_nb"] = round(spark_s / row["mllib_nb_fit_median_seconds"], 3)
+    print(
+        f"references: Spark iteration {spark_s:.2f}s, one-core scipy {row['scipy_median_iteration_seconds']:.2f}s "
+        f"({row['spark_over_scipy']:.2f}x), NaiveBayes.fit {row['mllib_nb_fit_median_seconds']:.2f}s "
+        f"({row['spark_over_mllib_nb']:.2f}x)",
+        flush=True,
+    )
+    return row
+
+
 def run(args) -> dict:
     import scipy.sparse as sp
     from pyspark.ml.linalg import SparseVector, VectorUDT
@@ -194,13 +266,15 @@ def run(args) -> dict:
         for i in range(pidx, n, parts):
             leaf, idx, cnt = doc(rng)
             labels = real_paths[leaf] if rng.random() < label_rate else None
-            yield (f"d{i}", SparseVector(V, idx.tolist(), cnt.astype(float).tolist()), labels)
+            yield (f"d{i}", SparseVector(V, idx.tolist(), cnt.astype(float).tolist()), labels, float(leaf))
 
     schema = T.StructType(
         [
             T.StructField("id", T.StringType()),
             T.StructField("features", VectorUDT()),
             T.StructField("labels", T.ArrayType(T.StringType())),
+            # the generating leaf of every document: MLlib NaiveBayes's label in --references
+            T.StructField("leaf", T.DoubleType()),
         ]
     )
     df = spark.createDataFrame(sc.parallelize(range(parts), parts).mapPartitionsWithIndex(generate), schema)
@@ -265,6 +339,9 @@ def run(args) -> dict:
             "linear_python_workers_peak_rss_mb": round(lmem.workers_peak),
         }
         print(f"softmax regression: {json.dumps(linear_row)}", flush=True)
+    reference_row = {}
+    if args.references:
+        reference_row = references(spark, blocks, df, fit, score_matrix(taxonomy, "pcem"), V, args)
     blocks.unpersist()
     frame_row = {}
     if args.frame_pass:
@@ -353,6 +430,7 @@ def run(args) -> dict:
         "loglik_history": fit.loglik_history,
         **frame_row,
         **linear_row,
+        **reference_row,
     }
     if args.beam and hasattr(core, "beam_predict_paths"):
         tree = core.beam_tables(fit.params, path_node, args.smoothing)
@@ -405,6 +483,13 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--linear-c", type=float, default=10.0)
     ap.add_argument("--linear-weights", default="auto", choices=["auto", "dense", "observed"])
+    ap.add_argument(
+        "--references",
+        action="store_true",
+        help="also time the same EM iteration as one-core scipy on one CSR matrix, and MLlib NaiveBayes.fit on "
+        "the same documents with their generating leaves (medians of --repeats); ratios in the JSON",
+    )
+    ap.add_argument("--repeats", type=int, default=5, help="timings of each --references reference")
     ap.add_argument("--out", default="out/bench/large_taxonomy.json")
     args = ap.parse_args(argv)
     results = []

@@ -10,8 +10,11 @@ fit's parameters), split into phases from three sources:
   it), result serialisation, shuffle write and fetch wait, JVM GC, and the stage's wall time;
 * the same arithmetic timed in this process on a sample of the cached blocks, on one core:
   unpickling a block (what a worker does with each cached block every pass), the E-step
-  (joint log-likelihoods and posteriors), the M-step sums (responsibilities x counts), each scaled
-  to the whole corpus; and the one-core scipy iteration's same phases, for the ratio.
+  (joint log-likelihoods and posteriors), the M-step sums (responsibilities x counts), and the
+  whole partition function on the same blocks (the pass's own code, so the per-block work around
+  the arithmetic shows), each scaled to the whole corpus; and the one-core scipy iteration's same
+  phases, for the ratio. What the task's run time holds beyond these is the blocks' trip from the
+  JVM's cache to the Python worker and the worker's own overhead.
 
 Each phase is reported in seconds of wall time per iteration (task sums divided by the cores), so
 the rows add up to about the iteration and each sits beside the one-core scipy time of the same
@@ -155,6 +158,13 @@ def profile_iteration(sc, blocks, fit, score_matrix, vocab_size: int, sample_doc
         if seen >= sample_docs:
             break
     local = local_phases(sample, tables, score_matrix, options)
+    # The partition function itself on the same (unpickled) sample: the E-step and sums above plus the
+    # per-block work around them (row slices, path scores, the log-likelihood, accumulation, the chunks).
+    from pcem_spark.engine.sums import local_sufficient_stats
+
+    t0 = time.perf_counter()
+    local_sufficient_stats(sample, params, score_matrix, vocab_size, options)
+    local["partition function"] = time.perf_counter() - t0 - phases["driver: scoring tables"]
     local = {k: v * n_docs / seen / cores for k, v in local.items()}
     return {
         "pass_wall_seconds": pass_wall,
@@ -197,8 +207,13 @@ def profile_table(profile: Dict, scipy: Dict[str, float], iteration_seconds: flo
         ("worker: E-step arithmetic", local["e-step"], scipy["e-step"] / cores),
         ("worker: M-step sums", local["m-step sums"], scipy["m-step sums"] / cores),
         (
-            "worker: the rest of the task (Arrow/pickle I/O, Python start, reduce side)",
-            run - local["unpickle"] - arithmetic,
+            "worker: the partition function's other work (row slices, path scores, log-likelihood, accumulation)",
+            local["partition function"] - arithmetic,
+            None,
+        ),
+        (
+            "worker: the rest of the task (blocks streamed from the JVM cache, Python worker, reduce side)",
+            run - local["unpickle"] - local["partition function"],
             None,
         ),
         ("result serialisation", task["result serialisation"], None),
