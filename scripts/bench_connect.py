@@ -82,21 +82,13 @@ def _rows_blocks(batches, block_size, keys, path_nodes, vocab_size, n_nodes):
 
 def _packed_blocks(batches, vocab_size, n_nodes):
     """(X, node_scores, labeled) of each packed block row (engine.blocks.BLOCK_ROW columns)."""
-    import scipy.sparse as sp
+    from pcem_spark.engine.blocks import block_from_row  # the reader of the compact ids and counts
 
-    types = (np.int64, np.int32, np.float64, np.int64, np.int32, np.float64)
     for b in batches:
         cols = [b.column(i).to_pylist() for i in range(7)]
         for r in range(b.num_rows):
-            indptr, indices, data, ns_ptr, ns_idx, ns_val = (
-                np.frombuffer(cols[i + 1][r], dtype=t) for i, t in enumerate(types)
-            )
-            n = cols[0][r]
-            yield (
-                sp.csr_matrix((data, indices, indptr), shape=(n, vocab_size)),
-                sp.csr_matrix((ns_val, ns_idx, ns_ptr), shape=(n, n_nodes)),
-                np.diff(ns_ptr) > 0,
-            )
+            blk = block_from_row([cols[i][r] for i in range(7)], vocab_size, n_nodes)
+            yield blk.X, blk.node_scores, blk.labeled
 
 
 def make_pass_udf(layout, log_prior, log_theta, score_matrix, keys, path_nodes, vocab_size, n_nodes, block_size):

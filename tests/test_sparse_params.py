@@ -377,3 +377,26 @@ def test_models_of_format_1_still_load(spark, tmp_path):
     again = PathModel.load(str(tmp_path / "v2"))
     np.testing.assert_allclose(again.log_theta, lt, rtol=0, atol=1e-12)
     assert isinstance(again.params.log_ratio, sp.csr_matrix)
+
+
+def test_dense_sums_of_all_tasks_go_to_the_driver_only_where_its_limit_holds_them_all(deep, monkeypatch):
+    """A few tasks' dense sums are added on the driver; a maxResultSize that holds one copy of the sums
+    but not every task's keeps the reduceByKey (one summed copy), and the fit is the same either way."""
+    c = deep
+    n_paths = score_matrix(c.tax, "pcem").shape[0]
+    _, dense_bytes, _ = sums.sums_layout(n_paths, c.V, "float64")
+    direct = []
+    real_sum_by_key = sums._sum_by_key
+    monkeypatch.setattr(sums, "_sum_by_key", lambda records: direct.append(1) or real_sum_by_key(records))
+    settings = engine.EMSettings(em=True, smoothing=0.7, max_iter=2, tol=0.0)
+    roomy = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, settings)
+    assert len(direct) == 3  # the NB pass and two EM passes, each summed on the driver
+    # One copy fits (with check_result_size's headroom), two tasks' copies do not.
+    monkeypatch.setattr(limits, "max_result_size", lambda sc: (1 << 20) + int(dense_bytes * 1.1 * 1.5))
+    direct.clear()
+    tight = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, settings)
+    assert direct == []
+    lp, lt, lls = ref_em(c.X, c.S_pc, c.labeled, 0.7, 2)
+    for res in (roomy, tight):
+        np.testing.assert_allclose(res.log_theta, lt, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(res.loglik_history, lls, rtol=RTOL, atol=ATOL)
