@@ -47,6 +47,7 @@ from pcem_spark.engine.sums import (
     _limit_or_inf,
     _Local,
     _pass_partition,
+    _sum_by_key,
     sums_layout,
 )
 
@@ -162,13 +163,10 @@ def frame_sufficient_stats(
         partial.unpersist()
         shipped.unpersist()
     payloads = table.column("payload").to_pylist()
-    records = {}
-    for key, payload in zip(table.column("key").to_pylist(), payloads):
-        value = pickle.loads(payload)
-        records[key] = value if key not in records else _add(records[key], value)
+    records = _sum_by_key((key, pickle.loads(p)) for key, p in zip(table.column("key").to_pylist(), payloads))
     if stats is not None:
         stats["collected_bytes"] = int(sum(len(p) for p in payloads))
-    return _assemble(list(records.items()), n_paths, vocab_size, sparse_sums, stats)
+    return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
 
 
 def _default_parallelism(spark) -> int:

@@ -337,7 +337,7 @@ def sufficient_stats(
             # and the second stage of Python tasks a reduceByKey costs every iteration (~5% at 963k documents).
             # Every task's copy reaches the driver, so a driver limit that holds one copy but not all of them
             # keeps the reduceByKey below (one summed copy collected).
-            records = _sum_by_key(mapped.collect())
+            records = _sum_by_key(mapped.collect())  # each task's summed row chunks, never documents
             if stats is not None:
                 stats["collected_bytes"] = int(direct_bytes)
             return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
