@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import inspect
 import json
 import os
@@ -91,6 +92,34 @@ def engine_fit(engine, blocks, scores, vocab_size: int, **settings):
     return engine.fit(blocks, scores, vocab_size, **settings)
 
 
+def alternating_passes(blocks, frame, fit, scores, vocab_size: int, n_nodes: int, repeats: int) -> dict:
+    """Seconds of one RDD pass and one DataFrame-only pass from ``fit``'s parameters, alternated ``repeats`` times.
+
+    Two fits one after the other compare the machine's speed in two windows as much as the passes (a shared
+    machine's speed drifts by a third over minutes); alternating single passes puts both in the same window.
+    """
+    from pcem_spark.engine.frame_sums import frame_sufficient_stats
+    from pcem_spark.engine.sums import PassOptions, sufficient_stats
+
+    options = PassOptions(use_unlabeled=True)  # as the EM's iterations run it
+    seconds = {"rdd": [], "frame": []}
+    for _ in range(repeats):
+        for name, run in (
+            ("rdd", lambda: sufficient_stats(blocks, fit.params, scores, vocab_size, options)),
+            ("frame", lambda: frame_sufficient_stats(frame, fit.params, scores, vocab_size, n_nodes, options)),
+        ):
+            t0 = time.perf_counter()
+            run()
+            seconds[name].append(time.perf_counter() - t0)
+    return {
+        "rdd_pass_all": seconds["rdd"],
+        "frame_pass_all": seconds["frame"],
+        "rdd_pass_seconds": statistics.median(seconds["rdd"]),
+        "frame_pass_seconds": statistics.median(seconds["frame"]),
+        "frame_over_rdd_paired_median": statistics.median(f / r for f, r in zip(seconds["frame"], seconds["rdd"])),
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--docs", required=True, help="ingested 20NG documents table")
@@ -123,7 +152,8 @@ def main(argv=None) -> int:
         action="append",
         default=[],
         metavar="NAME=INT",
-        help="set a module constant of pcem_spark.engine for an A/B run, e.g. COALESCE_TO_CORES=0",
+        help="set a module constant of pcem_spark.engine for an A/B run, e.g. COALESCE_TO_CORES=0 (engine.sums) "
+        "or blocks.BLOCK_BATCH_BYTES=67108864 (another engine module)",
     )
     ap.add_argument(
         "--set",
@@ -224,6 +254,10 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         for item in args.engine_set:
             name, value = item.split("=", 1)
+            if "." in name:  # MODULE.NAME: a constant of another engine module, e.g. blocks.BLOCK_BATCH_BYTES
+                module, name = name.rsplit(".", 1)
+                setattr(importlib.import_module(f"{engine.__name__}.{module}"), name, int(value))
+                continue
             # The pass's constants live in engine.sums (engine.passes in older engines).
             setattr(getattr(engine, "sums", None) or engine.passes, name, int(value))
         fit = engine_fit(
@@ -250,11 +284,17 @@ def main(argv=None) -> int:
             row["frame_max_abs_log_theta_diff"] = float(
                 np.abs(frame_fit.params.log_theta() - fit.params.log_theta()).max()
             )
+            alternating = alternating_passes(
+                blocks, frame, fit, pc_scores, V, taxonomy.path_node_matrix().shape[1], args.repeats
+            )
+            row["alternating_passes"] = alternating
             frame.unpersist()
             print(
                 f"x{scale}: DataFrame-only pass {row['frame_iteration_seconds']:.2f}s per iteration "
                 f"(RDD {row['spark_iteration_seconds']:.2f}s); max |log theta| difference "
-                f"{row['frame_max_abs_log_theta_diff']:.2e}",
+                f"{row['frame_max_abs_log_theta_diff']:.2e}; alternating single passes: RDD "
+                f"{alternating['rdd_pass_seconds']:.2f}s, DataFrame {alternating['frame_pass_seconds']:.2f}s "
+                f"(DataFrame / RDD, median of pairs: {alternating['frame_over_rdd_paired_median']:.2f})",
                 flush=True,
             )
         row["driver_peak_rss_mb"] = rss_peak_mb()

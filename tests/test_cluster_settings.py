@@ -11,7 +11,7 @@ from pyspark.errors import PythonException
 
 from pcem_spark import engine
 from pcem_spark.cli.failures import EXIT_BAD_INPUT, EXIT_TRANSIENT, classify_failure, root_cause
-from pcem_spark.engine.limits import ResultSizeError, check_result_size, max_result_size
+from pcem_spark.engine.limits import ResultSizeError, byte_size, check_result_size, max_result_size
 from pcem_spark.ops import packaging
 
 
@@ -40,6 +40,18 @@ def test_max_result_size_parses_spark_sizes(spark):
     assert max_result_size(_Context("0")) == 0
     # On a real context the JVM's own parser answers.
     assert max_result_size(spark.sparkContext) == 1 << 30
+
+
+def test_byte_size_reads_sizes_as_spark_writes_them(spark):
+    assert byte_size("67108864b") == 64 << 20  # how the session reports an Arrow batch size
+    assert byte_size("64MB") == byte_size("64m") == 64 << 20
+    assert byte_size(" 2g ") == 2 << 30 and byte_size("1.5k") == 1536 and byte_size("4096") == 4096
+    # The same answer as the JVM's parser.
+    parse = spark.sparkContext._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes
+    for text in ("67108864b", "64m", "2g", "4096", "16k"):
+        assert byte_size(text) == parse(text)
+    with pytest.raises(ValueError):
+        byte_size("lots")
 
 
 def test_check_result_size_names_the_setting_before_the_job():

@@ -12,7 +12,7 @@ import pcem_spark.engine.frame_sums as frame_sums
 import pcem_spark.engine.sums as sums
 from pcem_spark.core.methods import method_spec
 from pcem_spark.core.parameters import sparse_log_parameters
-from pcem_spark.engine.blocks import block_from_row, packed_label_frame
+from pcem_spark.engine.blocks import block_batches, block_from_row, packed_label_frame
 from pcem_spark.engine.limits import ResultSizeError
 from pcem_spark.engine.sums import PassOptions, sufficient_stats
 
@@ -124,3 +124,59 @@ def test_a_fit_on_the_dataframe_of_blocks_equals_the_rdd_fit(spark, corpus, meth
     np.testing.assert_allclose(got.params.log_prior, want.params.log_prior, rtol=1e-10)
     np.testing.assert_allclose(got.params.log_theta(), want.params.log_theta(), rtol=1e-10, atol=1e-10)
     assert got.n_iter == want.n_iter and got.loglik_history == pytest.approx(want.loglik_history, rel=1e-10)
+
+
+_BATCH_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
+
+
+def _batch_rows(frame):
+    """The rows of each Arrow batch a mapInArrow over ``frame`` reads, in one task."""
+    import pyarrow as pa
+
+    def sizes(batches):
+        counts = ",".join(str(b.num_rows) for b in batches)
+        yield pa.RecordBatch.from_arrays([pa.array([counts], pa.string())], names=["rows"])
+
+    return [[int(n) for n in r.rows.split(",")] for r in frame.coalesce(1).mapInArrow(sizes, "rows string").collect()]
+
+
+def test_block_batches_hold_a_few_blocks_in_the_body_and_restore_the_setting_after(spark, corpus):
+    before = spark.conf.get(_BATCH_BYTES)
+    assert _batch_rows(corpus.frame) == [[corpus.frame.count()]]  # the default: every block in one batch
+    with block_batches(spark, 1):  # smaller than any block: one block per batch
+        assert spark.conf.get(_BATCH_BYTES) == "1"
+        assert _batch_rows(corpus.frame) == [[1] * corpus.frame.count()]
+    assert spark.conf.get(_BATCH_BYTES) == before
+    with pytest.raises(RuntimeError):
+        with block_batches(spark, 1):
+            raise RuntimeError("a pass that fails")
+    assert spark.conf.get(_BATCH_BYTES) == before
+    # A smaller setting of the user's stays as it is.
+    spark.conf.set(_BATCH_BYTES, "1024")
+    try:
+        with block_batches(spark, 1 << 20):
+            assert spark.conf.get(_BATCH_BYTES) == "1024"
+        assert spark.conf.get(_BATCH_BYTES) == "1024"
+    finally:
+        spark.conf.set(_BATCH_BYTES, before)
+
+
+def test_frame_pass_in_batches_of_one_block_equals_the_rdd_pass(spark, corpus, monkeypatch):
+    c = corpus
+    spec = method_spec(c.tax, "pcem", 2, 1.0)
+    n_nodes = c.tax.path_node_matrix().shape[1]
+    seen = []
+
+    def one_block_per_batch(session):
+        seen.append(session)
+        return block_batches(session, 1)
+
+    monkeypatch.setattr(frame_sums, "block_batches", one_block_per_batch)
+    init = PassOptions(use_unlabeled=False)
+    want = sufficient_stats(c.blocks, None, spec.score_matrix, c.V, init)
+    params = sparse_log_parameters(np.asarray(want[0].toarray() if hasattr(want[0], "toarray") else want[0]), want[1])
+    opts = PassOptions(unlabeled_weight=0.5)
+    want = sufficient_stats(c.blocks, params, spec.score_matrix, c.V, opts)
+    got = frame_sums.frame_sufficient_stats(c.frame, params, spec.score_matrix, c.V, n_nodes, opts)
+    assert seen == [spark]
+    _assert_same(got, want)

@@ -381,7 +381,7 @@ def test_models_of_format_1_still_load(spark, tmp_path):
 
 def test_dense_sums_of_all_tasks_go_to_the_driver_only_where_its_limit_holds_them_all(deep, monkeypatch):
     """A few tasks' dense sums are added on the driver; a maxResultSize that holds one copy of the sums
-    but not every task's keeps the reduceByKey (one summed copy), and the fit is the same either way."""
+    but not every task's keeps the shuffle (one summed copy), and the fit is the same either way."""
     c = deep
     n_paths = score_matrix(c.tax, "pcem").shape[0]
     _, dense_bytes, _ = sums.sums_layout(n_paths, c.V, "float64")

@@ -8,7 +8,7 @@ same counts in a Python worker (prediction; its character classes,
 pack a partition's rows into CSR blocks through Arrow; ``passes`` runs the
 EM loop (settings: ``EMSettings``), one ``sums`` pass per iteration over the
 cached blocks (``mapPartitions`` with the parameters broadcast,
-``reduceByKey`` of the sums) and the M-step on the driver; ``limits`` and ``progress`` guard and report those jobs. The
+the sums summed per key) and the M-step on the driver; ``limits`` and ``progress`` guard and report those jobs. The
 arithmetic is :mod:`pcem_spark.core`'s: this package only moves data. It
 imports :mod:`pcem_spark.core`, :mod:`pcem_spark.util` and
 :mod:`pcem_spark.errors`, never a package above it.

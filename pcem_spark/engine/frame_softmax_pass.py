@@ -29,7 +29,7 @@ import scipy.sparse as sp
 from pyspark.sql import DataFrame
 
 from pcem_spark.core.logistic import SoftmaxFit, SoftmaxTerms, fit_softmax
-from pcem_spark.engine.blocks import BLOCK_ROW, Block, block_from_row
+from pcem_spark.engine.blocks import BLOCK_ROW, Block, block_batches, block_from_row
 from pcem_spark.engine.shipping import ship_in_plan
 from pcem_spark.engine.softmax_pass import (
     _add,
@@ -88,7 +88,9 @@ def _one_record(value):
 def _summed(frame: DataFrame, body: Callable, add: Callable):
     """Run ``body`` (batches -> one record per task) and add the records on the driver (None when there are none)."""
     total = None
-    for payload in frame.mapInArrow(body, _RECORD_SCHEMA).toArrow().column("payload").to_pylist():
+    with block_batches(frame.sparkSession):
+        payloads = frame.mapInArrow(body, _RECORD_SCHEMA).toArrow().column("payload").to_pylist()
+    for payload in payloads:
         value = pickle.loads(payload)
         total = value if total is None else add(total, value)
     return total

@@ -18,7 +18,7 @@ combined per task), moved by DataFrame operations:
   its per-path sum chunks as rows (key, pickled chunk). Dense sums (M x V
   small) come back with ``toArrow`` and are added on the driver; wide
   models' sparse sums are first summed on the cluster by a
-  ``groupBy(key).applyInArrow`` (the ``reduceByKey`` of the RDD pass), so
+  ``groupBy(key).applyInArrow`` (the ``partitionBy`` and sum of the RDD pass), so
   one row per key comes back. Either way the size is checked against
   ``spark.driver.maxResultSize`` before the pass, like the RDD pass's collect.
 """
@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from pcem_spark.core.estep import scoring_tables
 from pcem_spark.core.parameters import PathParameters
 from pcem_spark.core.structure import Structure
-from pcem_spark.engine.blocks import block_from_row
+from pcem_spark.engine.blocks import block_batches, block_from_row
 from pcem_spark.engine.limits import check_result_size
 from pcem_spark.engine.shipping import ship_in_plan
 from pcem_spark.engine.sums import (
@@ -144,8 +144,25 @@ def frame_sufficient_stats(
     # of every block it reads, as the RDD pass does.
     n_tasks = _default_parallelism(spark)
     partial = frame.coalesce(n_tasks).mapInArrow(body, _SUM_SCHEMA)
+    try:
+        with block_batches(spark):
+            table = _collect_sums(partial, spark, sparse_sums, bound, (n_tasks * dense_bytes, what))
+    finally:
+        shipped.unpersist()
+    payloads = table.column("payload").to_pylist()
+    records = _sum_by_key((key, pickle.loads(p)) for key, p in zip(table.column("key").to_pylist(), payloads))
+    if stats is not None:
+        stats["collected_bytes"] = int(sum(len(p) for p in payloads))
+    return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
+
+
+def _collect_sums(partial: DataFrame, spark, sparse_sums: bool, bound: float, dense: tuple):
+    """The tasks' sum rows as one Arrow table on the driver, their size checked against its limit first.
+
+    ``dense``: (bytes of every task's dense sums, what they are) for the error message.
+    """
     if sparse_sums:
-        # Wide models: the tasks' sums are summed on the cluster (the reduceByKey of the RDD pass), one row per
+        # Wide models: the tasks' sums are summed on the cluster (the partitionBy and sum of the RDD pass), one row per
         # row chunk reaches the driver.
         partial = partial.groupBy("key").applyInArrow(_sum_group, _SUM_SCHEMA)
         if bound * 1.1 + (1 << 20) > _limit_or_inf(spark):
@@ -153,20 +170,14 @@ def frame_sufficient_stats(
             # summed rows exactly first, as the RDD pass does; the cached rows are then collected.
             partial = partial.cache()
             exact = partial.agg(F.sum(F.length("payload"))).first()[0] or 0
-            check_result_size(spark, float(exact), what)
+            check_result_size(spark, float(exact), dense[1])
     else:
         # Dense sums are small (M x (V+1) per task): summed on the driver, no extra stage.
-        check_result_size(spark, n_tasks * dense_bytes, what)
+        check_result_size(spark, *dense)
     try:
-        table = partial.toArrow()  # summed row chunks: O(tasks x nnz(sums) + M), never documents
+        return partial.toArrow()  # summed row chunks: O(tasks x nnz(sums) + M), never documents
     finally:
         partial.unpersist()
-        shipped.unpersist()
-    payloads = table.column("payload").to_pylist()
-    records = _sum_by_key((key, pickle.loads(p)) for key, p in zip(table.column("key").to_pylist(), payloads))
-    if stats is not None:
-        stats["collected_bytes"] = int(sum(len(p) for p in payloads))
-    return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
 
 
 def _default_parallelism(spark) -> int:

@@ -6,7 +6,7 @@ import numpy as np
 
 from pcem_spark.errors import InputError
 
-__all__ = ["ResultSizeError", "max_result_size", "check_result_size"]
+__all__ = ["ResultSizeError", "byte_size", "max_result_size", "check_result_size"]
 
 
 class ResultSizeError(InputError):
@@ -29,12 +29,17 @@ def max_result_size(sc) -> int:
     raw = _result_size_setting(sc)
     try:
         return int(sc._jvm.org.apache.spark.network.util.JavaUtils.byteStringAsBytes(raw))
-    except Exception:  # noqa: BLE001 - no JVM helper (e.g. a mocked context): parse it here
-        units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-        text = raw.strip().lower().rstrip("b")
-        if text and text[-1] in units:
-            return int(float(text[:-1]) * units[text[-1]])
-        return int(text)
+    except Exception:  # noqa: BLE001 - no JVM helper (e.g. a mocked context, Spark Connect): parse it here
+        return byte_size(raw)
+
+
+def byte_size(raw: str) -> int:
+    """A Spark size setting in bytes, as Spark writes them (``"64m"``, ``"1g"``, ``"67108864b"``, ``"4096"``)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    text = str(raw).strip().lower().rstrip("b")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
 
 
 def _human(n_bytes: float) -> str:

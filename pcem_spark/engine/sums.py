@@ -10,7 +10,8 @@
   each task combines the sums of all the blocks it reads
   (:class:`_SumAccumulator`) before anything is shuffled;
 * the per-path sums travel as row chunks (sparse when M x V is large), are
-  summed by ``reduceByKey`` (:func:`_add`) and collected after a check
+  summed per key on the cluster (``partitionBy``, then :func:`_sum_by_key`; a few tasks' dense sums
+  on the driver instead) and collected after a check
   against ``spark.driver.maxResultSize``, then put back together on the
   driver (:func:`_assemble`).
 """
@@ -334,14 +335,18 @@ def sufficient_stats(
         direct_bytes = src.getNumPartitions() * dense_bytes
         if not sparse_sums and direct_bytes * 1.1 + (1 << 20) <= min(DIRECT_COLLECT_BYTES, _limit_or_inf(sc)):
             # Dense sums of a few tasks: summed on the driver as the DataFrame pass does, without the shuffle
-            # and the second stage of Python tasks a reduceByKey costs every iteration (~5% at 963k documents).
+            # and the second stage of Python tasks a shuffle costs every iteration (~5% at 963k documents).
             # Every task's copy reaches the driver, so a driver limit that holds one copy but not all of them
-            # keeps the reduceByKey below (one summed copy collected).
+            # keeps the shuffle below (one summed copy collected).
             records = _sum_by_key(mapped.collect())  # each task's summed row chunks, never documents
             if stats is not None:
                 stats["collected_bytes"] = int(direct_bytes)
             return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
-        reduced = mapped.reduceByKey(_add, numPartitions=n_reducers)
+        # Each task yields one summed record per row chunk already, so no combine on the map side: partitionBy,
+        # then a sum per reducer. reduceByKey's merger spills its records to disk (zlib-compressed pickles) on
+        # both sides once the Python worker holds more than spark.python.worker.memory (512 MB), which a wide
+        # model's worker does (its parameters alone are ~170 MB at 1,000 leaves x 2^18 terms).
+        reduced = mapped.partitionBy(n_reducers).mapPartitions(_reduce_partition)
         if bound * 1.1 + (1 << 20) > _limit_or_inf(sc):
             # The bound says it might not fit: size the summed records exactly first
             # (the shuffle output is reused; only the small reduce side runs twice).
@@ -385,6 +390,11 @@ def _sum_by_key(records) -> list:
     for key, value in records:
         summed[key] = value if key not in summed else _add(summed[key], value)
     return list(summed.items())
+
+
+def _reduce_partition(records) -> list:
+    """The records one reducer of :func:`sufficient_stats`'s shuffle receives, one summed record per key."""
+    return _sum_by_key(records)
 
 
 def _assemble(records, n_paths: int, vocab_size: int, sparse_sums: bool, stats: Optional[dict]):
