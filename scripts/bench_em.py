@@ -92,22 +92,24 @@ def engine_fit(engine, blocks, scores, vocab_size: int, **settings):
     return engine.fit(blocks, scores, vocab_size, **settings)
 
 
-def alternating_passes(blocks, frame, fit, scores, vocab_size: int, n_nodes: int, repeats: int) -> dict:
+def alternating_passes(blocks, frame, fit, scores, vocab_size: int, n_nodes: int, repeats: int, top_k: int) -> dict:
     """Seconds of one RDD pass and one DataFrame-only pass from ``fit``'s parameters, alternated ``repeats`` times.
 
     Two fits one after the other compare the machine's speed in two windows as much as the passes (a shared
-    machine's speed drifts by a third over minutes); alternating single passes puts both in the same window.
+    machine's speed drifts by a third over minutes); alternating single passes puts both in the same window,
+    each engine first in every other pair.
     """
     from pcem_spark.engine.frame_sums import frame_sufficient_stats
     from pcem_spark.engine.sums import PassOptions, sufficient_stats
 
-    options = PassOptions(use_unlabeled=True)  # as the EM's iterations run it
+    options = PassOptions(use_unlabeled=True, top_k=top_k)  # as the EM's iterations run it
     seconds = {"rdd": [], "frame": []}
-    for _ in range(repeats):
-        for name, run in (
-            ("rdd", lambda: sufficient_stats(blocks, fit.params, scores, vocab_size, options)),
-            ("frame", lambda: frame_sufficient_stats(frame, fit.params, scores, vocab_size, n_nodes, options)),
-        ):
+    passes = [
+        ("rdd", lambda: sufficient_stats(blocks, fit.params, scores, vocab_size, options)),
+        ("frame", lambda: frame_sufficient_stats(frame, fit.params, scores, vocab_size, n_nodes, options)),
+    ]
+    for repeat in range(repeats):
+        for name, run in passes if repeat % 2 == 0 else passes[::-1]:
             t0 = time.perf_counter()
             run()
             seconds[name].append(time.perf_counter() - t0)
@@ -285,7 +287,7 @@ def main(argv=None) -> int:
                 np.abs(frame_fit.params.log_theta() - fit.params.log_theta()).max()
             )
             alternating = alternating_passes(
-                blocks, frame, fit, pc_scores, V, taxonomy.path_node_matrix().shape[1], args.repeats
+                blocks, frame, fit, pc_scores, V, taxonomy.path_node_matrix().shape[1], args.repeats, args.top_k
             )
             row["alternating_passes"] = alternating
             frame.unpersist()

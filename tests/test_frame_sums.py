@@ -141,24 +141,38 @@ def _batch_rows(frame):
 
 
 def test_block_batches_hold_a_few_blocks_in_the_body_and_restore_the_setting_after(spark, corpus):
-    before = spark.conf.get(_BATCH_BYTES)
-    assert _batch_rows(corpus.frame) == [[corpus.frame.count()]]  # the default: every block in one batch
+    explicit_before = spark.conf.get(_BATCH_BYTES, None)  # None: nobody set it, Spark's default holds
+    in_force_before = spark.conf.get(_BATCH_BYTES)
+    n_blocks = corpus.frame.count()
+    assert _batch_rows(corpus.frame) == [[n_blocks]]  # the default: every block in one batch
     with block_batches(spark, 1):  # smaller than any block: one block per batch
         assert spark.conf.get(_BATCH_BYTES) == "1"
-        assert _batch_rows(corpus.frame) == [[1] * corpus.frame.count()]
-    assert spark.conf.get(_BATCH_BYTES) == before
-    with pytest.raises(RuntimeError):
+        assert _batch_rows(corpus.frame) == [[1] * n_blocks]
+    # Put back as it was: unset again when it was unset, not pinned to the default's value.
+    assert spark.conf.get(_BATCH_BYTES, None) == explicit_before
+    assert spark.conf.get(_BATCH_BYTES) == in_force_before
+    with pytest.raises(RuntimeError, match="a pass that fails"):
         with block_batches(spark, 1):
             raise RuntimeError("a pass that fails")
-    assert spark.conf.get(_BATCH_BYTES) == before
-    # A smaller setting of the user's stays as it is.
-    spark.conf.set(_BATCH_BYTES, "1024")
+    assert spark.conf.get(_BATCH_BYTES, None) == explicit_before
+    with pytest.raises(ValueError, match="max_bytes=0"):
+        with block_batches(spark, 0):
+            pass
     try:
+        # A value set by the user is put back as set; a smaller one stays as it is.
+        spark.conf.set(_BATCH_BYTES, "32m")
+        with block_batches(spark, 1 << 20):
+            assert spark.conf.get(_BATCH_BYTES) == str(1 << 20)
+        assert spark.conf.get(_BATCH_BYTES, None) == "32m"
+        spark.conf.set(_BATCH_BYTES, "1024")
         with block_batches(spark, 1 << 20):
             assert spark.conf.get(_BATCH_BYTES) == "1024"
-        assert spark.conf.get(_BATCH_BYTES) == "1024"
+        assert spark.conf.get(_BATCH_BYTES, None) == "1024"
     finally:
-        spark.conf.set(_BATCH_BYTES, before)
+        if explicit_before is None:
+            spark.conf.unset(_BATCH_BYTES)
+        else:
+            spark.conf.set(_BATCH_BYTES, explicit_before)
 
 
 def test_frame_pass_in_batches_of_one_block_equals_the_rdd_pass(spark, corpus, monkeypatch):
@@ -180,3 +194,27 @@ def test_frame_pass_in_batches_of_one_block_equals_the_rdd_pass(spark, corpus, m
     got = frame_sums.frame_sufficient_stats(c.frame, params, spec.score_matrix, c.V, n_nodes, opts)
     assert seen == [spark]
     _assert_same(got, want)
+
+
+def _refuse(*args):
+    raise ResultSizeError("refused for the test")
+
+
+def test_sums_sized_exactly_and_refused_leave_nothing_cached(spark, corpus, monkeypatch):
+    """Both passes cache the summed records to size them exactly when the bound may not fit; a refusal
+    unpersists them (a fit that fails on the driver limit must not pin them in executor memory)."""
+    c = corpus
+    spec = method_spec(c.tax, "pcem", 2, 1.0)
+    n_nodes = c.tax.path_node_matrix().shape[1]
+    monkeypatch.setattr(sums, "SPARSE_SUMS_MIN_CELLS", 1)
+    for module in (sums, frame_sums):
+        monkeypatch.setattr(module, "_limit_or_inf", lambda sc: 0.0)  # the bound never fits: size exactly
+        monkeypatch.setattr(module, "check_result_size", _refuse)
+    persistent = spark.sparkContext._jsc.getPersistentRDDs().size()
+    init = PassOptions(use_unlabeled=False)
+    with pytest.raises(ResultSizeError, match="refused for the test"):
+        sufficient_stats(c.blocks, None, spec.score_matrix, c.V, init)
+    assert spark.sparkContext._jsc.getPersistentRDDs().size() == persistent
+    with pytest.raises(ResultSizeError, match="refused for the test"):
+        frame_sums.frame_sufficient_stats(c.frame, None, spec.score_matrix, c.V, n_nodes, init)
+    assert spark.sparkContext._jsc.getPersistentRDDs().size() == persistent

@@ -287,21 +287,42 @@ def block_batches(spark, max_bytes: Optional[int] = None) -> Iterator[None]:
     body (a pass over packed blocks).
 
     Sets ``spark.sql.execution.arrow.maxBytesPerBatch`` on the session (classic or Connect) for the body and
-    puts the previous value back after it, however it ends; a smaller value already set is kept. A block larger
-    than ``max_bytes`` still goes whole, in a batch of its own. Other jobs of the same session running in the
-    meantime (other threads) get the smaller batches too: only their batch sizes change, never their results.
+    puts it back as it was after it, however it ends (unset again when it was unset); a smaller value already
+    in force is kept. A block larger than ``max_bytes`` still goes whole, in a batch of its own. Only a speed
+    setting: a session that refuses it keeps its batches, and the pass runs. Other jobs of the same session
+    running in the meantime (other threads) get the smaller batches too: their batch sizes change, never
+    their results.
     """
+    max_bytes = BLOCK_BATCH_BYTES if max_bytes is None else int(max_bytes)
+    if not 0 < max_bytes < (1 << 31) - 1:
+        raise ValueError(f"max_bytes={max_bytes}: Spark takes an Arrow batch size above 0 and below 2^31 - 1")
     try:
-        previous = spark.conf.get(_BATCH_BYTES)
-        current = byte_size(previous) if previous is not None else None
-    except Exception:  # noqa: BLE001 - a Spark that does not know the setting: its batches as they are
-        current = None
-    max_bytes = BLOCK_BATCH_BYTES if max_bytes is None else max_bytes
-    if current is None or 0 < current <= max_bytes:
+        in_force = byte_size(spark.conf.get(_BATCH_BYTES))  # Spark's default (64 MB) when nobody set it
+        explicit = spark.conf.get(_BATCH_BYTES, None)  # None when nobody set it
+        if in_force <= max_bytes:
+            in_force = None
+        else:
+            spark.conf.set(_BATCH_BYTES, str(max_bytes))
+    except Exception:  # noqa: BLE001 - a Spark that does not know or refuses the setting: its batches as they are
+        in_force = None
+    if in_force is None:
         yield
         return
-    spark.conf.set(_BATCH_BYTES, str(int(max_bytes)))
     try:
         yield
-    finally:
-        spark.conf.set(_BATCH_BYTES, previous)
+    except BaseException:
+        _restore(spark, explicit, quiet=True)  # the body's error is the one to report
+        raise
+    _restore(spark, explicit, quiet=False)
+
+
+def _restore(spark, explicit: Optional[str], quiet: bool) -> None:
+    """Put :data:`_BATCH_BYTES` back: ``explicit`` as it was set, or unset (``None``)."""
+    try:
+        if explicit is None:
+            spark.conf.unset(_BATCH_BYTES)
+        else:
+            spark.conf.set(_BATCH_BYTES, explicit)
+    except Exception:  # noqa: BLE001 - e.g. a lost Connect channel while the body's own error propagates
+        if not quiet:
+            raise

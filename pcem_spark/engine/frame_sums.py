@@ -161,23 +161,23 @@ def _collect_sums(partial: DataFrame, spark, sparse_sums: bool, bound: float, de
 
     ``dense``: (bytes of every task's dense sums, what they are) for the error message.
     """
-    if sparse_sums:
-        # Wide models: the tasks' sums are summed on the cluster (the partitionBy and sum of the RDD pass), one row per
-        # row chunk reaches the driver.
-        partial = partial.groupBy("key").applyInArrow(_sum_group, _SUM_SCHEMA)
-        if bound * 1.1 + (1 << 20) > _limit_or_inf(spark):
-            # The bound says it might not fit (e.g. the first pass, before the term count is known): size the
-            # summed rows exactly first, as the RDD pass does; the cached rows are then collected.
-            partial = partial.cache()
-            exact = partial.agg(F.sum(F.length("payload"))).first()[0] or 0
-            check_result_size(spark, float(exact), dense[1])
-    else:
-        # Dense sums are small (M x (V+1) per task): summed on the driver, no extra stage.
-        check_result_size(spark, *dense)
     try:
+        if sparse_sums:
+            # Wide models: the tasks' sums are summed on the cluster (the partitionBy and sum of the RDD pass),
+            # one row per row chunk reaches the driver.
+            partial = partial.groupBy("key").applyInArrow(_sum_group, _SUM_SCHEMA)
+            if bound * 1.1 + (1 << 20) > _limit_or_inf(spark):
+                # The bound says it might not fit (e.g. the first pass, before the term count is known): size the
+                # summed rows exactly first, as the RDD pass does; the cached rows are then collected.
+                partial = partial.cache()
+                exact = partial.agg(F.sum(F.length("payload"))).first()[0] or 0
+                check_result_size(spark, float(exact), dense[1])
+        else:
+            # Dense sums are small (M x (V+1) per task): summed on the driver, no extra stage.
+            check_result_size(spark, *dense)
         return partial.toArrow()  # summed row chunks: O(tasks x nnz(sums) + M), never documents
     finally:
-        partial.unpersist()
+        partial.unpersist()  # also when the size check refuses the cached rows
 
 
 def _default_parallelism(spark) -> int:

@@ -347,17 +347,17 @@ def sufficient_stats(
         # both sides once the Python worker holds more than spark.python.worker.memory (512 MB), which a wide
         # model's worker does (its parameters alone are ~170 MB at 1,000 leaves x 2^18 terms).
         reduced = mapped.partitionBy(n_reducers).mapPartitions(_reduce_partition)
-        if bound * 1.1 + (1 << 20) > _limit_or_inf(sc):
-            # The bound says it might not fit: size the summed records exactly first
-            # (the shuffle output is reused; only the small reduce side runs twice).
-            reduced = reduced.persist()
-            exact = reduced.map(_record_bytes).sum()
-            check_result_size(sc, exact, what)
-            bound = exact
-        records = reduced.collect()  # a few summed row chunks: O(nnz(sums) + M) on the driver, never documents
+        try:
+            if bound * 1.1 + (1 << 20) > _limit_or_inf(sc):
+                # The bound says it might not fit: size the summed records exactly first
+                # (the shuffle output is reused; only the small reduce side runs twice).
+                reduced = reduced.persist()
+                check_result_size(sc, reduced.map(_record_bytes).sum(), what)
+            records = reduced.collect()  # a few summed row chunks: O(nnz(sums) + M) on the driver, never documents
+        finally:
+            reduced.unpersist()  # also when the size check refuses them
         if stats is not None:
             stats["collected_bytes"] = int(sum(_record_bytes(r) for r in records))
-        reduced.unpersist()
     finally:
         bc.unpersist()
         if own_static:
