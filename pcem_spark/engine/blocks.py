@@ -297,15 +297,14 @@ def block_batches(spark, max_bytes: Optional[int] = None) -> Iterator[None]:
     if not 0 < max_bytes < (1 << 31) - 1:
         raise ValueError(f"max_bytes={max_bytes}: Spark takes an Arrow batch size above 0 and below 2^31 - 1")
     try:
-        in_force = byte_size(spark.conf.get(_BATCH_BYTES))  # Spark's default (64 MB) when nobody set it
         explicit = spark.conf.get(_BATCH_BYTES, None)  # None when nobody set it
-        if in_force <= max_bytes:
-            in_force = None
-        else:
+        # In force: the explicit value, or Spark's default (64 MB).
+        changed = byte_size(spark.conf.get(_BATCH_BYTES)) > max_bytes
+        if changed:
             spark.conf.set(_BATCH_BYTES, str(max_bytes))
     except Exception:  # noqa: BLE001 - a Spark that does not know or refuses the setting: its batches as they are
-        in_force = None
-    if in_force is None:
+        changed = False
+    if not changed:
         yield
         return
     try:

@@ -146,7 +146,7 @@ def frame_sufficient_stats(
     partial = frame.coalesce(n_tasks).mapInArrow(body, _SUM_SCHEMA)
     try:
         with block_batches(spark):
-            table = _collect_sums(partial, spark, sparse_sums, bound, (n_tasks * dense_bytes, what))
+            table = _collect_sums(partial, spark, sparse_sums, bound, n_tasks * dense_bytes, what)
     finally:
         shipped.unpersist()
     payloads = table.column("payload").to_pylist()
@@ -156,10 +156,11 @@ def frame_sufficient_stats(
     return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
 
 
-def _collect_sums(partial: DataFrame, spark, sparse_sums: bool, bound: float, dense: tuple):
+def _collect_sums(partial: DataFrame, spark, sparse_sums: bool, bound: float, dense_bytes: float, what: str):
     """The tasks' sum rows as one Arrow table on the driver, their size checked against its limit first.
 
-    ``dense``: (bytes of every task's dense sums, what they are) for the error message.
+    ``bound``: the sparse sums' size bound; ``dense_bytes``: every task's dense sums; ``what``: the sums as an
+    error names them.
     """
     try:
         if sparse_sums:
@@ -171,10 +172,10 @@ def _collect_sums(partial: DataFrame, spark, sparse_sums: bool, bound: float, de
                 # summed rows exactly first, as the RDD pass does; the cached rows are then collected.
                 partial = partial.cache()
                 exact = partial.agg(F.sum(F.length("payload"))).first()[0] or 0
-                check_result_size(spark, float(exact), dense[1])
+                check_result_size(spark, float(exact), what)
         else:
             # Dense sums are small (M x (V+1) per task): summed on the driver, no extra stage.
-            check_result_size(spark, *dense)
+            check_result_size(spark, dense_bytes, what)
         return partial.toArrow()  # summed row chunks: O(tasks x nnz(sums) + M), never documents
     finally:
         partial.unpersist()  # also when the size check refuses the cached rows

@@ -346,7 +346,7 @@ def sufficient_stats(
         # then a sum per reducer. reduceByKey's merger spills its records to disk (zlib-compressed pickles) on
         # both sides once the Python worker holds more than spark.python.worker.memory (512 MB), which a wide
         # model's worker does (its parameters alone are ~170 MB at 1,000 leaves x 2^18 terms).
-        reduced = mapped.partitionBy(n_reducers).mapPartitions(_reduce_partition)
+        reduced = mapped.partitionBy(n_reducers).mapPartitions(_sum_by_key)
         try:
             if bound * 1.1 + (1 << 20) > _limit_or_inf(sc):
                 # The bound says it might not fit: size the summed records exactly first
@@ -390,11 +390,6 @@ def _sum_by_key(records) -> list:
     for key, value in records:
         summed[key] = value if key not in summed else _add(summed[key], value)
     return list(summed.items())
-
-
-def _reduce_partition(records) -> list:
-    """The records one reducer of :func:`sufficient_stats`'s shuffle receives, one summed record per key."""
-    return _sum_by_key(records)
 
 
 def _assemble(records, n_paths: int, vocab_size: int, sparse_sums: bool, stats: Optional[dict]):
