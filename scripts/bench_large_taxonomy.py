@@ -339,9 +339,27 @@ def run(args) -> dict:
             "linear_python_workers_peak_rss_mb": round(lmem.workers_peak),
         }
         print(f"softmax regression: {json.dumps(linear_row)}", flush=True)
+    profile = None
+    if args.profile:
+        # One more pass as the fit runs it, phase by phase (scripts/em_profile.py: Spark's stage metrics
+        # from the UI's REST API, the driver's clock, the partition function on a sample of the blocks).
+        from em_profile import profile_iteration
+
+        from pcem_spark.engine.sums import PassOptions
+
+        profile = profile_iteration(
+            sc, blocks, fit, score_matrix(taxonomy, "pcem"), V, 20_000, PassOptions(dtype=args.dtype, top_k=args.top_k)
+        )
     reference_row = {}
     if args.references:
         reference_row = references(spark, blocks, df, fit, score_matrix(taxonomy, "pcem"), V, args)
+    if profile is not None:
+        from em_profile import profile_table
+
+        scipy = {"iteration": reference_row["scipy_median_iteration_seconds"]} if reference_row else {}
+        reference_row["profile"] = profile
+        reference_row["profile_table"] = profile_table(profile, scipy, statistics.median(fit.iter_seconds))
+        print(f"one iteration, phase by phase\n{reference_row['profile_table']}", flush=True)
     blocks.unpersist()
     frame_row = {}
     if args.frame_pass:
@@ -490,6 +508,12 @@ def main(argv=None) -> int:
         "the same documents with their generating leaves (medians of --repeats); ratios in the JSON",
     )
     ap.add_argument("--repeats", type=int, default=5, help="timings of each --references reference")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="also the per-phase profile of one more pass (scripts/em_profile.py), set against the one-core "
+        "scipy iteration when --references runs",
+    )
     ap.add_argument("--out", default="out/bench/large_taxonomy.json")
     args = ap.parse_args(argv)
     results = []

@@ -115,14 +115,21 @@ def scipy_phases(X, fixed, labeled, log_prior, log_theta) -> Dict[str, float]:
     return {"e-step": e, "m-step sums": time.perf_counter() - t0}
 
 
-def profile_iteration(sc, blocks, fit, score_matrix, vocab_size: int, sample_docs: int = 100_000) -> Dict:
-    """The per-phase profile of one pass from ``fit``'s parameters over the cached ``blocks`` (an RDD)."""
+def profile_iteration(sc, blocks, fit, score_matrix, vocab_size: int, sample_docs: int = 100_000, options=None) -> Dict:
+    """The per-phase profile of one pass from ``fit``'s parameters over the cached ``blocks`` (an RDD).
+
+    ``options`` (:class:`pcem_spark.engine.sums.PassOptions`, default: the exact E-step): the fit's pass
+    options. With a truncated posterior (``top_k``) or sparse sums, the dense E-step / M-step split of
+    :func:`local_phases` is not what a worker runs (and a dense (V, M) product would not fit), so only
+    the partition function is timed on the sample.
+    """
     from pcem_spark.core.estep import scoring_tables
     from pcem_spark.core.parameters import sparse_log_parameters, sparse_log_prior_density
-    from pcem_spark.engine.sums import PassOptions, sufficient_stats
+    from pcem_spark.engine.sums import PassOptions, sufficient_stats, sums_layout
 
     cores = sc.defaultParallelism
-    options = PassOptions(use_unlabeled=True)
+    options = options or PassOptions(use_unlabeled=True)
+    split_arithmetic = options.top_k == 0 and not sums_layout(score_matrix.shape[0], vocab_size, options.dtype)[0]
     params = fit.params
     phases: Dict[str, float] = {}
     t0 = time.perf_counter()
@@ -157,7 +164,7 @@ def profile_iteration(sc, blocks, fit, score_matrix, vocab_size: int, sample_doc
         seen += blk.X.shape[0]
         if seen >= sample_docs:
             break
-    local = local_phases(sample, tables, score_matrix, options)
+    local = local_phases(sample, tables, score_matrix, options) if split_arithmetic else {}
     # The partition function itself on the same (unpickled) sample: the E-step and sums above plus the
     # per-block work around them (row slices, path scores, the log-likelihood, accumulation, the chunks).
     from pcem_spark.engine.sums import local_sufficient_stats
@@ -187,7 +194,22 @@ def profile_table(profile: Dict, scipy: Dict[str, float], iteration_seconds: flo
     task = profile["task_metrics_per_core_seconds"]
     local = profile["worker_arithmetic_per_core_seconds"]
     run = task["task run time (Python worker inside)"]
-    arithmetic = local["e-step"] + local["m-step sums"]
+    arithmetic = local.get("e-step", 0.0) + local.get("m-step sums", 0.0)
+    if "e-step" in local:
+        worker_rows = [
+            ("worker: unpickling the cached blocks", local["unpickle"], None),
+            ("worker: E-step arithmetic", local["e-step"], scipy["e-step"] / cores),
+            ("worker: M-step sums", local["m-step sums"], scipy["m-step sums"] / cores),
+            (
+                "worker: the partition function's other work (row slices, path scores, log-likelihood, accumulation)",
+                local["partition function"] - arithmetic,
+                None,
+            ),
+        ]
+        outside = run - local["unpickle"] - local["partition function"]
+    else:  # a truncated or sparse E-step: the partition function as a whole against the whole scipy iteration
+        worker_rows = [("worker: the partition function (E-step and sums)", local["partition function"], None)]
+        outside = run - local["partition function"]
     rows = [
         (
             "driver: scoring tables + broadcast",
@@ -203,17 +225,10 @@ def profile_table(profile: Dict, scipy: Dict[str, float], iteration_seconds: flo
             None,
         ),
         ("task deserialisation", task["task deserialisation"], None),
-        ("worker: unpickling the cached blocks", local["unpickle"], None),
-        ("worker: E-step arithmetic", local["e-step"], scipy["e-step"] / cores),
-        ("worker: M-step sums", local["m-step sums"], scipy["m-step sums"] / cores),
-        (
-            "worker: the partition function's other work (row slices, path scores, log-likelihood, accumulation)",
-            local["partition function"] - arithmetic,
-            None,
-        ),
+        *worker_rows,
         (
             "worker: the rest of the task (blocks streamed from the JVM cache, Python worker, reduce side)",
-            run - local["unpickle"] - local["partition function"],
+            outside,
             None,
         ),
         ("result serialisation", task["result serialisation"], None),
@@ -229,7 +244,7 @@ def profile_table(profile: Dict, scipy: Dict[str, float], iteration_seconds: flo
         lines.append(f"| {name} | {secs:.3f} | {'' if ref is None else f'{ref:.3f}'} |")
     lines.append(
         f"| **the iteration (median of the timed ones)** | **{iteration_seconds:.3f}** | "
-        f"{(scipy['e-step'] + scipy['m-step sums']) / cores:.3f} |"
+        f"{sum(scipy.values()) / cores:.3f} |"
     )
     return "\n".join(lines)
 

@@ -262,7 +262,12 @@ def test_sparse_collect_is_checked_against_max_result_size_with_a_clear_message(
     params = core.PathParameters.from_log_theta(*ref_log_params(c.X[c.labeled], c.S_pc[c.labeled], 1.0))
     with pytest.raises(ResultSizeError) as err:
         engine.sufficient_stats(
-            c.blocks, params, score_matrix(c.tax, "pcem"), c.V, engine.PassOptions(use_unlabeled=True), n_terms=10**6
+            c.blocks,
+            params,
+            score_matrix(c.tax, "pcem"),
+            c.V,
+            engine.PassOptions(use_unlabeled=True),
+            n_terms=sums.TermCounts(10**6, 10**4),
         )
     assert f"{c.M:,} paths x {c.V:,} terms" in str(err.value)
     assert "spark.driver.maxResultSize" in str(err.value)
@@ -400,3 +405,54 @@ def test_dense_sums_of_all_tasks_go_to_the_driver_only_where_its_limit_holds_the
     for res in (roomy, tight):
         np.testing.assert_allclose(res.log_theta, lt, rtol=RTOL, atol=ATOL)
         np.testing.assert_allclose(res.loglik_history, lls, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("top_k", [0, 2])
+def test_sparse_sums_of_a_few_tasks_go_to_the_driver_where_their_bound_holds_and_the_fit_is_the_same(
+    deep, monkeypatch, top_k
+):
+    """Sparse sums (wide models): a few tasks' records are added on the driver when a bound on all of them fits
+    its limit; past DIRECT_COLLECT_MAX_TASKS tasks they are summed on the cluster. Both fits are the same, and
+    the bound from the corpus's term counts holds every task's records of every pass."""
+    c = deep
+    monkeypatch.setattr(sums, "SPARSE_SUMS_MIN_CELLS", 1)
+    direct = []
+    real_sum_by_key = sums._sum_by_key
+    # Only the driver's calls reach this list: the reducers of the shuffle run in Python workers.
+    monkeypatch.setattr(sums, "_sum_by_key", lambda records: direct.append(1) or real_sum_by_key(records))
+    bounds = []
+    real_bound = sums._collect_bound
+
+    def recorded_bound(*args):
+        bounds.append(real_bound(*args))
+        return bounds[-1]
+
+    monkeypatch.setattr(sums, "_collect_bound", recorded_bound)
+    settings = engine.EMSettings(em=True, smoothing=0.7, max_iter=2, tol=0.0, top_k=top_k)
+    stats = []
+    few = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, settings, stats=stats)
+    assert len(direct) == 3  # the NB pass and two EM passes, each added on the driver
+    # The bound of all the tasks' records (the second call of each pass) holds what the driver received.
+    for s, bound in zip(stats, bounds[1::2]):
+        assert 0 < s["collected_bytes"] <= bound
+    monkeypatch.setattr(sums, "DIRECT_COLLECT_MAX_TASKS", 0)
+    direct.clear()
+    many = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, settings)
+    assert direct == []
+    np.testing.assert_allclose(many.log_theta, few.log_theta, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(many.loglik_history, few.loglik_history, rtol=1e-12)
+    if top_k == 0:
+        lp, lt, lls = ref_em(c.X, c.S_pc, c.labeled, 0.7, 2)
+        np.testing.assert_allclose(few.log_theta, lt, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(few.loglik_history, lls, rtol=RTOL, atol=ATOL)
+
+
+def test_a_sparse_pass_whose_bound_passes_the_driver_limit_is_summed_on_the_cluster(deep, monkeypatch):
+    """A limit under the bound of every task's records (but over the summed sums) keeps the shuffle."""
+    c = deep
+    monkeypatch.setattr(sums, "SPARSE_SUMS_MIN_CELLS", 1)
+    monkeypatch.setattr(limits, "max_result_size", lambda sc: 4 << 20)
+    assert sums._direct(c.blocks.context, True, 2, 2 << 20)
+    assert not sums._direct(c.blocks.context, True, 2, 4 << 20)
+    assert not sums._direct(c.blocks.context, True, sums.DIRECT_COLLECT_MAX_TASKS + 1, 1 << 10)
+    assert not sums._direct(c.blocks.context, False, 2, sums.DIRECT_COLLECT_BYTES)

@@ -120,7 +120,7 @@ def frame_sufficient_stats(
         check_result_size(spark, dense_bytes, what)
     n_chunks = max(1, min(n_paths, 4 * _default_parallelism(spark)))
     cfg = PassSettings(n_paths, vocab_size, options, sparse_sums, n_chunks)
-    bound = _collect_bound(cfg, score_matrix, (stats or {}).get("n_terms"), dense_bytes)
+    bound = _collect_bound(cfg, score_matrix, (stats or {}).get("term_counts"), dense_bytes)
     if sparse_sums and bound > n_chunks * CHUNK_TARGET_BYTES:
         # One summed chunk is one result row, and a row must fit one gRPC message of the Connect client
         # (128 MiB by default): more, smaller chunks for wide models (the sums do not change).

@@ -39,7 +39,7 @@ from pcem_spark.core.parameters import (
 from pcem_spark.core.structure import Structure
 from pcem_spark.engine.em_checkpoint import EMState, active_hook
 from pcem_spark.engine.frame_sums import frame_sufficient_stats
-from pcem_spark.engine.sums import PassOptions, local_sufficient_stats, sufficient_stats
+from pcem_spark.engine.sums import PassOptions, TermCounts, local_sufficient_stats, sufficient_stats
 from pcem_spark.errors import InputError
 
 __all__ = ["EM_MODES", "em_mode", "EMSettings", "FitResult", "fit"]
@@ -148,12 +148,12 @@ class _FitRun:
     def groups(self) -> Optional[np.ndarray]:
         return None if self.structure is None else self.structure.groups
 
-    def run_pass(self, params, options: PassOptions, pass_stats: dict, n_terms: Optional[int] = None):
+    def run_pass(self, params, options: PassOptions, pass_stats: dict, n_terms: Optional[TermCounts] = None):
         """One distributed pass over the cached blocks (:func:`sufficient_stats`), or a local one."""
         args = (self.blocks, params, self.score_matrix, self.vocab_size, options)
         if isinstance(self.blocks, DataFrame):  # the DataFrame-only pass (Spark Connect)
             if n_terms is not None and pass_stats is not None:
-                pass_stats["n_terms"] = n_terms
+                pass_stats["term_counts"] = n_terms
             n_nodes = self.score_matrix.shape[1]
             return frame_sufficient_stats(
                 self.blocks,
@@ -296,7 +296,11 @@ def _fit(run: _FitRun, mode: str, init_params: Optional[PathParameters] = None) 
     # its unlabelled sample weighs what all the unlabelled documents weigh (pcem_spark.model.sampled_cv).
     if not (np.isfinite(s.unlabeled_weight) and s.unlabeled_weight >= 0.0):
         raise InputError(f"unlabeled_weight must be >= 0, got {s.unlabeled_weight}")
-    n_terms = int(init_stats.get("n_terms", 0)) or None
+    n_terms = (
+        TermCounts(int(init_stats["n_terms"]), int(init_stats.get("n_terms_labeled", init_stats["n_terms"])))
+        if init_stats.get("n_terms")
+        else None
+    )
     # The parameters live in result.params only: the first EM iteration lets them go (see _iterate).
     result = FitResult(
         sparse_log_parameters(wc, totals, smoothing, run.groups, prior_smoothing),
@@ -382,7 +386,7 @@ def _iterate(
     result: FitResult,
     prior_smoothing: Optional[float],
     use_unlabeled: bool,
-    n_terms: Optional[int],
+    n_terms: Optional[TermCounts],
     hook=None,
 ) -> FitResult:
     """The EM iterations (Algorithm 1) from ``result.params``, recorded in ``result``.

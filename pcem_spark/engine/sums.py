@@ -36,6 +36,7 @@ __all__ = [
     "COALESCE_TO_CORES",
     "PassOptions",
     "PassSettings",
+    "TermCounts",
     "sufficient_stats",
     "local_sufficient_stats",
     "sums_layout",
@@ -61,8 +62,18 @@ DIRECT_COLLECT_BYTES = 64 << 20
 # Key of the scalar record next to the row-chunk keys 0..n_chunks-1.
 _SCALARS = -1
 # loglik, n labelled, n unlabelled, labelled tokens as counted, labelled tokens
-# before doc_length, non-zeros of the term counts
-_N_SCALARS = 6
+# before doc_length, non-zeros of the term counts, non-zeros of the labelled documents' term counts
+_N_SCALARS = 7
+# Sparse sums of up to this many tasks are added on the driver where a bound on all their records fits
+# its limit: the driver then holds at most this many times one summed copy, and the pass runs no shuffle.
+DIRECT_COLLECT_MAX_TASKS = 4
+
+
+class TermCounts(NamedTuple):
+    """Non-zeros of the corpus's term counts (from an earlier pass): what bounds a pass's sparse sums."""
+
+    total: int
+    labeled: int
 
 
 class PassOptions(NamedTuple):
@@ -201,6 +212,7 @@ def _pass_partition(index: int, blocks: Iterable[Block], bc, static_bc, cfg: Pas
             fixed = path_scores(node_scores, score_matrix)
             raw_tokens = float(X[labeled].sum()) if tables is None else 0.0
             n_terms = X.nnz
+            labeled_terms = int(np.diff(X.indptr)[labeled].sum())
             if opt.doc_length > 0:
                 X = length_normalize(X, opt.doc_length)
             if dtype != np.float64:
@@ -210,7 +222,7 @@ def _pass_partition(index: int, blocks: Iterable[Block], bc, static_bc, cfg: Pas
             totals += st.path_totals
             n_lab = int(labeled.sum())
             counted = float(X[labeled].sum()) if tables is None else 0.0
-            scalars += (st.loglik, n_lab, len(labeled) - n_lab, counted, raw_tokens, n_terms)
+            scalars += (st.loglik, n_lab, len(labeled) - n_lab, counted, raw_tokens, n_terms, labeled_terms)
     if not seen:
         return
     word_counts = sums.result()
@@ -264,19 +276,30 @@ def _record_bytes(record) -> int:
     return int(np.asarray(value).nbytes)
 
 
-def _collect_bound(cfg: PassSettings, score_matrix, n_terms: Optional[int], dense_bytes: int) -> float:
-    """Upper bound in bytes of what one pass collects (``n_terms``: non-zeros of all term counts, or None)."""
-    if not (cfg.sparse_sums and n_terms is not None):
-        return dense_bytes
+def _collect_bound(
+    cfg: PassSettings, score_matrix, n_terms: Optional[TermCounts], dense_bytes: int, n_copies: int = 1
+) -> float:
+    """Upper bound in bytes of what one pass collects: one summed copy of the sums, or (``n_copies`` > 1)
+    the records of that many tasks together. ``n_terms``: the corpus's term non-zeros, or None (unknown)."""
+    if not cfg.sparse_sums:
+        return n_copies * dense_bytes
     n_paths, top_k = cfg.n_paths, cfg.options.top_k
     itemsize = np.dtype(cfg.options.dtype).itemsize
+    # Sparse records of all the cells: (value, column) per cell, and each copy's row pointers and scalars.
+    overhead = n_copies * ((n_paths + cfg.n_chunks) * 4 + _N_SCALARS * 8)
+    every_cell = n_copies * dense_bytes * (itemsize + 4) / itemsize
+    if n_terms is None:
+        return every_cell + overhead
     k_unlab = top_k if 0 < top_k < n_paths else n_paths
     nonzero = sp.csr_matrix(score_matrix) != 0
     k_lab = min(
         n_paths,
         int(np.asarray(nonzero.sum(axis=0)).max(initial=1)) * int(np.asarray(nonzero.sum(axis=1)).max(initial=1)),
     )
-    return min(dense_bytes * (itemsize + 4) / itemsize, (n_terms * max(k_unlab, k_lab) + n_paths) * (itemsize + 4))
+    # Each term of an unlabelled document reaches at most k_unlab paths, of a labelled one at most k_lab;
+    # every copy adds its path totals.
+    entries = (n_terms.total - n_terms.labeled) * k_unlab + n_terms.labeled * k_lab + n_copies * n_paths
+    return min(every_cell, entries * (itemsize + 4)) + overhead
 
 
 def sufficient_stats(
@@ -288,7 +311,7 @@ def sufficient_stats(
     *,
     structure: Optional[Structure] = None,
     stats: Optional[dict] = None,
-    n_terms: Optional[int] = None,
+    n_terms: Optional[TermCounts] = None,
     static_bc=None,
 ):
     """One distributed pass: returns ``(word_counts (M, V), path_totals (M,), loglik, n_lab, n_unlab)``.
@@ -301,7 +324,7 @@ def sufficient_stats(
     components (see :mod:`pcem_spark.core.methods`); ``M`` is then the
     number of components. ``stats`` (a dict) receives the pass's token and
     non-zero counts and its broadcast / collected sizes in bytes;
-    ``n_terms`` (non-zeros of all term counts, from an earlier pass) bounds
+    ``n_terms`` (:class:`TermCounts` from an earlier pass) bounds
     the collected size before the pass runs. ``static_bc``: a broadcast of
     ``(score_matrix, structure)`` made once per fit (one is made for this pass
     if None) -- only the parameters change between passes.
@@ -332,16 +355,16 @@ def sufficient_stats(
         # shuffled grows with executors x cores, not with partitions.
         src = blocks.coalesce(n_tasks) if COALESCE_TO_CORES and blocks.getNumPartitions() > n_tasks else blocks
         mapped = src.mapPartitionsWithIndex(lambda i, it: _pass_partition(i, it, bc, static_bc, cfg))
-        direct_bytes = src.getNumPartitions() * dense_bytes
-        if not sparse_sums and direct_bytes * 1.1 + (1 << 20) <= min(DIRECT_COLLECT_BYTES, _limit_or_inf(sc)):
-            # Dense sums of a few tasks: summed on the driver as the DataFrame pass does, without the shuffle
-            # and the second stage of Python tasks a shuffle costs every iteration (~5% at 963k documents).
-            # Every task's copy reaches the driver, so a driver limit that holds one copy but not all of them
-            # keeps the shuffle below (one summed copy collected).
-            records = _sum_by_key(mapped.collect())  # each task's summed row chunks, never documents
+        n_copies = src.getNumPartitions()
+        if _direct(sc, sparse_sums, n_copies, _collect_bound(cfg, score_matrix, n_terms, dense_bytes, n_copies)):
+            # The sums of a few tasks: added on the driver (as the DataFrame pass does with dense ones),
+            # without the shuffle and the second stage of Python tasks it costs every iteration (~5% at 963k
+            # documents, ~11% at 1,000 leaves x 2^18 terms). Every task's copy reaches the driver, so a driver
+            # limit that holds one copy but not all of them keeps the shuffle below (one summed copy collected).
+            got = mapped.collect()  # each task's summed row chunks, never documents
             if stats is not None:
-                stats["collected_bytes"] = int(direct_bytes)
-            return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
+                stats["collected_bytes"] = int(sum(_record_bytes(r) for r in got))
+            return _assemble(_sum_by_key(got), n_paths, vocab_size, sparse_sums, stats)
         # Each task yields one summed record per row chunk already, so no combine on the map side: partitionBy,
         # then a sum per reducer. reduceByKey's merger spills its records to disk (zlib-compressed pickles) on
         # both sides once the Python worker holds more than spark.python.worker.memory (512 MB), which a wide
@@ -375,6 +398,14 @@ def sums_layout(n_paths: int, vocab_size: int, dtype: str):
     # (term occurrence, path) pair a document can give weight to.
     dense_bytes = n_paths * (vocab_size + 1) * np.dtype(dtype).itemsize
     return sparse_sums, dense_bytes, f"the per-path sums of {n_paths:,} paths x {vocab_size:,} terms ({dtype})"
+
+
+def _direct(sc, sparse_sums: bool, n_copies: int, bound: float) -> bool:
+    """Whether a pass's ``n_copies`` tasks' records (together at most ``bound`` bytes) go straight to the
+    driver: dense ones up to :data:`DIRECT_COLLECT_BYTES`, sparse ones from up to
+    :data:`DIRECT_COLLECT_MAX_TASKS` tasks; both within ``spark.driver.maxResultSize``."""
+    cap = DIRECT_COLLECT_BYTES if not sparse_sums else float("inf") if n_copies <= DIRECT_COLLECT_MAX_TASKS else 0
+    return bound * 1.1 + (1 << 20) <= min(cap, _limit_or_inf(sc))
 
 
 def _limit_or_inf(sc) -> float:
@@ -415,7 +446,12 @@ def _assemble(records, n_paths: int, vocab_size: int, sparse_sums: bool, stats: 
         totals = full[:, vocab_size].copy()
         word_counts = full[:, :vocab_size]
     if stats is not None:
-        stats.update(labeled_tokens=float(scalars[3]), labeled_raw_tokens=float(scalars[4]), n_terms=int(scalars[5]))
+        stats.update(
+            labeled_tokens=float(scalars[3]),
+            labeled_raw_tokens=float(scalars[4]),
+            n_terms=int(scalars[5]),
+            n_terms_labeled=int(scalars[6]),
+        )
     return word_counts, totals, float(scalars[0]), int(scalars[1]), int(scalars[2])
 
 
