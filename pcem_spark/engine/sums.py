@@ -10,8 +10,8 @@
   each task combines the sums of all the blocks it reads
   (:class:`_SumAccumulator`) before anything is shuffled;
 * the per-path sums travel as row chunks (sparse when M x V is large), are
-  summed per key on the cluster (``partitionBy``, then :func:`_sum_by_key`; a few tasks' dense sums
-  on the driver instead) and collected after a check
+  summed per key on the cluster (``partitionBy``, then :func:`_sum_by_key`; a few tasks' sums that
+  fit the driver's limit are added on the driver instead, :func:`_direct`) and collected after a check
   against ``spark.driver.maxResultSize``, then put back together on the
   driver (:func:`_assemble`).
 """
