@@ -267,7 +267,7 @@ def test_sparse_collect_is_checked_against_max_result_size_with_a_clear_message(
             score_matrix(c.tax, "pcem"),
             c.V,
             engine.PassOptions(use_unlabeled=True),
-            n_terms=sums.TermCounts(10**6, 10**4),
+            n_terms=sums.TermCounts(10**6, 10**4, 10**6),
         )
     assert f"{c.M:,} paths x {c.V:,} terms" in str(err.value)
     assert "spark.driver.maxResultSize" in str(err.value)
@@ -456,3 +456,71 @@ def test_a_sparse_pass_whose_bound_passes_the_driver_limit_is_summed_on_the_clus
     assert not sums._direct(c.blocks.context, True, 2, 4 << 20)
     assert not sums._direct(c.blocks.context, True, sums.DIRECT_COLLECT_MAX_TASKS + 1, 1 << 10)
     assert not sums._direct(c.blocks.context, False, 2, sums.DIRECT_COLLECT_BYTES)
+
+
+def _java_error(spark, text: str):
+    from py4j.protocol import Py4JJavaError
+
+    return Py4JJavaError(
+        "An error occurred while calling o9.collectToPython.\n",
+        spark.sparkContext._jvm.org.apache.spark.SparkException(text),
+    )
+
+
+def test_a_direct_collect_that_spark_aborts_for_its_size_runs_again_summed_on_the_cluster(
+    spark, deep, monkeypatch, caplog
+):
+    """The bound can miss exact posterior ties: Spark's maxResultSize abort of the direct collect sends the
+    pass to the cluster's sum, with a warning, and the fit is the dense reference's; other errors propagate."""
+    from pyspark import RDD
+
+    c = deep
+    monkeypatch.setattr(sums, "SPARSE_SUMS_MIN_CELLS", 1)
+    real_collect = RDD.collect
+    aborts = []
+
+    def collect_aborted_once(self):
+        if not aborts:
+            aborts.append(1)
+            raise _java_error(
+                spark,
+                "Job aborted due to stage failure: Total size of serialized results of 2 tasks (1100.0 MiB) is "
+                "bigger than spark.driver.maxResultSize (1024.0 MiB)",
+            )
+        return real_collect(self)
+
+    monkeypatch.setattr(RDD, "collect", collect_aborted_once)
+    settings = engine.EMSettings(em=True, smoothing=0.7, max_iter=2, tol=0.0)
+    with caplog.at_level("WARNING", logger="pcem_spark.engine.sums"):
+        res = engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, settings)
+    assert aborts == [1]
+    assert "passed spark.driver.maxResultSize: summing them on the cluster" in caplog.text
+    lp, lt, lls = ref_em(c.X, c.S_pc, c.labeled, 0.7, 2)
+    np.testing.assert_allclose(res.log_theta, lt, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(res.loglik_history, lls, rtol=RTOL, atol=ATOL)
+
+    def collect_failing(self):
+        raise _java_error(spark, "Job aborted due to stage failure: Task 0 in stage 3.0 failed 1 times")
+
+    monkeypatch.setattr(RDD, "collect", collect_failing)
+    from py4j.protocol import Py4JJavaError
+
+    with pytest.raises(Py4JJavaError, match="failed 1 times"):
+        engine.fit(c.blocks, score_matrix(c.tax, "pcem"), c.V, settings)
+
+
+@pytest.mark.parametrize("canonical", [True, False])
+def test_splitting_off_the_path_totals_column_equals_scipys_column_slices(canonical):
+    """The driver's split of the collected (M, V+1) sums into word sums and path totals (the last column)."""
+    rng = np.random.default_rng(3)
+    full = sp.random(40, 31, density=0.3, random_state=4, format="csr")
+    full.data = rng.random(full.nnz) * 5
+    full[::3, 30] = 0.0  # rows without a total, and explicit zeros
+    full = full.tocsr()
+    if not canonical:  # duplicates: each stored entry is added
+        full = sp.csr_matrix((np.r_[full.data, 1.5], np.r_[full.indices, 30], np.r_[full.indptr[:-1], full.nnz + 1]))
+        full = sp.csr_matrix((full.data, full.indices, full.indptr), shape=(40, 31))
+    rest, last = sums._split_last_column(full)
+    np.testing.assert_array_equal(rest.toarray(), full.toarray()[:, :30])
+    np.testing.assert_array_equal(last, full.toarray()[:, 30])
+    assert rest.shape == (40, 30) and last.dtype == np.float64

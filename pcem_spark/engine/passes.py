@@ -297,7 +297,7 @@ def _fit(run: _FitRun, mode: str, init_params: Optional[PathParameters] = None) 
     if not (np.isfinite(s.unlabeled_weight) and s.unlabeled_weight >= 0.0):
         raise InputError(f"unlabeled_weight must be >= 0, got {s.unlabeled_weight}")
     n_terms = (
-        TermCounts(int(init_stats["n_terms"]), int(init_stats.get("n_terms_labeled", init_stats["n_terms"])))
+        TermCounts(int(init_stats["n_terms"]), int(init_stats["n_terms_labeled"]), int(init_stats["labeled_entries"]))
         if init_stats.get("n_terms")
         else None
     )
