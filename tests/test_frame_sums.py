@@ -78,11 +78,17 @@ def test_frame_pass_equals_the_rdd_pass(spark, corpus, method, top_k):
     assert stats["broadcast_bytes"] > 0 and stats["collected_bytes"] > 0
 
 
-def test_frame_pass_sparse_sums_equal_the_rdd_pass(spark, corpus, monkeypatch):
+@pytest.mark.parametrize("max_direct_tasks", [4, 0])
+def test_frame_pass_sparse_sums_equal_the_rdd_pass(spark, corpus, monkeypatch, max_direct_tasks):
+    """Sparse sums: a few tasks' rows added on the driver (4), or summed on the cluster first (0)."""
     c = corpus
     spec = method_spec(c.tax, "pcem", 2, 1.0)
     n_nodes = c.tax.path_node_matrix().shape[1]
     monkeypatch.setattr(sums, "SPARSE_SUMS_MIN_CELLS", 1)  # both passes read it (sums.sums_layout)
+    monkeypatch.setattr(sums, "DIRECT_COLLECT_MAX_TASKS", max_direct_tasks)
+    direct = []
+    real_direct_sums = frame_sums._direct_sums
+    monkeypatch.setattr(frame_sums, "_direct_sums", lambda partial: direct.append(1) or real_direct_sums(partial))
     init = PassOptions(use_unlabeled=False)
     want = sufficient_stats(c.blocks, None, spec.score_matrix, c.V, init)
     got = frame_sums.frame_sufficient_stats(c.frame, None, spec.score_matrix, c.V, n_nodes, init)
@@ -94,6 +100,41 @@ def test_frame_pass_sparse_sums_equal_the_rdd_pass(spark, corpus, monkeypatch):
     got = frame_sums.frame_sufficient_stats(c.frame, None, spec.score_matrix, c.V, n_nodes, init, stats=stats)
     _assert_same(got, want)
     assert stats["collected_bytes"] > 0
+    assert len(direct) == (2 if max_direct_tasks else 0)
+
+
+def test_a_frame_pass_whose_direct_collect_spark_aborts_for_its_size_sums_on_the_cluster(spark, corpus, monkeypatch):
+    """Spark's maxResultSize abort of the tasks' unsummed rows: the same sums, summed on the cluster; any other
+    error propagates."""
+    c = corpus
+    DataFrame = type(c.frame)  # the classic DataFrame (pyspark.sql.classic), which has its own toArrow
+    spec = method_spec(c.tax, "pcem", 2, 1.0)
+    n_nodes = c.tax.path_node_matrix().shape[1]
+    monkeypatch.setattr(sums, "SPARSE_SUMS_MIN_CELLS", 1)
+    init = PassOptions(use_unlabeled=False)
+    want = sufficient_stats(c.blocks, None, spec.score_matrix, c.V, init)
+    real_to_arrow = DataFrame.toArrow
+    raised = []
+
+    def to_arrow_aborted_once(self):
+        if not raised:
+            raised.append(1)
+            raise RuntimeError(
+                "Job aborted due to stage failure: Total size of serialized results of 2 tasks (1100.0 MiB) is "
+                "bigger than spark.driver.maxResultSize (1024.0 MiB)"
+            )
+        return real_to_arrow(self)
+
+    monkeypatch.setattr(DataFrame, "toArrow", to_arrow_aborted_once)
+    _assert_same(frame_sums.frame_sufficient_stats(c.frame, None, spec.score_matrix, c.V, n_nodes, init), want)
+    assert raised == [1]
+
+    def to_arrow_failing(self):
+        raise RuntimeError("Task 0 in stage 3.0 failed 1 times")
+
+    monkeypatch.setattr(DataFrame, "toArrow", to_arrow_failing)
+    with pytest.raises(RuntimeError, match="failed 1 times"):
+        frame_sums.frame_sufficient_stats(c.frame, None, spec.score_matrix, c.V, n_nodes, init)
 
 
 def test_frame_pass_refuses_sums_over_max_result_size(spark):

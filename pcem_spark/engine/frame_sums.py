@@ -17,7 +17,8 @@ combined per task), moved by DataFrame operations:
 * the cached blocks are coalesced to one task per core, and each task yields
   its per-path sum chunks as rows (key, pickled chunk). Dense sums (M x V
   small) come back with ``toArrow`` and are added on the driver; wide
-  models' sparse sums are first summed on the cluster by a
+  models' sparse sums come back the same way from up to 4 tasks whose bound
+  fits the driver's limit, else they are first summed on the cluster by a
   ``groupBy(key).applyInArrow`` (the ``partitionBy`` and sum of the RDD pass), so
   one row per key comes back. Either way the size is checked against
   ``spark.driver.maxResultSize`` before the pass, like the RDD pass's collect.
@@ -25,6 +26,7 @@ combined per task), moved by DataFrame operations:
 
 from __future__ import annotations
 
+import logging
 import pickle
 from typing import Optional
 
@@ -44,6 +46,7 @@ from pcem_spark.engine.sums import (
     _add,
     _assemble,
     _collect_bound,
+    _direct,
     _limit_or_inf,
     _Local,
     _pass_partition,
@@ -52,6 +55,8 @@ from pcem_spark.engine.sums import (
 )
 
 __all__ = ["frame_sufficient_stats"]
+
+log = logging.getLogger(__name__)
 
 _SUM_SCHEMA = "key long, payload binary"
 # The largest summed chunk a pass aims at: one result row each, well under a Connect gRPC message.
@@ -144,9 +149,14 @@ def frame_sufficient_stats(
     # of every block it reads, as the RDD pass does.
     n_tasks = _default_parallelism(spark)
     partial = frame.coalesce(n_tasks).mapInArrow(body, _SUM_SCHEMA)
+    # A few tasks' sparse sums whose bound fits the driver's limit come back unsummed, as in the RDD pass.
+    all_tasks = _collect_bound(cfg, score_matrix, (stats or {}).get("term_counts"), dense_bytes, n_tasks)
+    direct = sparse_sums and _direct(spark, True, n_tasks, all_tasks)
     try:
         with block_batches(spark):
-            table = _collect_sums(partial, spark, sparse_sums, bound, n_tasks * dense_bytes, what)
+            table = _direct_sums(partial) if direct else None
+            if table is None:
+                table = _collect_sums(partial, spark, sparse_sums, bound, n_tasks * dense_bytes, what)
     finally:
         shipped.unpersist()
     payloads = table.column("payload").to_pylist()
@@ -154,6 +164,20 @@ def frame_sufficient_stats(
     if stats is not None:
         stats["collected_bytes"] = int(sum(len(p) for p in payloads))
     return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
+
+
+def _direct_sums(partial: DataFrame):
+    """Every task's sum rows as one Arrow table, or None where Spark aborted the collect for passing
+    ``spark.driver.maxResultSize`` (the bound misses exact posterior ties; the sums are then summed on the
+    cluster). A task's chunk holds a subset of the summed chunk's cells (the sums are of non-negative
+    weights), so each row stays within the size the chunks were cut for."""
+    try:
+        return partial.toArrow()  # each task's summed row chunks, never documents
+    except Exception as exc:  # noqa: BLE001 - Py4JJavaError in classic mode, a gRPC error over Connect
+        if "spark.driver.maxResultSize" not in str(exc):
+            raise
+        log.warning("the tasks' per-path sums passed spark.driver.maxResultSize: summing them on the cluster")
+        return None
 
 
 def _collect_sums(partial: DataFrame, spark, sparse_sums: bool, bound: float, dense_bytes: float, what: str):
