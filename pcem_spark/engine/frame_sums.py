@@ -26,7 +26,6 @@ combined per task), moved by DataFrame operations:
 
 from __future__ import annotations
 
-import logging
 import pickle
 from typing import Optional
 
@@ -52,11 +51,10 @@ from pcem_spark.engine.sums import (
     _pass_partition,
     _sum_by_key,
     sums_layout,
+    unless_too_large,
 )
 
 __all__ = ["frame_sufficient_stats"]
-
-log = logging.getLogger(__name__)
 
 _SUM_SCHEMA = "key long, payload binary"
 # The largest summed chunk a pass aims at: one result row each, well under a Connect gRPC message.
@@ -154,7 +152,9 @@ def frame_sufficient_stats(
     direct = sparse_sums and _direct(spark, True, n_tasks, all_tasks)
     try:
         with block_batches(spark):
-            table = _direct_sums(partial) if direct else None
+            # A task's chunk holds a subset of the summed chunk's cells (sums of non-negative weights), so
+            # each row stays within the size the chunks were cut for.
+            table = unless_too_large(partial.toArrow) if direct else None  # task row chunks, never documents
             if table is None:
                 table = _collect_sums(partial, spark, sparse_sums, bound, n_tasks * dense_bytes, what)
     finally:
@@ -164,20 +164,6 @@ def frame_sufficient_stats(
     if stats is not None:
         stats["collected_bytes"] = int(sum(len(p) for p in payloads))
     return _assemble(records, n_paths, vocab_size, sparse_sums, stats)
-
-
-def _direct_sums(partial: DataFrame):
-    """Every task's sum rows as one Arrow table, or None where Spark aborted the collect for passing
-    ``spark.driver.maxResultSize`` (the bound misses exact posterior ties; the sums are then summed on the
-    cluster). A task's chunk holds a subset of the summed chunk's cells (the sums are of non-negative
-    weights), so each row stays within the size the chunks were cut for."""
-    try:
-        return partial.toArrow()  # each task's summed row chunks, never documents
-    except Exception as exc:  # noqa: BLE001 - Py4JJavaError in classic mode, a gRPC error over Connect
-        if "spark.driver.maxResultSize" not in str(exc):
-            raise
-        log.warning("the tasks' per-path sums passed spark.driver.maxResultSize: summing them on the cluster")
-        return None
 
 
 def _collect_sums(partial: DataFrame, spark, sparse_sums: bool, bound: float, dense_bytes: float, what: str):

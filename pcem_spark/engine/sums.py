@@ -374,7 +374,7 @@ def sufficient_stats(
             # without the shuffle and the second stage of Python tasks it costs every iteration (~5% at 963k
             # documents, ~11% at 1,000 leaves x 2^18 terms). Every task's copy reaches the driver, so a driver
             # limit that holds one copy but not all of them keeps the shuffle below (one summed copy collected).
-            got = _collect_unless_too_large(mapped)  # each task's summed row chunks, never documents
+            got = unless_too_large(mapped.collect)  # each task's summed row chunks, never documents
             if got is not None:
                 if stats is not None:
                     stats["collected_bytes"] = int(sum(_record_bytes(r) for r in got))
@@ -422,17 +422,16 @@ def _direct(sc, sparse_sums: bool, n_copies: int, bound: float) -> bool:
     return bound * 1.1 + (1 << 20) <= min(cap, _limit_or_inf(sc))
 
 
-def _collect_unless_too_large(mapped: RDD) -> Optional[list]:
-    """``mapped.collect()``, or None where Spark aborted it for passing ``spark.driver.maxResultSize``.
+def unless_too_large(collect):
+    """``collect()``, or None where Spark aborted it for passing ``spark.driver.maxResultSize``.
 
-    The bound that sends a pass's records straight to the driver holds but for exact ties in a truncated
-    posterior (every tied path is kept); the pass then runs again with its sums added on the cluster.
+    The bound that sends a pass's task records straight to the driver holds but for exact ties in a
+    truncated posterior (every tied path is kept); both passes then run again with the sums added on the
+    cluster. Only the text tells the abort apart (a Py4JJavaError in classic mode, a gRPC error over Connect).
     """
-    from py4j.protocol import Py4JJavaError
-
     try:
-        return mapped.collect()
-    except Py4JJavaError as exc:
+        return collect()
+    except Exception as exc:  # noqa: BLE001 - re-raised unless it is the size abort
         if "spark.driver.maxResultSize" not in str(exc):
             raise
         log.warning("the tasks' per-path sums passed spark.driver.maxResultSize: summing them on the cluster")
