@@ -87,8 +87,8 @@ def test_frame_pass_sparse_sums_equal_the_rdd_pass(spark, corpus, monkeypatch, m
     monkeypatch.setattr(sums, "SPARSE_SUMS_MIN_CELLS", 1)  # both passes read it (sums.sums_layout)
     monkeypatch.setattr(sums, "DIRECT_COLLECT_MAX_TASKS", max_direct_tasks)
     direct = []
-    real_unless = frame_sums.unless_too_large
-    monkeypatch.setattr(frame_sums, "unless_too_large", lambda collect: direct.append(1) or real_unless(collect))
+    real_unless = frame_sums._unless_too_large
+    monkeypatch.setattr(frame_sums, "_unless_too_large", lambda collect: direct.append(1) or real_unless(collect))
     init = PassOptions(use_unlabeled=False)
     want = sufficient_stats(c.blocks, None, spec.score_matrix, c.V, init)
     got = frame_sums.frame_sufficient_stats(c.frame, None, spec.score_matrix, c.V, n_nodes, init)

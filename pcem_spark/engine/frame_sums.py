@@ -50,8 +50,8 @@ from pcem_spark.engine.sums import (
     _Local,
     _pass_partition,
     _sum_by_key,
+    _unless_too_large,
     sums_layout,
-    unless_too_large,
 )
 
 __all__ = ["frame_sufficient_stats"]
@@ -154,7 +154,7 @@ def frame_sufficient_stats(
         with block_batches(spark):
             # A task's chunk holds a subset of the summed chunk's cells (sums of non-negative weights), so
             # each row stays within the size the chunks were cut for.
-            table = unless_too_large(partial.toArrow) if direct else None  # task row chunks, never documents
+            table = _unless_too_large(partial.toArrow) if direct else None  # task row chunks, never documents
             if table is None:
                 table = _collect_sums(partial, spark, sparse_sums, bound, n_tasks * dense_bytes, what)
     finally:

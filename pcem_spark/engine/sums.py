@@ -374,7 +374,7 @@ def sufficient_stats(
             # without the shuffle and the second stage of Python tasks it costs every iteration (~5% at 963k
             # documents, ~11% at 1,000 leaves x 2^18 terms). Every task's copy reaches the driver, so a driver
             # limit that holds one copy but not all of them keeps the shuffle below (one summed copy collected).
-            got = unless_too_large(mapped.collect)  # each task's summed row chunks, never documents
+            got = _unless_too_large(mapped.collect)  # each task's summed row chunks, never documents
             if got is not None:
                 if stats is not None:
                     stats["collected_bytes"] = int(sum(_record_bytes(r) for r in got))
@@ -422,7 +422,7 @@ def _direct(sc, sparse_sums: bool, n_copies: int, bound: float) -> bool:
     return bound * 1.1 + (1 << 20) <= min(cap, _limit_or_inf(sc))
 
 
-def unless_too_large(collect):
+def _unless_too_large(collect):
     """``collect()``, or None where Spark aborted it for passing ``spark.driver.maxResultSize``.
 
     The bound that sends a pass's task records straight to the driver holds but for exact ties in a
