@@ -123,7 +123,8 @@ def frame_sufficient_stats(
         check_result_size(spark, dense_bytes, what)
     n_chunks = max(1, min(n_paths, 4 * _default_parallelism(spark)))
     cfg = PassSettings(n_paths, vocab_size, options, sparse_sums, n_chunks)
-    bound = _collect_bound(cfg, score_matrix, (stats or {}).get("term_counts"), dense_bytes)
+    term_counts = (stats or {}).get("term_counts")
+    bound = _collect_bound(cfg, term_counts, dense_bytes)
     if sparse_sums and bound > n_chunks * CHUNK_TARGET_BYTES:
         # One summed chunk is one result row, and a row must fit one gRPC message of the Connect client
         # (128 MiB by default): more, smaller chunks for wide models (the sums do not change).
@@ -148,7 +149,7 @@ def frame_sufficient_stats(
     n_tasks = _default_parallelism(spark)
     partial = frame.coalesce(n_tasks).mapInArrow(body, _SUM_SCHEMA)
     # A few tasks' sparse sums whose bound fits the driver's limit come back unsummed, as in the RDD pass.
-    all_tasks = _collect_bound(cfg, score_matrix, (stats or {}).get("term_counts"), dense_bytes, n_tasks)
+    all_tasks = _collect_bound(cfg, term_counts, dense_bytes, n_tasks)
     direct = sparse_sums and _direct(spark, True, n_tasks, all_tasks)
     try:
         with block_batches(spark):

@@ -66,7 +66,8 @@ DIRECT_COLLECT_BYTES = 64 << 20
 _SCALARS = -1
 # loglik, n labelled, n unlabelled, labelled tokens as counted, labelled tokens
 # before doc_length, non-zeros of the term counts, those of the labelled documents, and the (term, path)
-# pairs the labelled documents' fixed scores reach (their term non-zeros x their non-zero path scores)
+# pairs the labelled documents' fixed scores reach (their term non-zeros x their non-zero path scores);
+# the last two are counted in the parameter-free first pass only
 _N_SCALARS = 8
 # Sparse sums of up to this many tasks are added on the driver where a bound on all their records fits
 # its limit: the driver then holds at most this many times one summed copy, and the pass runs no shuffle.
@@ -218,9 +219,11 @@ def _pass_partition(index: int, blocks: Iterable[Block], bc, static_bc, cfg: Pas
             fixed = path_scores(node_scores, score_matrix)
             raw_tokens = float(X[labeled].sum()) if tables is None else 0.0
             n_terms = X.nnz
-            row_terms = np.diff(X.indptr)[labeled]
-            labeled_terms = int(row_terms.sum())
-            labeled_entries = int((row_terms * np.count_nonzero(fixed[labeled], axis=1)).sum())
+            labeled_terms = labeled_entries = 0
+            if tables is None:  # counted once, in the fit's first (naive Bayes) pass, which bounds the later ones
+                row_terms = np.diff(X.indptr)[labeled]
+                labeled_terms = int(row_terms.sum())
+                labeled_entries = int((row_terms * np.count_nonzero(fixed[labeled], axis=1)).sum())
             if opt.doc_length > 0:
                 X = length_normalize(X, opt.doc_length)
             if dtype != np.float64:
@@ -293,9 +296,7 @@ def _record_bytes(record) -> int:
     return int(np.asarray(value).nbytes)
 
 
-def _collect_bound(
-    cfg: PassSettings, score_matrix, n_terms: Optional[TermCounts], dense_bytes: int, n_copies: int = 1
-) -> float:
+def _collect_bound(cfg: PassSettings, n_terms: Optional[TermCounts], dense_bytes: int, n_copies: int = 1) -> float:
     """Upper bound in bytes of what one pass collects: one summed copy of the sums, or (``n_copies`` > 1)
     the records of that many tasks together. ``n_terms``: the corpus's term non-zeros, or None (unknown)."""
     if not cfg.sparse_sums:
@@ -353,7 +354,7 @@ def sufficient_stats(
     n_tasks = max(1, sc.defaultParallelism)
     n_reducers = max(1, min(n_paths, n_tasks))
     cfg = PassSettings(n_paths, vocab_size, options, sparse_sums, max(1, min(n_paths, 4 * n_reducers)))
-    bound = _collect_bound(cfg, score_matrix, n_terms, dense_bytes)
+    bound = _collect_bound(cfg, n_terms, dense_bytes)
     tables = None if params is None else scoring_tables(params, dtype)
     own_static = static_bc is None
     if own_static:
@@ -369,7 +370,7 @@ def sufficient_stats(
         src = blocks.coalesce(n_tasks) if COALESCE_TO_CORES and blocks.getNumPartitions() > n_tasks else blocks
         mapped = src.mapPartitionsWithIndex(lambda i, it: _pass_partition(i, it, bc, static_bc, cfg))
         n_copies = src.getNumPartitions()
-        if _direct(sc, sparse_sums, n_copies, _collect_bound(cfg, score_matrix, n_terms, dense_bytes, n_copies)):
+        if _direct(sc, sparse_sums, n_copies, _collect_bound(cfg, n_terms, dense_bytes, n_copies)):
             # The sums of a few tasks: added on the driver (as the DataFrame pass does with dense ones),
             # without the shuffle and the second stage of Python tasks it costs every iteration (~5% at 963k
             # documents, ~11% at 1,000 leaves x 2^18 terms). Every task's copy reaches the driver, so a driver
