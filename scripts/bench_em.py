@@ -270,9 +270,16 @@ def main(argv=None) -> int:
         row["spark_iteration_seconds"] = statistics.median(fit.iter_seconds)
         row["spark_iteration_all"] = fit.iter_seconds
         if args.profile:
-            from em_profile import profile_iteration
+            from em_profile import block_trip_seconds, profile_iteration
 
             row["profile"] = profile_iteration(sc, blocks, fit, pc_scores, V)
+            row["block_trip"] = block_trip_seconds(sc, blocks, args.repeats)
+            print(
+                f"x{scale}: the cached blocks' trip to the Python workers alone: "
+                f"{row['block_trip']['bytes_seconds']:.2f}s ({row['block_trip']['mb_per_task']:.0f} MB per task), "
+                f"unpickled {row['block_trip']['unpickled_seconds']:.2f}s",
+                flush=True,
+            )
         if args.frame_pass:
             # The DataFrame-only pass (engine.frame_sums, what Spark Connect runs) on the same documents and
             # partitions: packed as a cached DataFrame, then the same EM iterations, right after the RDD ones.
@@ -360,6 +367,17 @@ def main(argv=None) -> int:
             args.repeats,
         )
         row["nnz"] = int(X.nnz)
+        if args.profile:
+            from em_profile import parallel_scipy_iteration
+
+            parallel = parallel_scipy_iteration(X, fixed, labeled, lp, lt, cores, args.repeats)
+            row["scipy_all_cores_iteration_seconds"] = parallel["wall_seconds"]
+            row["scipy_all_cores_slowest_process_seconds"] = parallel["slowest_process_seconds"]
+            print(
+                f"x{scale}: scipy on {cores} cores at once (forked processes, no engine) "
+                f"{parallel['wall_seconds']:.2f}s, slowest process {parallel['slowest_process_seconds']:.2f}s",
+                flush=True,
+            )
         if args.profile:
             from em_profile import profile_table, scipy_phases
 

@@ -115,6 +115,86 @@ def scipy_phases(X, fixed, labeled, log_prior, log_theta) -> Dict[str, float]:
     return {"e-step": e, "m-step sums": time.perf_counter() - t0}
 
 
+def block_trip_seconds(sc, blocks, repeats: int) -> Dict[str, float]:
+    """Median seconds of two passes that do nothing but read the cached blocks, as the EM pass's tasks do.
+
+    ``bytes``: each task receives its partitions' pickled bytes from the JVM's cache and counts them (the
+    trip alone); ``unpickled``: each task also unpickles its blocks into scipy matrices (what every EM task
+    does before any arithmetic). Same tasks as the EM pass (coalesced to the cores).
+    """
+    import statistics
+
+    from pyspark.rdd import RDD
+    from pyspark.serializers import NoOpSerializer
+
+    cores = sc.defaultParallelism
+    src = blocks.coalesce(cores) if blocks.getNumPartitions() > cores else blocks
+    raw = RDD(src._jrdd, sc, NoOpSerializer())  # the same cached partitions, as their pickled batches
+
+    def count_bytes(it):
+        yield sum(len(b) for b in it)
+
+    def count_entries(it):
+        yield sum(b.X.nnz for b in it)
+
+    out = {}
+    for name, rdd, fn in (("bytes", raw, count_bytes), ("unpickled", src, count_entries)):
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            sizes = rdd.mapPartitions(fn).collect()
+            times.append(time.perf_counter() - t0)
+        out[f"{name}_seconds"] = statistics.median(times)
+        if name == "bytes":
+            out["mb_per_task"] = max(sizes) / 1e6
+    return out
+
+
+_SHARDS: List[tuple] = []  # the row ranges a forked worker of parallel_scipy_iteration reads (inherited, not pickled)
+
+
+def _shard_iteration(index: int):
+    from pcem_spark import core
+
+    X, fixed, labeled, log_prior, log_theta = _SHARDS[index]
+    t0 = time.perf_counter()
+    st = core.e_step(X, fixed, labeled, log_prior, log_theta, core.EStepOptions(use_unlabeled=True))
+    return st.word_counts, st.path_totals, st.loglik, time.perf_counter() - t0
+
+
+def parallel_scipy_iteration(X, fixed, labeled, log_prior, log_theta, workers: int, repeats: int) -> Dict:
+    """The one-core scipy iteration split over ``workers`` forked processes that run at once.
+
+    What ``workers`` cores can do with no engine at all: each process runs the E-step and M-step sums of
+    one contiguous row range (the corpus is cut before the fork, so no process copies or pickles its rows),
+    the parent adds the sums and runs the M-step. Set against the one-core time, it measures how far the
+    cores slow each other down (a shared memory bus and last-level cache) -- the floor under any
+    ``local[workers]`` engine's iteration. Returns the median wall seconds and each process's own median.
+    """
+    import multiprocessing
+    import statistics
+
+    from pcem_spark import core
+
+    bounds = np.linspace(0, X.shape[0], workers + 1).astype(int)
+    _SHARDS[:] = [(X[a:b], fixed[a:b], labeled[a:b], log_prior, log_theta) for a, b in zip(bounds[:-1], bounds[1:])]
+    walls, own = [], []
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            pool.map(_shard_iteration, range(workers))  # warm the forked workers' imports
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                parts = pool.map(_shard_iteration, range(workers), chunksize=1)
+                word_counts = sum(p[0] for p in parts)
+                totals = sum(p[1] for p in parts)
+                core.log_parameters(word_counts, totals, 1.0)
+                walls.append(time.perf_counter() - t0)
+                own.append(max(p[3] for p in parts))
+    finally:
+        _SHARDS.clear()
+    return {"wall_seconds": statistics.median(walls), "slowest_process_seconds": statistics.median(own)}
+
+
 def profile_iteration(sc, blocks, fit, score_matrix, vocab_size: int, sample_docs: int = 100_000, options=None) -> Dict:
     """The per-phase profile of one pass from ``fit``'s parameters over the cached ``blocks`` (an RDD).
 
@@ -249,4 +329,12 @@ def profile_table(profile: Dict, scipy: Dict[str, float], iteration_seconds: flo
     return "\n".join(lines)
 
 
-__all__ = ["profile_iteration", "profile_table", "scipy_phases", "local_phases", "STAGE_METRICS"]
+__all__ = [
+    "block_trip_seconds",
+    "parallel_scipy_iteration",
+    "profile_iteration",
+    "profile_table",
+    "scipy_phases",
+    "local_phases",
+    "STAGE_METRICS",
+]
