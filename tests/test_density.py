@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pcem_spark.core.density import path_typicality
+from pcem_spark.core.density import path_typicality, ratio_lookup
 from pcem_spark.core.parameters import sparse_log_parameters
 
 
@@ -63,3 +63,34 @@ def test_rows_and_paths_must_agree():
     params = _params(np.random.default_rng(2))
     with pytest.raises(ValueError, match="3 rows but best has 2"):
         path_typicality(sp.csr_matrix(np.ones((3, 30))), params.log_base, params.log_ratio, np.array([0, 1]))
+
+
+def test_the_lookup_kept_across_blocks_gives_the_same_typicality_on_any_block():
+    """The per-worker lookup table against the dense reference: blocks with duplicate entries, empty rows,
+    a word no path stored a ratio for, and an empty block."""
+    rng = np.random.default_rng(3)
+    params = _params(rng, R=5, V=40, smoothing=0.5)
+    dense = ratio_lookup(params.log_ratio)  # 200 cells: a dense table
+    lookup = ratio_lookup(params.log_ratio, dense_cells=100)  # the binary search of the wide models
+    assert dense.dense is not None and lookup.dense is None
+    assert np.all(np.diff(lookup.keys) > 0) and len(lookup.keys) == params.log_ratio.nnz
+    for n in (0, 1, 7, 30):
+        X = sp.random(n, 40, density=0.25, random_state=rng, data_rvs=lambda k: rng.integers(1, 6, k)).tocsr()
+        if n:
+            X = sp.vstack([X[: n - 1], sp.csr_matrix((1, 40))]).tocsr()  # a document with no known word
+        best = rng.integers(0, 5, n)
+        got = path_typicality(X, params.log_base, params.log_ratio, best, lookup)
+        assert got.shape == (n,)
+        np.testing.assert_allclose(got, path_typicality(X, params.log_base, params.log_ratio, best, dense), atol=1e-12)
+        want = _dense_reference(X.toarray().astype(float), params.log_theta(), best)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+    # Duplicate (row, term) entries count as their sum.
+    X = sp.csr_matrix((np.array([1.0, 2.0, 3.0]), np.array([4, 4, 9]), np.array([0, 3])), shape=(1, 40))
+    dense = np.zeros((1, 40))
+    dense[0, 4], dense[0, 9] = 3.0, 3.0
+    np.testing.assert_allclose(
+        path_typicality(X, params.log_base, params.log_ratio, np.array([1]), lookup),
+        _dense_reference(dense, params.log_theta(), np.array([1])),
+        rtol=0,
+        atol=1e-9,
+    )

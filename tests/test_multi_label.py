@@ -100,7 +100,7 @@ def test_read_json_keeps_one_path_shape_unless_a_line_lists_paths(spark, tmp_pat
         "4": (4, "labels[1][1]: expected a non-empty string, got an empty string"),
         "5": (5, "labels[1]: repeats the path of labels[0]"),
     }
-    assert counts == {"parsed": 5, "valid": 3}
+    assert counts == {"parsed": 5, "valid": 3, "labelled": 2}
 
     # A list of paths only on a rejected line: the valid rows keep the one-path shape.
     rejected_only = str(tmp_path / "rejected_only.jsonl.gz")

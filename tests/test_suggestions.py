@@ -327,3 +327,40 @@ def test_the_density_weight_ranks_outliers_lower_and_never_suggests_what_the_mod
     # The outliers hesitate as much as the mixed documents, but are far from every path's words.
     assert sorted(rankings[4.0][:4]) == [f"mix{i}" for i in range(4)]
     assert any(i.startswith("odd") for i in rankings[0.0][:4])
+
+
+def test_the_fingerprint_column_is_the_bag_of_known_words_hashed(spark, model):
+    """Spark's column against ``bag_fingerprints`` of hand-made counts, on the exact and the beam decoder."""
+    import scipy.sparse as sp
+    from chispa import assert_df_equality
+
+    from pcem_spark.core.fingerprints import bag_fingerprints
+
+    pool = _pool(spark).union(
+        spark.createDataFrame(
+            [("unknown", "zzz qqq", None), ("shuffled", "orbit LAUNCH orbit; launch", None)],
+            "id string, text string, labels array<string>",
+        )
+    )
+    rows = pool.collect()
+    values, empty = bag_fingerprints(sp.csr_matrix(_counts(model, [r.text for r in rows])))
+    expected = spark.createDataFrame(
+        [(r.id, None if e else int(v)) for r, v, e in zip(rows, values, empty)], "id string, bag_fingerprint long"
+    )
+    for beam in (0, 2):
+        got = model.transform_outputs(pool, OutputOptions(fingerprint=True), beam=beam).select("id", "bag_fingerprint")
+        assert_df_equality(got, expected, ignore_row_order=True)
+    by_id = {r.id: r.bag_fingerprint for r in expected.collect()}
+    assert by_id["dup1"] == by_id["dup2"] == by_id["shuffled"] and by_id["unknown"] is None
+    assert "bag_fingerprint" not in model.transform(pool).columns
+
+
+def test_documents_in_other_scripts_are_not_taken_for_copies_of_each_other(spark, model):
+    """Texts with no ASCII letter (Cyrillic, CJK, Greek) are distinct documents: each is suggested once; two
+    that only differ in case and punctuation, or in words the model does not know, count once."""
+    texts = ["Привет, мир", "Ракета на орбите", "火箭发射", "宇宙探索", "Η πύραυλος", "launch orbit земля"]
+    rows = [(f"u{i}", t, None) for i, t in enumerate(texts)] + [("u6", "LAUNCH orbit", None)]
+    docs = spark.createDataFrame(rows, "id string, text string, labels array<string>")
+    picked = [r.id for r in suggest_labels(model, docs, 10).collect()]
+    assert sorted(picked) == [f"u{i}" for i in range(5)] + sorted({"u5", "u6"} & set(picked))
+    assert len({"u5", "u6"} & set(picked)) == 1  # the same known words, launch and orbit once each

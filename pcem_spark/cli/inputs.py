@@ -392,7 +392,7 @@ def read_valid_documents(
     summary = _write_rejects(spark, rejects_path, path, source, rejects, n_in, n_good)
     if counts is not None:
         counts.update({**summary, "rejects": rejects_path})
-        for key in ("distinct_values", "longest_folder_value"):
+        for key in ("distinct_values", "longest_folder_value", "labelled"):
             if key in verdicts:
                 counts[key] = verdicts[key]
     if n_in != n_good:

@@ -74,12 +74,20 @@ def _suggest_on(spark, args, settings) -> int:
     counts: dict = {}
     docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, DocsOptions.of(args))
     n_docs = counts["selected"] if args.split is not None else counts["valid"]
-    n_labelled = docs.where(F.col("labels").isNotNull()).count()
+    if args.split is None:
+        n_labelled = counts["labelled"]  # counted in the validation's pass
+    else:
+        n_labelled = docs.where(F.col("labels").isNotNull()).count()
     n_unlabelled = n_docs - n_labelled
     if n_unlabelled == 0:
         raise InputError(
             f"{args.docs}: all {n_docs} valid documents are labelled; suggest-labels ranks the unlabelled ones"
         )
+    # The batch rule's per-pair limit runs in each partition before its shuffle only up to this many rows per
+    # group (Spark's default 1,000): a larger budget would shuffle every document.
+    threshold = "spark.sql.optimizer.windowGroupLimitThreshold"
+    if int(spark.conf.get(threshold, "1000")) < args.budget:
+        spark.conf.set(threshold, str(args.budget))
     picks = suggest_labels(
         model,
         docs,

@@ -18,13 +18,55 @@ from a label.
 
 from __future__ import annotations
 
+from typing import NamedTuple, Optional
+
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["path_typicality"]
+__all__ = ["DENSE_LOOKUP_CELLS", "RatioLookup", "path_typicality", "ratio_lookup"]
 
 
-def path_typicality(X, log_base: np.ndarray, log_ratio: sp.csr_matrix, best: np.ndarray) -> np.ndarray:
+# Up to this many (path, term) cells, a model's ratios are looked up in a dense table (8 bytes a cell:
+# 64 MB), a direct gather; past it, by binary search in the stored entries.
+DENSE_LOOKUP_CELLS = 1 << 23
+
+
+class RatioLookup(NamedTuple):
+    """``log_ratio[best, w]`` for every word of a block: a dense (R, V) table, or sorted keyed entries."""
+
+    dense: Optional[np.ndarray]  # (R, V) float64, or None
+    keys: np.ndarray  # (nnz,) int64 ``row * V + term``, sorted (empty with a dense table)
+    values: np.ndarray  # (nnz,) float64
+
+    def at(self, rows: np.ndarray, terms: np.ndarray, vocab_size: int) -> np.ndarray:
+        if self.dense is not None:
+            return self.dense[rows, terms]
+        if not len(self.keys):
+            return np.zeros(len(terms))
+        wanted = rows * np.int64(vocab_size) + terms
+        at = np.minimum(np.searchsorted(self.keys, wanted), len(self.keys) - 1)
+        return np.where(self.keys[at] == wanted, self.values[at], 0.0)  # absent: 0, the path's base rate
+
+
+def ratio_lookup(log_ratio, dense_cells: int = DENSE_LOOKUP_CELLS) -> RatioLookup:
+    """How :func:`path_typicality` finds each document word's ``log_ratio[best, w]``; build once per model.
+
+    A dense table when ``log_ratio`` has at most ``dense_cells`` cells, else its stored entries keyed
+    ``row * V + term`` for a binary search, O(nnz(X) log nnz(log_ratio)). Either way each word is looked
+    up alone: gathering each document's whole path row instead cost a 4,096-document block of a 2^18-term
+    model hundreds of millions of entries.
+    """
+    ratio = sp.csr_matrix(log_ratio)
+    ratio.sum_duplicates()  # canonical: sorted, unique (row, term) keys
+    if ratio.shape[0] * ratio.shape[1] <= dense_cells:
+        return RatioLookup(ratio.toarray().astype(np.float64), np.zeros(0, np.int64), np.zeros(0))
+    rows = np.repeat(np.arange(ratio.shape[0], dtype=np.int64), np.diff(ratio.indptr))
+    return RatioLookup(None, rows * ratio.shape[1] + ratio.indices, np.asarray(ratio.data, dtype=np.float64))
+
+
+def path_typicality(
+    X, log_base: np.ndarray, log_ratio: sp.csr_matrix, best: np.ndarray, lookup: Optional[RatioLookup] = None
+) -> np.ndarray:
     """``-KL(p_i || theta_{best_i})`` (nats) of each row of ``X``; NaN for a row with no count.
 
     Parameters
@@ -36,19 +78,26 @@ def path_typicality(X, log_base: np.ndarray, log_ratio: sp.csr_matrix, best: np.
         :class:`~pcem_spark.core.parameters.PathParameters`:
         ``log theta_jw = log_base_j + log_ratio_jw``.
     best : int ndarray (n,), the component (path) of each row
+    lookup : ``ratio_lookup(log_ratio)``, when the caller keeps it across blocks (else computed here)
 
     Returns
     -------
     ndarray (n,), float64, <= 0 up to rounding
     """
     X = sp.csr_matrix(X, dtype=np.float64)
+    if not X.has_canonical_format:  # x log x needs each word's count once
+        X = X.copy()
+        X.sum_duplicates()
     best = np.asarray(best, dtype=np.int64)
     if X.shape[0] != best.shape[0]:
         raise ValueError(f"X has {X.shape[0]} rows but best has {best.shape[0]}")
     lengths = np.asarray(X.sum(axis=1)).ravel()
-    # sum_w x_iw log theta_{b_i w}: each row against its own path's row of log_ratio (a CSR row gather).
-    gathered = sp.csr_matrix(log_ratio)[best]
-    cross = np.asarray(X.multiply(gathered).sum(axis=1)).ravel() + lengths * np.asarray(log_base)[best]
+    # sum_w x_iw log theta_{b_i w}: each of the row's words looked up in its own path's row of log_ratio
+    # (absent = 0, the path's base rate).
+    lookup = lookup if lookup is not None else ratio_lookup(log_ratio)
+    ratio = lookup.at(np.repeat(best, np.diff(X.indptr)), X.indices, X.shape[1])
+    weighted = sp.csr_matrix((X.data * ratio, X.indices, X.indptr), shape=X.shape)
+    cross = np.asarray(weighted.sum(axis=1)).ravel() + lengths * np.asarray(log_base)[best]
     # sum_w x_iw log x_iw, then sum_w p log p = (sum x log x) / L - log L.
     x_log_x = sp.csr_matrix((X.data * np.log(np.where(X.data > 0, X.data, 1.0)), X.indices, X.indptr), shape=X.shape)
     self_term = np.asarray(x_log_x.sum(axis=1)).ravel()

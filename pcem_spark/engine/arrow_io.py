@@ -13,6 +13,7 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 import scipy.sparse as sp
 
+from pcem_spark.core.fingerprints import bag_fingerprints
 from pcem_spark.core.taxonomy import PATH_KEY_SEP
 
 __all__ = [
@@ -84,6 +85,7 @@ class PredictionOptions(NamedTuple):
     node_probabilities: bool = False  # a node_probabilities column: the marginal of each node of ``path``
     multi_path: float = 0.0  # > 0: a paths column, the paths whose membership is at least this (of the top-k)
     ranked: int = 0  # how many paths the decoder ranks: >= top_k, and enough for multi_path
+    fingerprint: bool = False  # a last fingerprint column: each document's bag of known words hashed
 
 
 def predicted_path_batches(
@@ -120,7 +122,8 @@ def predicted_path_batches(
     (:func:`pcem_spark.core.beam_path_details`): a row's ``top_paths`` then
     holds the at most k paths the beam scored (``top_index`` -1 pads the rest).
     ``typicality(X, best)`` (n,) adds a last ``typicality`` column, NaN as null
-    (:func:`pcem_spark.core.density.path_typicality`).
+    (:func:`pcem_spark.core.density.path_typicality`); ``options.fingerprint`` then a ``bag_fingerprint``
+    column (:func:`pcem_spark.core.fingerprints.bag_fingerprints`, null for a row with no known word).
     Everything is built per block from offsets and ``take``: no Python object per row.
     """
     import pyarrow as pa
@@ -153,6 +156,9 @@ def predicted_path_batches(
         if typicality is not None:
             values = typicality(X, best)
             cols.append(pa.array(values, pa.float64(), mask=np.isnan(values)))
+        if options.fingerprint:
+            values, empty = bag_fingerprints(X)
+            cols.append(pa.array(values, pa.int64(), mask=empty))
         yield pa.RecordBatch.from_arrays(cols, names=names)
 
 

@@ -120,10 +120,12 @@ def split_rejects(
                 F.count_distinct(F.when(valid, value)) + F.max(F.when(valid & value.isNull(), 1).otherwise(0)),
                 F.max(F.when(valid, escaped_bytes(value))),
             ]
-        row = flagged.agg(F.count(F.lit(1)), F.count(F.when(valid, 1)), *folders, any_nested).first()
-        counts.update(parsed=int(row[0]), valid=int(row[1]))
+        # The valid rows with labels too, in the same pass (suggest-labels ranks the others).
+        labelled = F.count(F.when(valid & F.col("labels").isNotNull(), 1))
+        row = flagged.agg(F.count(F.lit(1)), F.count(F.when(valid, 1)), labelled, *folders, any_nested).first()
+        counts.update(parsed=int(row[0]), valid=int(row[1]), labelled=int(row[2]))
         if distinct is not None:
-            counts.update(distinct_values=int(row[2] or 0), longest_folder_value=int(row[3] or 0))
+            counts.update(distinct_values=int(row[3] or 0), longest_folder_value=int(row[4] or 0))
     else:
         row = flagged.agg(any_nested).first() if shaped else (0, 0, 0)
     labels = F.col("labels") if not shaped or row[-1] else F.try_element_at("labels", F.lit(1)).alias("labels")

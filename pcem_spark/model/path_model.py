@@ -254,7 +254,11 @@ class PathModel:
         It also offers ``outputs.typicality``: a ``typicality`` column, -KL
         (nats) of the document's known words from its predicted path's word
         distribution (:mod:`pcem_spark.core.density`; null with no known
-        word), what ``pcem suggest-labels`` weights its scores by.
+        word), what ``pcem suggest-labels`` weights its scores by; and
+        ``outputs.fingerprint``: a ``bag_fingerprint`` column, a hash of the
+        document's bag of known words (:mod:`pcem_spark.core.fingerprints`;
+        null with no known word), equal for documents the model reads as the
+        same, what ``pcem suggest-labels`` counts once.
         """
         id_col, text_col, labels_col = input_cols
         min_probability, top_k, _, multi_path = outputs[:4]
@@ -412,7 +416,9 @@ class PathModel:
         names = [f.name for f in out_fields]
         feats = feats.select(*passthrough, "_pcem_features")
         if width > 0:
-            options = PredictionOptions(min_probability, top_k, width, node_probabilities, multi_path, ranked)
+            options = PredictionOptions(
+                min_probability, top_k, width, node_probabilities, multi_path, ranked, outputs.fingerprint
+            )
             batching = (n_keep, to_matrix, block_size, names)
             body = beam_batches(self, spark, real_paths, options, batching, doc_length, typical)
             return feats.mapInArrow(body, T.StructType(out_fields))
@@ -450,7 +456,9 @@ class PathModel:
                         X,
                         tables,
                     ),
-                    PredictionOptions(min_probability, top_k, 0, node_probabilities, multi_path, ranked),
+                    PredictionOptions(
+                        min_probability, top_k, 0, node_probabilities, multi_path, ranked, outputs.fingerprint
+                    ),
                     typical,
                 )
 
@@ -466,7 +474,8 @@ class PathModel:
                 block_size,
                 PredictionLayout(paths, names),
                 lambda X: predict_paths(X, None, None, structure, doc_length, tables=tables),
-                typicality=typical,
+                PredictionOptions(fingerprint=outputs.fingerprint),
+                typical,
             )
 
         return feats.mapInArrow(predict_batches, T.StructType(out_fields))

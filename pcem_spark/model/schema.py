@@ -61,6 +61,10 @@ NODE_PROBABILITIES_FIELD = T.StructField("node_probabilities", T.ArrayType(T.Dou
 # (pcem_spark.core.density); null for a document with no word the model knows.
 TYPICALITY_FIELD = T.StructField("typicality", T.DoubleType(), True)
 
+# Added with fingerprint: a hash of the document's bag of known words (pcem_spark.core.fingerprints), equal for
+# documents the model reads as the same; null for a document with no word the model knows.
+FINGERPRINT_FIELD = T.StructField("bag_fingerprint", T.LongType(), True)
+
 
 TOP_PATHS_FIELD = T.StructField(
     "top_paths",
@@ -103,11 +107,12 @@ def prediction_schema(
     node_probabilities: bool = False,
     multi_path: float = 0.0,
     typicality: bool = False,
+    fingerprint: bool = False,
 ) -> T.StructType:
     """The predictions table's schema: :data:`PREDICTION_SCHEMA` (the default), ``leaf`` nullable and a
     ``path_probability`` column with ``min_probability`` > 0, a ``top_paths`` column with ``top_k`` > 0, a
     ``node_probabilities`` column with ``node_probabilities``, a ``paths`` column with ``multi_path`` > 0,
-    a ``typicality`` column with ``typicality``."""
+    a ``typicality`` column with ``typicality``, a ``bag_fingerprint`` column with ``fingerprint``."""
     fields = [
         T.StructField(f.name, f.dataType, f.nullable or (f.name == "leaf" and min_probability > 0))
         for f in PREDICTION_SCHEMA.fields
@@ -122,6 +127,8 @@ def prediction_schema(
         fields.append(PATHS_FIELD)
     if typicality:
         fields.append(TYPICALITY_FIELD)
+    if fingerprint:
+        fields.append(FINGERPRINT_FIELD)
     return T.StructType(fields)
 
 
@@ -133,10 +140,16 @@ class OutputOptions(NamedTuple):
     node_probabilities: bool = False  # node_probabilities: each node's marginal along path
     multi_path: float = 0.0  # > 0: paths, every path at least this probable (the predicted one first)
     typicality: bool = False  # typicality: -KL of the document's words from its path's (core.density)
+    fingerprint: bool = False  # fingerprint: a hash of the document's bag of known words (core.fingerprints)
 
     def schema(self) -> T.StructType:
         return prediction_schema(
-            self.min_probability, self.top_k, self.node_probabilities, self.multi_path, self.typicality
+            self.min_probability,
+            self.top_k,
+            self.node_probabilities,
+            self.multi_path,
+            self.typicality,
+            self.fingerprint,
         )
 
 
@@ -151,7 +164,7 @@ def check_output_columns(
     neither kept nor :data:`LEVEL1` (InputError naming the column and ``names``, e.g. the CLI's flags)."""
     keep_name, partition_name = names
     # text, split and similarities are the documents' own fields (read as such, not as kept columns)
-    own = set(prediction_schema(min_probability, top_k, True, 1.0, True).names) | {
+    own = set(prediction_schema(min_probability, top_k, True, 1.0, True, True).names) | {
         LEVEL1,
         "text",
         "split",

@@ -6,7 +6,7 @@ module ships the word distributions to the executors once.
 
 from __future__ import annotations
 
-from pcem_spark.core.density import path_typicality
+from pcem_spark.core.density import path_typicality, ratio_lookup
 from pcem_spark.engine.shipping import ship
 from pcem_spark.errors import InputError
 
@@ -26,8 +26,13 @@ def typicality_of_blocks(spark, model):
         )
     bc = ship(spark, (model.params.log_base, model.params.log_ratio))
 
+    lookups = {}  # per Python worker: the model's lookup table, built by its first block
+
     def typicality(X, best):
         log_base, log_ratio = bc.value
-        return path_typicality(X, log_base, log_ratio, best)
+        if id(log_ratio) not in lookups:
+            lookups.clear()
+            lookups[id(log_ratio)] = ratio_lookup(log_ratio)
+        return path_typicality(X, log_base, log_ratio, best, lookups[id(log_ratio)])
 
     return typicality

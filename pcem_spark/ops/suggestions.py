@@ -37,8 +37,9 @@ then a batch rule picks ``budget`` of them that are not all the same question:
 * **batch rule** ``spread``: picks go round-robin over the pairs of leaves the
   model hesitates between (the best and second-best path's leaves), the most
   uncertain document of each pair first, so N picks are spread over the
-  taxonomy; documents whose text starts alike (the first 1,000 characters,
-  case and punctuation ignored) count once (the most uncertain copy).
+  taxonomy; documents the model reads as the same (the same known words in
+  the same counts: :mod:`pcem_spark.core.fingerprints`, computed in the
+  prediction task) count once (the most uncertain copy).
   ``none``: the N highest scores.
 
 Ties are broken by a hash of (id, seed): the ranking is the same for a seed.
@@ -81,7 +82,8 @@ DEFAULT_COMMITTEE_SIZE = 4
 DEFAULT_DENSITY_WEIGHT = 0.0
 BATCH_RULES = ("spread", "none")
 EXCERPT_CHARS = 300
-_FINGERPRINT_CHARS = 1000
+# The text's head carried to the top-N, where its white space is collapsed and it is cut to EXCERPT_CHARS.
+_EXCERPT_HEAD_CHARS = 2 * EXCERPT_CHARS
 SUGGESTION_COLUMNS = (
     "id",
     "rank",
@@ -254,20 +256,16 @@ def suggest_labels(
     if isinstance(density_weight, bool) or not isinstance(density_weight, (int, float)) or not density_weight >= 0:
         raise InputError(f"--density-weight must be a number >= 0 (0 = no density weight), got {density_weight!r}")
     unlabelled = docs.where(F.col("labels").isNull()) if "labels" in docs.columns else docs
-    # The excerpt and the near-duplicate fingerprint travel with each row through the prediction (kept
-    # columns): no join of the texts back to the predictions.
-    excerpt = F.substring(
-        F.trim(F.regexp_replace(F.substring("text", 1, 4 * EXCERPT_CHARS), r"\s+", " ")), 1, EXCERPT_CHARS
-    )
-    fingerprint = F.xxhash64(F.lower(F.regexp_replace(F.substring("text", 1, _FINGERPRINT_CHARS), r"[\W_]+", " ")))
+    # The text's head travels with each row through the prediction (a kept column: no join of the texts
+    # back to the predictions); its white space is collapsed on the picked rows only, after the top-N (a
+    # regular expression over every document cost more than the prediction).
     rows = unlabelled.select(
         "id",
         "text",
         F.lit(None).cast("array<string>").alias("labels"),
-        excerpt.alias("_excerpt"),
-        fingerprint.alias("_fingerprint"),
+        F.substring("text", 1, _EXCERPT_HEAD_CHARS).alias("_excerpt"),
     )
-    kept = ["_excerpt", "_fingerprint"]
+    kept = ["_excerpt"]
     if criterion == "committee":
         # Each member scores the rows it is handed and passes them on with its top paths: a chain of
         # narrow mapInArrow stages over the same partitions, no join.
@@ -281,12 +279,12 @@ def suggest_labels(
             rows = scored_by.select("id", "_text", "labels", *kept[:-1], F.col("top_paths").alias(kept[-1]))
     pred = model.transform_outputs(
         rows,
-        OutputOptions(top_k=int(candidates), node_probabilities=True, typicality=True),
+        OutputOptions(top_k=int(candidates), node_probabilities=True, typicality=True, fingerprint=True),
         keep_columns=kept,
         input_cols=("id", "_text" if criterion == "committee" else "text", "labels"),
     )
     if criterion == "committee":
-        members = kept[2:]
+        members = kept[1:]
         _, level, model_margin = uncertainty_columns(pred, "margin")
         score = committee_disagreement(members)
         votes = F.array_join(F.array(*[_path_text(F.col(c)[0]["path"]) for c in members]), ", ")
@@ -303,6 +301,7 @@ def suggest_labels(
     typical = F.col("typicality")
     # exp(beta * typicality) <= 1; a document with no known word (null typicality) 0.
     density = F.coalesce(F.exp(F.lit(float(density_weight)) * typical), F.lit(0.0))
+    # The reason is a string per row: built on the picked rows only, from the columns carried to them.
     reason = F.concat(
         reason,
         F.coalesce(
@@ -314,25 +313,34 @@ def suggest_labels(
     pair = F.array_join(
         F.array_sort(F.array(F.element_at(best, -1), F.coalesce(F.element_at(runner_up, -1), F.lit("")))), " | "
     )
+    # What the reason and the output need, and no more: every row is sorted for the batch rule's windows.
+    carried = ["id", "typicality", "top_paths", "_excerpt", *kept[1:]]
+    if criterion == "level":
+        carried += ["path", "node_probabilities"]
     scored = pred.select(
-        "id",
-        (score * density).alias("score"),
-        typical.alias("typicality"),
-        level.alias("level"),
-        reason.alias("reason"),
-        F.col("_excerpt").alias("excerpt"),
-        F.col("top_paths").alias("candidates"),
+        *carried,
+        (score * density).alias("_score"),
+        level.alias("_level"),
         pair.alias("_pair"),
-        "_fingerprint",
+        # Documents the model reads as the same count once; each one with no known word is its own.
+        F.coalesce(F.col("bag_fingerprint"), F.xxhash64(F.col("id"))).alias("_fingerprint"),
         F.xxhash64(F.col("id"), F.lit(int(seed))).alias("_tie"),
     )
     # At equal scores (0 at the extremes) a document the model can read comes first.
-    order = [F.desc("score"), F.asc(F.col("typicality").isNull()), F.asc("_tie"), F.asc("id")]
+    head = [F.desc("_score"), F.asc(F.col("typicality").isNull())]
+    order = [*head, F.asc("_tie"), F.asc("id")]
     if batch == "spread":
-        once = scored.withColumn("_copy", F.row_number().over(Window.partitionBy("_fingerprint").orderBy(*order)))
-        once = once.where(F.col("_copy") == 1)
-        turns = once.withColumn("_turn", F.row_number().over(Window.partitionBy("_pair").orderBy(*order)))
-        picked = turns.where(F.col("_turn") <= int(budget)).orderBy(F.asc("_turn"), *order).limit(int(budget))
+        # A document's fingerprint fixes its prediction, so its copies share a pair and a score: each pair's
+        # turns are its distinct fingerprints (dense_rank), and a filter on them is a group limit that Spark
+        # applies in each partition before the shuffle (spark.sql.optimizer.windowGroupLimitThreshold must
+        # be >= budget: the CLI sets it). Then the best copy of each fingerprint, in the same partitions.
+        by_copy = [*head, F.asc(F.xxhash64("_fingerprint", F.lit(int(seed)))), F.asc("_fingerprint")]
+        turns = scored.withColumn("_turn", F.dense_rank().over(Window.partitionBy("_pair").orderBy(*by_copy)))
+        turns = turns.where(F.col("_turn") <= int(budget))
+        once = turns.withColumn(
+            "_copy", F.row_number().over(Window.partitionBy("_pair", "_fingerprint").orderBy(*order))
+        ).where(F.col("_copy") == 1)
+        picked = once.orderBy(F.asc("_turn"), *order).limit(int(budget))
         final_order = [F.asc("_turn"), *order]
     else:
         picked = scored.orderBy(*order).limit(int(budget))
@@ -341,12 +349,12 @@ def suggest_labels(
     return ranked.select(
         "id",
         "rank",
-        "score",
+        F.col("_score").alias("score"),
         "typicality",
         F.lit(criterion).alias("criterion"),
-        "level",
-        "reason",
-        "excerpt",
-        "candidates",
+        F.col("_level").alias("level"),
+        reason.alias("reason"),
+        F.substring(F.trim(F.regexp_replace("_excerpt", r"\s+", " ")), 1, EXCERPT_CHARS).alias("excerpt"),
+        F.col("top_paths").alias("candidates"),
         F.lit(None).cast("array<string>").alias("labels"),
     )
