@@ -121,7 +121,7 @@ def test_the_batch_rule_spreads_the_picks_over_the_pairs_the_model_hesitates_bet
     def pair(r):
         return frozenset(c.path[-1] for c in r.candidates[:2])
 
-    # Brute force: drop the later copy of a text (dup1 / dup2 start alike), then each pair's best document,
+    # Brute force: drop the later copy of a text (dup1 / dup2: the same known words), then each pair's best document,
     # the pairs in the order of their best score.
     copies = [r for r in ranked if r.id in ("dup1", "dup2")]
     once = [r for r in ranked if r.id != copies[1].id]

@@ -260,8 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch",
         choices=["spread", "none"],
         default="spread",
-        help="spread: round-robin over the pairs of leaves the model hesitates between, texts that start "
-        "alike once (default); none: the highest scores",
+        help="spread: round-robin over the pairs of leaves the model hesitates between, documents with the "
+        "same known words in the same counts once (default); none: the highest scores",
     )
     p.add_argument("--candidates", type=int, default=3, help="top paths shown with each suggestion (default 3)")
     p.add_argument("--seed", type=int, default=0, help="order of ties")

@@ -85,8 +85,9 @@ def _suggest_on(spark, args, settings) -> int:
         )
     # The batch rule's per-pair limit runs in each partition before its shuffle only up to this many rows per
     # group (Spark's default 1,000): a larger budget would shuffle every document.
+    # -1 is the user's "off": kept.
     threshold = "spark.sql.optimizer.windowGroupLimitThreshold"
-    if int(spark.conf.get(threshold, "1000")) < args.budget:
+    if 0 <= int(spark.conf.get(threshold, "1000")) < args.budget:
         spark.conf.set(threshold, str(args.budget))
     picks = suggest_labels(
         model,
@@ -109,10 +110,10 @@ def _suggest_on(spark, args, settings) -> int:
             written = spark.read.parquet(staged.tmp)
         n_out = written.count()
         if n_out != min(args.budget, n_unlabelled):
-            # Fewer than asked only when the batch rule counted near-duplicate texts once.
+            # Fewer than asked only when the batch rule counted copies once.
             log.warning(
-                "suggest-labels: %d suggestions for a budget of %d (%d unlabelled documents; texts that start "
-                "alike count once)",
+                "suggest-labels: %d suggestions for a budget of %d (%d unlabelled documents; documents with the "
+                "same known words in the same counts count once)",
                 n_out,
                 args.budget,
                 n_unlabelled,

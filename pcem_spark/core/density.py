@@ -34,18 +34,23 @@ DENSE_LOOKUP_CELLS = 1 << 23
 class RatioLookup(NamedTuple):
     """``log_ratio[best, w]`` for every word of a block: a dense (R, V) table, or sorted keyed entries."""
 
-    dense: Optional[np.ndarray]  # (R, V) float64, or None
+    dense: Optional[np.ndarray]  # (R, V) at log_ratio's dtype, or None
     keys: np.ndarray  # (nnz,) int64 ``row * V + term``, sorted (empty with a dense table)
-    values: np.ndarray  # (nnz,) float64
+    values: np.ndarray  # (nnz,) at log_ratio's dtype
+    vocab_size: int  # V
 
     def at(self, rows: np.ndarray, terms: np.ndarray, vocab_size: int) -> np.ndarray:
+        """``log_ratio[rows, terms]`` (float64), for words of a vocabulary of ``vocab_size`` terms."""
+        if vocab_size != self.vocab_size:
+            raise ValueError(f"the documents have {vocab_size} terms but the word distributions {self.vocab_size}")
         if self.dense is not None:
-            return self.dense[rows, terms]
+            return self.dense[rows, terms].astype(np.float64, copy=False)
         if not len(self.keys):
             return np.zeros(len(terms))
         wanted = rows * np.int64(vocab_size) + terms
         at = np.minimum(np.searchsorted(self.keys, wanted), len(self.keys) - 1)
-        return np.where(self.keys[at] == wanted, self.values[at], 0.0)  # absent: 0, the path's base rate
+        found = np.where(self.keys[at] == wanted, self.values[at], 0)  # absent: 0, the path's base rate
+        return found.astype(np.float64, copy=False)
 
 
 def ratio_lookup(log_ratio, dense_cells: int = DENSE_LOOKUP_CELLS) -> RatioLookup:
@@ -58,10 +63,11 @@ def ratio_lookup(log_ratio, dense_cells: int = DENSE_LOOKUP_CELLS) -> RatioLooku
     """
     ratio = sp.csr_matrix(log_ratio)
     ratio.sum_duplicates()  # canonical: sorted, unique (row, term) keys
-    if ratio.shape[0] * ratio.shape[1] <= dense_cells:
-        return RatioLookup(ratio.toarray().astype(np.float64), np.zeros(0, np.int64), np.zeros(0))
-    rows = np.repeat(np.arange(ratio.shape[0], dtype=np.int64), np.diff(ratio.indptr))
-    return RatioLookup(None, rows * ratio.shape[1] + ratio.indices, np.asarray(ratio.data, dtype=np.float64))
+    n_rows, vocab_size = ratio.shape
+    if n_rows * vocab_size <= dense_cells:
+        return RatioLookup(ratio.toarray(), np.zeros(0, np.int64), np.zeros(0), vocab_size)
+    rows = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(ratio.indptr))
+    return RatioLookup(None, rows * vocab_size + ratio.indices, ratio.data, vocab_size)
 
 
 def path_typicality(

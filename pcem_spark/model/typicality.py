@@ -13,6 +13,17 @@ from pcem_spark.errors import InputError
 __all__ = ["typicality_of_blocks"]
 
 
+# A Python worker unpickles a broadcast once and keeps it for the tasks it runs, while a task's closure is
+# unpickled per task: the lookup table is kept here, beside the one broadcast value it was built from.
+_LOOKUP: list = [None, None]  # [log_ratio, its RatioLookup]
+
+
+def _lookup_of(log_ratio):
+    if _LOOKUP[0] is not log_ratio:
+        _LOOKUP[:] = [log_ratio, ratio_lookup(log_ratio)]
+    return _LOOKUP[1]
+
+
 def typicality_of_blocks(spark, model):
     """``typicality(X, best)`` of a block for ``model`` (a PathModel), its word distributions broadcast.
 
@@ -26,13 +37,8 @@ def typicality_of_blocks(spark, model):
         )
     bc = ship(spark, (model.params.log_base, model.params.log_ratio))
 
-    lookups = {}  # per Python worker: the model's lookup table, built by its first block
-
     def typicality(X, best):
         log_base, log_ratio = bc.value
-        if id(log_ratio) not in lookups:
-            lookups.clear()
-            lookups[id(log_ratio)] = ratio_lookup(log_ratio)
-        return path_typicality(X, log_base, log_ratio, best, lookups[id(log_ratio)])
+        return path_typicality(X, log_base, log_ratio, best, _lookup_of(log_ratio))
 
     return typicality

@@ -42,9 +42,12 @@ then a batch rule picks ``budget`` of them that are not all the same question:
   prediction task) count once (the most uncertain copy).
   ``none``: the N highest scores.
 
-Ties are broken by a hash of (id, seed): the ranking is the same for a seed.
-Bounded work: the window functions keep ``budget`` rows per group (Spark plans
-them as a per-partition limit before the shuffle), and the final ordering is a
+Ties are broken by a hash of (id, seed) (``spread``: within a pair, by a hash
+of (fingerprint, seed)): the ranking is the same for a seed. Bounded work: the
+``spread`` window keeps ``budget`` distinct documents per pair, with their
+copies, in each partition before its shuffle (Spark's ``WindowGroupLimit``, up
+to ``spark.sql.optimizer.windowGroupLimitThreshold`` rows, which ``pcem
+suggest-labels`` raises to the budget), and the final ordering is a
 ``budget``-row top-N; nothing but the N picks is ever in one place.
 """
 
@@ -279,7 +282,7 @@ def suggest_labels(
             rows = scored_by.select("id", "_text", "labels", *kept[:-1], F.col("top_paths").alias(kept[-1]))
     pred = model.transform_outputs(
         rows,
-        OutputOptions(top_k=int(candidates), node_probabilities=True, typicality=True, fingerprint=True),
+        OutputOptions(top_k=int(candidates), node_probabilities=True, typicality=True, fingerprint=batch == "spread"),
         keep_columns=kept,
         input_cols=("id", "_text" if criterion == "committee" else "text", "labels"),
     )
@@ -319,21 +322,27 @@ def suggest_labels(
         carried += ["path", "node_probabilities"]
     scored = pred.select(
         *carried,
-        (score * density).alias("_score"),
+        # Rounded: the copies of a document score the same up to the last bits of a block's BLAS product.
+        F.round(score * density, 12).alias("_score"),
         level.alias("_level"),
         pair.alias("_pair"),
         # Documents the model reads as the same count once; each one with no known word is its own.
-        F.coalesce(F.col("bag_fingerprint"), F.xxhash64(F.col("id"))).alias("_fingerprint"),
+        (
+            F.coalesce(F.col("bag_fingerprint"), F.xxhash64(F.col("id")))
+            if batch == "spread"
+            else F.xxhash64(F.col("id"))
+        ).alias("_fingerprint"),
         F.xxhash64(F.col("id"), F.lit(int(seed))).alias("_tie"),
     )
     # At equal scores (0 at the extremes) a document the model can read comes first.
     head = [F.desc("_score"), F.asc(F.col("typicality").isNull())]
     order = [*head, F.asc("_tie"), F.asc("id")]
     if batch == "spread":
-        # A document's fingerprint fixes its prediction, so its copies share a pair and a score: each pair's
-        # turns are its distinct fingerprints (dense_rank), and a filter on them is a group limit that Spark
-        # applies in each partition before the shuffle (spark.sql.optimizer.windowGroupLimitThreshold must
-        # be >= budget: the CLI sets it). Then the best copy of each fingerprint, in the same partitions.
+        # A document's fingerprint fixes its prediction (up to rounding), so its copies share a pair and a
+        # score: each pair's turns are its distinct fingerprints (dense_rank), and a filter on them is a group
+        # limit that Spark applies in each partition before the shuffle
+        # (spark.sql.optimizer.windowGroupLimitThreshold must be >= budget: the CLI sets it; the copies of a
+        # kept fingerprint travel too). Then the best copy of each fingerprint, in the same partitions.
         by_copy = [*head, F.asc(F.xxhash64("_fingerprint", F.lit(int(seed)))), F.asc("_fingerprint")]
         turns = scored.withColumn("_turn", F.dense_rank().over(Window.partitionBy("_pair").orderBy(*by_copy)))
         turns = turns.where(F.col("_turn") <= int(budget))
