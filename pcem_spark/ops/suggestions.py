@@ -320,18 +320,18 @@ def suggest_labels(
     carried = ["id", "typicality", "top_paths", "_excerpt", *kept[1:]]
     if criterion == "level":
         carried += ["path", "node_probabilities"]
+    # The spread rule's keys: the pair, and documents the model reads as the same count once (each one with no
+    # known word is its own).
+    spread_keys = [
+        pair.alias("_pair"),
+        F.coalesce(F.col("bag_fingerprint"), F.xxhash64(F.col("id"))).alias("_fingerprint"),
+    ]
     scored = pred.select(
         *carried,
         # Rounded: the copies of a document score the same up to the last bits of a block's BLAS product.
         F.round(score * density, 12).alias("_score"),
         level.alias("_level"),
-        pair.alias("_pair"),
-        # Documents the model reads as the same count once; each one with no known word is its own.
-        (
-            F.coalesce(F.col("bag_fingerprint"), F.xxhash64(F.col("id")))
-            if batch == "spread"
-            else F.xxhash64(F.col("id"))
-        ).alias("_fingerprint"),
+        *(spread_keys if batch == "spread" else []),
         F.xxhash64(F.col("id"), F.lit(int(seed))).alias("_tie"),
     )
     # At equal scores (0 at the extremes) a document the model can read comes first.
