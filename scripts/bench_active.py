@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import logging
 import os
 import sys
@@ -43,7 +44,24 @@ sys.path.insert(0, os.path.dirname(__file__))
 log = logging.getLogger("bench_active")
 
 STRATEGIES = ("suggested", "random", "stratified")
-FIELDS = ["taxonomy", "start", "seed", "strategy", "round", "n_labels", "micro_f1", "macro_f1", "seconds"]
+FIELDS = ["taxonomy", "start", "seed", "strategy", "round", "n_labels", "micro_f1", "macro_f1", "seconds", "chosen"]
+
+
+def chosen_settings(model) -> str:
+    """What the default pipeline chose for one training (JSON): the cross-validated settings and their CV
+    score, the stop words and the category names; the picks of a strategy change what the folds score."""
+    summary = model.training_summary or {}
+    tuning = summary.get("tuning") or {}
+    return json.dumps(
+        {
+            **tuning.get("chosen", {}),
+            "cv_score": tuning.get("pick_score"),
+            "family": model.model_settings.family,
+            "stop_words": (summary.get("stop_words") or {}).get("choice"),
+            "names": (summary.get("names") or {}).get("choice"),
+        },
+        default=str,
+    )
 
 
 def labels_to_reach(n_labels: Sequence[float], f1: Sequence[float], target: float) -> Optional[float]:
@@ -151,6 +169,12 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--density-weight", type=float, default=0.0, help="beta of exp(beta * typicality) (suggest-labels' flag)"
     )
+    ap.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="each round's training warm-starts from the same strategy's previous model (pcem train --warm-start: "
+        "the cross-validated settings are inherited, not chosen again on the grown labelled set)",
+    )
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--config", default=None)
     ap.add_argument("--no-plot", action="store_true")
@@ -168,6 +192,7 @@ def main(argv=None) -> int:
     from pcem_spark.evaluation.metrics import evaluate_predictions
     from pcem_spark.experiment.protocol import assign_roles
     from pcem_spark.ml import train
+    from pcem_spark.model.warm import WarmStart
     from pcem_spark.ops.suggestions import Scoring, suggest_labels
 
     settings = load_settings(args.config, args.overrides)
@@ -201,12 +226,21 @@ def main(argv=None) -> int:
                 start_ids = [r.id for r in roled.where(F.col("role") == "labeled").select("id").collect()]
                 leaf = F.element_at("labels", -1)
 
-                def fit(labelled_ids):
+                def fit(labelled_ids, previous=None):
                     ids = spark.createDataFrame([(i,) for i in labelled_ids], "id string").withColumn("_l", F.lit(1))
                     masked = pool.join(F.broadcast(ids), "id", "left").select(
                         "id", "text", F.when(F.col("_l") == 1, F.col("labels")).alias("labels")
                     )
-                    model, _ = train(masked, taxonomy, settings.features, settings.model, tune=settings.tune, seed=seed)
+                    init = WarmStart("the previous round's model", previous) if previous is not None else None
+                    model, _ = train(
+                        masked,
+                        taxonomy,
+                        settings.features,
+                        settings.model,
+                        tune=settings.tune,
+                        seed=seed,
+                        init_model=init,
+                    )
                     return model, masked
 
                 def record(strategy, rnd, labelled_ids, model, secs):
@@ -221,6 +255,7 @@ def main(argv=None) -> int:
                         "micro_f1": round(100 * m["micro_f1"], 3),
                         "macro_f1": round(100 * m["macro_f1"], 3),
                         "seconds": round(secs, 1),
+                        "chosen": chosen_settings(model),
                     }
                     rows.append(row)
                     save()
@@ -229,11 +264,11 @@ def main(argv=None) -> int:
                 base: Dict = {}  # round 0: the same labels for every strategy, trained once
                 for strategy in strategies:
                     labelled = list(start_ids)
-                    model = None
+                    model = previous = None
                     for rnd in range(args.rounds + 1):
                         if rnd > 0:
-                            if model is None and strategy == "suggested":  # resumed: refit the last round's
-                                model, _ = fit(labelled)
+                            if model is None and (strategy == "suggested" or args.warm_start):
+                                model, _ = fit(labelled)  # resumed: refit the last round's
                             unlabelled = pool.join(
                                 F.broadcast(spark.createDataFrame([(i,) for i in labelled], "id string")),
                                 "id",
@@ -255,7 +290,7 @@ def main(argv=None) -> int:
                                 turn = F.row_number().over(Window.partitionBy(leaf).orderBy(tie))
                                 picked = unlabelled.withColumn("_turn", turn).orderBy("_turn", tie).limit(per_round)
                             labelled += [r.id for r in picked.select("id").collect()]
-                            model = None
+                            previous, model = (model if args.warm_start else None), None
                         key = (tax_name, start, seed, strategy, rnd)
                         if key in done:
                             continue
@@ -264,7 +299,7 @@ def main(argv=None) -> int:
                             record(strategy, rnd, labelled, model, base["seconds"])
                             continue
                         t0 = time.perf_counter()
-                        model, _ = fit(labelled)
+                        model, _ = fit(labelled, previous if rnd > 0 else None)
                         secs = time.perf_counter() - t0
                         if rnd == 0:
                             base.update(model=model, seconds=secs)

@@ -7,7 +7,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
 
 import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
-from bench_active import labels_to_reach, summary_markdown  # noqa: E402
+from bench_active import chosen_settings, labels_to_reach, summary_markdown  # noqa: E402
 from bench_noregret import PSEUDO_LABEL_PROBABILITY, dotted_labels, soft_label_rows  # noqa: E402
 from bench_stopwords import question_corpus, questions_of  # noqa: E402
 from make_subjects import distinct_subjects, subject_of  # noqa: E402
@@ -107,6 +107,35 @@ def test_labels_to_reach_interpolates_the_learning_curve():
     assert labels_to_reach([20, 40, 60], [50.0, 60.0, 70.0], 65.0) == 50.0
     assert labels_to_reach([20, 40, 60], [50.0, 60.0, 70.0], 40.0) == 20.0
     assert labels_to_reach([20, 40, 60], [50.0, 60.0, 70.0], 71.0) is None
+
+
+def test_the_loop_records_what_the_default_pipeline_chose_and_its_cv_score():
+    import json
+    from types import SimpleNamespace
+
+    summary = {
+        "tuning": {"chosen": {"unlabeled_weight": 0.3, "family": "combined"}, "pick_score": 0.2658},
+        "stop_words": {"choice": "english", "reason": "..."},
+        "names": {"choice": "off"},
+    }
+    model = SimpleNamespace(training_summary=summary, model_settings=SimpleNamespace(family="combined"))
+    assert json.loads(chosen_settings(model)) == {
+        "unlabeled_weight": 0.3,
+        "family": "combined",
+        "cv_score": 0.2658,
+        "stop_words": "english",
+        "names": "off",
+    }
+    # no cross-validation (1 labelled document per leaf): the family the fit ended with, no score
+    bare = SimpleNamespace(
+        training_summary={"tuning": {"chosen": {}}}, model_settings=SimpleNamespace(family="generative")
+    )
+    assert json.loads(chosen_settings(bare)) == {
+        "cv_score": None,
+        "family": "generative",
+        "stop_words": None,
+        "names": None,
+    }
 
 
 def test_the_active_summary_gives_the_gap_and_the_labels_suggestions_need():
