@@ -316,15 +316,12 @@ def test_the_family_choice_is_deterministic_for_a_seed_and_records_each_familys_
             feats, taxonomy, vocabulary, FEATURES, ms, tune, seed=seed, estimator_class=PathEM
         )
         scores = [(g["family"], g["fold_scores"]) for g in info["grid"]]
-        return chosen.family, info["chosen"], scores
+        return (chosen.family, info["chosen"], scores), info
 
-    def run_info(seed):
-        return resolve_auto(feats, taxonomy, vocabulary, FEATURES, ms, tune, seed=seed, estimator_class=PathEM)[1]
-
-    first, again = run(3), run(3)
+    (first, info), (again, _) = run(3), run(3)
     assert first == again
     # the families compared fold by fold: each one's point and the paired rule's choice are recorded
-    families = run_info(3)["families"]
+    families = info["families"]
     assert [f["family"] for f in families["families"]] == ["combined", "generative", "discriminative"]
     assert families["chosen"] == first[0]
     # each family's fold scores recorded (tune.families' default: all three)
