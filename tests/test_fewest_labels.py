@@ -190,6 +190,62 @@ def test_the_names_setting_is_validated_and_saved(spark, tmp_path):
     assert PathModel.load(str(tmp_path / "m")).model_settings.names == "on"
 
 
+def test_a_name_documents_weight_fades_with_its_paths_labelled_documents():
+    from pcem_spark.model.names import faded_name_weights
+
+    n = np.array([0, 1, 2, 4, 9])
+    np.testing.assert_allclose(faded_name_weights(n, 1.0), [1, 1, 1 / 2, 1 / 4, 1 / 9])
+    np.testing.assert_allclose(faded_name_weights(n, 0.5), [1, 1, 2**-0.5, 1 / 2, 1 / 3])
+    np.testing.assert_allclose(faded_name_weights(n, 0.0), np.ones(5))  # the fixed weight
+    # a name document of 200 tokens keeps 20 at every count; the other 180 fade
+    np.testing.assert_allclose(faded_name_weights(n, 1.0, 200, 20), [1, 1, 0.55, 0.325, (20 + 20) / 200])
+    np.testing.assert_allclose(faded_name_weights(n, 1.0, 10, 20), np.ones(5))  # shorter than what is kept
+
+
+@pytest.mark.parametrize("several", [False, True])
+def test_labelled_documents_are_counted_per_path_and_name_documents_are_not(spark, several):
+    from pcem_spark.model.names import NAME_ID_PREFIX, labelled_per_path
+
+    football, chips = ["sport", "football"], ["tech", "chips"]
+    if several:  # a document in two categories counts once for each
+        rows = [("a", [football]), ("b", [football, chips]), ("c", None), (NAME_ID_PREFIX + "0", [football])]
+        schema = "id string, labels array<array<string>>"
+    else:
+        rows = [("a", football), ("b", football), ("b2", chips), ("c", None), (NAME_ID_PREFIX + "0", football)]
+        schema = "id string, labels array<string>"
+    counts = labelled_per_path(spark.createDataFrame(rows, schema), TAX)
+    want = np.zeros(TAX.n_paths, dtype=int)
+    want[TAX.path_lookup()[tuple(football)]] = 2
+    want[TAX.path_lookup()[tuple(chips)]] = 1
+    assert counts.tolist() == want.tolist()
+
+
+def test_a_paths_name_weighs_less_once_the_path_has_labelled_documents_of_its_own(spark):
+    from pyspark.sql import functions as F
+
+    # football has six labelled documents, every other leaf one
+    docs = _corpus(spark, labelled_per_leaf=6).withColumn(
+        "labels", F.when(F.col("id").startswith("football-") | F.col("id").endswith("-0"), F.col("labels"))
+    )
+    pcnb = dict(method="pcnb", unlabeled_weight=0.0)
+    pcnb = dict(pcnb, names_kept_tokens=0.0)
+    fading, fixed = _train(spark, docs, "on", names_fade=1.0, **pcnb), _train(spark, docs, "on", names_fade=0.0, **pcnb)
+    off = _train(spark, docs, "off", **pcnb)
+    summary = fading.training_summary["names"]
+    assert summary["weight_max"] == pytest.approx(2.0) and summary["weight_min"] == pytest.approx(2.0 / 6)
+    assert fixed.training_summary["names"]["weight_min"] == pytest.approx(2.0)
+    lookup = WIDE.path_lookup()
+    football, tennis = lookup[("sport", "football")], lookup[("sport", "tennis")]
+    w, v = fading.vocabulary.index("football"), fading.vocabulary.index("tennis")
+    # six documents of its own: the name's pull on its word shrinks, but is still there
+    assert off.log_theta[football, w] < fading.log_theta[football, w] < fixed.log_theta[football, w]
+    # one document of its own: the name weighs what it always did
+    assert fading.log_theta[tennis, v] == pytest.approx(fixed.log_theta[tennis, v])
+    assert fading.log_theta[tennis, v] > off.log_theta[tennis, v]
+    with pytest.raises(Exception, match="names_fade"):
+        ModelSettings(names_fade=-1.0).validate()
+
+
 # ------------------------------------------------------------------------------- the calibration at the fewest labels
 def test_at_one_label_per_leaf_the_calibration_is_skipped_with_the_numbers_not_collapsed(spark):
     docs, tax = _twenty_four_leaves(spark)  # enough labelled documents, none that can be held out

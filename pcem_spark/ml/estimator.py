@@ -185,6 +185,8 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         calibration="temperature",
         names="auto",
         namesWeight=2.0,
+        namesFade=1.0,
+        namesKeptTokens=10.0,
         family="generative",
         linearC=10.0,
         generativeWeight=0.3,

@@ -52,6 +52,8 @@ MODEL_PARAMS: Dict[str, str] = {
     "calibration": "calibration",
     "names": "names",
     "names_weight": "namesWeight",
+    "names_fade": "namesFade",
+    "names_kept_tokens": "namesKeptTokens",
     "family": "family",
     "linear_c": "linearC",
     "generative_weight": "generativeWeight",
@@ -179,7 +181,21 @@ class _PathEMParams(Params):
     namesWeight = Param(
         Params._dummy(),
         "namesWeight",
-        "how many average labelled documents each name document weighs (model.names)",
+        "how many average labelled documents each name document weighs (model.names) when its path has one "
+        "labelled document",
+        TypeConverters.toFloat,
+    )
+    namesFade = Param(
+        Params._dummy(),
+        "namesFade",
+        "how a name document's weight fades with its path's labelled documents n: namesWeight / n ** namesFade "
+        "(0 = fixed)",
+        TypeConverters.toFloat,
+    )
+    namesKeptTokens = Param(
+        Params._dummy(),
+        "namesKeptTokens",
+        "tokens of each name document's average labelled documents that never fade (namesFade)",
         TypeConverters.toFloat,
     )
     family = Param(

@@ -175,11 +175,9 @@ def _with_names(featurized, taxonomy, vocabulary, feature_settings, model_settin
         taxonomy,
         vocabulary,
         feature_settings,
-        model_settings.names,
+        model_settings,
         opts.descriptions,
         seed,
-        model_settings.doc_length,
-        model_settings.names_weight,
     )
     if name_docs is None:
         return featurized, info

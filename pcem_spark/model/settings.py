@@ -96,8 +96,12 @@ class ModelSettings:
     # Category names as evidence (model.names): each path's node names (and --descriptions) as one more
     # labelled document of it; "auto" = decided from the labelled documents (pcem_spark.model.names).
     names: str = "auto"
-    # ... each name document weighing this many average labelled documents
+    # ... each name document weighing this many average labelled documents while its path has at most one; at n,
+    # the tokens of each average document beyond names_kept_tokens (a short text's length) fade as
+    # 1 / n ** names_fade (0 = a fixed weight); pcem_spark.model.names.faded_name_weights.
     names_weight: float = 2.0
+    names_fade: float = 1.0
+    names_kept_tokens: float = 10.0
     # The model family (FAMILIES): "combined" scores a path by generative_weight * log P_gen(path | doc)
     # plus a softmax regression's path score, fitted on the labelled documents (core.logistic);
     # "auto" = cross-validated over tune.families ([tune]).
@@ -127,6 +131,8 @@ class ModelSettings:
         "calibration": Options(CALIBRATIONS),
         "names": Options(NAMES),
         "names_weight": Interval(float, 0, None, closed="neither"),
+        "names_fade": Interval(float, 0, None, note="(0 = the same weight at every label count)"),
+        "names_kept_tokens": Interval(float, 0, None),
         "family": [Options(FAMILIES), AUTO],
         "linear_c": Interval(float, 0, None, closed="neither"),
         "generative_weight": [Interval(float, 0, None), AUTO],
