@@ -43,14 +43,17 @@ def select_grid_point(
     rank per grid point, lower = preferred. ``"best"`` returns the argmax
     (ties: lowest index); ``"one_se"`` returns the most preferred point whose
     score is at least the best score minus the best point's standard error
-    ``std / sqrt(n_folds - 1)``.
+    ``std / sqrt(n_folds - 1)``; ``"one_se_pooled"`` the same with ``std`` the
+    root mean square of every point's (each point's spread over 3 folds is
+    itself a noisy estimate of the folds' spread).
     """
     if selection not in SELECTIONS:
         raise InputError(f"selection must be one of {SELECTIONS}, got {selection!r}")
     best = max(range(len(scores)), key=lambda i: (scores[i], -i))
     if selection == "best":
         return best
-    se = stds[best] / math.sqrt(max(n_folds - 1, 1))
+    spread = stds[best] if selection == "one_se" else math.sqrt(float(np.mean(np.square(stds))))
+    se = spread / math.sqrt(max(n_folds - 1, 1))
     within = [i for i in range(len(scores)) if scores[i] >= scores[best] - se]
     return min(within, key=lambda i: (preference[i], -scores[i], i))
 

@@ -465,7 +465,7 @@ def _sampled_cv(
         # The families are compared fold by fold: their gaps are smaller than the folds' spread (grid_choice).
         family_pick, families = (
             family_choice(grid_rows, [fold_scores(r, tune.metric) for r in results], grid_spec, tune)
-            if "family" in grid_spec and tune.selection == "one_se"
+            if "family" in grid_spec and tune.selection != "best"
             else (None, None)
         )
         pick = pick if family_pick is None else family_pick
