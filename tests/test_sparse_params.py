@@ -365,6 +365,8 @@ def test_models_of_format_1_still_load(spark, tmp_path):
         "training_summary": {},
     }
     meta["model_settings"].pop("posterior_top_k")  # format-1 models predate it
+    for key in ("names_fade", "names_kept_tokens"):  # ... and the names' fade: they were trained with a fixed weight
+        meta["model_settings"].pop(key)
     with atomic_output(spark, path, "model") as staged:
         spark.createDataFrame([(json.dumps(meta),)], "value string").coalesce(1).write.text(f"{staged.tmp}/metadata")
         spark.createDataFrame(list(enumerate("vwxyz")), "index int, term string").write.parquet(
@@ -377,6 +379,8 @@ def test_models_of_format_1_still_load(spark, tmp_path):
     model = PathModel.load(path)
     np.testing.assert_allclose(model.log_theta, lt, rtol=0, atol=1e-12)
     np.testing.assert_allclose(model.log_prior, lp, rtol=0, atol=0)
+    assert (model.model_settings.names_fade, model.model_settings.names_kept_tokens) == (0.0, 0.0)
+    assert ModelSettings().names_fade == 1.0  # not today's default
     # saved again it is format 2, sparse, and reads back the same
     model.save(str(tmp_path / "v2"))
     again = PathModel.load(str(tmp_path / "v2"))

@@ -250,13 +250,17 @@ def test_the_pooled_one_standard_error_rule_takes_the_folds_spread_from_every_po
     # the dotted taxonomy at 1%, seed 2: a best point whose 3 folds happened to agree, its neighbours' did not
     scores, stds, pref = [0.7386, 0.7475, 0.6987, 0.7685], [0.0687, 0.0620, 0.0518, 0.0146], [0, 1, 2, 3]
     assert select_grid_point(scores, stds, pref, 3, "one_se") == 3  # slack 0.0146 / sqrt(2) = 0.0103
-    pooled = np.sqrt(np.mean(np.square(stds))) / np.sqrt(2)  # 0.0387, computed independently
+    pooled = np.sqrt(np.mean(np.square(stds))) / np.sqrt(2)  # 0.0378, computed independently
     assert select_grid_point(scores, stds, pref, 3, "one_se_pooled") == 0
     assert scores[3] - pooled <= scores[0] and scores[3] - pooled > scores[2]
     # a clear winner still wins, and equal spreads give the plain rule's choice
     assert select_grid_point([0.60, 0.70], [0.01, 0.01], [0, 1], 3, "one_se_pooled") == 1
     same = [0.7266, 0.7250, 0.6956, 0.7301], [0.02] * 4
     assert select_grid_point(*same, [0, 1, 2, 3], 3, "one_se_pooled") == select_grid_point(*same, [0, 1, 2, 3], 3)
+    # a point with no scored fold (score 0, spread 0) or an undefined spread says nothing of the folds: left out
+    # (pooled over the two others: 0.0351, so 0.7386 is within; with the empty point's 0 it would be 0.0287)
+    assert select_grid_point([0.7386, 0.7685, 0.0], [0.0687, 0.0146, 0.0], [0, 1, 2], 3, "one_se_pooled") == 0
+    assert select_grid_point([0.7386, 0.7685, 0.5], [0.0687, 0.0146, np.nan], [0, 1, 2], 3, "one_se_pooled") == 0
     with pytest.raises(ValueError, match="selection"):
         TuneSettings(selection="median").validate()
 

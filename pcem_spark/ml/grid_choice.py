@@ -52,10 +52,17 @@ def select_grid_point(
     best = max(range(len(scores)), key=lambda i: (scores[i], -i))
     if selection == "best":
         return best
-    spread = stds[best] if selection == "one_se" else math.sqrt(float(np.mean(np.square(stds))))
+    spread = stds[best] if selection == "one_se" else _pooled_spread(scores, stds, stds[best])
     se = spread / math.sqrt(max(n_folds - 1, 1))
     within = [i for i in range(len(scores)) if scores[i] >= scores[best] - se]
     return min(within, key=lambda i: (preference[i], -scores[i], i))
+
+
+def _pooled_spread(scores: List[float], stds: List[float], fallback: float) -> float:
+    """Root mean square of the finite fold spreads of the points that scored (a point with no scored fold records
+    score 0 and spread 0, which says nothing of the folds); ``fallback`` when none did."""
+    spreads = [s for s, score in zip(stds, scores) if score > 0 and math.isfinite(s)]
+    return math.sqrt(float(np.mean(np.square(spreads)))) if spreads else fallback
 
 
 def preference(grid_rows: List[dict], grid_spec: Dict[str, list]) -> List[int]:

@@ -46,6 +46,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+# Model settings a model saved before they existed was trained with (not today's defaults).
+NAMES_BEFORE_FADE = {"names_fade": 0.0, "names_kept_tokens": 0.0}
 
 FORMAT_VERSION = 3
 
@@ -105,8 +107,9 @@ def read_model_parts(spark: SparkSession, snap) -> ModelParts:
         reached("model:read:vocabulary")
         params = read_parameters(spark, snap, version, len(vocabulary))
         reached("model:read:parameters")
-        # Models written before unlabeled_weight / path_weight existed were trained with the paper's 1.
-        model_settings = ModelSettings(**meta["model_settings"]).resolved()
+        # Models written before unlabeled_weight / path_weight existed were trained with the paper's 1; before
+        # names_fade, with a fixed names weight (names_fade 0): a missing key reads as what trained the model.
+        model_settings = ModelSettings(**{**NAMES_BEFORE_FADE, **meta["model_settings"]}).resolved()
         feature_settings = feature_settings_of(meta["feature_settings"])
         linear = None
         if meta.get(LINEAR_PART):

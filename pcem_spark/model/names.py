@@ -324,7 +324,8 @@ def choose_names(
 def _weight_summary(
     weight: float, fade: float, kept_tokens: float, factor: np.ndarray, names: NameDocuments
 ) -> Dict[str, object]:
-    """The training summary's account of the name documents' weights, in average labelled documents."""
+    """The training summary's account of the name documents' weights, in average labelled documents (before the
+    ``model.doc_length`` cut that a name document, like any document, then gets)."""
     used = factor[names.paths_with_words] * weight
     if not len(used):
         used = np.zeros(1)
@@ -419,8 +420,9 @@ def resolve_names(
 ):
     """``(name documents' DataFrame or None, info)`` for ``model_settings.names`` over ``featurized``.
 
-    ``model_settings``: its ``names``, ``names_weight``, ``names_fade`` and
-    ``doc_length`` are read. ``featurized``: ``id, features, labels`` of the training documents. The
+    ``model_settings``: its ``names``, ``names_weight``, ``names_fade``,
+    ``names_kept_tokens`` and ``doc_length`` are read. ``featurized``:
+    ``id, features, labels`` of the training documents. The
     name documents, when used, are to be added to it as labelled rows; ``info``
     (the training summary's ``names``) says what was decided and why, and how
     many names have no vocabulary word.
