@@ -203,17 +203,18 @@ def test_a_name_documents_weight_fades_with_its_paths_labelled_documents():
 
 
 @pytest.mark.parametrize("several", [False, True])
-def test_labelled_documents_are_counted_per_path_and_name_documents_are_not(spark, several):
-    from pcem_spark.model.names import NAME_ID_PREFIX, labelled_per_path
+def test_labelled_documents_are_counted_per_path_from_the_leaf_coverage(spark, several):
+    from pcem_spark.model.label_checks import label_coverage
+    from pcem_spark.model.names import labelled_per_path
 
     football, chips = ["sport", "football"], ["tech", "chips"]
     if several:  # a document in two categories counts once for each
-        rows = [("a", [football]), ("b", [football, chips]), ("c", None), (NAME_ID_PREFIX + "0", [football])]
+        rows = [("a", [football]), ("b", [football, chips]), ("c", None)]
         schema = "id string, labels array<array<string>>"
     else:
-        rows = [("a", football), ("b", football), ("b2", chips), ("c", None), (NAME_ID_PREFIX + "0", football)]
+        rows = [("a", football), ("b", football), ("b2", chips), ("c", None)]
         schema = "id string, labels array<string>"
-    counts = labelled_per_path(spark.createDataFrame(rows, schema), TAX)
+    counts = labelled_per_path(label_coverage(spark.createDataFrame(rows, schema), TAX), TAX)
     want = np.zeros(TAX.n_paths, dtype=int)
     want[TAX.path_lookup()[tuple(football)]] = 2
     want[TAX.path_lookup()[tuple(chips)]] = 1

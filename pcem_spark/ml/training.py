@@ -108,12 +108,13 @@ def train(
     model_settings.validate()
     feature_settings.validate()
     vocabulary, featurized = opts.vocabulary, opts.featurized
-    stop_words_info = None
+    stop_words_info, coverage = None, None
     if featurized is None:
         check_label_paths(docs, taxonomy)
         from pcem_spark.model.label_checks import label_coverage, warn_label_coverage
 
-        warn_label_coverage(label_coverage(docs, taxonomy), taxonomy)
+        coverage = label_coverage(docs, taxonomy)  # also what the category names fade with
+        warn_label_coverage(coverage, taxonomy)
         if vocabulary is None:
             # stop_words = "auto": decided from the labelled documents before the vocabulary is fitted.
             given = feature_settings
@@ -154,7 +155,7 @@ def train(
             cleanup.callback(featurized.unpersist)
         if names_apply:  # features given (PathEM on featuresCol): their featuriser is not this one, no names
             featurized, names_info = _with_names(
-                featurized, taxonomy, vocabulary, feature_settings, model_settings, opts
+                featurized, taxonomy, vocabulary, feature_settings, model_settings, opts, coverage
             )
         model, result = _tune_and_fit(featurized, taxonomy, vocabulary, feature_settings, model_settings, opts, warm)
     if stop_words_info is not None:
@@ -164,7 +165,7 @@ def train(
     return model, result
 
 
-def _with_names(featurized, taxonomy, vocabulary, feature_settings, model_settings, opts):
+def _with_names(featurized, taxonomy, vocabulary, feature_settings, model_settings, opts, coverage=None):
     """``featurized`` (cached) with the name documents when ``model.names`` uses them (the union is not cached
     again: its large part is), and what was decided (:func:`pcem_spark.model.names.resolve_names`)."""
     from pcem_spark.model.names import resolve_names
@@ -178,6 +179,7 @@ def _with_names(featurized, taxonomy, vocabulary, feature_settings, model_settin
         model_settings,
         opts.descriptions,
         seed,
+        coverage,
     )
     if name_docs is None:
         return featurized, info

@@ -203,21 +203,10 @@ def faded_name_weights(labelled: np.ndarray, fade: float, tokens: float = 1.0, k
     return (kept + (tokens - kept) * n ** -float(fade)) / tokens
 
 
-def labelled_per_path(featurized, taxonomy: Taxonomy) -> np.ndarray:
-    """``(paths,)`` labelled documents per path of ``taxonomy`` in ``featurized`` (every label path of a document
-    in several categories counts; name documents do not). One aggregation; the driver gets a row per path."""
-    from pyspark.sql import functions as F
-
-    from pcem_spark.engine.label_columns import one_path_per_row
-
-    labelled = featurized.where(F.col("labels").isNotNull() & ~is_name_document("id")).select("labels")
-    counts = np.zeros(taxonomy.n_paths, dtype=np.int64)
-    lookup = taxonomy.path_lookup()
-    for row in one_path_per_row(labelled).groupBy("labels").count().collect():
-        j = lookup.get(tuple(row["labels"] or ()))
-        if j is not None:
-            counts[j] += int(row["count"])
-    return counts
+def labelled_per_path(coverage: Mapping[str, int], taxonomy: Taxonomy) -> np.ndarray:
+    """``(paths,)`` labelled documents per path of ``taxonomy``, from the labelled documents per leaf that
+    training already counts (:func:`pcem_spark.model.label_checks.label_coverage`): a path's count is its leaf's."""
+    return np.array([int(coverage.get(taxonomy.real_path(j)[-1], 0)) for j in range(taxonomy.n_paths)], dtype=np.int64)
 
 
 def name_document_rows(names: NameDocuments, taxonomy: Taxonomy, several_paths: bool) -> List[tuple]:
@@ -417,8 +406,12 @@ def resolve_names(
     model_settings,
     descriptions: Optional[Mapping[str, str]] = None,
     seed: int = 0,
+    coverage: Optional[Mapping[str, int]] = None,
 ):
     """``(name documents' DataFrame or None, info)`` for ``model_settings.names`` over ``featurized``.
+
+    ``coverage``: labelled documents per leaf (:func:`pcem_spark.model.label_checks.label_coverage`), counted
+    over ``featurized`` when not given; the names fade with them.
 
     ``model_settings``: its ``names``, ``names_weight``, ``names_fade``,
     ``names_kept_tokens`` and ``doc_length`` are read. ``featurized``:
@@ -438,7 +431,11 @@ def resolve_names(
     lengths = np.asarray(X.sum(axis=1)).ravel()
     tokens = float(np.mean(np.minimum(lengths, doc_length) if doc_length > 0 else lengths)) if len(lengths) else 10.0
     names = name_documents(spark, taxonomy, vocabulary, feature_settings, descriptions, weight * max(tokens, 1.0))
-    labelled = labelled_per_path(featurized, taxonomy)
+    if coverage is None:
+        from pcem_spark.model.label_checks import label_coverage
+
+        coverage = label_coverage(featurized.where(~is_name_document("id")), taxonomy)
+    labelled = labelled_per_path(coverage, taxonomy)
     kept = model_settings.names_kept_tokens
     factor = faded_name_weights(labelled, fade, names.tokens, weight * kept)
     scaled = names.X.copy()  # rows scaled in place: the sorted column indices a SparseVector needs are kept
