@@ -33,7 +33,7 @@ __all__ = [
 
 
 def select_grid_point(
-    scores: List[float], stds: List[float], preference: List[int], n_folds: int, selection: str = "one_se"
+    scores: List[float], stds: List[float], preference: List[int], n_folds: int, selection: str = "one_se_pooled"
 ) -> int:
     """Index of the chosen grid point.
 
