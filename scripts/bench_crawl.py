@@ -96,6 +96,8 @@ def build_synthetic(
     10% of a 100,000-document corpus.
     """
     every = max(1, round(1 / label_rate))
+    # The generator runs in the executors' Python workers, which do not see this folder on their path.
+    spark.sparkContext.addPyFile(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_large_taxonomy.py"))
     from bench_large_taxonomy import build_taxonomy, generator
 
     taxonomy = build_taxonomy(shape)
@@ -274,7 +276,14 @@ def main(argv=None) -> int:
     row.update(evaluate(spark, "exact", model, exact_dir, work), agreement=1.0)
     predictions.append(row)
     exact = spark.read.parquet(exact_dir).select("id", F.col("leaf").alias("exact_leaf"))
-    for beam in [int(b) for b in args.beams.split(",") if b.strip()]:
+    beams = [int(b) for b in args.beams.split(",") if b.strip()]
+    if beams and PathModel.load(model).linear is not None:
+        # A model with a regression (combined or discriminative family) scores every path exactly; a beam
+        # has nothing to prune, and predict refuses one rather than decode the generative part alone.
+        family = PathModel.load(model).model_settings.family
+        print(f"predict: no beam compared, the default chose the {family} family, which decodes exactly")
+        beams = []
+    for beam in beams:
         out = os.path.join(work, f"pred-beam{beam}")
         row = run_counted(
             spark, f"predict-beam{beam}", [*base, "--set", f"predict.beam={beam}", "--output", out, "--overwrite"]

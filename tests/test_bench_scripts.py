@@ -3,9 +3,11 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts")
+sys.path.insert(0, SCRIPTS)
 
 import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 from bench_active import chosen_settings, labels_to_reach, summary_markdown  # noqa: E402
 from bench_noregret import PSEUDO_LABEL_PROBABILITY, dotted_labels, soft_label_rows  # noqa: E402
@@ -152,3 +154,25 @@ def test_the_active_summary_gives_the_gap_and_the_labels_suggestions_need():
     assert "| 1 | 40 | 59.00 / 49.00 (2 seeds) | 55.00 / 45.00 (2 seeds) | 56.00 / 46.00 (2 seeds) | +4.00 |" in text
     # random ends at 59.00 with 60 labels; suggested reaches 59.00 at 40 labels
     assert "Random labels reach 59.00 micro F1 with 60 labels; the suggestions reach it with 40." in text
+
+
+@pytest.mark.slow
+def test_the_cost_benchmark_runs_end_to_end_on_a_synthetic_taxonomy_with_a_combined_family_model(tmp_path):
+    # its own process and SparkSession, as a user runs it: the generator must reach the executors' workers, and a
+    # model that decodes exactly (a regression over paths) is not handed a beam width predict would refuse
+    import json
+    import subprocess
+
+    out = tmp_path / "crawl.json"
+    argv = [sys.executable, os.path.join(SCRIPTS, "bench_crawl.py"), "--synthetic", "2,3", "--vocab-bits", "10"]
+    argv += ["--synthetic-docs", "400", "--work", str(tmp_path / "work"), "--out", str(out)]
+    argv += ["--set", "model.family=combined", "--set", "features.vocab_size=0", "--set", "features.min_df=1"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    default, fixed = result["train"]
+    assert (default["run"], fixed["run"]) == ("train-default", "train-fixed") and fixed["ratio_to_fixed"] == 1.0
+    assert default["chosen"]["model.family"] == "combined" and default["ratio_to_fixed"] > 0
+    assert [p["agreement"] for p in result["predict"]] == [1.0]  # exact only
+    assert "no beam compared, the default chose the combined family" in done.stdout

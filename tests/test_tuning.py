@@ -266,6 +266,19 @@ def test_the_pooled_one_standard_error_rule_takes_the_folds_spread_from_every_po
         TuneSettings(selection="median").validate()
 
 
+def test_every_default_rule_is_the_pooled_one_standard_error_rule():
+    import inspect
+
+    from pcem_spark.cli.config import load_settings
+
+    # the package's settings file (what `pcem train` uses), the dataclass (what PathEM uses) and the function agree
+    default = inspect.signature(select_grid_point).parameters["selection"].default
+    assert load_settings(None).tune.selection == TuneSettings().selection == default == "one_se_pooled"
+    # and it is not the best point's own spread: on the dotted split above the two rules differ
+    scores, stds, pref = [0.7386, 0.7475, 0.6987, 0.7685], [0.0687, 0.0620, 0.0518, 0.0146], [0, 1, 2, 3]
+    assert select_grid_point(scores, stds, pref, 3) != select_grid_point(scores, stds, pref, 3, "one_se")
+
+
 def test_preference_follows_the_order_of_the_configured_lists():
     spec = {"unlabeled_weight": [0.3, 1.0], "path_weight": [0.0, 1.0]}
     rows = [{"unlabeled_weight": u, "path_weight": g} for u in (0.3, 1.0) for g in (0.0, 1.0)]
@@ -449,7 +462,7 @@ def test_a_gain_on_every_fold_wins_where_the_unpaired_rule_keeps_the_preferred_f
     preferred = np.array([0.80, 0.86, 0.83])
     better = preferred + np.array([0.006, 0.008, 0.007])
     assert paired_choice(np.vstack([preferred, better])) == 1
-    # the grid's one-SE rule (the best's std / sqrt(k - 1)) keeps the preferred one
+    # the grid's one-SE rule (the pooled std / sqrt(k - 1)) keeps the preferred one
     assert select_grid_point([preferred.mean(), better.mean()], [preferred.std(), better.std()], [0, 1], 3) == 0
 
 

@@ -63,7 +63,7 @@ class TuneSettings:
     metric: str = "meanF1"  # microF1 | macroF1 | meanF1 (their mean)
     # Values tried for the settings left at "auto": each grid point costs one EM fit per fold.
     # Measured on 20NG (docs/RESULTS.md): lambda 0.1 ~ 0.3, and gamma 0.5 never beat both ends.
-    # lambda 0 (PCNB, no EM: a cheap fit) is last, so "one_se" takes it only when it is clearly better --
+    # lambda 0 (PCNB, no EM: a cheap fit) is last, so the one-SE rules take it only when it is clearly better --
     # when the unlabelled documents cluster by something other than the classes (RESULTS.md, stop words).
     unlabeled_weights: List[float] = field(default_factory=lambda: [0.3, 1.0, 0.0])
     path_weights: List[float] = field(default_factory=lambda: [0.0, 1.0])
