@@ -277,10 +277,11 @@ def main(argv=None) -> int:
     predictions.append(row)
     exact = spark.read.parquet(exact_dir).select("id", F.col("leaf").alias("exact_leaf"))
     beams = [int(b) for b in args.beams.split(",") if b.strip()]
-    if beams and PathModel.load(model).linear is not None:
+    trained = PathModel.load(model) if beams else None
+    if trained is not None and trained.linear is not None:
         # A model with a regression (combined or discriminative family) scores every path exactly; a beam
         # has nothing to prune, and predict refuses one rather than decode the generative part alone.
-        family = PathModel.load(model).model_settings.family
+        family = trained.model_settings.family
         print(f"predict: no beam compared, the default chose the {family} family, which decodes exactly")
         beams = []
     for beam in beams:

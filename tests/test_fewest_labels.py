@@ -228,8 +228,7 @@ def test_a_paths_name_weighs_less_once_the_path_has_labelled_documents_of_its_ow
     docs = _corpus(spark, labelled_per_leaf=6).withColumn(
         "labels", F.when(F.col("id").startswith("football-") | F.col("id").endswith("-0"), F.col("labels"))
     )
-    pcnb = dict(method="pcnb", unlabeled_weight=0.0)
-    pcnb = dict(pcnb, names_kept_tokens=0.0)
+    pcnb = dict(method="pcnb", unlabeled_weight=0.0, names_kept_tokens=0.0)
     fading, fixed = _train(spark, docs, "on", names_fade=1.0, **pcnb), _train(spark, docs, "on", names_fade=0.0, **pcnb)
     off = _train(spark, docs, "off", **pcnb)
     summary = fading.training_summary["names"]

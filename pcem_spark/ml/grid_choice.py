@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from pcem_spark.errors import InputError
-from pcem_spark.ml.tune_settings import SELECTIONS
+from pcem_spark.ml.tune_settings import SELECTIONS, TuneSettings
 from pcem_spark.model.sampled_cv import fold_metric
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
 
 
 def select_grid_point(
-    scores: List[float], stds: List[float], preference: List[int], n_folds: int, selection: str = "one_se_pooled"
+    scores: List[float], stds: List[float], preference: List[int], n_folds: int, selection: str = TuneSettings.selection
 ) -> int:
     """Index of the chosen grid point.
 
