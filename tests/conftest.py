@@ -74,3 +74,27 @@ def archive_20ng():
     if not os.path.exists(ARCHIVE_20NG):
         pytest.skip(f"20 Newsgroups archive not found at {ARCHIVE_20NG} (set PCEM_20NG_ARCHIVE)")
     return ARCHIVE_20NG
+
+
+@pytest.fixture
+def staged_shipping(monkeypatch):
+    """Every value this test ships to the executors goes through the staged-file format and back
+    (pcem_spark.engine.safe_values with shipping.staged_types(), what a Spark Connect run writes to
+    PCEM_STAGING_DIR), and the computation goes on with the decoded value: the test's own assertions
+    then prove that the data-only format holds every kind of value shipped, exactly. Yields the sizes
+    of the values that went through; the fixture checks that at least one did."""
+    from pcem_spark.engine import safe_values, shipping
+
+    sizes = []
+
+    def through_a_file(spark, value, what=""):
+        data = safe_values.dumps(value, shipping.staged_types())
+        sizes.append(len(data))
+        return shipping.Shipped(safe_values.loads(data, shipping.staged_types()))
+
+    for module in ("weak_labels", "typicality", "beam_prediction", "path_model"):
+        monkeypatch.setattr(f"pcem_spark.model.{module}.ship", through_a_file)
+    for module in ("frame_softmax_pass", "frame_sums"):
+        monkeypatch.setattr(f"pcem_spark.engine.{module}.ship_in_plan", through_a_file)
+    yield sizes
+    assert sizes, "no value was shipped through the staged-file format"

@@ -248,7 +248,7 @@ def _counts(texts) -> sp.csr_matrix:
     return sp.csr_matrix(np.array(rows, dtype=float))
 
 
-def test_path_model_transform_decodes_with_the_beam_it_is_given(spark):
+def test_path_model_transform_decodes_with_the_beam_it_is_given(spark, staged_shipping):
     model = _model()
     docs = _docs(spark)
     rows = model.transform(docs, beam=1, top_k=3).collect()

@@ -49,9 +49,9 @@ def test_each_write_is_a_new_generation_and_the_older_ones_go(tmp_path):
     store.write({"n": 2})
     assert store.read() == {"n": 2}
     names = sorted(p.name for p in (tmp_path / ".m.pcem-checkpoint").iterdir())
-    assert names == ["state-000000000002.pkl"]
+    assert names == ["state-000000000002.ckpt"]
     # A write cut before its rename leaves a .partial file, which a reader never takes.
-    (tmp_path / ".m.pcem-checkpoint" / "state-000000000003.pkl.partial").write_bytes(b"half")
+    (tmp_path / ".m.pcem-checkpoint" / "state-000000000003.ckpt.partial").write_bytes(b"half")
     assert store.read() == {"n": 2}
     store.delete()
     assert not (tmp_path / ".m.pcem-checkpoint").exists() and store.read() is None

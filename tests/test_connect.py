@@ -547,7 +547,7 @@ def test_a_train_over_connect_killed_in_em_resumes_from_its_checkpoint(connect_u
     train = ["train", "--docs", docs, "--model", str(tmp_path / "model"), *fixed]
     killed = _pcem(train, connect_url, kill_at="checkpoint:em:2:done")
     assert killed.returncode == -9, killed.stderr[-3000:]
-    assert os.listdir(tmp_path / ".model.pcem-checkpoint") == ["state-000000000003.pkl"]  # stop words, vocabulary, EM
+    assert os.listdir(tmp_path / ".model.pcem-checkpoint") == ["state-000000000003.ckpt"]  # stop words, vocabulary, EM
     again = _pcem(train, connect_url)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "checkpoint: skipping vocabulary" in again.stderr

@@ -34,6 +34,7 @@ from pcem_spark.cli.failures import (
 )
 from pcem_spark.errors import InputError
 from pcem_spark.io.documents import DocumentsError
+from pcem_spark.util.volumes import read_only_mount
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 
@@ -120,7 +121,7 @@ def _worker(spark, kind):
     return _spark_read_failure(spark, lambda: spark.range(1).mapInArrow(boom, "id long").collect())
 
 
-def _driver(kind):
+def _driver(kind, read_only=None):
     from pcem_spark.io.leases import OutputBusyError
 
     return {
@@ -134,7 +135,9 @@ def _driver(kind):
         "TarError": tarfile.ReadError("not a gzip file"),
         "JSONDecodeError": json.JSONDecodeError("Expecting value", "{", 1),
         "TOMLDecodeError": tomllib.TOMLDecodeError("Invalid value"),
-        "OSError with another errno (EROFS, ENOSPC, EIO)": OSError(errno.EROFS, "Read-only file system"),
+        "OSError EROFS (read-only file system)": _read_only_oserror(read_only),
+        "OSError ENOSPC (disk full)": _disk_full_oserror(),
+        "OSError with another errno (EIO)": OSError(errno.EIO, os.strerror(errno.EIO)),
         "MemoryError": MemoryError(),
         "Py4JNetworkError": Py4JNetworkError("Error while sending or receiving"),
         "ConnectionError": ConnectionResetError("reset"),
@@ -142,6 +145,258 @@ def _driver(kind):
         "Py4JError with the JVM gone": Py4JError("An error occurred while calling o42.count"),
         "other (ValueError, TypeError, KeyError, RuntimeError, EOFError)": EOFError("Compressed file ended"),
     }[kind]
+
+
+# ----------------------------------------------------------------- read-only volumes and full disks
+@pytest.fixture(scope="module")
+def read_only_dir(tmp_path_factory):
+    """A folder on a volume mounted read-only, for the kernel's and the JVM's own EROFS: one this machine has
+    (containers mount /sys and /proc/sys so), else a 64 KiB tmpfs mounted read-only for these tests where this
+    process may mount one; None where neither exists (the tests then build the errors as the code receives
+    them: the same errno, the same Java class and text)."""
+    for path in ("/sys", "/proc/sys"):
+        if read_only_mount(path) == path:
+            yield path
+            return
+    target = tmp_path_factory.mktemp("read-only")
+    mounted = (
+        os.geteuid() == 0
+        and shutil.which("mount") is not None
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "pcem-test", str(target)], capture_output=True
+        ).returncode
+        == 0
+    )
+    try:
+        yield str(target) if mounted and read_only_mount(str(target)) == str(target) else None
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(target)], capture_output=True)
+
+
+def _read_only_oserror(read_only, name="pcem-test-dir"):
+    """os.mkdir's OSError on a read-only mount: the kernel's own where there is one, else as os.mkdir raises it."""
+    if read_only:
+        with pytest.raises(OSError) as info:
+            os.mkdir(os.path.join(read_only, name))
+        assert info.value.errno == errno.EROFS
+        return info.value
+    return OSError(errno.EROFS, os.strerror(errno.EROFS), f"/data/{name}")
+
+
+def _disk_full_oserror():
+    """A write to /dev/full: the kernel's own ENOSPC (a write error names no file)."""
+    if not os.path.exists("/dev/full"):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    with pytest.raises(OSError) as info:
+        with open("/dev/full", "w") as fh:
+            fh.write("x")
+    assert info.value.errno == errno.ENOSPC
+    return info.value
+
+
+def _java_call_failure(fn):
+    """The Java Throwable of a real py4j call that throws."""
+    with pytest.raises(Exception) as info:  # a Py4JJavaError, or pyspark's conversion of a known Java class
+        fn()
+    return getattr(info.value, "java_exception", None) or info.value._origin
+
+
+def _java_read_only(spark, read_only, name="pcem-test-file"):
+    """Java's error for a file created on a read-only mount: the JVM's own (FileNotFoundException "PATH
+    (Read-only file system)") where there is one, else java.nio's FileSystemException with the OS's reason."""
+    jvm = spark.sparkContext._jvm
+    if read_only:
+        return _java_call_failure(lambda: jvm.java.io.FileOutputStream(os.path.join(read_only, name)))
+    return jvm.java.nio.file.FileSystemException(f"/data/{name}", None, "Read-only file system")
+
+
+def _java_disk_full(spark):
+    """The JVM's own IOException "No space left on device": a write to /dev/full."""
+    jvm = spark.sparkContext._jvm
+    if not os.path.exists("/dev/full"):
+        return jvm.java.io.IOException("No space left on device")
+    return _java_call_failure(lambda: jvm.java.io.FileOutputStream("/dev/full").write(1))
+
+
+def _storage(spark, kind, tmp_path, monkeypatch, read_only):
+    jvm = spark.sparkContext._jvm
+    if kind == "java.nio.file.ReadOnlyFileSystemException":  # the JDK's runtime image is a read-only file system
+        jrt = jvm.java.nio.file.Paths.get(jvm.java.net.URI.create("jrt:/modules"))
+        return _job_failure(spark, _java_call_failure(lambda: jvm.java.nio.file.Files.delete(jrt)))
+    if kind == "org.apache.hadoop.util.DiskChecker$DiskOutOfSpaceException":
+        cls = getattr(jvm.org.apache.hadoop.util, "DiskChecker$DiskOutOfSpaceException")
+        return _job_failure(spark, cls("Out of space: no local directory has 1 GB free"))
+    if kind.startswith("Read-only file system"):
+        return _job_failure(spark, _java_read_only(spark, read_only))
+    if kind.startswith("No space left on device"):
+        return _job_failure(spark, _java_disk_full(spark))
+    if kind.startswith("Mkdirs failed to create"):
+        if read_only:  # Hadoop's own failure, from a real write
+            return _spark_read_failure(spark, lambda: spark.range(1).write.parquet(f"file:{read_only}/pcem-out"))
+        # Hadoop's bare IOException, for a folder whose volume the test says is read-only
+        monkeypatch.setattr(failures, "read_only_mount", lambda p: str(tmp_path) if str(tmp_path) in p else None)
+        return _job_failure(spark, jvm.java.io.IOException(f"Mkdirs failed to create file:{tmp_path}/out/_temporary/0"))
+    raise KeyError(kind)
+
+
+def _assert_read_only(exc, path, end=" ("):
+    code, message = classify_failure(exc)
+    assert code == EXIT_TRANSIENT, message
+    assert message.startswith(f"read-only file system: {path}{end}") and "mounted read-only" in message, message
+    assert "permission" not in message.lower(), message
+    return message
+
+
+def test_a_read_only_file_system_is_named_with_its_path_never_permission_denied(spark, read_only_dir, tmp_path):
+    import pyarrow.fs as pafs
+
+    jvm = spark.sparkContext._jvm
+    # Python: os.mkdir's and pyarrow's error (the path in its text), built as the code receives them ...
+    _assert_read_only(OSError(errno.EROFS, os.strerror(errno.EROFS), "/data/out"), "/data/out")
+    pyarrow_text = "Failed to open local file '/data/out/x'. Detail: [errno 30] Read-only file system"
+    _assert_read_only(OSError(errno.EROFS, pyarrow_text), "/data/out/x")
+    # ... Java: java.nio's FileSystemException and java.io's FileNotFoundException (a bad-input class elsewhere:
+    # the volume decides), from a py4j call and inside a failed job
+    for throwable, path in [
+        (jvm.java.nio.file.FileSystemException("/data/out", None, "Read-only file system"), "/data/out"),
+        (jvm.java.io.FileNotFoundException("/data/out/part-0 (Read-only file system)"), "/data/out/part-0"),
+    ]:
+        _assert_read_only(_job_failure(spark, throwable), path)
+        _assert_read_only(Py4JJavaError("An error occurred while calling o1.create.\n", throwable), path)
+    if read_only_dir is None:
+        return
+    # ... and the kernel's, pyarrow's and the JVM's own errors on this machine's read-only mount
+    target = os.path.join(read_only_dir, "pcem-test-x")
+    _assert_read_only(_read_only_oserror(read_only_dir, "pcem-test-x"), target)
+    with pytest.raises(OSError) as info:
+        pafs.LocalFileSystem().open_output_stream(target)
+    _assert_read_only(info.value, target)
+    _assert_read_only(_job_failure(spark, _java_read_only(spark, read_only_dir, "pcem-test-x")), target)
+    new_dir = jvm.java.io.File(target).toPath()
+    no_attributes = spark.sparkContext._gateway.new_array(jvm.java.nio.file.attribute.FileAttribute, 0)
+    created = _java_call_failure(lambda: jvm.java.nio.file.Files.createDirectory(new_dir, no_attributes))
+    assert "FileSystemException" in str(created.toString())
+    _assert_read_only(_job_failure(spark, created), target)
+    # Hadoop's bare "Mkdirs failed to create" of a real Spark write: the mount says why
+    failed = _spark_read_failure(spark, lambda: spark.range(1).write.parquet(f"file:{read_only_dir}/pcem-test-out"))
+    _assert_read_only(failed, f"file:{read_only_dir}/pcem-test-out/_temporary/", end="")
+
+
+def _assert_disk_full(exc, *names):
+    code, message = classify_failure(exc)
+    assert code == EXIT_TRANSIENT, message
+    assert message.startswith("disk full") and "(no space left on device" in message, message
+    for name in names:
+        assert name in message, message
+    return message
+
+
+def test_a_full_disk_is_named_with_the_path_it_gives(spark):
+    jvm = spark.sparkContext._jvm
+    _assert_disk_full(
+        OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/data/out/part-0"), "disk full: /data/out/part-0"
+    )
+    # the kernel's own (a write error names no file): says so
+    assert "the error names no file" in _assert_disk_full(_disk_full_oserror())
+    # the JVM's own, from a py4j call and inside a failed job
+    java = _java_disk_full(spark)
+    assert "names no file: a write by Spark" in _assert_disk_full(_job_failure(spark, java))
+    # Java's FileNotFoundException form names the file, here a shuffle file of Spark's scratch space
+    shuffle = "/tmp/blockmgr-1/0c/shuffle_0_0_0.data"
+    _assert_disk_full(
+        _job_failure(spark, jvm.java.io.FileNotFoundException(f"{shuffle} (No space left on device)")),
+        f"disk full: {shuffle} (",
+    )
+    # a task's spill, as Spark reports it: the task's stack trace in the job's message
+    spill = jvm.org.apache.spark.SparkException(
+        "Job aborted due to stage failure: Task 1 in stage 2.0 failed 3 times, most recent failure: Lost task 1.2 "
+        "in stage 2.0 (TID 7) (10.0.0.5 executor 2): java.io.IOException: No space left on device\n"
+        "\tat org.apache.spark.storage.DiskBlockObjectWriter.commitAndGet(DiskBlockObjectWriter.scala:180)",
+        java,
+    )
+    _assert_disk_full(Py4JJavaError("An error occurred while calling o9.collectToPython.\n", spill), "spark.local.dir")
+    # Spark's failed write names its file (TASK_WRITE_FAILED)
+    written = jvm.org.apache.spark.SparkException(
+        "[TASK_WRITE_FAILED] Task failed while writing rows to file:/out/_t/0.", java
+    )
+    _assert_disk_full(_job_failure(spark, written), "disk full: file:/out/_t/0 (")
+    # Hadoop's own class for a full local disk
+    cls = getattr(jvm.org.apache.hadoop.util, "DiskChecker$DiskOutOfSpaceException")
+    _assert_disk_full(_job_failure(spark, cls("Out of space: no local directory has 1 GB free")))
+
+
+def test_a_task_that_hits_a_full_disk_or_a_read_only_volume_is_named_so(spark, read_only_dir):
+    """A Python worker's OSError, delivered by a real failed job: the worker's traceback line decides."""
+
+    def full(batches):
+        for _ in batches:
+            with open("/dev/full", "w") as fh:
+                fh.write("x")
+        yield from ()
+
+    if os.path.exists("/dev/full"):
+        failed = _spark_read_failure(spark, lambda: spark.range(1).mapInArrow(full, "id long").collect())
+        assert "Errno 28" in _assert_disk_full(failed)
+    target = os.path.join(read_only_dir, "pcem-test-task") if read_only_dir else "/data/pcem-test-task"
+
+    def read_only(batches):
+        for _ in batches:
+            if read_only_dir:
+                os.mkdir(target)
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), target)
+        yield from ()
+
+    failed = _spark_read_failure(spark, lambda: spark.range(1).mapInArrow(read_only, "id long").collect())
+    _assert_read_only(failed, target)
+
+
+def test_a_full_disk_without_a_path_names_the_outputs_the_command_was_writing(spark, tmp_path, capsys, monkeypatch):
+    """pcem ingest-20ng into a Parquet folder, under its lease, hits a full disk (a write to /dev/full) as it
+    writes the output: the error names no file, so the message names the output the command was writing."""
+    import pcem_spark.io.newsgroups as newsgroups
+    import pcem_spark.io.outputs as outputs
+
+    def docs(archive, headers=False):
+        yield {"id": "d1", "text": "apple", "labels": ["f", "apple"], "split": "train"}
+
+    def full_disk(*args, **kwargs):
+        with open("/dev/full" if os.path.exists("/dev/full") else os.devnull, "w") as fh:
+            fh.write("x")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # only without /dev/full
+
+    monkeypatch.setattr(newsgroups, "iter_20ng", docs)
+    monkeypatch.setattr(outputs, "atomic_output", full_disk)
+    (tmp_path / "20news.tar.gz").write_bytes(b"")
+    out = str(tmp_path / "docs")
+    code = main(["ingest-20ng", "--archive", str(tmp_path / "20news.tar.gz"), "--output", out])
+    err = capsys.readouterr().err
+    assert code == EXIT_TRANSIENT, err
+    assert f"disk full: {out} (no space left on device; the error names no file; these are the outputs" in err
+    assert "retry" in err
+
+
+def test_a_read_only_output_is_75_naming_it_before_any_work(
+    spark, docs_file, tmp_path, capsys, monkeypatch, read_only_dir
+):
+    """The output's lease is the probe: on a read-only volume it says so (75), not "permission denied" (2),
+    before the documents are read."""
+    from pcem_spark.io.hadoop_fs import HadoopFS
+
+    if read_only_dir is None:  # the error a create on a read-only mount gives
+        model = str(tmp_path / "model")
+
+        def refuse(self, path, text):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+        monkeypatch.setattr(HadoopFS, "create_exclusive", refuse)
+    else:
+        model = os.path.join(read_only_dir, "pcem-test-model")
+    code = main(["train", "--docs", docs_file, "--model", model, "--log-level", "WARNING"])
+    err = capsys.readouterr().err
+    assert code == EXIT_TRANSIENT, err
+    assert f"read-only file system: {model}" in err and "mounted read-only" in err, err
+    assert "permission" not in err.lower(), err
 
 
 def _message(spark, marker, tmp_path):
@@ -196,9 +451,11 @@ def _lost_executors(spark, kind):
     return _job_failure(spark, jvm.org.apache.spark.ExecutorDeadException("executor 1 is dead"))
 
 
-def _exception(spark, origin, kind, tmp_path):
+def _exception(spark, origin, kind, tmp_path, monkeypatch=None, read_only=None):
     if origin == "driver Python":
-        return _driver(kind)
+        return _driver(kind, read_only)
+    if origin == "Java cause chain or worker":
+        return _storage(spark, kind, tmp_path, monkeypatch, read_only)
     if origin.startswith("pyspark"):
         return _pyspark(spark, kind)
     if origin == "Java cause chain" and kind in TRANSIENT_JAVA:
@@ -228,10 +485,10 @@ def test_the_guides_table_is_the_rule_table():
 
 
 @pytest.mark.parametrize("origin,kind,code", CASES, ids=[f"{o}:{k}"[:60] for o, k, _ in CASES])
-def test_every_row_of_the_table(spark, tmp_path, monkeypatch, origin, kind, code):
+def test_every_row_of_the_table(spark, tmp_path, monkeypatch, read_only_dir, origin, kind, code):
     if kind == "Py4JError with the JVM gone":
         monkeypatch.setattr(failures, "_jvm_alive", lambda: False)
-    exc = _exception(spark, origin, kind, tmp_path)
+    exc = _exception(spark, origin, kind, tmp_path, monkeypatch, read_only_dir)
     got, message = classify_failure(exc)
     assert got == code, f"{origin} {kind}: {type(exc).__name__} -> {got} ({message})"
     assert message

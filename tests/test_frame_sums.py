@@ -154,7 +154,7 @@ class _ConfOnly:
 
 
 @pytest.mark.parametrize("method", ["pcem", "flat-em"])
-def test_a_fit_on_the_dataframe_of_blocks_equals_the_rdd_fit(spark, corpus, method):
+def test_a_fit_on_the_dataframe_of_blocks_equals_the_rdd_fit(spark, corpus, method, staged_shipping):
     from pcem_spark.engine.passes import EMSettings, fit
 
     c = corpus

@@ -13,6 +13,7 @@ from pcem_spark.errors import OutputPathError
 from pcem_spark.io import leases
 from pcem_spark.io.arrow_fs import ArrowFS
 from pcem_spark.io.output_policy import OutputSettings, configure
+from pcem_spark.util.volumes import read_only_mount
 
 
 @pytest.fixture(autouse=True)
@@ -185,6 +186,7 @@ def test_hold_is_reentrant_in_its_thread_only(tmp_path):
 
 @pytest.mark.parametrize("where", ["a file", "sysfs"])
 def test_an_output_whose_folder_cannot_be_written_is_refused_with_the_path(tmp_path, where):
+    error = OutputPathError
     if where == "a file":
         (tmp_path / "plain").write_text("x")
         path = str(tmp_path / "plain" / "sub" / "out")
@@ -192,6 +194,56 @@ def test_an_output_whose_folder_cannot_be_written_is_refused_with_the_path(tmp_p
     else:
         path = "/sys/pcem-test-output"  # sysfs: not even root may create a file there
         reason = "cannot be written"
-    with pytest.raises(OutputPathError, match=reason) as info:
+        if read_only_mount("/sys"):  # containers mount it read-only: that is what the error says (exit 75)
+            error, reason = leases.ReadOnlyOutputError, "read-only file system: /sys/pcem-test-output"
+    with pytest.raises(error, match=reason) as info:
         leases.acquire(ArrowFS(path), path, "run-a")
     assert path in str(info.value)
+
+
+def test_an_output_on_a_read_only_volume_is_named_so_and_is_transient(tmp_path, monkeypatch):
+    """A read-only mount refuses root too: not "permission denied" (exit 2) but "read-only file system" (75)."""
+    import errno
+
+    from pcem_spark.errors import TransientError
+
+    path = str(tmp_path / "ro" / "out")
+    (tmp_path / "ro").mkdir()
+    fs = ArrowFS(path)
+
+    def refuse(path, text):  # what creating a file on a read-only mount raises
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+
+    monkeypatch.setattr(fs, "create_exclusive", refuse)
+    # the error alone says so ...
+    with pytest.raises(leases.ReadOnlyOutputError, match=rf"^read-only file system: {path} \(") as info:
+        leases.acquire(fs, path, "run-a")
+    assert isinstance(info.value, TransientError) and "permission" not in str(info.value)
+    # ... and the volume, looked at (statvfs's ST_RDONLY on the nearest existing folder), names the mount
+    monkeypatch.setattr(leases, "read_only_mount", lambda p: str(tmp_path / "ro"))
+    with pytest.raises(leases.ReadOnlyOutputError, match=rf"volume holding {tmp_path / 'ro'} is mounted read-only"):
+        leases.acquire(fs, path, "run-a")
+
+
+def test_read_only_mount_looks_at_the_nearest_existing_folder(tmp_path, monkeypatch):
+    assert read_only_mount(str(tmp_path / "not" / "yet" / "there")) is None  # a writable volume
+    assert read_only_mount("hdfs://nn/x") is None  # not a local path: cannot look
+    real = os.statvfs
+
+    class ReadOnly:
+        f_flag = os.ST_RDONLY
+
+    monkeypatch.setattr(os, "statvfs", lambda p: ReadOnly() if p == str(tmp_path) else real(p))
+    assert read_only_mount(str(tmp_path / "not" / "yet")) == str(tmp_path)
+    assert read_only_mount(f"file:{tmp_path}/out") == read_only_mount(f"file://{tmp_path}/out") == str(tmp_path)
+
+
+def test_a_command_failure_carries_the_outputs_it_held_leases_on(tmp_path):
+    path = str(tmp_path / "out")
+    with pytest.raises(OSError) as info:
+        with leases.run("run-a", "pcem predict"):
+            leases.keep(ArrowFS(path), path)
+            raise OSError(28, "No space left on device")
+    assert leases.outputs_of(info.value) == (path,)
+    assert leases.live_holder(ArrowFS(path), path) is None  # released all the same
+    assert leases.outputs_of(ValueError("x")) == ()

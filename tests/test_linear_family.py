@@ -115,7 +115,7 @@ def test_the_regression_is_the_optimum_of_its_objective_on_the_labelled_document
     np.testing.assert_allclose(model.linear.weights_t.T, local.W, atol=2e-3)
 
 
-def test_predictions_are_the_argmax_of_the_pooled_scores(corpus, combined):
+def test_predictions_are_the_argmax_of_the_pooled_scores(corpus, combined, staged_shipping):
     rows, docs, taxonomy = corpus
     model = combined
     X = dense_counts(rows, model.vocabulary)

@@ -46,7 +46,7 @@ def model(spark):
 
 
 @pytest.mark.parametrize("beam", [0, TAX.n_paths])
-def test_transform_multi_path_is_every_path_whose_membership_is_at_least_p(spark, model, beam):
+def test_transform_multi_path_is_every_path_whose_membership_is_at_least_p(spark, model, beam, staged_shipping):
     import pyarrow as pa
 
     from pcem_spark.core.decoding import path_node_table, predict_path_details

@@ -345,7 +345,8 @@ def test_evaluate_and_predict_refuse_outputs_without_the_marker(spark, trained, 
     drop_manifest(corrupt)
     assert main(["predict", "--model", corrupt, "--docs", docs, "--output", str(tmp_path / "p2")]) == 2
     assert "damaged model" in capsys.readouterr().err
-    # a bit flip that the checksum catches: corrupt data, also exit 2 (a retry reads the same bytes)
+    # a bit flip, with Hadoop's .crc beside it: the marker's SHA-256 finds it first, exit 2 (a retry reads the
+    # same bytes), naming the file and both checksums
     flipped = str(tmp_path / "flipped")
     shutil.copytree(model, flipped)
     part = next(n for n in os.listdir(os.path.join(flipped, "metadata")) if n.startswith("part-"))
@@ -353,7 +354,8 @@ def test_evaluate_and_predict_refuse_outputs_without_the_marker(spark, trained, 
         fh.seek(5)
         fh.write(b"#")
     assert main(["predict", "--model", flipped, "--docs", docs, "--output", str(tmp_path / "p3")]) == 2
-    assert "ChecksumException" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{part} is damaged" in err and err.count("sha256:") == 2
     # predictions without labels cannot be scored
     unlabeled = str(tmp_path / "unl_docs.jsonl")
     with open(unlabeled, "w") as fh:

@@ -111,7 +111,7 @@ FRAME_FITS = {"a pass per evaluation": fit_softmax_on_frame, "one task": fit_sof
 
 
 @pytest.mark.parametrize("where", list(FRAME_FITS))
-def test_the_fit_on_block_rows_equals_the_local_fit(spark, corpus, where):
+def test_the_fit_on_block_rows_equals_the_local_fit(spark, corpus, where, staged_shipping):
     """The DataFrame-only routes (what Spark Connect runs), on a classic session's packed block rows."""
     X, paths, labeled, blocks, idf, leaf_node = corpus
     M, V = leaf_node.shape[0], len(idf)

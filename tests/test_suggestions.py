@@ -271,7 +271,7 @@ def _counts(model, texts):
     return X
 
 
-def test_the_typicality_column_is_the_kl_divergence_from_the_predicted_path(spark, model):
+def test_the_typicality_column_is_the_kl_divergence_from_the_predicted_path(spark, model, staged_shipping):
     """Dense numpy: -KL(p || theta of the predicted path), every route of the decoder (exact, beam)."""
     pool = (
         _pool(spark)

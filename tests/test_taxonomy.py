@@ -123,6 +123,29 @@ def test_bad_tsv_line_names_file_and_line(tmp_path):
         load_taxonomy(str(tsv))
 
 
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_a_json_taxonomy_with_a_repeated_node_names_file_key_and_line(tmp_path, wrapped):
+    """Plain JSON keeps the last copy of a key: the first "c1" subtree would vanish without a word."""
+    body = '  "ROOT": ["c1", "c2"],\n  "c1": ["c11", "c12"],\n  "c2": ["c21"],\n  "c1": ["c13"]\n'
+    text = '{"root": "ROOT", "children": {\n' + body + "}}" if wrapped else "{\n" + body + "}"
+    js = tmp_path / "tax.json"
+    js.write_text(text)
+    first = r"\(its first copy is at line 3"
+    with pytest.raises(TaxonomyError, match=rf'^{js}: line 5, column 3: repeated key "c1" {first}'):
+        load_taxonomy(str(js))
+    # the same node under two parents' lists is the taxonomy's own check, not a JSON one
+    js.write_text('{"ROOT": ["a", "b"], "a": ["x"], "b": ["y"]}')
+    assert load_taxonomy(str(js)).n_paths == 2
+
+
+def test_taxonomy_from_json_refuses_a_repeated_key_naming_where():
+    text = '{"root": "R", "children": {"R": ["a"], "a": ["a1"], "a": ["a2"]}}'
+    with pytest.raises(TaxonomyError, match=r'^PathEM taxonomy Param: line 1, column 53: repeated key "a"'):
+        Taxonomy.from_json(text, "PathEM taxonomy Param")
+    with pytest.raises(TaxonomyError, match=r"^taxonomy JSON: line 1"):
+        Taxonomy.from_json(text)
+
+
 def test_suggest_path_for_wrong_labels():
     t = Taxonomy({"ROOT": ["sci", "rec", "misc"], "sci": ["sci.space", "sci.med"], "rec": ["rec.autos"]})
     assert t.suggest_path(["sci", "sci.spcae"]) == ["sci", "sci.space"]  # typo of a leaf

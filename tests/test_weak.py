@@ -114,7 +114,7 @@ def test_shipped_20ng_descriptions_cover_the_taxonomy_in_at_most_12_words():
     assert all(len(v.replace(",", " ").split()) <= 12 for v in desc.values())
 
 
-def test_weak_label_table_on_spark_matches_numpy(spark):
+def test_weak_label_table_on_spark_matches_numpy(spark, staged_shipping):
     from chispa import assert_df_equality
 
     from pcem_spark.engine.blocks import blocks_from_node_scores

@@ -24,6 +24,7 @@ Spark worker, or the Java cause), never only the py4j call that carried it.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import List, Optional
 
@@ -46,6 +47,7 @@ from pcem_spark.cli.parser import build_parser
 from pcem_spark.cli.predict_command import cmd_predict
 from pcem_spark.cli.suggest_command import cmd_suggest_labels
 from pcem_spark.io.snapshots import missing_file
+from pcem_spark.util.redaction import configure_redaction, redact
 
 __all__ = ["COMMANDS", "main"]
 
@@ -78,8 +80,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     from pcem_spark.io.versions import new_run_id
 
     gone: List[str] = []  # pinned inputs a writer replaced during the run
+    # Secrets are known before anything is printed: the environment's, the URL credentials of the arguments,
+    # then (once loaded) the settings' [spark.conf] and its spark.redaction.regex (pcem_spark.util.redaction).
+    arguments = [v for v in vars(args).values() if isinstance(v, (str, list, tuple))]
     try:
+        configure_redaction(environ=os.environ, texts=arguments)
         settings = settings_from_args(args)
+        configure_redaction(conf=settings.spark.conf, environ=os.environ, texts=arguments)
         log.info("%s", describe_sources(settings))
         configure(settings.output)
         # Every output's lease is taken before any work (cli.inputs.check_outputs) and released here.
@@ -95,11 +102,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         if isinstance(exc, SystemExit):
             raise
         code, message = classify_failure(exc)
+        message = redact(message)
         if code == EXIT_BAD_INPUT and gone and missing_file(exc):
             # A file of a pinned input vanished: a writer replaced the input during the run, not bad input.
             code, message = (
                 EXIT_TRANSIENT,
-                (f"a writer replaced {', '.join(gone)} while this run read it; retry ({message})"),
+                redact(f"a writer replaced {', '.join(gone)} while this run read it; retry ({message})"),
             )
         if code == EXIT_BUG:
             log.exception("unexpected error (a bug in pcem-spark; please report it)")

@@ -29,6 +29,7 @@ from pcem_spark.cli.inputs import (
     taxonomy_for,
 )
 from pcem_spark.errors import InputError
+from pcem_spark.util.redaction import redact
 
 __all__ = [
     "cmd_ingest",
@@ -389,9 +390,10 @@ def cmd_evaluate(args, settings) -> int:
 
     # One version of the predictions, whatever a concurrent predict --overwrite does to the path.
     predictions = session_path(spark, args.predictions)
-    metrics = read_pinned(file_system(spark, predictions), predictions, "predictions", score)
+    metrics = read_pinned(file_system(spark, predictions), predictions, "predictions", score, spark)
     if model is not None:
         metrics["predicted_training_documents"] = bool(found.get("seen"))
+    metrics = redact(metrics)  # the paths it names, printed and stored
     print(format_metrics(metrics))
     if args.output:
         atomic_write_text(args.output, json.dumps(metrics, indent=2))
@@ -433,6 +435,7 @@ def cmd_inspect(args, settings) -> int:
             predictions,
             "predictions",
             lambda snap: _confusion_and_reliability(snap.table(spark), args.predictions, model.taxonomy),
+            spark,
         )
     files = inspection_files(report, confusion)
     if reliability is not None:
@@ -442,7 +445,8 @@ def cmd_inspect(args, settings) -> int:
         log.info("inspect: node-probability ECE %.4f over %d nodes", reliability["ece"], reliability["node_events"])
     elif args.predictions:
         log.info("inspect: no node_probabilities column (pcem predict --node-probabilities): no reliability diagram")
-    write_inspection(out, files, overwrite=args.overwrite, info={"model": args.model, "predictions": args.predictions})
+    info = redact({"model": args.model, "predictions": args.predictions})
+    write_inspection(out, files, overwrite=args.overwrite, info=info)
     log.info("inspect: %s -> %s (%s) in %.1fs", args.model, out, ", ".join(sorted(files)), time.perf_counter() - t0)
     return 0
 
@@ -478,7 +482,7 @@ def cmd_settings(args, settings) -> int:
 
     from pcem_spark.cli.config import settings_table
 
-    print(json.dumps(settings_table(settings), indent=2, sort_keys=True, default=str))
+    print(json.dumps(settings_table(settings), indent=2, sort_keys=True, default=str))  # secrets redacted
     return 0
 
 

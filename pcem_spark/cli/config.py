@@ -26,6 +26,7 @@ from pcem_spark.ml.checkpointing import CheckpointSettings
 from pcem_spark.ml.tune_settings import TuneSettings
 from pcem_spark.model.settings import ModelSettings
 from pcem_spark.util.constraints import Interval, Options, check_constraints
+from pcem_spark.util.redaction import redact
 
 __all__ = [
     "ConfigError",
@@ -244,16 +245,17 @@ def load_settings(
 
 
 def describe_sources(settings: Settings) -> str:
-    """One line: where the settings came from, and the Spark settings they give (for every command's first line)."""
+    """One line: where the settings came from, and the Spark settings they give (for every command's first line);
+    secrets redacted (:func:`pcem_spark.util.redaction.redact`)."""
     spark = settings.spark
-    conf = ", ".join(f"{k}={v}" for k, v in sorted(spark.conf.items()))
+    conf = ", ".join(f"{k}={v}" for k, v in sorted(redact(spark.conf).items()))
     master = spark.master or "(from the environment)"
     sources = " + ".join(settings.sources or ["built-in"])
-    return f"settings: {sources}; spark: master {master}, app {spark.app_name}" + (f", {conf}" if conf else "")
+    return redact(f"settings: {sources}; spark: master {master}, app {spark.app_name}" + (f", {conf}" if conf else ""))
 
 
 def settings_table(settings: Settings) -> Dict[str, Any]:
-    """Every section's effective values (what ``pcem settings`` prints), with ``sources``."""
+    """Every section's effective values (what ``pcem settings`` prints), with ``sources``; secrets redacted."""
     from dataclasses import asdict
 
-    return {name: asdict(getattr(settings, name)) for name in _SECTIONS} | {"sources": list(settings.sources)}
+    return redact({name: asdict(getattr(settings, name)) for name in _SECTIONS} | {"sources": list(settings.sources)})

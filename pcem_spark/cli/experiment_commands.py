@@ -9,6 +9,7 @@ from typing import List, Tuple
 
 from pcem_spark.cli.inputs import DocsOptions, check_outputs, read_valid_documents, taxonomy_for
 from pcem_spark.errors import InputError
+from pcem_spark.util.redaction import redact
 
 __all__ = ["cmd_experiment", "cmd_report", "experiment_plan"]
 
@@ -164,5 +165,5 @@ def cmd_report(args, settings) -> int:
     rate = settings.experiment.report_rate if args.rate is None else args.rate
     written = write_report(rows, out_dir, rate, PAPERS.get(settings.experiment.paper_reference))
     print(table2(rows, rate))
-    print("written: " + ", ".join(os.path.join(out_dir, w) for w in written))
+    print(redact("written: " + ", ".join(os.path.join(out_dir, w) for w in written)))
     return 0

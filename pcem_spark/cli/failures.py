@@ -25,7 +25,11 @@ a message, so a new failure of a known kind lands on the right side:
    rest is transient.
 
 Two failures have no class of their own and are recognised by the text Spark
-gives them; each is listed in :data:`MESSAGE_RULES` with the reason. The table
+gives them; each is listed in :data:`MESSAGE_RULES` with the reason. So are a
+read-only file system and a full disk (:data:`STORAGE_JAVA` and the OS's own
+words for ``EROFS`` / ``ENOSPC``, which the JVM has no class for): checked
+before the other rules of a Spark failure, and reported as ``read-only file
+system: PATH`` / ``disk full: PATH (no space left on device)``. The table
 in the user guide (docs/guide/scheduling.md, "Exit codes") lists every rule, and ``tests/test_exit_codes.py``
 raises a real exception for each of its rows.
 
@@ -33,10 +37,14 @@ Ambiguous kinds, and the side chosen:
 
 * a read-only file system (``EROFS``) and a full disk (``ENOSPC``) are
   transient (75): a remounted volume or a cleaned disk makes the same run pass;
+  each is named as such with its path (never as "permission denied": a
+  read-only mount refuses root too), and a full disk whose error names no file
+  names the outputs the command was writing;
   ``EACCES`` (:class:`PermissionError`, ``AccessDeniedException``,
   ``AccessControlException``) is bad input (2): permissions do not change by
   themselves; Hadoop's bare ``Mkdirs failed to create PATH`` is decided by
-  looking at PATH: a name over 255 bytes, a file on the way or (local disk)
+  looking at PATH: on a volume mounted read-only it is transient (read-only
+  file system), a name over 255 bytes, a file on the way or (local disk)
   a parent this process may not write is bad input (2), anything else transient;
 * :class:`~pcem_spark.errors.TransientError` (another run writing the same
   output, an input replaced or unfinished) is transient (75);
@@ -59,6 +67,8 @@ import tarfile
 from typing import Iterator, List, Optional, Tuple
 
 from pcem_spark.errors import InputError, TransientError
+from pcem_spark.util import volumes
+from pcem_spark.util.volumes import DISK_FULL, READ_ONLY, read_only_mount, storage_error_in
 
 __all__ = [
     "EXIT_OK",
@@ -72,6 +82,8 @@ __all__ = [
     "DEPLOYMENT_WORKER_TYPES",
     "MESSAGE_RULES",
     "MKDIRS_RULE",
+    "STORAGE_JAVA",
+    "STORAGE_RULES",
     "root_cause",
     "java_chain",
     "classify_failure",
@@ -150,6 +162,20 @@ MESSAGE_RULES: List[Tuple[str, int, str]] = [
     # EOFException elsewhere (a shuffle, a socket) is a lost connection, so the class alone cannot decide.
     ("EOFException: Unexpected end of input stream", EXIT_BAD_INPUT, "corrupt input (truncated): {cause}"),
 ]
+
+# A read-only volume or a full disk (transient, named with the path): these Java classes anywhere in the chain,
+# or the OS's words for EROFS / ENOSPC in the failure's text (Java has no class for them: a FileSystemException,
+# a FileNotFoundException or a plain IOException carries the reason), or Hadoop's bare Mkdirs failure for a
+# folder on a read-only mount.
+STORAGE_JAVA = {
+    "java.nio.file.ReadOnlyFileSystemException": READ_ONLY,
+    "org.apache.hadoop.util.DiskChecker$DiskOutOfSpaceException": DISK_FULL,
+}
+STORAGE_RULES = (
+    f"{READ_ONLY} (EROFS)",
+    f"{DISK_FULL} (ENOSPC)",
+    "Mkdirs failed to create, on a volume mounted read-only",
+)
 
 _PY_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Fault)):\s?(.*)$")
 _JAVA_CAUSE = re.compile(r"^\s*Caused by: (\S+?)(?:: (.*))?$")
@@ -295,7 +321,8 @@ def _input_error_names() -> set:
     """Names of InputError and every subclass (a worker's traceback gives only the type's name)."""
     import importlib
 
-    for module in ("config", "documents", "limits", "outputs", "session", "taxonomy", "warc", "warm"):
+    modules = "experiment.settings io.documents io.snapshots io.warc_records engine.limits engine.session core.taxonomy"
+    for module in (modules + " model.warm util.strict_json").split():
         try:  # the modules that define subclasses; some import optional libraries lazily
             importlib.import_module(f"pcem_spark.{module}")
         except ImportError:
@@ -347,6 +374,9 @@ def classify_failure(exc: BaseException) -> Tuple[int, str]:
         return EXIT_TRANSIENT, str(exc)
     if _bad_input_python(exc):
         return EXIT_BAD_INPUT, str(exc)
+    storage = _storage_failure(exc)
+    if storage is not None:  # a read-only volume or a full disk: transient, named with the path
+        return storage
     if isinstance(exc, (Py4JNetworkError, ConnectionError)) or (
         isinstance(exc, Py4JError) and not isinstance(exc, Py4JJavaError) and not _jvm_alive()
     ):
@@ -354,11 +384,59 @@ def classify_failure(exc: BaseException) -> Tuple[int, str]:
     if isinstance(exc, (Py4JJavaError, PySparkException)):
         return _classify_spark(exc)
     if isinstance(exc, (OSError, MemoryError)):
-        # Read-only file system, disk full, I/O errors: the same run can pass once the volume is back.
+        # I/O errors, a lost connection: the same run can pass once the volume is back.
         return EXIT_TRANSIENT, f"{type(exc).__name__}: {exc}"
     # Anything else -- a plain ValueError, TypeError, KeyError, RuntimeError -- is a bug: validation raises
     # InputError, so a ValueError here was not meant for the user.
     return EXIT_BUG, f"{type(exc).__name__}: {exc}"
+
+
+def _storage_failure(exc: BaseException) -> Optional[Tuple[int, str]]:
+    """(75, "read-only file system: PATH ..." / "disk full: PATH ...") when ``exc`` is, or a Spark failure
+    carries, ``EROFS`` or ``ENOSPC``; None otherwise. The path is the one the error names; for a full disk
+    whose error names none, the outputs the command held leases on (:func:`pcem_spark.io.leases.outputs_of`)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    cause = text = ""
+    if isinstance(exc, OSError):
+        kinds = {errno.EROFS: READ_ONLY, errno.ENOSPC: DISK_FULL}
+        if exc.errno not in kinds:
+            return None
+        found = storage_error_in(f"[Errno {exc.errno}] {exc.strerror}") or (kinds[exc.errno], [])
+        kind, paths = kinds[exc.errno], [p for p in (exc.filename, exc.filename2) if p] + found[1]
+    elif isinstance(exc, (Py4JJavaError, PySparkException)):
+        text = _full_text(exc)
+        worker = _worker_error_line(text)
+        # A worker's own error decides (its message may quote a document); the JVM's classes, then its text.
+        found = storage_error_in(worker) if worker else storage_error_in(text)
+        if found is None and not worker:
+            kind = next((STORAGE_JAVA[name] for name, _ in java_chain(exc) if name in STORAGE_JAVA), None)
+            found = (kind, []) if kind else None
+        folder = None if worker else _MKDIRS.search(text)
+        if found is None and folder and read_only_mount(folder.group(1)):
+            found = (READ_ONLY, [folder.group(1)])
+        if found is None:
+            return None
+        (kind, paths), cause = found, f" -- {root_cause(exc)}"
+    else:
+        return None
+    paths = list(dict.fromkeys(str(p) for p in paths))
+    if kind == READ_ONLY:
+        path = paths[0] if paths else None
+        return EXIT_TRANSIENT, volumes.read_only_message(path, read_only_mount(path) if path else None) + cause
+    if paths:
+        return EXIT_TRANSIENT, volumes.disk_full_message(paths) + cause
+    from pcem_spark.io.leases import outputs_of
+
+    outputs = list(outputs_of(exc))
+    if outputs:
+        what = "the error names no file; these are the outputs the command was writing"
+    elif re.search(r"shuffle|[Ss]pill|blockmgr-|DiskBlockObjectWriter", text):
+        what = "in Spark's scratch space: spark.local.dir, on the executors' local disks"
+    else:
+        what = "the error names no file: " + ("a write by Spark (driver JVM or executor)" if cause else "a write")
+    return EXIT_TRANSIENT, volumes.disk_full_message(outputs, what) + cause
 
 
 def _jvm_alive() -> bool:
@@ -439,7 +517,7 @@ def _folder_problem(folder: str) -> Optional[str]:
         problem = parent_problem(fs, folder.rstrip("/") + "/_")
     except Exception:  # noqa: BLE001 - cannot look: no permanent reason known
         return None
-    return None if problem is None else str(problem)
+    return str(problem) if isinstance(problem, InputError) else None  # a read-only volume is not permanent
 
 
 def _message(exc: BaseException, cause: str) -> str:
@@ -473,9 +551,11 @@ def iter_rules() -> Iterator[Tuple[str, Tuple[str, ...], int]]:
     yield "driver Python", ("TransientError and subclasses",), EXIT_TRANSIENT
     yield "driver Python", ("InputError and subclasses",), EXIT_BAD_INPUT
     yield "driver Python", tuple(cls.__name__ for cls in _driver_bad_input_types()[1:]), EXIT_BAD_INPUT
-    yield "driver Python", ("OSError with another errno (EROFS, ENOSPC, EIO)", "MemoryError"), EXIT_TRANSIENT
+    yield "driver Python", ("OSError EROFS (read-only file system)", "OSError ENOSPC (disk full)"), EXIT_TRANSIENT
+    yield "driver Python", ("OSError with another errno (EIO)", "MemoryError"), EXIT_TRANSIENT
     yield "driver Python", ("Py4JNetworkError", "ConnectionError", "Py4JError with the JVM gone"), EXIT_TRANSIENT
     yield "driver Python", ("other (ValueError, TypeError, KeyError, RuntimeError, EOFError)",), EXIT_BUG
+    yield "Java cause chain or worker", tuple(sorted(STORAGE_JAVA)) + STORAGE_RULES, EXIT_TRANSIENT
     yield "Spark error condition", tuple(sorted(BAD_INPUT_CONDITIONS)), EXIT_BAD_INPUT
     yield "pyspark, raised in Python", ("PySparkValueError", "PySparkTypeError"), EXIT_BUG
     yield "Java cause chain", TRANSIENT_JAVA, EXIT_TRANSIENT

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from pcem_spark.errors import InputError
+from pcem_spark.util.redaction import redact
 
 __all__ = [
     "settings_from_args",
@@ -145,7 +146,8 @@ def check_outputs(spark, outputs, inputs, overwrite: bool, check_existing: bool 
 
     With ``check_existing``, the run then becomes the one writer of each output
     directory: its lease is taken (:mod:`pcem_spark.io.leases`) -- exit 75 at once
-    when another live run holds it, exit 2 when the folder cannot be written -- and
+    when another live run holds it, exit 2 when the folder cannot be written (75 when
+    its volume is mounted read-only) -- and
     kept until the command ends, before what exists there is looked at.
     """
     from pcem_spark.io.output_paths import check_output_paths
@@ -344,10 +346,14 @@ def _write_rejects(spark, rejects_path: str, path: str, source, rejects, n_in: i
     The contract, checked on what was written: every input row is valid or rejected, never lost.
     """
     from pcem_spark.io.outputs import atomic_output
-    from pcem_spark.io.rejects import log_counts
+    from pcem_spark.io.rejects import log_counts, redacted_column
 
+    # Stored without the credentials (or a known secret) of the input's paths in a file name or a reason.
+    stored = rejects.select(
+        *(redacted_column(c, (path, source.base)) if c in ("source_file", "reason") else c for c in rejects.columns)
+    )
     with atomic_output(spark, rejects_path, "rejects", overwrite=True, parts=[""]) as staged:
-        rejects.write.parquet(staged.tmp)
+        stored.write.parquet(staged.tmp)
         by_reason = log_counts(path, n_in, n_good, rejects)
         n_rej = spark.read.parquet(staged.tmp).count()
         if n_rej != n_in - n_good:
@@ -360,7 +366,7 @@ def _write_rejects(spark, rejects_path: str, path: str, source, rejects, n_in: i
             "rejected": n_rej,
             "rejected_by_reason": by_reason,
         }
-        staged.info.update(summary)
+        staged.info.update(redact(summary))  # a marker never holds a path's credentials
     return summary
 
 

@@ -76,6 +76,11 @@ class _Parser(argparse.ArgumentParser):
     closest known options, before a missing required option can hide it (``--modle`` -> "did you mean
     --model?"; ``--label_rate`` -> ``--label-rate``)."""
 
+    def error(self, message):
+        from pcem_spark.util.redaction import redact
+
+        super().error(redact(message))  # an argument may be a path with credentials
+
     def parse_known_args(self, args=None, namespace=None):
         if self._subparsers is not None:  # the top-level parser: check the command's options first
             self._check_options(sys.argv[1:] if args is None else list(args))

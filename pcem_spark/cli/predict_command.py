@@ -20,6 +20,7 @@ from pcem_spark.cli.inputs import (
     rejects_output,
 )
 from pcem_spark.errors import InputError
+from pcem_spark.util.redaction import redact
 
 __all__ = ["cmd_predict"]
 
@@ -174,21 +175,23 @@ def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
         if n_out != n_in:  # the contract: exactly one row per valid input document
             raise RuntimeError(f"predict wrote {n_out} rows for {n_in} valid documents")
         staged.info.update(
-            {
-                "rows": n_out,
-                "model": args.model,
-                "model_version": model.version,  # the run id of the model version that predicted
-                "input": counts,
-                "min_probability": float(min_probability),
-                "top_k": int(top_k),
-                "beam": int(width),
-                "tokenizer": "python" if model.text_featurizer() is not None else "spark",
-                "node_probabilities": node_probabilities,
-                "multi_path": float(multi_path),
-                "calibrated": model.effective_temperature != 1.0,
-                "keep_columns": list(keep),
-                "partition_by": partition_by or None,
-            }
+            redact(
+                {
+                    "rows": n_out,
+                    "model": args.model,
+                    "model_version": model.version,  # the run id of the model version that predicted
+                    "input": counts,
+                    "min_probability": float(min_probability),
+                    "top_k": int(top_k),
+                    "beam": int(width),
+                    "tokenizer": "python" if model.text_featurizer() is not None else "spark",
+                    "node_probabilities": node_probabilities,
+                    "multi_path": float(multi_path),
+                    "calibrated": model.effective_temperature != 1.0,
+                    "keep_columns": list(keep),
+                    "partition_by": partition_by or None,
+                }
+            )
         )
         if min_probability > 0:
             from pcem_spark.model.schema import abstention_counts

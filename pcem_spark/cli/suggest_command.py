@@ -22,6 +22,7 @@ from pcem_spark.cli.inputs import (
     rejects_output,
 )
 from pcem_spark.errors import InputError
+from pcem_spark.util.redaction import redact
 
 __all__ = ["cmd_suggest_labels"]
 
@@ -119,20 +120,22 @@ def _suggest_on(spark, args, settings) -> int:
                 n_unlabelled,
             )
         staged.info.update(
-            {
-                "rows": n_out,
-                "format": args.output_format,
-                "budget": int(args.budget),
-                "criterion": args.criterion,
-                "batch": args.batch,
-                "candidates": int(args.candidates),
-                "density_weight": float(args.density_weight),
-                "seed": int(args.seed),
-                **({"committee_size": int(args.committee_size)} if args.criterion == "committee" else {}),
-                "model": args.model,
-                "model_version": model.version,
-                "input": {**counts, "labelled": n_labelled, "unlabelled": n_unlabelled},
-            }
+            redact(
+                {
+                    "rows": n_out,
+                    "format": args.output_format,
+                    "budget": int(args.budget),
+                    "criterion": args.criterion,
+                    "batch": args.batch,
+                    "candidates": int(args.candidates),
+                    "density_weight": float(args.density_weight),
+                    "seed": int(args.seed),
+                    **({"committee_size": int(args.committee_size)} if args.criterion == "committee" else {}),
+                    "model": args.model,
+                    "model_version": model.version,
+                    "input": {**counts, "labelled": n_labelled, "unlabelled": n_unlabelled},
+                }
+            )
         )
     log.info(
         "suggest-labels: %d of %d unlabelled documents suggested (%s, batch %s; %d labelled documents not ranked, "

@@ -24,6 +24,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from pcem_spark.io.checkpoints import input_fingerprint
 from pcem_spark.ml.checkpointing import CHECKPOINT_FORMAT, GracefulStop, TrainCheckpoint
+from pcem_spark.util.redaction import redact
 
 __all__ = ["train_fingerprint", "open_train_checkpoint", "graceful_stop", "HARD_STOP_SECONDS"]
 
@@ -71,13 +72,17 @@ def train_fingerprint(spark, args, settings) -> Dict[str, Any]:
         flag: input_fingerprint(spark, getattr(args, name)) for flag, name in _INPUT_FLAGS if getattr(args, name, None)
     }
     flags = {k: _plain(v) for k, v in sorted(vars(args).items()) if k not in _NOT_FINGERPRINTED and not callable(v)}
-    return {
-        "checkpoint_format": CHECKPOINT_FORMAT,
-        "pcem_spark": version,
-        "inputs": inputs,
-        "flags": flags,
-        "settings": {section: _plain(getattr(settings, section)) for section in _SECTIONS},
-    }
+    # Stored in the checkpoint: its paths' credentials redacted; every setting and flag kept (keys=False).
+    return redact(
+        {
+            "checkpoint_format": CHECKPOINT_FORMAT,
+            "pcem_spark": version,
+            "inputs": inputs,
+            "flags": flags,
+            "settings": {section: _plain(getattr(settings, section)) for section in _SECTIONS},
+        },
+        keys=False,
+    )
 
 
 def open_train_checkpoint(spark, args, settings) -> Optional[TrainCheckpoint]:

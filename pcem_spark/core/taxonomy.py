@@ -23,6 +23,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from pcem_spark.errors import InputError
+from pcem_spark.util.strict_json import StrictJSONError, loads_strict
 
 __all__ = [
     "DUMMY_SEP",
@@ -316,8 +317,13 @@ class Taxonomy:
         return json.dumps({"root": self.root, "children": self.to_dict()})
 
     @classmethod
-    def from_json(cls, text: str) -> "Taxonomy":
-        obj = json.loads(text)
+    def from_json(cls, text: str, where: str = "taxonomy JSON") -> "Taxonomy":
+        """The taxonomy :meth:`to_json` wrote; a key repeated in one object is a :class:`TaxonomyError` naming
+        ``where`` and its line (plain JSON keeps the last copy, and the first subtree would vanish)."""
+        try:
+            obj = loads_strict(text, where)
+        except StrictJSONError as exc:
+            raise TaxonomyError(str(exc)) from None
         return cls(obj["children"], root=obj.get("root"))
 
     @classmethod
@@ -385,7 +391,7 @@ def load_taxonomy(path: str) -> Taxonomy:
     ``.json``: an object ``{node: [children...]}`` (optionally wrapped as
     ``{"root": ..., "children": {...}}``). Anything else: TSV lines
     ``parent<TAB>child``; blank lines and lines starting with ``#`` are ignored.
-    Errors name the file and line.
+    Errors name the file and line (a JSON key repeated in one object included).
     """
     try:
         with open(path, "r", encoding="utf-8") as fh:
@@ -396,9 +402,11 @@ def load_taxonomy(path: str) -> Taxonomy:
         raise TaxonomyError(f"{path}: cannot read the taxonomy file ({exc.strerror})") from None
     if path.endswith(".json"):
         try:
-            obj = json.loads(text)
+            obj = loads_strict(text, path)
         except json.JSONDecodeError as exc:
             raise TaxonomyError(f"{path}: not valid JSON ({exc})") from None
+        except StrictJSONError as exc:  # a repeated node would silently drop its first list of children
+            raise TaxonomyError(str(exc)) from None
         if not isinstance(obj, dict):
             raise TaxonomyError(f"{path}: expected a JSON object node -> [children], got {type(obj).__name__}")
         try:

@@ -71,6 +71,7 @@ def build_session(settings: SparkSettings, connect_ok: bool = False) -> SparkSes
     if not is_spark_connect(spark):
         spark.sparkContext.setLogLevel("WARN")
         _quiet_loggers(spark)
+        _register_session_secrets(spark, settings)
     return spark
 
 
@@ -282,9 +283,32 @@ def _connect_error(what: str, needs: str, why: str) -> SparkConnectError:
 
 
 def setup_logging(level: str = "INFO") -> None:
+    """Log to stderr at ``level``; every handler of the root logger redacts what it writes, tracebacks
+    included (:class:`pcem_spark.util.redaction.RedactingFormatter`): no secret reaches a task log."""
+    from pcem_spark.util.redaction import redact_log_handlers
+
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    redact_log_handlers(logging.getLogger())
     logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def _register_session_secrets(spark, settings: SparkSettings) -> None:
+    """Redact the secrets of the session's own Spark settings too (spark-submit's ``--conf``, spark-defaults.conf),
+    and follow its ``spark.redaction.regex`` when the settings name none."""
+    from pcem_spark.util.redaction import REDACTION_REGEX_KEY, configure_redaction, register_secrets
+
+    try:
+        conf = dict(spark.sparkContext.getConf().getAll())
+    except Exception as exc:  # noqa: BLE001 - never fails a run (a session without a SparkContext)
+        log.debug("could not read the session's Spark settings for redaction: %s", exc)
+        return
+    if conf.get(REDACTION_REGEX_KEY) and REDACTION_REGEX_KEY not in settings.conf:
+        try:
+            configure_redaction(regex=conf[REDACTION_REGEX_KEY])
+        except InputError as exc:  # Java syntax Python's re lacks: the current pattern stays
+            log.warning("%s", exc)
+    register_secrets(conf=conf)

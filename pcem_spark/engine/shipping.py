@@ -10,10 +10,17 @@ client to a staging directory on storage the executors read
 :func:`set_staging_dir`, e.g. beside its output), and each Python worker
 process reads it at most once (a per-process cache). In classic mode a value
 stays a broadcast variable: sent once per executor, whatever the function.
+
+A staged file is data, never code: it is written in the data-only format of
+:mod:`pcem_spark.engine.safe_values` (only the classes of :func:`staged_types`
+can be rebuilt from it), and its SHA-256 travels in the plan with the
+:class:`StagedFile`, so an executor refuses a file that anyone replaced or
+damaged on the shared staging storage before it decodes a byte of it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import uuid
@@ -27,12 +34,14 @@ __all__ = [
     "STAGING_ENV",
     "Shipped",
     "StagedFile",
+    "StagedValueError",
     "check_plan_size",
     "plan_limit",
     "set_staging_dir",
     "staging_dir",
     "ship",
     "ship_in_plan",
+    "staged_types",
 ]
 
 # Spark Connect's default spark.connect.grpc.maxInboundMessageSize: a plan (with the functions pickled in it)
@@ -57,29 +66,71 @@ class Shipped:
         """Nothing to free (the broadcast variable's method, so callers need not tell them apart)."""
 
 
-class StagedFile:
-    """A value pickled to a file by the client, read by each Python worker process at most once (``.value``).
+class StagedValueError(RuntimeError):
+    """A staged file is not the value the client wrote (replaced or damaged on the staging storage)."""
 
+
+def staged_types() -> tuple:
+    """The classes a staged value may hold (what :func:`ship` is called with over Spark Connect)."""
+    from pcem_spark.core.beam import BeamLevel, BeamScorer, BeamTables
+    from pcem_spark.core.calibration import Calibration, DepthMaps
+    from pcem_spark.core.estep import ScoringTables
+    from pcem_spark.core.logistic import LinearTables
+    from pcem_spark.core.parameters import PathParameters
+    from pcem_spark.core.structure import Structure
+    from pcem_spark.engine.feature_settings import FeatureSettings
+    from pcem_spark.engine.python_tokens import TextFeaturizer
+
+    return (
+        BeamLevel,
+        BeamScorer,
+        BeamTables,
+        Calibration,
+        DepthMaps,
+        FeatureSettings,
+        LinearTables,
+        PathParameters,
+        ScoringTables,
+        Structure,
+        TextFeaturizer,
+    )
+
+
+class StagedFile:
+    """A value written to a file by the client, read by each Python worker process at most once (``.value``).
+
+    The file holds the value as data (:mod:`pcem_spark.engine.safe_values`);
+    ``sha256`` (in the plan, with this object) is checked before it is decoded.
     The workers keep the last two values they read (the current EM pass's
     and the previous one's), so a long fit does not pile parameters up in them.
     """
 
-    __slots__ = ("uri", "n_bytes")
+    __slots__ = ("uri", "n_bytes", "sha256")
     _cache: dict = {}
 
-    def __init__(self, uri: str, n_bytes: int):
+    def __init__(self, uri: str, n_bytes: int, sha256: str = ""):
         self.uri = uri
         self.n_bytes = n_bytes
+        self.sha256 = sha256
 
     @property
     def value(self):
         cache = StagedFile._cache
         if self.uri not in cache:
+            from pcem_spark.engine import safe_values
             from pcem_spark.engine.storage import resolve
 
             fs, inner, _ = resolve(self.uri)
             with fs.open_input_stream(inner) as stream:
-                value = pickle.loads(stream.read())
+                data = stream.read()
+            found = hashlib.sha256(data).hexdigest()
+            if found != self.sha256:
+                raise StagedValueError(
+                    f"{self.uri}: the staged value's SHA-256 is {found}, the client wrote {self.sha256} "
+                    f"({len(data):,} bytes read, {self.n_bytes:,} written): the file was replaced or damaged on "
+                    "the staging storage; keep PCEM_STAGING_DIR writable by this job's user only"
+                )
+            value = safe_values.loads(data, staged_types())
             while len(cache) >= 2:
                 cache.pop(next(iter(cache)))
             cache[self.uri] = value
@@ -141,19 +192,22 @@ def ship_in_plan(spark, value, what: str):
 
     if not is_spark_connect(spark):
         return Shipped(value)
-    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    # The size the plan would carry (Spark Connect pickles a function and what it captures into the plan).
+    n_bytes = len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
     where = staging_dir()
-    if len(data) <= INLINE_LIMIT or not where:
-        check_plan_size(spark, len(data), what)
+    if n_bytes <= INLINE_LIMIT or not where:
+        check_plan_size(spark, n_bytes, what)
         return Shipped(value)
+    from pcem_spark.engine import safe_values
     from pcem_spark.engine.storage import resolve
 
-    uri = f"{where.rstrip('/')}/pcem-shipped-{uuid.uuid4().hex}.pkl"
+    data = safe_values.dumps(value, staged_types())
+    uri = f"{where.rstrip('/')}/pcem-shipped-{uuid.uuid4().hex}.npz"
     fs, inner, _ = resolve(uri)
     fs.create_dir(inner.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(inner) as out:
         out.write(data)
-    return StagedFile(uri, len(data))
+    return StagedFile(uri, len(data), hashlib.sha256(data).hexdigest())
 
 
 def ship(spark, value, what: str = "the model's parameters"):

@@ -179,6 +179,14 @@ class HierarchicalF1Evaluator(
     def getTaxonomy(self) -> str:
         return self.getOrDefault(self.taxonomy)
 
+    @classmethod
+    def read(cls):
+        """The reader of a saved evaluator: it checks that the folder names this class before building anything
+        (:class:`pcem_spark.io.params_reader.CheckedParamsReader`)."""
+        from pcem_spark.io.params_reader import CheckedParamsReader
+
+        return CheckedParamsReader(cls)
+
     def isLargerBetter(self) -> bool:
         return True
 

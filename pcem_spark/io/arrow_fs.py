@@ -24,12 +24,15 @@ the session's kind.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import List, Optional, Tuple
 
 from pcem_spark.engine.storage import local_path, pyarrow_name, resolve
 
-__all__ = ["ArrowFS", "shared_path", "create_local_exclusive"]
+__all__ = ["ArrowFS", "shared_path", "create_local_exclusive", "local_sha256"]
+
+_HASH_CHUNK = 8 << 20
 
 
 def shared_path(path: str) -> str:
@@ -43,6 +46,15 @@ def shared_path(path: str) -> str:
     if "://" in path or path.startswith("file:"):
         return path
     return os.path.abspath(path)
+
+
+def local_sha256(path: str) -> str:
+    """The SHA-256 (hex) of a local file, streamed in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def create_local_exclusive(path: str, text: str) -> bool:
@@ -234,6 +246,14 @@ class ArrowFS:
             return None
         with self.fs.open_input_stream(self._p(path)) as stream:
             return bytes(stream.read())
+
+    def sha256(self, path: Optional[str] = None) -> str:
+        """The SHA-256 (hex) of a file's content, streamed in chunks."""
+        digest = hashlib.sha256()
+        with self.fs.open_input_stream(self._p(path)) as stream:
+            while chunk := stream.read(_HASH_CHUNK):
+                digest.update(chunk)
+        return digest.hexdigest()
 
     def read_text(self, path: Optional[str] = None) -> Optional[str]:
         """A file's text (UTF-8; lines joined by ``\\n``), or None when it does not exist."""

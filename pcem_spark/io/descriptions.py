@@ -9,6 +9,7 @@ from typing import Dict
 
 from pcem_spark.core.similarity import _MAX_NAMES, _more
 from pcem_spark.core.taxonomy import Taxonomy, TaxonomyError, closest_name
+from pcem_spark.util.strict_json import StrictJSONError, load_strict
 
 __all__ = ["load_descriptions", "check_descriptions"]
 
@@ -20,9 +21,11 @@ def load_descriptions(path: str, taxonomy: Taxonomy, every_leaf: bool = True) ->
     ``every_leaf`` False: leaves may lack one, as when the descriptions add to the category names)."""
     try:
         with open(path, "r", encoding="utf-8") as fh:
-            obj = json.load(fh)
-    except (OSError, json.JSONDecodeError) as exc:
+            obj = load_strict(fh, path)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TaxonomyError(f"{path}: cannot read label descriptions ({exc})") from None
+    except StrictJSONError as exc:  # a node described twice: the first text would silently vanish
+        raise TaxonomyError(str(exc)) from None
     return check_descriptions(obj, taxonomy, where=path, every_leaf=every_leaf)
 
 

@@ -472,9 +472,13 @@ def _similarities_reason(sims: Column) -> Column:
 
 def _parquet(spark: SparkSession, path: str, files: Optional[Sequence[str]]) -> DataFrame:
     """The Parquet table at ``path``: all of it, or only ``files`` (partition columns kept)."""
+    from pcem_spark.io.checksums import VERIFY_PAGES
+
+    # Every page's CRC is checked as it is read (Spark writes one per page): a damaged page is an error.
+    reader = spark.read.option(*VERIFY_PAGES)
     if files:
-        return spark.read.option("basePath", path).parquet(*files)
-    return spark.read.parquet(path)
+        return reader.option("basePath", path).parquet(*files)
+    return reader.parquet(path)
 
 
 def _read_parquet(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import Iterator, List, Optional, Tuple
 
-from pcem_spark.io.arrow_fs import create_local_exclusive
+from pcem_spark.io.arrow_fs import create_local_exclusive, local_sha256
 
 __all__ = ["HadoopFS", "OUTPUTS_USE", "OUTPUTS_NEEDS", "FILESYSTEM_NEEDS"]
 
@@ -242,6 +242,18 @@ class HadoopFS:
         stream = self.fs.open(p)
         try:
             return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+        finally:
+            stream.close()
+
+    def sha256(self, path=None) -> str:
+        """The SHA-256 (hex) of a file's content: hashed by Python on the driver's local disk, elsewhere by the
+        JVM as it streams the file (commons-codec, on Spark's class path: no byte crosses py4j)."""
+        local = self.local(path)
+        if local is not None:
+            return local_sha256(local)
+        stream = self.fs.open(self.p(path))
+        try:
+            return str(self._jvm.org.apache.commons.codec.digest.DigestUtils.sha256Hex(stream))
         finally:
             stream.close()
 

@@ -30,8 +30,8 @@ from typing import List, Optional, Tuple
 
 from pcem_spark.errors import InputError, TransientError
 from pcem_spark.io.documents import DocumentsError, input_fs
-from pcem_spark.io.snapshots import pin
-from pcem_spark.io.versions import marker_at
+from pcem_spark.io.snapshots import pin, verify_before_reading
+from pcem_spark.io.versions import MARKER, marker_at
 
 __all__ = ["IncompleteInputError", "InputFiles", "input_files", "stored_sizes"]
 
@@ -70,8 +70,11 @@ def input_files(spark, path: str, allow_incomplete: bool = False, require_succes
         raise DocumentsError(f"documents input {path!r} does not exist")
     if not fs.is_directory(path):
         return InputFiles(path)
-    if marker_at(fs, path) is not None:
+    if marker_at(fs, path) is not None or fs.exists(f"{path.rstrip('/')}/{MARKER}"):
+        # A marker that is damaged (not JSON, or not its own checksum) is refused by resolve, never read as
+        # a plain folder without a manifest: that would skip every check of its files.
         snap = pin(fs, path)
+        verify_before_reading(fs, snap, snap.marker.get("kind"), spark)
         if snap.manifest is not None:
             return InputFiles(snap.location, snap.files(), snap.run_id)
         return InputFiles(snap.location, None, snap.run_id)

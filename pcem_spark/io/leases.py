@@ -22,7 +22,8 @@ never take a lease that was given out since). A live holder makes the second
 writer fail at once with :class:`OutputBusyError` (exit 75, naming the other
 run), or after ``output.wait_seconds``. Creating the lease file is also the
 probe that the output's folder can be written: a folder that cannot gives
-:class:`~pcem_spark.errors.OutputPathError` (exit 2) before any work.
+:class:`~pcem_spark.errors.OutputPathError` (exit 2) before any work, or
+:class:`ReadOnlyOutputError` (exit 75) when its volume is mounted read-only.
 
 Before its commit a writer checks that it still holds the lease (a higher
 generation means another run took it over after this one's heartbeat stopped):
@@ -40,6 +41,7 @@ the same process is another writer.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -53,11 +55,14 @@ from typing import Dict, Iterator, List, Optional, Tuple
 from pcem_spark.errors import OutputPathError, TransientError
 from pcem_spark.io.output_policy import policy
 from pcem_spark.util.faults import reached
+from pcem_spark.util.strict_json import loads_strict
+from pcem_spark.util.volumes import read_only_message, read_only_mount
 
 __all__ = [
     "LEASE_TAG",
     "OutputBusyError",
     "LeaseLostError",
+    "ReadOnlyOutputError",
     "Lease",
     "Holder",
     "acquire",
@@ -67,6 +72,7 @@ __all__ = [
     "held",
     "keep",
     "run",
+    "outputs_of",
     "release_all",
 ]
 
@@ -84,6 +90,11 @@ class OutputBusyError(TransientError):
 
 class LeaseLostError(TransientError):
     """This run's lease was taken over (its heartbeat stopped for longer than the expiry): exit 75."""
+
+
+class ReadOnlyOutputError(TransientError):
+    """The output's folder is on a volume mounted read-only: exit 75 (a remount makes the same run pass), and
+    named as such, never as a permission problem."""
 
 
 def _split(path: str) -> Tuple[str, str]:
@@ -156,7 +167,7 @@ class Holder:
 def _owner(fs, lease_file: str) -> Optional[dict]:
     try:
         text = fs.read_text(lease_file)
-        owner = json.loads(text) if text else None
+        owner = loads_strict(text, lease_file, allow_nan=True) if text else None
     except (ValueError, OSError):
         return None
     return owner if isinstance(owner, dict) else None
@@ -238,9 +249,14 @@ class Lease:
             log.debug("could not release the lease %s: %s", self.file, exc)
 
 
-def _unwritable(path: str, parent: str, exc: BaseException) -> Optional[OutputPathError]:
-    """An OutputPathError when ``exc`` says the output's folder cannot be written (permanent), else None."""
+def _unwritable(path: str, parent: str, exc: BaseException) -> Optional[Exception]:
+    """An OutputPathError when ``exc`` says the output's folder cannot be written (permanent), a
+    :class:`ReadOnlyOutputError` when it says its volume is read-only (exit 75), else None."""
     text = f"{type(exc).__name__}: {exc}"
+    if getattr(exc, "errno", None) == errno.EROFS or any(
+        marker in text for marker in ("Read-only file system", "ReadOnlyFileSystem")
+    ):
+        return ReadOnlyOutputError(read_only_message(path, parent))
     for marker, why in (
         ("PermissionError", "permission denied"),
         ("AccessControlException", "permission denied"),
@@ -250,7 +266,6 @@ def _unwritable(path: str, parent: str, exc: BaseException) -> Optional[OutputPa
         ("NotADirectoryError", "a parent of it is a file"),
         ("Not a directory", "a parent of it is a file"),
         ("FileExistsError", "a parent of it is a file"),
-        ("ReadOnlyFileSystem", "the file system is read-only"),
     ):
         if marker in text:
             return OutputPathError(
@@ -260,10 +275,11 @@ def _unwritable(path: str, parent: str, exc: BaseException) -> Optional[OutputPa
     return None
 
 
-def parent_problem(fs, path: str) -> Optional[OutputPathError]:
+def parent_problem(fs, path: str) -> Optional[Exception]:
     """Why the folder of the output ``path`` cannot be written, looked up on the file system (None: no
-    permanent reason found). Walks up to the nearest existing ancestor: a file there, or (on local disk) a
-    folder this process may not write, is permanent."""
+    reason found). Walks up to the nearest existing ancestor: a file there, or (on local disk) a folder this
+    process may not write, is permanent (:class:`~pcem_spark.errors.OutputPathError`); a folder on a volume
+    mounted read-only is :class:`ReadOnlyOutputError` (exit 75), not a permission problem."""
     parent, _ = _split(path)
     ancestor = parent
     while True:
@@ -274,6 +290,9 @@ def parent_problem(fs, path: str) -> Optional[OutputPathError]:
                         f"output {path!r} cannot be written: {ancestor!r} is a file, not a folder. Choose another path"
                     )
                 local = fs.local(ancestor)
+                mount = read_only_mount(local) if local is not None else None
+                if mount is not None:
+                    return ReadOnlyOutputError(read_only_message(path, mount))
                 if local is not None and not os.access(local, os.W_OK | os.X_OK):
                     return OutputPathError(
                         f"output {path!r} cannot be written: permission denied on {local!r}. Choose a folder "
@@ -306,7 +325,8 @@ def acquire(fs, path: str, run_id: str, command: str = "", wait_seconds: Optiona
 
     Raises :class:`OutputBusyError` when another live run holds it (after
     ``wait_seconds``, default ``output.wait_seconds``), and
-    :class:`~pcem_spark.errors.OutputPathError` when the output's folder cannot be written.
+    :class:`~pcem_spark.errors.OutputPathError` when the output's folder cannot be written
+    (:class:`ReadOnlyOutputError` when its volume is mounted read-only).
     """
     path = path.rstrip("/")
     parent = _ensure_parent(fs, path)
@@ -458,13 +478,32 @@ def keep(fs, path: str, run_id: Optional[str] = None, command: Optional[str] = N
 
 @contextmanager
 def run(run_id: str, command: str) -> Iterator[None]:
-    """A command's run in this thread: leases taken with :func:`keep` name it, and are released at its end."""
+    """A command's run in this thread: leases taken with :func:`keep` name it, and are released at its end.
+
+    An exception that ends the run carries the outputs it held leases on (:func:`outputs_of`): a failure
+    that names no file (a full disk) can then say what was being written."""
     _LOCAL.run = (run_id, command)
     try:
         yield
+    except BaseException as exc:
+        if not outputs_of(exc):
+            try:
+                setattr(exc, _OUTPUTS, tuple(lease.path for lease in _held_here().values()))
+            except (AttributeError, TypeError):  # an exception type that takes no attributes
+                pass
+        raise
     finally:
         _LOCAL.run = None
         release_all()
+
+
+_OUTPUTS = "pcem_outputs"
+
+
+def outputs_of(exc: BaseException) -> Tuple[str, ...]:
+    """The outputs a command held leases on when ``exc`` ended its run (:func:`run`); () if none or unknown."""
+    value = getattr(exc, _OUTPUTS, ())
+    return tuple(value) if isinstance(value, tuple) else ()
 
 
 def release_all() -> None:

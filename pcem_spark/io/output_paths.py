@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 from pcem_spark.errors import OutputPathError
+from pcem_spark.util.redaction import redact
 
 __all__ = ["Output", "qualify", "check_output_paths"]
 
@@ -235,7 +236,8 @@ def _check_existing(spark, out: Output, overwrite: bool) -> None:
         and out.source
         and marker is not None
         and marker.get("source") is not None
-        and qualify(spark, str(marker["source"])) == qualify(spark, out.source)
+        # markers hold the source redacted (pcem_spark.util.redaction): compared as stored
+        and redact(qualify(spark, str(marker["source"]))) == redact(qualify(spark, out.source))
     ):
         return  # this command's own rejects of the same input, from an earlier attempt: a retry replaces them
     if out.kind is None and out.directory:

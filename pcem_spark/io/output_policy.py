@@ -17,6 +17,10 @@ library users call :func:`configure`. Every time is in seconds.
 * ``commit_wait_seconds`` (30): how long a reader waits for a writer that is
   between the two renames of its commit (the output missing for a moment)
   before it exits 75.
+* ``verify_max_bytes`` (256 MiB): an output (predictions, rejects, documents)
+  of up to this size has every file checked against its SHA-256 before it is
+  read; a larger one is checked by its Parquet page checksums as it is read
+  (:mod:`pcem_spark.io.checksums`). A model is always checked in full.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class OutputSettings:
     wait_seconds: float = 0.0
     keep_superseded_seconds: float = 1800.0
     commit_wait_seconds: float = 30.0
+    verify_max_bytes: int = 256 << 20
 
     CONSTRAINTS: ClassVar[Dict[str, Any]] = {
         "lease_expiry_seconds": Interval(float, 0, None, closed="neither"),
@@ -45,6 +50,7 @@ class OutputSettings:
         "wait_seconds": Interval(float, 0, None),
         "keep_superseded_seconds": Interval(float, 0, None),
         "commit_wait_seconds": Interval(float, 0, None),
+        "verify_max_bytes": Interval(int, 0, None),
     }
 
     def validate(self, error=None) -> None:

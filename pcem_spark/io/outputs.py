@@ -9,8 +9,9 @@ table, a documents table, an inspection folder) is one *version* at a time
 2. builds the new version in the hidden sibling ``.NAME.pcem-tmp-RUNID``;
 3. checks that every part it declared holds data (a model without
    ``metadata/`` is never marked), lists every file with its size (the
-   manifest) and writes the marker ``_PCEM_COMPLETE`` (JSON: kind, format
-   version, run id, row counts, manifest) as its last file;
+   manifest, with each file's SHA-256: :mod:`pcem_spark.io.checksums`) and
+   writes the marker ``_PCEM_COMPLETE`` (JSON: kind, format version, run id,
+   row counts, manifest, checksums) as its last file;
 4. checks that it still holds the lease, then commits: the current version
    is renamed to ``.NAME.pcem-v-RUNID`` (retained for
    ``output.keep_superseded_seconds``, so readers that pinned it can finish),
@@ -45,7 +46,6 @@ server's DataFrame writer either way.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -57,6 +57,7 @@ from pcem_spark.engine.session import is_spark_connect
 from pcem_spark.errors import InputError, OutputPathError
 from pcem_spark.io import leases
 from pcem_spark.io.arrow_fs import ArrowFS
+from pcem_spark.io.checksums import checksums_of
 from pcem_spark.io.file_system import file_system, session_path
 from pcem_spark.io.output_policy import policy
 from pcem_spark.io.snapshots import IncompleteOutputError, resolve
@@ -74,6 +75,7 @@ from pcem_spark.io.versions import (
     new_marker,
     new_run_id,
     parse_marker,
+    sealed_marker_text,
     sibling,
     stamp_superseded,
     version_path,
@@ -213,7 +215,7 @@ def atomic_output(
                         "object store; docs/CLUSTER.md)"
                     )
                 raise IncompleteWriteError(f"nothing was written to {tmp} for {path}")
-            _mark(fs, tmp, kind, run_id, staged.info, staged.parts)
+            _mark(fs, tmp, kind, run_id, staged.info, staged.parts, spark)
             maybe_kill(kind, "marked")
         except BaseException:
             try:
@@ -224,8 +226,9 @@ def atomic_output(
         _commit(fs, path, tmp, run_id, kind, lease)
 
 
-def _mark(fs, tmp: str, kind: str, run_id: str, info: Dict[str, object], parts: Sequence[str]) -> None:
-    """Write the marker of the version in ``tmp``, after checking that every part holds data."""
+def _mark(fs, tmp: str, kind: str, run_id: str, info: Dict[str, object], parts: Sequence[str], spark=None) -> None:
+    """Write the marker of the version in ``tmp``, after checking that every part holds data; it lists every
+    file with its size and its SHA-256 (:mod:`pcem_spark.io.checksums`; a large version hashed by ``spark``)."""
     manifest = manifest_of(fs, tmp)
     missing = missing_parts(manifest, parts)
     if missing:
@@ -233,8 +236,9 @@ def _mark(fs, tmp: str, kind: str, run_id: str, info: Dict[str, object], parts: 
             f"{tmp}: {', '.join(missing)} holds no data file although it was written (deleted by another "
             f"process?): not marking this {kind} complete; exit 75: retry"
         )
-    marker = new_marker(kind, run_id, {**info, "manifest": manifest})
-    fs.write_text(f"{tmp}/{MARKER}", json.dumps(marker, sort_keys=True))
+    checksums = checksums_of(fs, tmp, manifest, spark)
+    marker = new_marker(kind, run_id, {**info, "manifest": manifest, "checksums": checksums})
+    fs.write_text(f"{tmp}/{MARKER}", sealed_marker_text(marker))
 
 
 def _commit(fs, path: str, tmp: str, run_id: str, kind: str, lease) -> None:

@@ -10,7 +10,7 @@ parser's reason, a missing id or text, or an id that several rows share
 from __future__ import annotations
 
 import logging
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Window
@@ -30,7 +30,7 @@ from pcem_spark.io.documents import (
 from pcem_spark.io.json_lines import RECORD_CHARS
 from pcem_spark.io.partition_folders import escaped_bytes
 
-__all__ = ["split_rejects", "log_counts", "BROADCAST_REPEATED_IDS", "BROADCAST_REPEATED_BYTES"]
+__all__ = ["split_rejects", "log_counts", "redacted_column", "BROADCAST_REPEATED_IDS", "BROADCAST_REPEATED_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,18 @@ def split_rejects(
         )
     )
     return good, rejects
+
+
+def redacted_column(name: str, paths: Sequence[str] = ()):
+    """Column ``name`` (a file's path, a reason) with the credentials of its URLs redacted, and the known secrets
+    written in ``paths`` (the input's): Spark SQL's ``regexp_replace``
+    (:func:`pcem_spark.util.redaction.sql_redactions`), no Python per row."""
+    from pcem_spark.util.redaction import sql_redactions
+
+    col = F.col(name)
+    for pattern, replacement in sql_redactions(paths):
+        col = F.regexp_replace(col, pattern, replacement)
+    return col.alias(name)
 
 
 # Rows sharing an id: at most this many distinct repeated ids (and bytes of them) go to every task as a

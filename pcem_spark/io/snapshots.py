@@ -9,7 +9,13 @@ predictions, rejects, a documents table written by ``ingest``) reads it:
    the two renames of its commit: wait for it (``output.commit_wait_seconds``),
    then exit 75. ``NAME`` missing with no live writer and a dead writer's
    complete version beside it: finish that commit, under the lease.
-2. **Check** the manifest: every file of the version present with its size.
+2. **Check** the manifest: every file of the version present with its size,
+   and its content (:meth:`Snapshot.verify`, the SHA-256 of every file against
+   the marker's ``checksums``): always for a model, for other outputs up to
+   ``output.verify_max_bytes``; a larger output is checked by its Parquet page
+   checksums as it is read, and a read that fails has the files it names
+   checked in full. A file whose content changed is :class:`DamagedOutputError`
+   (exit 2) naming the file and both checksums (:mod:`pcem_spark.io.checksums`).
 3. **Read** only those files (:meth:`Snapshot.table` passes Spark the file
    list, never the folder), so data of another version cannot be read: its
    files have other names (Spark names every part file after its write job).
@@ -22,7 +28,8 @@ predictions, rejects, a documents table written by ``ingest``) reads it:
    row it gives up with :class:`OutputReplacedError` (exit 75).
 
 Outputs of an older pcem-spark have no manifest: they are read by folder, and
-step 4 (plus one writer at a time) keeps them unmixed.
+step 4 (plus one writer at a time) keeps them unmixed. Outputs written before
+checksums are read with one warning, their content unverified.
 
 A documents input that is a pcem-spark output is pinned for the whole run
 (:func:`pin`): Spark reads it lazily, during the run. If a writer replaced it
@@ -39,12 +46,14 @@ from typing import Callable, Dict, List, Optional, TypeVar
 
 from pcem_spark.errors import InputError, TransientError
 from pcem_spark.io import leases
+from pcem_spark.io.checksums import VERIFY_PAGES, mismatches
 from pcem_spark.io.output_policy import policy
 from pcem_spark.io.versions import (
     MARKER,
     OUTPUT_FORMAT_VERSION,
     TMP,
     marker_at,
+    marker_problem,
     needs_recovery,
     new_run_id,
     recover,
@@ -61,6 +70,8 @@ __all__ = [
     "Snapshot",
     "resolve",
     "read_pinned",
+    "verify_before_reading",
+    "verify_after_failure",
     "pin",
     "replaced_pins",
     "missing_file",
@@ -78,6 +89,14 @@ class IncompleteOutputError(InputError):
 
 class DamagedOutputError(InputError):
     """A file of a complete version was removed or changed after it was written (not by a replacement): exit 2."""
+
+
+# Kinds of output verified in full whatever their size (small, and read whole: every byte matters).
+ALWAYS_VERIFIED = ("model",)
+# Kinds a person is meant to edit before they are read again: suggest-labels' worksheet, whose "labels" the
+# labeller fills in and `pcem train --labels` reads back. Their rows are validated one by one instead.
+EDITABLE = ("suggestions",)
+_UNVERIFIABLE_WARNED: set = set()
 
 
 class OutputReplacedError(TransientError):
@@ -114,13 +133,26 @@ class Snapshot:
             if rel.startswith(prefix) and not any(p.startswith(("_", ".")) for p in rel.split("/"))
         ]
 
+    @property
+    def checksums(self) -> Optional[Dict[str, str]]:
+        checksums = self.marker.get("checksums")
+        return checksums if isinstance(checksums, dict) else None
+
+    @property
+    def n_bytes(self) -> int:
+        return sum(int(size) for size in (self.manifest or {}).values())
+
     def table(self, spark, part: str = "", fmt: str = "parquet"):
-        """The DataFrame of ``part`` read from this version's files only (partition columns kept)."""
+        """The DataFrame of ``part`` read from this version's files only (partition columns kept); Parquet
+        with every page's checksum verified as it is read."""
         base = f"{self.location}/{part}" if part else self.location
         files = self.files(part)
+        reader = spark.read.format(fmt)
+        if fmt == "parquet":
+            reader = reader.option(*VERIFY_PAGES)
         if not files:  # an older output without a manifest (or a part with no data file): by folder
-            return spark.read.format(fmt).load(base)
-        table = spark.read.format(fmt).option("basePath", base).load(files)
+            return reader.load(base)
+        table = reader.option("basePath", base).load(files)
         # Spark checks that each file exists, then lists it; a file gone in between (a replacement moved
         # the version) is listed as nothing, with a warning, and the read returns fewer rows, not an error.
         listed = len(table.inputFiles())
@@ -141,6 +173,38 @@ class Snapshot:
                     f"{self.location}/{rel}: "
                     + ("missing" if rel not in present else f"{present[rel]} bytes, the manifest says {size}")
                 )
+
+    def verify(self, fs, spark=None, relatives=None) -> None:
+        """Raise :class:`DamagedOutputError` unless every file (or those of ``relatives``) still has the SHA-256
+        recorded when the version was marked; a version written before checksums passes with one warning."""
+        if self.checksums is None:
+            if self.manifest is not None and (self.path, self.run_id) not in _UNVERIFIABLE_WARNED:
+                _UNVERIFIABLE_WARNED.add((self.path, self.run_id))
+                log.warning(
+                    "%s: written by a release before checksums (run %s): its content cannot be verified; "
+                    "rewrite it with the command that made it to have it verified on every read",
+                    self.path,
+                    self.run_id,
+                )
+            return
+        bad = mismatches(fs, self.location, self.checksums, relatives, spark, self.manifest)
+        if bad and (not self.still_readable(fs) or leases.live_holder(fs, self.path) is not None):
+            # A commit replaced the version while its files were hashed (the new version's file read under
+            # the same name), or a live writer is copying one in (object stores): not damage. The reader
+            # follows the version (read_pinned: a missing file).
+            raise FileNotFoundError(f"{self.location}: replaced while its files were hashed")
+        if bad:
+            rel, expected, found = bad[0]
+            more = f" (and {len(bad) - 1} more file(s): {', '.join(b[0] for b in bad[1:4])})" if len(bad) > 1 else ""
+            raise DamagedOutputError(
+                f"{self.location}/{rel} is damaged: its content has {found}, the version written by run "
+                f"{self.run_id} recorded {expected}{more}. It was changed after it was written (a disk, a copy "
+                "or a person): rewrite it with the command that made it"
+            )
+
+    def named_in(self, text: str) -> List[str]:
+        """The files of this version that an error's text names (by their relative path)."""
+        return [rel for rel in (self.checksums or {}) if rel.rsplit("/", 1)[-1] in text]
 
     def intact(self, fs) -> bool:
         """Whether every file of this version is still where it is read from (True without a manifest)."""
@@ -191,6 +255,15 @@ def resolve(fs, path: str, kind: Optional[str] = None) -> Snapshot:
             _check_marker(path, marker, kind)
             return Snapshot(path, path, marker)
         if fs.exists(path):
+            text = fs.read_text(f"{path}/{MARKER}")
+            if text is not None and not marker_problem(text):
+                continue  # a commit's second rename landed between the two reads: read the new marker
+            if text is not None:
+                raise DamagedOutputError(
+                    f"{path}/{MARKER} is damaged: {marker_problem(text)}. The version's completion marker was "
+                    "changed after it was written (a disk, a copy or a person): rewrite the output with the "
+                    "command that made it"
+                )
             raise IncompleteOutputError(
                 f"{path} has no completion marker ({MARKER}): it was not written completely by pcem-spark "
                 "(a killed or failed run, another tool, or a version before markers). Rerun the command "
@@ -228,13 +301,7 @@ def missing_file(exc: BaseException) -> bool:
     """
     if isinstance(exc, InputError):
         return False
-    text = f"{type(exc).__name__}: {exc}"
-    java = getattr(exc, "java_exception", None)
-    if java is not None:
-        try:
-            text += "\n" + str(java.toString())
-        except Exception:  # noqa: BLE001 - the JVM may be gone
-            pass
+    text = _error_text(exc)
     return isinstance(exc, FileNotFoundError) or any(
         m in text
         for m in (
@@ -248,8 +315,59 @@ def missing_file(exc: BaseException) -> bool:
     )
 
 
-def read_pinned(fs, path: str, kind: Optional[str], read: Callable[[Snapshot], T]) -> T:
-    """``read(snapshot)`` of one version of ``path``, never a mixture (see the module docstring).
+def verify_before_reading(fs, snap: Snapshot, kind: Optional[str], spark=None) -> None:
+    """Check ``snap``'s content before it is read: in full for a model, and for any output of at most
+    ``output.verify_max_bytes`` (a larger one is checked by its Parquet page checksums as it is read)."""
+    if getattr(snap, "verified", False) or snap.marker.get("kind") in EDITABLE:
+        return  # a pinned input read again in the same run (checked when pinned), or a worksheet
+    if kind in ALWAYS_VERIFIED or snap.n_bytes <= policy().verify_max_bytes:
+        snap.verify(fs, spark)
+    else:
+        snap.verify(fs, spark, relatives=[])  # only the warning of a version without checksums
+    snap.verified = True
+
+
+def verify_after_failure(fs, snap: Snapshot, exc: BaseException, spark=None) -> None:
+    """After a read of ``snap`` failed: :class:`DamagedOutputError` if a file the error names (or, for an output
+    of at most ``output.verify_max_bytes``, any file) no longer has its recorded checksum."""
+    if snap.checksums is None:
+        return
+    named = snap.named_in(_error_text(exc))
+    if named:
+        snap.verify(fs, spark, relatives=named)
+    elif snap.n_bytes <= policy().verify_max_bytes:
+        snap.verify(fs, spark)
+
+
+def _moved_while_verified(fs, snap: Snapshot, exc: BaseException, spark) -> bool:
+    """After a read of ``snap`` failed with ``exc``: raise :class:`DamagedOutputError` if a file changed; True
+    when the version moved away while its files were hashed (a commit: read it again, where it went)."""
+    try:
+        verify_after_failure(fs, snap, exc, spark)
+    except DamagedOutputError:
+        raise
+    except Exception:  # noqa: BLE001 - a file went away mid-hash: a replacement, or the original error stands
+        if not snap.still_readable(fs) or not snap.intact(fs):
+            return True
+        raise exc from None
+    return False
+
+
+def _error_text(exc: BaseException) -> str:
+    """An exception's type and message, with the Java exception's where py4j carried one."""
+    text = f"{type(exc).__name__}: {exc}"
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            text += "\n" + str(java.toString())
+        except Exception:  # noqa: BLE001 - the JVM may be gone
+            pass
+    return text
+
+
+def read_pinned(fs, path: str, kind: Optional[str], read: Callable[[Snapshot], T], spark=None) -> T:
+    """``read(snapshot)`` of one version of ``path``, never a mixture, its content verified (see the module
+    docstring; ``spark`` hashes a large version's files on the executors).
 
     ``read`` must read only through the snapshot (:meth:`Snapshot.table`,
     :meth:`Snapshot.files`) and finish its work (collect, count) before it
@@ -262,13 +380,15 @@ def read_pinned(fs, path: str, kind: Optional[str], read: Callable[[Snapshot], T
         reached(f"{kind}:read:resolved")
         try:
             snap.check_files(fs)
+            verify_before_reading(fs, snap, kind, spark)
             value = read(snap)
         except Exception as exc:
             # A read that saw the version only in part (a file moved away mid-read) may fail as anything:
             # an empty table is "damaged", a schema cannot be inferred. Whether the pinned files are all
             # still there tells a replacement from a real error.
             if not missing_file(exc) and snap.intact(fs):
-                raise
+                if isinstance(exc, DamagedOutputError) or not _moved_while_verified(fs, snap, exc, spark):
+                    raise
             value, snap = None, _after_loss(fs, snap, kind, exc)
         else:
             reached(f"{kind}:read:done")

@@ -25,6 +25,7 @@ temporary directory, delete retained versions past their time) and
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import logging
 import time
@@ -32,6 +33,7 @@ import uuid
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from pcem_spark.errors import InputError, TransientError
+from pcem_spark.util.strict_json import loads_strict
 
 __all__ = [
     "MARKER",
@@ -47,6 +49,8 @@ __all__ = [
     "siblings",
     "version_path",
     "parse_marker",
+    "marker_problem",
+    "sealed_marker_text",
     "new_marker",
     "marker_at",
     "manifest_of",
@@ -107,11 +111,38 @@ def parse_marker(text: Optional[str]) -> Optional[Dict[str, object]]:
     """A marker file's text as a dict; None for no text, bad JSON or anything but a complete marker."""
     if text is None:
         return None
+    return None if marker_problem(text) else json.loads(text)
+
+
+_SEAL = "marker_sha256"
+
+
+def _seal_of(marker: Dict[str, object]) -> str:
+    body = {k: v for k, v in marker.items() if k != _SEAL}
+    return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def sealed_marker_text(marker: Dict[str, object]) -> str:
+    """The text of a marker file: the marker with the SHA-256 of its own content (``marker_sha256``), so that
+    a changed byte in the marker itself is found like one in any other file of the version."""
+    return json.dumps({**marker, _SEAL: _seal_of(marker)}, sort_keys=True)
+
+
+def marker_problem(text: Optional[str]) -> str:
+    """Why ``text`` is not a complete marker ("" when it is one): not JSON, not complete, or changed since it
+    was written (its ``marker_sha256`` differs; markers of releases before it have none)."""
+    if text is None:
+        return "no marker file"
     try:
-        marker = json.loads(text)
-    except ValueError:
-        return None
-    return marker if isinstance(marker, dict) and marker.get("complete") is True else None
+        marker = loads_strict(text, "completion marker", allow_nan=True)
+    except ValueError as exc:
+        return f"not a marker ({exc})"
+    if not isinstance(marker, dict) or marker.get("complete") is not True:
+        return "not a complete marker"
+    seal = marker.get(_SEAL)
+    if seal is not None and seal != _seal_of(marker):
+        return f"its content has {_seal_of(marker)}, it recorded {seal}"
+    return ""
 
 
 def new_marker(kind: str, run_id: str, info: Dict[str, object]) -> Dict[str, object]:
@@ -212,7 +243,7 @@ def collect_superseded(fs, path: str, keep_seconds: float) -> List[str]:
     deleted = []
     for version in siblings(fs, path, VERSION):
         try:
-            stamp = json.loads(fs.read_text(f"{version}/{SUPERSEDED}") or "null")
+            stamp = loads_strict(fs.read_text(f"{version}/{SUPERSEDED}") or "null", SUPERSEDED, allow_nan=True)
             since = float(stamp["superseded_at"])
         except (ValueError, TypeError, KeyError):
             stamp_superseded(fs, version)  # a writer killed before its stamp: the time starts now

@@ -264,6 +264,8 @@ def ingest_warc(
     from pyspark.sql import functions as F
 
     from pcem_spark.io.outputs import atomic_output, check_writable
+    from pcem_spark.io.rejects import redacted_column
+    from pcem_spark.util.redaction import redact
 
     t0 = time.perf_counter()
     require_libraries()
@@ -284,9 +286,8 @@ def ingest_warc(
         max(size for _, size in files) / 1e6,
     )
 
-    parsed = read_warc_files(spark, [f for f, _ in files], id_field, min_text_chars).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
+    paths = [f for f, _ in files]  # a file's path with credentials or a known secret is stored redacted
+    parsed = read_warc_files(spark, paths, id_field, min_text_chars).persist(StorageLevel.MEMORY_AND_DISK)
     copies = None
     try:
         candidates = parsed.where(F.col("kind") == DOCUMENT)
@@ -311,7 +312,8 @@ def ingest_warc(
             "url",
             "crawl_date",
             "crawl_time",
-            "source_file",
+            # a path with credentials (s3a://KEY:SECRET@bucket/...) is stored redacted; the usual path as it is
+            redacted_column("source_file", paths) if any(redact(p) != p for p in paths) else "source_file",
         )
         duplicate_reason = F.concat(
             F.lit("duplicate id: "), F.col("_copies").cast("string"), F.lit(" rows share this id")
@@ -326,6 +328,8 @@ def ingest_warc(
             parsed.where(F.col("kind").isin(REJECT, FILE_ERROR))
             .select("id", "source_file", "reason", "record")
             .unionByName(duplicates)
+            # an unreadable file's record names the file too
+            .select("id", *(redacted_column(c, paths) for c in ("source_file", "reason", "record")))
             .withColumn("line", F.lit(None).cast("long"))
         )
 
@@ -386,7 +390,7 @@ def ingest_warc(
             summary["rejected_by_reason"] = _top_reasons(written) if n_rejects else {}
             # "source": a retry of the same ingest may replace these rejects without --overwrite
             # (pcem_spark.io.output_paths, rule 3).
-            staged_rejects.info.update({**summary, "documents_output": output, "source": ",".join(inputs)})
+            staged_rejects.info.update(redact({**summary, "documents_output": output, "source": ",".join(inputs)}))
         if n_documents == 0:
             raise WarcInputError(
                 f"ingest-warc: no documents in {len(files)} files ({n_records} records, "
@@ -398,7 +402,7 @@ def ingest_warc(
             n_written = spark.read.parquet(staged.tmp).count()
             if n_written != n_documents:
                 raise RuntimeError(f"ingest-warc: {n_documents} documents but {n_written} written")
-            staged.info.update({**summary, "rejects": rejects_path})
+            staged.info.update(redact({**summary, "rejects": rejects_path}))
     finally:
         parsed.unpersist()
         if copies is not None:

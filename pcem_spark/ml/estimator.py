@@ -34,10 +34,12 @@ from pcem_spark.errors import InputError
 from pcem_spark.ml import training
 from pcem_spark.ml.checkpointing import pathem_checkpoint
 from pcem_spark.ml.params import MODEL_PARAMS, _PathEMParams
+from pcem_spark.ml.persistence import PathEMModelReader, PathEMModelWriter, PathEMReader
 from pcem_spark.model.labels import infer_taxonomy
 from pcem_spark.model.path_model import PathModel
 from pcem_spark.model.schema import OutputOptions
 from pcem_spark.model.settings import AUTO
+from pcem_spark.util.strict_json import loads_strict
 
 __all__ = ["PathEM", "PathEMModel", "train"]
 
@@ -267,6 +269,11 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         vocabulary = names if len(names) == size and all(names) else [f"#{i}" for i in range(size)]
         return docs, vocabulary
 
+    @classmethod
+    def read(cls) -> MLReader:
+        """The reader of a saved PathEM: it checks that the folder names this class before building anything."""
+        return PathEMReader(cls)
+
     def _warm_start(self):
         """The ``initModel`` read (:class:`pcem_spark.model.warm.WarmStart`), or None when it is empty."""
         from pcem_spark.model.warm import as_warm_start
@@ -283,7 +290,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         if not g(self.taxonomy) and g(self.initModel):
             # A warm start needs the init model's tree; the new batch may lack labels of some leaves (or all).
             return self._warm_start().model.taxonomy
-        return Taxonomy.from_json(g(self.taxonomy)) if g(self.taxonomy) else infer_taxonomy(docs)
+        return Taxonomy.from_json(t, "PathEM taxonomy Param") if (t := g(self.taxonomy)) else infer_taxonomy(docs)
 
     def _fit_features(self, dataset):
         """Fit on term-count vectors (``featuresCol``): the same training as ``pcem train``."""
@@ -411,14 +418,13 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
                 raise InputError(
                     "PathEM with weak supervision needs the taxonomy Param (there are no label paths to infer it from)"
                 )
-            taxonomy = Taxonomy.from_json(g(self.taxonomy))
+            taxonomy = Taxonomy.from_json(g(self.taxonomy), "PathEM taxonomy Param")
             cols = [F.col(g(self.idCol)).cast("string").alias("id"), F.col(g(self.textCol)).alias("text")]
             descriptions = None
             if kind == "descriptions":
+                where, text = "PathEM descriptions Param", g(self.descriptions) or "null"
                 try:
-                    descriptions = check_descriptions(
-                        json.loads(g(self.descriptions) or "null"), taxonomy, where="PathEM descriptions Param"
-                    )
+                    descriptions = check_descriptions(loads_strict(text, where), taxonomy, where)
                 except json.JSONDecodeError as exc:
                     raise InputError(f"PathEM descriptions Param is not JSON: {exc}") from None
             else:
@@ -552,33 +558,11 @@ class PathEMModel(Model, _PathEMParams, MLWritable, MLReadable):
         )
 
     def write(self) -> MLWriter:
-        return _PathEMModelWriter(self)
+        return PathEMModelWriter(self)
 
     @classmethod
     def read(cls) -> MLReader:
-        return _PathEMModelReader()
-
-
-class _PathEMModelWriter(MLWriter):
-    def __init__(self, instance: PathEMModel):
-        super().__init__()
-        self.instance = instance
-
-    def save(self, path: str) -> None:
-        # MLWriter.save deletes an existing path before saveImpl; PathModel.save replaces it atomically
-        # instead (pcem_spark.io.outputs), so the old model survives a killed save.
-        self.saveImpl(path)
-
-    def saveImpl(self, path: str) -> None:
-        self.instance.path_model.save(path, overwrite=self.shouldOverwrite, class_name="pcem_spark.ml.PathEMModel")
-
-
-class _PathEMModelReader(MLReader):
-    def load(self, path: str) -> PathEMModel:
-        pm = PathModel.load(path)
-        model = PathEMModel(pm)
-        model._set_from_model(pm)
-        return model
+        return PathEMModelReader(cls)
 
 
 # Saved metadata and pickles name the public path (pcem_spark.ml.PathEM), as they did before the

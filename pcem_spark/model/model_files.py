@@ -26,6 +26,7 @@ from pcem_spark.engine.limits import check_result_size
 from pcem_spark.errors import InputError
 from pcem_spark.model.settings import ModelSettings
 from pcem_spark.util.faults import reached
+from pcem_spark.util.strict_json import loads_strict
 
 __all__ = [
     "FORMAT_VERSION",
@@ -83,7 +84,7 @@ def read_model_parts(spark: SparkSession, snap) -> ModelParts:
     meta_rows = snap.table(spark, "metadata", "text").collect()
     reached("model:read:metadata")
     try:
-        meta = json.loads(meta_rows[0]["value"])
+        meta = loads_strict(meta_rows[0]["value"], f"{path}/metadata", allow_nan=True)
         version = meta.get("format_version")
     except (IndexError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
         raise InputError(

@@ -493,6 +493,7 @@ class PathModel:
         """
         from pcem_spark.io.file_system import session_path
         from pcem_spark.io.outputs import atomic_output
+        from pcem_spark.util.redaction import redact
 
         spark = _session("save")
         meta = {
@@ -507,7 +508,8 @@ class PathModel:
             "features_col": self.features_col,
             "calibration": calibration_record(self.temperature, self.probability_map),
             LINEAR_PART: self.linear is not None,
-            "training_summary": self.training_summary,
+            # its inputs' paths and the checkpoint's folder may hold credentials (the settings are plain values)
+            "training_summary": redact(self.training_summary),
         }
         # Built in a temporary sibling and moved into place with its completion
         # marker (pcem_spark.io.outputs): a killed save never leaves new metadata
@@ -548,7 +550,7 @@ class PathModel:
 
         spark = _session("load")
         path = session_path(spark, path)
-        return read_pinned(file_system(spark, path), path, "model", lambda snap: cls._read(spark, snap))
+        return read_pinned(file_system(spark, path), path, "model", lambda snap: cls._read(spark, snap), spark)
 
     @classmethod
     def _read(cls, spark: SparkSession, snap) -> "PathModel":

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import json
 import os
 import re
 import sys
 from dataclasses import dataclass
 from typing import Mapping, Union
+
+from pcem_spark.util.redaction import redact
+from pcem_spark.util.strict_json import StrictJSONError, loads_strict
 
 __all__ = [
     "DEFAULT_CONN_ID",
@@ -199,17 +201,35 @@ def parse_spark_conf(value) -> dict:
     if isinstance(value, dict):
         return {str(k): str(v) for k, v in value.items()}
     text = str(value or "").strip() or "{}"
+    repeated = None
     try:
-        parsed = json.loads(text)
+        parsed = loads_strict(text, "spark_conf")
+    except StrictJSONError as exc:  # a setting given twice: which one was meant is unknown
+        parsed, repeated = None, str(exc)
     except ValueError:
         try:
             parsed = ast.literal_eval(text)
+            repeated = _repeated_literal_key(text)
         except (ValueError, SyntaxError):
             parsed = None
-    if not isinstance(parsed, dict):
+    if repeated or not isinstance(parsed, dict):
         _, AirflowFailException = _airflow_exceptions()
-        raise AirflowFailException(f"spark_conf must be a JSON object of Spark settings, got {text!r}")
+        message = repeated or f"spark_conf must be a JSON object of Spark settings, got {text!r}"
+        raise AirflowFailException(redact(message))  # its values may be credentials
     return {str(k): str(v) for k, v in parsed.items()}
+
+
+def _repeated_literal_key(text: str) -> str:
+    """The error for a key given twice in a Python dict literal ("" when there is none)."""
+    tree = ast.parse(text, mode="eval").body
+    seen = set()
+    for key in tree.keys if isinstance(tree, ast.Dict) else ():
+        value = key.value if isinstance(key, ast.Constant) else None
+        if value in seen:
+            return f"spark_conf: line {key.lineno}, column {key.col_offset + 1}: repeated key {value!r}"
+        if value is not None:
+            seen.add(value)
+    return ""
 
 
 _OPERATOR = None
@@ -323,8 +343,9 @@ def _define_operator():
             except AirflowException as exc:
                 code = submit_returncode(self._hook, exc)
                 if code in NOT_RETRIED:
+                    # the hook's message holds the spark-submit command line: its --conf values redacted
                     raise AirflowFailException(
-                        f"{self.task_id}: spark-submit exited {code} ({NOT_RETRIED[code]}; not retried): {exc}"
+                        redact(f"{self.task_id}: spark-submit exited {code} ({NOT_RETRIED[code]}; not retried): {exc}")
                     ) from exc
                 raise
 

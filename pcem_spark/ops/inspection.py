@@ -64,6 +64,7 @@ from pcem_spark.ops.rendering import (
     render_model_markdown,
     render_png,
 )
+from pcem_spark.util.redaction import redact
 
 __all__ = [
     "INSPECT_KIND",
@@ -418,7 +419,9 @@ def write_inspection(
 
 
 def inspection_files(report: Dict[str, object], confusion: Optional[Dict[str, object]] = None) -> Dict[str, bytes]:
-    """The output files (name -> bytes) of a report and, optionally, its confusion tables."""
+    """The output files (name -> bytes) of a report and, optionally, its confusion tables; the paths they
+    name (the model, the predictions, the training inputs) redacted."""
+    report, confusion = redact(report), redact(confusion)
     files = {
         "model.md": render_model_markdown(report).encode("utf-8"),
         "model.json": (json.dumps(report, indent=1, ensure_ascii=False) + "\n").encode("utf-8"),

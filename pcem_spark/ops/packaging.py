@@ -34,6 +34,7 @@ from importlib import metadata
 from typing import Dict, List, Optional, Sequence
 
 from pcem_spark.util.filemodes import file_mode
+from pcem_spark.util.strict_json import load_strict
 
 __all__ = [
     "EXECUTOR_REQUIREMENTS",
@@ -161,10 +162,15 @@ def build_env_archive(
     manifest_path = os.path.join(out_dir, ENV_MANIFEST_NAME)
     wanted = _manifest(python, pins)
     if not force and os.path.exists(target) and os.path.exists(manifest_path):
-        with open(manifest_path, encoding="utf-8") as fh:
-            if json.load(fh) == wanted:
-                print(f"{target} is up to date ({', '.join(pins)})", file=sys.stderr)
-                return target
+        try:
+            with open(manifest_path, encoding="utf-8") as fh:
+                built = load_strict(fh, manifest_path)
+        except ValueError as exc:  # damaged (a repeated key, bad JSON, not UTF-8): it cannot vouch for the archive
+            print(f"{manifest_path} is damaged, rebuilding the archive: {exc}", file=sys.stderr)
+            built = None
+        if built == wanted:
+            print(f"{target} is up to date ({', '.join(pins)})", file=sys.stderr)
+            return target
     venv_pack = shutil.which("venv-pack") or os.path.join(os.path.dirname(sys.executable), "venv-pack")
     if not os.path.exists(venv_pack):
         raise SystemExit("venv-pack not found: pip install venv-pack (the cluster extra)")

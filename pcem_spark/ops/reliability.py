@@ -20,6 +20,7 @@ import numpy as np
 
 from pcem_spark.errors import InputError
 from pcem_spark.ops.rendering import md_text
+from pcem_spark.util.redaction import redact
 
 __all__ = ["N_BINS", "reliability_counts", "reliability_report", "reliability_files"]
 
@@ -131,7 +132,9 @@ def _png(report: Dict[str, object]) -> Optional[bytes]:
 
 
 def reliability_files(report: Dict[str, object]) -> Dict[str, bytes]:
-    """``reliability.md``, ``reliability.json`` and (with matplotlib) ``reliability.png``."""
+    """``reliability.md``, ``reliability.json`` and (with matplotlib) ``reliability.png``; the predictions' path
+    redacted."""
+    report = redact(report)
     files = {
         "reliability.md": _markdown(report).encode("utf-8"),
         "reliability.json": (json.dumps(report, indent=1) + "\n").encode("utf-8"),
