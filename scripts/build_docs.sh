@@ -6,12 +6,13 @@
 #
 # Usage: bash scripts/build_docs.sh [sphinx-build args]
 #   PYTHON=python3.11   interpreter (default python3); installs -e ".[docs]" into it
+#   PCEM_NO_INSTALL=1   the caller installed it (.ci/run)
 #   Open build/docs/html/docs/index.html.
 set -euo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac  # the header above, no work
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-"$PY" -m pip install --quiet --disable-pip-version-check -e ".[docs]"
+[ "${PCEM_NO_INSTALL:-0}" = 1 ] || "$PY" -m pip install --quiet --disable-pip-version-check -e ".[docs]"
 start=$(date +%s)
 # -E: read every source again (an incremental build would not re-check unchanged pages' links);
 # -c docs: the configuration is docs/conf.py, the source folder the repository root.

@@ -13,16 +13,23 @@ case "${1:-}" in -h | --help) sed -n '2,/^set -/p' "$0" | sed '$d' | sed 's/^# \
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 tier=(-m "not slow")
+name=fast
 case "${1:-}" in
-  --slow) tier=(-m slow); shift ;;
-  --all) tier=(); shift ;;
+  --slow) tier=(-m slow); name=slow; shift ;;
+  --all) tier=(); name=all; shift ;;
 esac
-"$PY" -m pip install --quiet -e ".[test]"
+# PCEM_NO_INSTALL=1: the caller installed it (.ci/run, which runs other steps beside a tier: a reinstall
+# would take the package away from them for a moment).
+[ "${PCEM_NO_INSTALL:-0}" = 1 ] || "$PY" -m pip install --quiet -e ".[test]"
 # Two pytest workers (pytest-xdist), each with its own SparkSession, each taking a whole test file
 # at a time so that module fixtures (a standalone cluster, a Connect server) stay in one process, the
 # longest files first (tests/conftest.py, LONGEST_FIRST).
 # A test's JVMs keep a 2-core machine about 65% busy (tests/conftest.py): a second worker fills
 # the rest. PCEM_TEST_WORKERS=0 runs everything in this process, in file order.
 workers=${PCEM_TEST_WORKERS:-2}
-# --durations: the slowest tests are listed at the end, so a tier that grows shows where (CI keeps the log).
-exec "$PY" -m pytest -q --durations=15 -n "$workers" --dist loadfile --no-loadscope-reorder tests --ignore=tests/dags "${tier[@]}" "$@"
+# --durations: the slowest tests are listed at the end, so a tier that grows shows where (CI keeps the log);
+# the JUnit XML (build/test-results/TIER.xml) has every test's seconds and the JVMs it started, which
+# scripts/test_times.py sums per file (.ci/run prints it).
+mkdir -p build/test-results
+exec "$PY" -m pytest -q --durations=15 -n "$workers" --dist loadfile --no-loadscope-reorder \
+  --junitxml="build/test-results/$name.xml" tests --ignore=tests/dags "${tier[@]}" "$@"

@@ -1,6 +1,7 @@
 """One SparkSession for the whole test session (local[2], small shuffles)."""
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -27,17 +28,25 @@ def pytest_configure(config):
 # files to two workers in collection order (--no-loadscope-reorder; xdist's own order, by the number of tests,
 # left a 270 s one-test file to run alone at the end). The rest keep their order.
 LONGEST_FIRST = (
-    "test_cluster.py",
-    "test_outputs.py",
     "test_connect.py",
-    "test_report.py",
+    "test_outputs.py",
+    "test_cluster.py",
+    "test_resume.py",
     "test_tuning.py",
     "test_overlap_processes.py",
-    "test_end_to_end.py",
-    "test_baselines.py",
-    "test_abstain.py",
+    "test_report.py",
+    "test_overlapping_runs.py",
+    "test_predict_evaluate.py",
+    "test_warm_start.py",
     "test_fewest_labels.py",
     "test_linear_family.py",
+    "test_end_to_end.py",
+    "test_baselines.py",
+    "test_sampled_cv.py",
+    "test_python_tokens.py",
+    "test_bench_scripts.py",
+    "test_abstain.py",
+    "test_suggestions.py",
 )
 
 
@@ -98,3 +107,45 @@ def staged_shipping(monkeypatch):
         monkeypatch.setattr(f"pcem_spark.engine.{module}.ship_in_plan", through_a_file)
     yield sizes
     assert sizes, "no value was shipped through the staged-file format"
+
+
+# ----------------------------------------------------------------- how many JVMs each test starts
+# scripts/test_times.py prints them per file (CI's log): the JVM a test starts -- the session's Spark driver,
+# a `pcem` or spark-submit process, a standalone cluster's daemons, a Spark Connect server -- costs it 5-25 s,
+# and is the first thing to share. Counted where they are started: subprocess.Popen in this process (a
+# `pcem` process's own driver JVM counts as its process; executors a standalone worker starts are not seen).
+_JVM_SCRIPTS = ("spark-submit", "spark-class", "start-connect-server.sh", "start-master.sh", "start-worker.sh")
+_jvms_started = [0]
+
+
+def _starts_a_jvm(args) -> bool:
+    argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+    words = [os.path.basename(os.fsdecode(a)) for a in argv[:6]]
+    if any(w == "java" or w in _JVM_SCRIPTS or w == "pcem" for w in words):
+        return True
+    return "-m" in words and any(w.startswith("pcem_spark") for w in words)
+
+
+_popen_init = subprocess.Popen.__init__
+
+
+def _counting_popen_init(self, args, *rest, **kwargs):
+    if _starts_a_jvm(args):
+        _jvms_started[0] += 1
+    _popen_init(self, args, *rest, **kwargs)
+
+
+subprocess.Popen.__init__ = _counting_popen_init
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    item.jvms_at_start = _jvms_started[0]
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    if call.when == "teardown":  # the test's whole protocol (its fixtures' setup included) is done
+        item.user_properties.append(("jvms", _jvms_started[0] - getattr(item, "jvms_at_start", _jvms_started[0])))
+    yield

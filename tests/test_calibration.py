@@ -261,7 +261,9 @@ def test_cv_task_keeps_only_held_out_predictions_of_a_fit_without_them(spark):
     assert "out_of_fold" not in cv_task(parts, 1, TAX, len(vocab), ms)
 
 
-def _small_model(spark):
+@pytest.fixture(scope="module")
+def small_model(spark):
+    """A calibrated model, trained once; a test that changes its calibration works on a copy (``_copy``)."""
     docs = _corpus(spark, n_per_leaf=20, n_labeled=12)  # 48 labelled: enough out-of-fold documents for a map
     from pcem_spark.ml.training import TrainOptions, train
 
@@ -272,8 +274,17 @@ def _small_model(spark):
     return docs, model
 
 
-def test_train_calibrates_and_the_paths_stay_the_same(spark):
-    docs, model = _small_model(spark)
+def _copy(model):
+    """A copy whose temperature and probability map can be set without touching the shared model."""
+    import copy
+
+    return copy.copy(model)
+
+
+@pytest.mark.slow
+def test_train_calibrates_and_the_paths_stay_the_same(small_model):
+    docs, model = small_model
+    model = _copy(model)
     summary = model.training_summary["calibration"]
     assert summary["method"] in ("temperature+isotonic", "temperature+logistic", "temperature+logistic-depth")
     assert set(summary["map_held_out_log_loss"]) == {"isotonic", "logistic", "logistic-depth"}
@@ -430,12 +441,14 @@ def test_depth_maps_calibrate_each_depth_and_never_raise_a_node_above_its_parent
     assert paths_at_least(0.3, 1000, dm) == max(paths_at_least(0.3, 1000, m) for m in dm.maps)
 
 
-def test_a_model_with_depth_maps_predicts_the_mapped_dense_marginals(spark):
+@pytest.mark.slow
+def test_a_model_with_depth_maps_predicts_the_mapped_dense_marginals(small_model):
     """transform with per-depth maps: node probabilities = each depth's map of the dense Eq. 5 marginals,
     never above the parent's; the path's probability = its leaf depth's map of its posterior."""
     from pcem_spark.core.calibration import DepthMaps, apply_map, logistic_map
 
-    docs, model = _small_model(spark)
+    docs, model = small_model
+    model = _copy(model)
     rng = np.random.default_rng(1)
     p = rng.beta(3, 1, size=400)
     level1 = logistic_map(p, rng.random(400) < p)

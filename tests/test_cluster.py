@@ -8,6 +8,10 @@ or this package) first on their PATH, like a fresh cluster node: the jobs only
 work because ``spark-submit`` ships ``dist/pcem_spark.zip`` (--py-files) and
 ``dist/pcem_env.tar.gz`` (--archives ...#environment) from
 ``scripts/package.sh`` / :mod:`pcem_spark.ops.packaging`.
+
+One spark-submit per job (ingest, train, predict: each ``jobs/*.py`` as an operator runs it); the train loses
+an executor mid-EM, so the one training on the cluster serves both the comparison with local mode and the
+lost-executor check. The local-mode train and predict run ``pcem`` in this process, on the test session.
 """
 
 from __future__ import annotations
@@ -31,17 +35,22 @@ from pcem_spark.ops import packaging
 pytestmark = pytest.mark.slow  # the slow tier (scripts/test.sh --slow, .ci/run)
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-# Fixed, fast settings (the "auto" ones cross-validate: minutes on 2 cores);
-# tol 0 runs every iteration, so the kill below lands mid-EM.
+# Fixed, fast settings (the "auto" ones -- the stop list, the names, the family, the calibration's map --
+# cross-validate: minutes on the 1-core executors); tol 0 runs every iteration, so the kill below lands mid-EM.
 TRAIN_SETTINGS = [
     "model.smoothing=0.1",
     "model.unlabeled_weight=1",
     "model.path_weight=1",
     "model.family=generative",
+    "model.names=off",
+    "model.calibration=none",
     "model.max_iter=6",
     "model.tol=0",
     "features.min_df=2",
+    "features.stop_words=english",
 ]
+# The training documents and labels of every train (cluster and local mode).
+LABELLED_SPLIT = ["--split", "train", "--label-rate", "0.1", "--seed", "3"]
 GROUPS = ["comp.graphics", "comp.sys.mac.hardware", "rec.autos", "rec.sport.hockey", "sci.med", "sci.space"]
 
 
@@ -179,18 +188,6 @@ def check(proc, what):
     assert proc.returncode == 0, f"{what} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
 
 
-def local_cli(*args):
-    env = dict(os.environ, SPARK_LOCAL_IP=LOOPBACK, PYSPARK_PYTHON=sys.executable)
-    return subprocess.run(
-        [sys.executable, "-m", "pcem_spark.cli", *args, "--set", "spark.master=local[2]"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-
-
 def settings_args():
     out = []
     for item in TRAIN_SETTINGS:
@@ -202,72 +199,84 @@ def read_table(spark, path):
     return spark.read.parquet(path)
 
 
+def submit_losing_an_executor(cluster, args):
+    """spark-submit ``args``; when the job logs "EM iteration 2:" (iteration 3 running), SIGKILL worker 0's
+    executors. Returns (exit code, the job's output -- its log, which spark-submit's Python runner sends to
+    stdout -- and the executor PIDs killed)."""
+    proc = subprocess.Popen(
+        args, cwd=REPO, env=submit_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines, killed = [], []
+
+    def watch():
+        for line in proc.stdout:
+            lines.append(line)
+            # "PCEM EM iteration 2: ..." -- iteration 3 is running: kill worker 0's executor.
+            if not killed and "EM iteration 2:" in line:
+                for pid in cluster.executor_pids(0):
+                    os.kill(pid, 9)
+                    killed.append(pid)
+
+    reader = threading.Thread(target=watch, daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(timeout=10)
+    return proc.returncode, "".join(lines), killed
+
+
 @pytest.fixture(scope="module")
 def cluster_run(cluster, artifacts, corpus, tmp_path_factory):
-    """ingest -> train -> predict, each a spark-submit to the standalone cluster."""
+    """ingest -> train -> predict, each a spark-submit to the standalone cluster.
+
+    The train loses an executor mid-EM (:func:`submit_losing_an_executor`): its model is the one the cluster's
+    predictions come from, compared with local mode's (test_cluster_predictions_equal_local_mode), and what
+    the kill did is checked by test_killing_an_executor_mid_em_gives_the_same_model."""
     out = tmp_path_factory.mktemp("cluster-run")
     docs, model, preds = str(out / "docs"), str(out / "model"), str(out / "predictions")
     base = submit_args(cluster, artifacts)
     check(run(base + ["jobs/ingest_20ng.py", "--archive", corpus, "--output", docs]), "ingest on the cluster")
     # Rows shipped inside the tasks (no driver-local file the executors would need), committed atomically.
     assert os.path.exists(os.path.join(docs, "_PCEM_COMPLETE"))
-    check(
-        run(
-            base
-            + [
-                "jobs/train.py",
-                "--docs",
-                docs,
-                "--model",
-                model,
-                "--split",
-                "train",
-                "--label-rate",
-                "0.1",
-                "--seed",
-                "3",
-            ]
-            + settings_args()
-        ),
-        "train on the cluster",
-    )
+    train = ["jobs/train.py", "--docs", docs, "--model", model, *LABELLED_SPLIT, *settings_args()]
+    code, log, killed = submit_losing_an_executor(cluster, base + train)
+    assert code == 0, f"train on the cluster failed ({code}):\n{log[-4000:]}"
     check(
         run(base + ["jobs/predict.py", "--model", model, "--docs", docs, "--output", preds, "--split", "test"]),
         "predict on the cluster",
     )
-    return {"docs": docs, "model": model, "predictions": preds, "dir": out}
+    return {"docs": docs, "model": model, "predictions": preds, "dir": out, "train_log": log, "killed": killed}
+
+
+@pytest.fixture(scope="module")
+def local_run(spark, cluster_run):
+    """The same train and predict in local mode: ``pcem`` in this process, on the test session (local[2])."""
+    from pcem_spark.cli import main
+
+    out = cluster_run["dir"]
+    model, preds = str(out / "local-model"), str(out / "local-predictions")
+    local = ["--set", "spark.master=local[2]"]
+    train = ["train", "--docs", cluster_run["docs"], "--model", model, *LABELLED_SPLIT, *settings_args()]
+    partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        assert main([*train, *local]) == 0, "local train"
+        predict = ["predict", "--model", model, "--docs", cluster_run["docs"], "--output", preds, "--split", "test"]
+        assert main([*predict, *local]) == 0, "local predict"
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", partitions)  # the runs set pcem's default on the shared session
+    return {"model": model, "predictions": preds}
 
 
 # -- tests -------------------------------------------------------------------
 
 
-def test_cluster_predictions_equal_local_mode(spark, cluster_run):
+def test_cluster_predictions_equal_local_mode(spark, cluster_run, local_run):
     from pcem_spark.model.path_model import PathModel
 
-    out = cluster_run["dir"]
-    model, preds = str(out / "local-model"), str(out / "local-predictions")
-    check(
-        local_cli(
-            "train",
-            "--docs",
-            cluster_run["docs"],
-            "--model",
-            model,
-            "--split",
-            "train",
-            "--label-rate",
-            "0.1",
-            "--seed",
-            "3",
-            *settings_args(),
-        ),
-        "local train",
-    )
-    check(
-        local_cli("predict", "--model", model, "--docs", cluster_run["docs"], "--output", preds, "--split", "test"),
-        "local predict",
-    )
-
+    model, preds = local_run["model"], local_run["predictions"]
     on_cluster = read_table(spark, cluster_run["predictions"]).toPandas().set_index("id").sort_index()
     local = read_table(spark, preds).toPandas().set_index("id").sort_index()
     assert len(on_cluster) == len(local) == 6 * 15
@@ -310,59 +319,20 @@ def test_executors_without_shipped_env_cannot_run_it(cluster, artifacts, cluster
     assert not os.path.exists(out / "no-env-model")
 
 
-def test_killing_an_executor_mid_em_gives_the_same_model(spark, cluster, artifacts, cluster_run):
+def test_killing_an_executor_mid_em_gives_the_same_model(spark, cluster, cluster_run, local_run):
+    """The cluster's train (cluster_run) lost worker 0's executor in EM iteration 3 and still ran every
+    iteration, to the parameters of the uninterrupted local-mode run."""
     from pcem_spark.model.path_model import PathModel
 
-    model = str(cluster_run["dir"] / "model-after-kill")
-    args = (
-        submit_args(cluster, artifacts)
-        + [
-            "jobs/train.py",
-            "--docs",
-            cluster_run["docs"],
-            "--model",
-            model,
-            "--split",
-            "train",
-            "--label-rate",
-            "0.1",
-            "--seed",
-            "3",
-        ]
-        + settings_args()
-    )
-    proc = subprocess.Popen(
-        args, cwd=REPO, env=submit_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    lines, killed = [], []
-
-    def watch():
-        for line in proc.stdout:
-            lines.append(line)
-            # "PCEM EM iteration 2: ..." -- iteration 3 is running: kill worker 0's executor.
-            if not killed and "EM iteration 2:" in line:
-                for pid in cluster.executor_pids(0):
-                    os.kill(pid, 9)
-                    killed.append(pid)
-
-    reader = threading.Thread(target=watch, daemon=True)
-    reader.start()
-    try:
-        proc.wait(timeout=900)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    reader.join(timeout=10)
-    log = "".join(lines)
-    assert proc.returncode == 0, log[-4000:]
-    assert killed, "no executor of worker 0 was running at EM iteration 2:\n" + log[-3000:]
+    log = cluster_run["train_log"]
+    assert cluster_run["killed"], "no executor of worker 0 was running at EM iteration 2:\n" + log[-3000:]
     assert "EM iteration 6:" in log
     # The master gave the application a new executor on that worker (or the
     # other one carried on); either way EM converged to the same parameters.
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not cluster.state():
         time.sleep(0.5)
-    a, b = PathModel.load(model), PathModel.load(cluster_run["model"])
+    a, b = PathModel.load(cluster_run["model"]), PathModel.load(local_run["model"])
     assert a.vocabulary == b.vocabulary
     np.testing.assert_allclose(a.log_theta, b.log_theta, rtol=0, atol=1e-9)
     np.testing.assert_allclose(a.log_prior, b.log_prior, rtol=0, atol=1e-9)

@@ -19,7 +19,9 @@ Skipped only when the Connect client packages are missing (``pip install
 grpcio grpcio-status googleapis-common-protos zstandard``).
 """
 
+import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -129,8 +131,11 @@ def connect_url(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def remote(connect_url):
-    """A Spark Connect client session (``create``: a classic session may already exist in this process)."""
+def remote(spark, connect_url):
+    """A Spark Connect client session (``create``: a classic session may already exist in this process).
+
+    After the worker's classic ``spark`` session: with the Connect client's variables set, pyspark's builder
+    refuses to start a classic one (the in-process classic ``pcem`` runs below use it)."""
     from pyspark.sql import SparkSession
 
     saved = {k: os.environ.get(k) for k in _CONNECT_ENV}
@@ -388,9 +393,71 @@ def test_format_detection_works_over_connect(remote):
 
 
 # ------------------------------------------------------------------ the commands, against classic
+#
+# A ``pcem`` command runs in this process (``main(argv)``: no process start, no JVM) unless the test is about the
+# process itself: the runs SIGKILLed at a write stage (``PCEM_KILL_AT``) are real ``pcem`` processes (:func:`_pcem`).
+# Classic runs use the worker's ``spark`` session, Connect runs a client session of their own on the module's server.
+
+CONFIG = os.path.join(REPO, "conf", "pcem.toml")
+
+
+@contextlib.contextmanager
+def _as_a_pcem_process(remote_url=None, cwd=None):
+    """This process, for one in-process ``main(argv)``, as the ``pcem`` process :func:`_pcem` starts.
+
+    A classic run: the Connect client's variables out of the environment (with them pyspark would hand out
+    Connect columns and refuse the classic builder). A Connect run: SPARK_REMOTE set, no Connect session yet
+    (so the run creates its own, default and active, as in a fresh process; it is stopped afterwards), and
+    ``cwd`` its working directory (a classic session's JVM keeps its own: classic runs get absolute paths).
+    Everything is restored afterwards, so the module's ``remote`` session and the worker's classic ``spark``
+    session go on as before."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    saved_env = {k: os.environ.get(k) for k in _CONNECT_ENV + ("PCEM_KILL_AT",)}
+    saved_dir = os.getcwd()
+    saved_sessions = (ConnectSession._default_session, getattr(ConnectSession._active_session, "session", None))
+    for key in saved_env:
+        os.environ.pop(key, None)
+    if remote_url:
+        os.environ["SPARK_REMOTE"] = remote_url
+        ConnectSession._default_session = ConnectSession._active_session.session = None
+    else:
+        assert cwd is None, "a classic run's JVM resolves relative paths against its own directory"
+    try:
+        if cwd:
+            os.chdir(cwd)
+        yield
+    finally:
+        os.chdir(saved_dir)
+        if remote_url:
+            made = ConnectSession._default_session  # the run's own session (None if it made none)
+            if made is not None and made is not saved_sessions[0]:
+                made.stop()
+            ConnectSession._default_session, ConnectSession._active_session.session = saved_sessions
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _main(args, spark=None, remote_url=None, cwd=None) -> int:
+    """``pcem ARGS --config conf/pcem.toml`` in this process: on the classic ``spark`` session, or over Connect to
+    ``remote_url``; its exit code (its stderr is the test's: capsys, caplog)."""
+    from pcem_spark.cli import main
+
+    assert (spark is None) != (remote_url is None)
+    partitions = spark.conf.get("spark.sql.shuffle.partitions") if spark is not None else None
+    try:
+        with _as_a_pcem_process(remote_url, cwd):
+            return main([*args, "--config", CONFIG])
+    finally:
+        if spark is not None:  # the run set pcem's default on the shared session
+            spark.conf.set("spark.sql.shuffle.partitions", partitions)
 
 
 def _pcem(args, remote_url=None, kill_at=None, cwd=None, timeout=900):
+    """A real ``pcem`` process: only for the runs that are killed."""
     env = {k: v for k, v in os.environ.items() if k not in _CONNECT_ENV + ("PCEM_KILL_AT",)}
     env.update(
         PYSPARK_PYTHON=sys.executable,
@@ -401,7 +468,7 @@ def _pcem(args, remote_url=None, kill_at=None, cwd=None, timeout=900):
     if kill_at:
         env["PCEM_KILL_AT"] = kill_at
     return subprocess.run(
-        [sys.executable, "-m", "pcem_spark.cli", *args, "--config", os.path.join(REPO, "conf", "pcem.toml")],
+        [sys.executable, "-m", "pcem_spark.cli", *args, "--config", CONFIG],
         cwd=cwd or REPO,
         env=env,
         capture_output=True,
@@ -448,26 +515,30 @@ def _predictions(out):
     return {r["id"]: r for r in rows}
 
 
-def test_train_predict_evaluate_over_connect_match_the_classic_run(connect_url, slice_20ng, tmp_path):
+def test_train_predict_evaluate_over_connect_match_the_classic_run(spark, remote, connect_url, slice_20ng, tmp_path):
     """``SPARK_REMOTE=sc://... pcem train && pcem predict && pcem evaluate``, relative paths included, against
-    the same commands on a classic local session: identical paths, probabilities and log theta within 1e-9."""
+    the same commands on a classic local session: identical paths, probabilities and log theta within 1e-9.
+    (Both in this process: the classic ones on the worker's session, with absolute paths since its JVM keeps
+    its own working directory; the Connect ones from the run's directory, with relative paths.)"""
     runs = {}
-    for kind, url in (("classic", None), ("connect", connect_url)):
+    for kind in ("classic", "connect"):
         d = tmp_path / kind
         d.mkdir()
+        # the classic run names its files absolutely, the Connect run relative to its directory
+        base = str(d) if kind == "classic" else ""
+        where = {"spark": spark} if kind == "classic" else {"remote_url": connect_url, "cwd": str(d)}
         train = ["train", "--docs", slice_20ng, "--split", "train", "--label-rate", "0.1", "--seed", "0"]
-        proc = _pcem([*train, "--model", "model"], url, cwd=str(d))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        pred = ["predict", "--model", "model", "--docs", slice_20ng, "--split", "test", "--top-k", "3"]
-        proc = _pcem([*pred, "--output", "pred", "--node-probabilities"], url, cwd=str(d))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        proc = _pcem(["evaluate", "--predictions", "pred", "--model", "model", "--output", "m.json"], url, cwd=str(d))
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        model, pred, metrics = (os.path.join(base, name) for name in ("model", "pred", "m.json"))
+        assert _main([*train, "--model", model], **where) == 0
+        predict = ["predict", "--model", model, "--docs", slice_20ng, "--split", "test", "--top-k", "3"]
+        assert _main([*predict, "--output", pred, "--node-probabilities"], **where) == 0
+        evaluate = ["evaluate", "--predictions", pred, "--model", model, "--output", metrics]
+        assert _main(evaluate, **where) == 0
         with open(d / "m.json", encoding="utf-8") as fh:
             runs[kind] = (d, json.load(fh))
     # pcem inspect over Connect: its local report folder, complete with the reliability diagram
-    proc = _pcem(["inspect", "--model", "model", "--predictions", "pred", "--output", "insp"], connect_url, cwd=d)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    inspect = ["inspect", "--model", "model", "--predictions", "pred", "--output", "insp"]
+    assert _main(inspect, remote_url=connect_url, cwd=str(d)) == 0
     assert {"_PCEM_COMPLETE", "model.md", "reliability.md", "reliability.png"} <= set(os.listdir(d / "insp"))
     (classic, m_classic), (connect, m_connect) = runs["classic"], runs["connect"]
     assert m_connect["micro_f1"] == m_classic["micro_f1"] and m_connect["macro_f1"] == m_classic["macro_f1"]
@@ -497,26 +568,37 @@ def test_train_predict_evaluate_over_connect_match_the_classic_run(connect_url, 
             if doc.get("split") == "test":
                 dst.write(json.dumps({"id": doc["id"], "text": doc["text"]}) + "\n")
     suggest = ["suggest-labels", "--model", str(classic / "model"), "--docs", str(pool), "--budget", "12"]
-    picks = {}
-    for kind, url in (("classic", None), ("connect", connect_url)):
-        proc = _pcem([*suggest, "--density-weight", "1", "--output", f"sugg-{kind}"], url, cwd=str(tmp_path))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        picks[kind] = sorted(_predictions(str(tmp_path / f"sugg-{kind}")).values(), key=lambda r: r["rank"])
+    suggest += ["--density-weight", "1", "--output"]
+    assert _main([*suggest, str(tmp_path / "sugg-classic")], spark=spark) == 0
+    assert _main([*suggest, "sugg-connect"], remote_url=connect_url, cwd=str(tmp_path)) == 0
+    picks = {
+        kind: sorted(_predictions(str(tmp_path / f"sugg-{kind}")).values(), key=lambda r: r["rank"])
+        for kind in ("classic", "connect")
+    }
     assert [r["id"] for r in picks["connect"]] == [r["id"] for r in picks["classic"]] and len(picks["classic"]) == 12
     for got, want in zip(picks["connect"], picks["classic"]):
         assert got["score"] == pytest.approx(want["score"], abs=1e-9)
         assert got["typicality"] == pytest.approx(want["typicality"], abs=1e-9) and got["typicality"] < 0
 
 
-def test_train_over_connect_killed_at_each_write_stage_leaves_old_or_new_model(connect_url, remote, tmp_path):
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory):
+    """Twenty short documents on two leaves, half labelled: the kill and checkpoint tests' corpus."""
+    return _small_corpus(tmp_path_factory.mktemp("small") / "docs.jsonl")
+
+
+def test_train_over_connect_killed_at_each_write_stage_leaves_old_or_new_model(
+    connect_url, remote, small_corpus, tmp_path
+):
+    """Each killed run is a real ``pcem`` process (SIGKILL at the stage); the first and the last run, not killed,
+    run in this process."""
     from pcem_spark.model.path_model import PathModel
 
     model = str(tmp_path / "model")
-    docs = _small_corpus(tmp_path / "docs.jsonl")
+    docs = small_corpus
     fixed = ["--set", "model.unlabeled_weight=0.5", "--set", "model.path_weight=1.0", "--set", "model.calibration=none"]
     fixed += ["--set", "model.family=generative"]  # fixed settings: family auto would cross-validate the family
-    proc = _pcem(["train", "--docs", docs, "--model", model, "--method", "pcnb", *fixed], connect_url)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _main(["train", "--docs", docs, "--model", model, "--method", "pcnb", *fixed], remote_url=connect_url) == 0
     current = "pcnb"
     for point, replaced in (("staged", False), ("marked", False), ("old_moved", True), ("committed", True)):
         new = "flat-nb" if current == "pcnb" else "pcnb"
@@ -530,28 +612,30 @@ def test_train_over_connect_killed_at_each_write_stage_leaves_old_or_new_model(c
         assert loaded.model_settings.method == (new if replaced else current), point
         current = loaded.model_settings.method
     parent = os.path.dirname(model)
-    proc = _pcem(["train", "--docs", docs, "--model", model, "--method", "pcnb", "--overwrite", *fixed], connect_url)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    rerun = ["train", "--docs", docs, "--model", model, "--method", "pcnb", "--overwrite", *fixed]
+    assert _main(rerun, remote_url=connect_url) == 0
     assert [n for n in os.listdir(parent) if n.startswith((".model.pcem-tmp-", ".model.pcem-old-"))] == []
 
 
-def test_a_train_over_connect_killed_in_em_resumes_from_its_checkpoint(connect_url, tmp_path):
-    """The checkpoint is written from the client through pyarrow.fs: a SIGKILL after EM iteration 2's checkpoint,
-    then the same command goes on at iteration 3, to the uninterrupted run's parameters."""
-    docs = _small_corpus(tmp_path / "docs.jsonl")
+def test_a_train_over_connect_killed_in_em_resumes_from_its_checkpoint(connect_url, small_corpus, tmp_path, caplog):
+    """The checkpoint is written from the client through pyarrow.fs: a SIGKILL after EM iteration 2's checkpoint
+    (a real ``pcem`` process), then the same command goes on at iteration 3, to the uninterrupted run's parameters
+    (both in this process)."""
+    docs = small_corpus
     fixed = ["--set", "model.unlabeled_weight=0.5", "--set", "model.path_weight=1.0", "--set", "model.calibration=none"]
     fixed += ["--set", "model.family=generative", "--set", "model.max_iter=6", "--set", "model.tol=0"]
     fixed += ["--set", "checkpoint.every_iterations=2"]
-    whole = _pcem(["train", "--docs", docs, "--model", str(tmp_path / "whole"), *fixed], connect_url)
-    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert _main(["train", "--docs", docs, "--model", str(tmp_path / "whole"), *fixed], remote_url=connect_url) == 0
     train = ["train", "--docs", docs, "--model", str(tmp_path / "model"), *fixed]
     killed = _pcem(train, connect_url, kill_at="checkpoint:em:2:done")
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert os.listdir(tmp_path / ".model.pcem-checkpoint") == ["state-000000000003.ckpt"]  # stop words, vocabulary, EM
-    again = _pcem(train, connect_url)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "checkpoint: skipping vocabulary" in again.stderr
-    assert "resumed from the checkpoint after EM iteration 2" in again.stderr and "EM iteration 3:" in again.stderr
+    caplog.clear()
+    caplog.set_level(logging.INFO)
+    assert _main(train, remote_url=connect_url) == 0
+    again = caplog.text  # what the rerun logged (its stderr in a pcem process)
+    assert "checkpoint: skipping vocabulary" in again
+    assert "resumed from the checkpoint after EM iteration 2" in again and "EM iteration 3:" in again
     a, b = _parameters(str(tmp_path / "whole")), _parameters(str(tmp_path / "model"))
     np.testing.assert_allclose(b[0], a[0], rtol=0, atol=1e-9)
     for ra, rb in zip(a[3], b[3]):
@@ -571,7 +655,7 @@ def _small_corpus(path):
     return str(path)
 
 
-def test_the_malformed_catalogue_through_pcem_train_over_connect(connect_url, tmp_path):
+def test_the_malformed_catalogue_through_pcem_train_over_connect(connect_url, tmp_path, capsys):
     """Every bad line of the catalogue is a reject with its reason, written by the Connect persistence;
     valid + rejected = the lines read."""
     import pyarrow.parquet as pq
@@ -579,20 +663,22 @@ def test_the_malformed_catalogue_through_pcem_train_over_connect(connect_url, tm
     with open(os.path.join(DATA, "malformed_expected.json"), encoding="utf-8") as fh:
         expected = {int(k): v for k, v in json.load(fh).items() if not k.startswith("_")}
     model = str(tmp_path / "model")
-    proc = _pcem(["train", "--docs", CATALOGUE, "--model", model, "--method", "pcnb"], connect_url)
+    _main(["train", "--docs", CATALOGUE, "--model", model, "--method", "pcnb"], remote_url=connect_url)
     # the valid rows may be too few to train on; the rejects are written before any fit either way
     rejects = {r["line"]: r for r in pq.read_table(model + "_rejects").to_pylist()}
-    assert sorted(rejects) == sorted(expected), proc.stderr[-2000:]
+    assert sorted(rejects) == sorted(expected), capsys.readouterr().err[-2000:]
     for line, want in expected.items():
         assert want["reason"] in rejects[line]["reason"], line
     assert os.path.exists(os.path.join(model + "_rejects", "_PCEM_COMPLETE"))
 
 
-def test_commands_that_need_the_classic_api_exit_2_over_connect(connect_url, tmp_path):
-    proc = _pcem(["ingest-warc", "--input", str(tmp_path / "none.warc"), "--output", str(tmp_path / "o")], connect_url)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert f"SPARK_REMOTE={connect_url} asks for a Spark Connect session" in proc.stderr
-    assert "spark-submit" in proc.stderr and not (tmp_path / "o").exists()
+def test_commands_that_need_the_classic_api_exit_2_over_connect(connect_url, tmp_path, capsys):
+    args = ["ingest-warc", "--input", str(tmp_path / "none.warc"), "--output", str(tmp_path / "o")]
+    code = _main(args, remote_url=connect_url)
+    stderr = capsys.readouterr().err
+    assert code == 2, stderr[-2000:]
+    assert f"SPARK_REMOTE={connect_url} asks for a Spark Connect session" in stderr
+    assert "spark-submit" in stderr and not (tmp_path / "o").exists()
 
 
 def test_dataless_training_from_label_descriptions_over_connect(remote):

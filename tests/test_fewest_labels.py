@@ -147,15 +147,33 @@ def _train(spark, docs, names, taxonomy=WIDE, **settings):
     return model
 
 
-def test_names_auto_turns_on_at_one_label_per_leaf_when_names_are_words(spark):
+# The tests of the names: the calibration plays no part in them (the names are decided and weighed before it), off.
+NAMES_ONLY = dict(calibration="none")
+PCNB = dict(method="pcnb", unlabeled_weight=0.0, **NAMES_ONLY)  # naive Bayes, no EM: the names' weight, read off theta
+
+
+@pytest.fixture(scope="module")
+def one_label(spark):
+    """The twelve leaves at one labelled document each, and naive Bayes models of it with the names on and off
+    (trained once: the tests only read them)."""
     docs = _corpus(spark, labelled_per_leaf=1)
-    model = _train(spark, docs, "auto")
+    return docs, _train(spark, docs, "on", **PCNB), _train(spark, docs, "off", **PCNB)
+
+
+@pytest.fixture(scope="module")
+def several_labels(spark):
+    """names = auto at four labelled documents per leaf whose names are words (trained once: read by two tests)."""
+    return _train(spark, _corpus(spark, labelled_per_leaf=4), "auto", **NAMES_ONLY)
+
+
+@pytest.mark.slow
+def test_names_auto_turns_on_at_one_label_per_leaf_when_names_are_words(spark, one_label):
+    docs, on, off = one_label
+    model = _train(spark, docs, "auto", **NAMES_ONLY)
     names = model.training_summary["names"]
     assert names["choice"] == "on" and names["rule"] == "names alone against shuffled names"
     assert names["paths_with_words"] == 12 and names["names_without_vocabulary"] == 0
     # the names are one more labelled document of each path: its words weigh more on it (naive Bayes, no EM)
-    pcnb = dict(method="pcnb", unlabeled_weight=0.0)
-    on, off = _train(spark, docs, "on", **pcnb), _train(spark, docs, "off", **pcnb)
     j = WIDE.path_lookup()[("sport", "football")]
     w = on.vocabulary.index("football")
     assert on.log_theta[j, w] > off.log_theta[j, w]
@@ -166,26 +184,26 @@ def test_names_that_are_not_words_stay_off_and_are_counted(spark):
     renamed = {leaf: f"qx{i}" for i, leaf in enumerate(sum(LEAVES.values(), []))}
     tax = Taxonomy.from_label_paths([[top, renamed[leaf]] for top, leaves in LEAVES.items() for leaf in leaves])
     docs = _corpus(spark, labelled_per_leaf=1, names=renamed)
-    names = _train(spark, docs, "auto", tax).training_summary["names"]
+    names = _train(spark, docs, "auto", tax, **NAMES_ONLY).training_summary["names"]
     # the twelve leaf names are no words (the top names are, but they cannot tell a top's four leaves apart)
     assert names["names_without_vocabulary"] == 12 and names["leaves_with_words"] == 0
     assert names["choice"] == "off" and "leaf names have a word" in names["reason"]
 
 
-def test_names_auto_cross_validates_when_leaves_have_several_labelled_documents(spark):
-    docs = _corpus(spark, labelled_per_leaf=8)
-    names = _train(spark, docs, "auto").training_summary["names"]
-    assert names["rule"] == "cross-validation" and names["held_out"] == 96
+def test_names_auto_cross_validates_when_leaves_have_several_labelled_documents(several_labels):
+    names = several_labels.training_summary["names"]
+    assert names["rule"] == "cross-validation" and names["held_out"] == 48  # every labelled document: 4 x 12 leaves
     assert names["choice"] in ("on", "off") and "standard error" in names["reason"]
 
 
-def test_the_names_setting_is_validated_and_saved(spark, tmp_path):
+@pytest.mark.slow
+def test_the_names_setting_is_validated_and_saved(one_label, tmp_path):
     from pcem_spark.errors import InputError
     from pcem_spark.model.path_model import PathModel
 
     with pytest.raises(InputError, match="names"):
         ModelSettings(names="maybe").validate()
-    model = _train(spark, _corpus(spark, labelled_per_leaf=1), "on")
+    _, model, _ = one_label
     model.save(str(tmp_path / "m"))
     assert PathModel.load(str(tmp_path / "m")).model_settings.names == "on"
 
@@ -221,6 +239,7 @@ def test_labelled_documents_are_counted_per_path_from_the_leaf_coverage(spark, s
     assert counts.tolist() == want.tolist()
 
 
+@pytest.mark.slow
 def test_a_paths_name_weighs_less_once_the_path_has_labelled_documents_of_its_own(spark):
     from pyspark.sql import functions as F
 
@@ -228,7 +247,7 @@ def test_a_paths_name_weighs_less_once_the_path_has_labelled_documents_of_its_ow
     docs = _corpus(spark, labelled_per_leaf=6).withColumn(
         "labels", F.when(F.col("id").startswith("football-") | F.col("id").endswith("-0"), F.col("labels"))
     )
-    pcnb = dict(method="pcnb", unlabeled_weight=0.0, names_kept_tokens=0.0)
+    pcnb = dict(PCNB, names_kept_tokens=0.0)
     fading, fixed = _train(spark, docs, "on", names_fade=1.0, **pcnb), _train(spark, docs, "on", names_fade=0.0, **pcnb)
     off = _train(spark, docs, "off", **pcnb)
     summary = fading.training_summary["names"]
@@ -247,6 +266,7 @@ def test_a_paths_name_weighs_less_once_the_path_has_labelled_documents_of_its_ow
 
 
 # ------------------------------------------------------------------------------- the calibration at the fewest labels
+@pytest.mark.slow
 def test_at_one_label_per_leaf_the_calibration_is_skipped_with_the_numbers_not_collapsed(spark):
     docs, tax = _twenty_four_leaves(spark)  # enough labelled documents, none that can be held out
     model = _train(spark, docs, "off", tax)
@@ -276,6 +296,7 @@ def _twenty_four_leaves(spark):
     return docs, tax
 
 
+@pytest.mark.slow
 def test_with_names_one_label_per_leaf_is_scored_out_of_fold_and_calibrated(spark):
     docs, tax = _twenty_four_leaves(spark)
     model = _train(spark, docs, "on", tax)
@@ -314,6 +335,7 @@ def test_few_scorable_documents_give_the_temperature_alone():
     assert _never_collapsed(probability, correct, np.zeros(200, int), "isotonic", honest)[0] == "isotonic"
 
 
+@pytest.mark.slow
 def test_pcem_train_records_the_names_and_descriptions_count(spark, tmp_path, capsys):
     from pcem_spark.cli import main
 
@@ -330,6 +352,10 @@ def test_pcem_train_records_the_names_and_descriptions_count(spark, tmp_path, ca
     model = str(tmp_path / "model")
     args = ["train", "--docs", str(docs), "--model", model, "--descriptions", str(descriptions)]
     fast = ["--set", "model.max_iter=3", "--set", "features.min_df=1", "--log-level", "WARNING"]
+    # fixed settings: what is recorded of the names is the point, not the default pipeline's choices
+    fixed = ["model.smoothing=1", "model.unlabeled_weight=1", "model.path_weight=0", "model.family=generative"]
+    fixed += ["model.calibration=none", "features.stop_words=none"]
+    fast += [a for f in fixed for a in ("--set", f)]
     assert main([*args, "--set", "model.names=on", *fast]) == 0
     from pcem_spark.model.path_model import PathModel
 
@@ -394,8 +420,8 @@ def test_names_that_point_at_their_paths_pass_the_test_and_misplaced_names_fail_
     assert passed == 6 and failed == 6
 
 
-def test_with_several_labels_names_stay_on_unless_the_folds_show_they_clearly_cost(spark):
-    right = _train(spark, _corpus(spark, labelled_per_leaf=4), "auto").training_summary["names"]
+def test_with_several_labels_names_stay_on_unless_the_folds_show_they_clearly_cost(spark, several_labels):
+    right = several_labels.training_summary["names"]
     assert right["rule"] == "cross-validation" and right["choice"] == "on"
     # every leaf named after its neighbour in the same top node: the names point at the wrong paths
     swapped = {}
@@ -403,5 +429,6 @@ def test_with_several_labels_names_stay_on_unless_the_folds_show_they_clearly_co
         for i, leaf in enumerate(kids):
             swapped[leaf] = kids[(i + 1) % len(kids)]
     tax = Taxonomy.from_label_paths([[top, swapped[leaf]] for top, kids in LEAVES.items() for leaf in kids])
-    wrong = _train(spark, _corpus(spark, labelled_per_leaf=4, names=swapped), "auto", tax).training_summary["names"]
+    wrong = _corpus(spark, labelled_per_leaf=4, names=swapped)
+    wrong = _train(spark, wrong, "auto", tax, **NAMES_ONLY).training_summary["names"]
     assert wrong["choice"] == "off" and "clearly cost" in wrong["reason"], wrong["reason"]

@@ -302,8 +302,27 @@ TAX_TSV = (
 )
 
 
+COMMON = [
+    "--set",
+    "features.min_df=1",
+    "--set",
+    "features.max_df=1.0",
+    "--set",
+    "model.smoothing=0.5",
+    "--set",
+    "model.unlabeled_weight=1.0",
+    "--set",
+    "model.path_weight=1.0",
+    "--set",
+    "model.family=generative",
+    "--set",
+    "model.max_iter=5",
+]
+
+
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, spark):
+def trained_model(tmp_path_factory, spark):
+    """The tiny model, trained once (the tests read it); its predictions are the fixture ``trained``."""
     from pcem_spark.cli import main
 
     rng = np.random.default_rng(0)
@@ -317,23 +336,7 @@ def trained(tmp_path_factory, spark):
             text = " ".join(rng.choice(words.split(), size=8)) + " the common words"
             lines.append(json.dumps({"id": f"{path[-1]}-{i}", "text": text, "labels": list(path), "split": split}))
     docs.write_text("\n".join(lines) + "\n")
-    model, pred = str(d / "model"), str(d / "pred")
-    common = [
-        "--set",
-        "features.min_df=1",
-        "--set",
-        "features.max_df=1.0",
-        "--set",
-        "model.smoothing=0.5",
-        "--set",
-        "model.unlabeled_weight=1.0",
-        "--set",
-        "model.path_weight=1.0",
-        "--set",
-        "model.family=generative",
-        "--set",
-        "model.max_iter=5",
-    ]
+    model = str(d / "model")
     assert (
         main(
             [
@@ -351,12 +354,21 @@ def trained(tmp_path_factory, spark):
                 "--method",
                 "pcem",
             ]
-            + common
+            + COMMON
         )
         == 0
     )
-    assert main(["predict", "--model", model, "--docs", str(docs), "--split", "test", "--output", pred] + common) == 0
-    return {"dir": d, "model": model, "pred": pred, "docs": str(docs)}
+    return {"dir": d, "model": model, "docs": str(docs)}
+
+
+@pytest.fixture(scope="module")
+def trained(trained_model):
+    """The model and its predictions of the test split."""
+    from pcem_spark.cli import main
+
+    model, docs, pred = trained_model["model"], trained_model["docs"], str(trained_model["dir"] / "pred")
+    assert main(["predict", "--model", model, "--docs", docs, "--split", "test", "--output", pred] + COMMON) == 0
+    return {**trained_model, "pred": pred}
 
 
 def _write_predictions(spark, path, rows):
@@ -463,7 +475,7 @@ def test_inspect_end_to_end_masses_and_confusion(spark, trained, tmp_path):
         assert conf["levels"][level]["accuracy"] == pytest.approx(acc)
 
 
-def test_inspect_confusion_counts_short_null_and_unlabelled_predictions(spark, trained, tmp_path):
+def test_inspect_confusion_counts_short_null_and_unlabelled_predictions(spark, trained_model, tmp_path):
     from pcem_spark.cli import main
 
     pred = str(tmp_path / "pred")
@@ -480,7 +492,7 @@ def test_inspect_confusion_counts_short_null_and_unlabelled_predictions(spark, t
         ],
     )
     out = tmp_path / "insp"
-    assert main(["inspect", "--model", trained["model"], "--predictions", pred, "--output", str(out)]) == 0
+    assert main(["inspect", "--model", trained_model["model"], "--predictions", pred, "--output", str(out)]) == 0
     conf = json.loads((out / "confusion.json").read_text())
     assert conf["n_scored"] == 5 and conf["n_without_labels"] == 1
     l1, l2 = conf["levels"]["1"], conf["levels"]["2"]
@@ -497,11 +509,11 @@ def test_inspect_confusion_counts_short_null_and_unlabelled_predictions(spark, t
     assert "(none)" in (out / "confusion.md").read_text()
 
 
-def test_inspect_an_older_model_without_path_mass(spark, trained, tmp_path):
+def test_inspect_an_older_model_without_path_mass(spark, trained_model, tmp_path):
     from pcem_spark.cli import main
     from pcem_spark.model.path_model import PathModel
 
-    model = PathModel.load(trained["model"])
+    model = PathModel.load(trained_model["model"])
     for key in ("path_mass", "path_mass_labeled"):
         model.training_summary.pop(key)
     old = str(tmp_path / "old_model")
@@ -520,7 +532,7 @@ def test_inspect_an_older_model_without_path_mass(spark, trained, tmp_path):
     assert not (out / "confusion.md").exists()
 
 
-def test_inspect_bad_inputs_exit_2(spark, trained, tmp_path, capsys):
+def test_inspect_bad_inputs_exit_2(spark, trained_model, tmp_path, capsys):
     from pcem_spark.cli import main
 
     missing = str(tmp_path / "no_model")
@@ -529,7 +541,17 @@ def test_inspect_bad_inputs_exit_2(spark, trained, tmp_path, capsys):
     partial = tmp_path / "partial_pred"
     spark.createDataFrame([("1", ["a"])], "id string, path array<string>").write.parquet(str(partial))
     assert (
-        main(["inspect", "--model", trained["model"], "--predictions", str(partial), "--output", str(tmp_path / "o2")])
+        main(
+            [
+                "inspect",
+                "--model",
+                trained_model["model"],
+                "--predictions",
+                str(partial),
+                "--output",
+                str(tmp_path / "o2"),
+            ]
+        )
         == 2
     )
     err = capsys.readouterr().err
@@ -537,20 +559,22 @@ def test_inspect_bad_inputs_exit_2(spark, trained, tmp_path, capsys):
     assert not (tmp_path / "o2").exists()
     existing = tmp_path / "o3"
     existing.mkdir()
-    assert main(["inspect", "--model", trained["model"], "--output", str(existing)]) == 2
+    assert main(["inspect", "--model", trained_model["model"], "--output", str(existing)]) == 2
     assert "--overwrite" in capsys.readouterr().err
-    assert main(["inspect", "--model", trained["model"], "--output", str(tmp_path / "o4"), "--top-terms", "0"]) == 2
+    assert (
+        main(["inspect", "--model", trained_model["model"], "--output", str(tmp_path / "o4"), "--top-terms", "0"]) == 2
+    )
     assert "--top-terms" in capsys.readouterr().err
 
 
 @pytest.mark.slow
-def test_node_probabilities_and_the_reliability_diagram(spark, trained, tmp_path):
+def test_node_probabilities_and_the_reliability_diagram(spark, trained_model, tmp_path):
     """pcem predict --node-probabilities, then inspect --predictions: reliability bins and ECE from the table."""
     from pcem_spark.cli import main
     from pcem_spark.core.calibration import expected_calibration_error, reliability_bins
 
     pred = str(tmp_path / "pred")
-    argv = ["predict", "--model", trained["model"], "--docs", trained["docs"], "--output", pred]
+    argv = ["predict", "--model", trained_model["model"], "--docs", trained_model["docs"], "--output", pred]
     assert main(argv + ["--node-probabilities", "--min-probability", "0.3"]) == 0
     rows = spark.read.parquet(pred).collect()
     probs, correct = [], []
@@ -564,7 +588,7 @@ def test_node_probabilities_and_the_reliability_diagram(spark, trained, tmp_path
             probs.append(r["node_probabilities"][d])
             correct.append(list(r["labels"])[: d + 1] == list(r["path"])[: d + 1])
     out = tmp_path / "insp"
-    assert main(["inspect", "--model", trained["model"], "--predictions", pred, "--output", str(out)]) == 0
+    assert main(["inspect", "--model", trained_model["model"], "--predictions", pred, "--output", str(out)]) == 0
     report = json.loads((out / "reliability.json").read_text())
     want = reliability_bins(np.array(probs), np.array(correct))
     assert [b["count"] for b in report["bins"]] == want["count"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 from test_abstain import TAX, WORDS
@@ -154,8 +155,11 @@ FIXED = [
     "--log-level",
     "WARNING",
 ]
+# A few EM iterations: the same labels give the same model at any number of them (the merge is the point here).
+FEW_ITERATIONS = ["--set", "model.max_iter=5"]
 
 
+@pytest.mark.slow
 def test_train_with_labels_equals_a_train_on_the_corpus_with_them_written_in(spark, tmp_path):
     from pcem_spark.cli import main
     from pcem_spark.io.outputs import read_marker
@@ -182,8 +186,8 @@ def test_train_with_labels_equals_a_train_on_the_corpus_with_them_written_in(spa
     given = {row["id"]: row["labels"] for row in labels[:14]}
     _write(written, [{**r, "labels": given.get(r["id"], r["labels"])} for r in rows])
     merged_model, plain_model = str(tmp_path / "merged"), str(tmp_path / "plain")
-    assert main(["train", "--docs", docs, "--labels", table, "--model", merged_model, *FIXED]) == 0
-    assert main(["train", "--docs", written, "--model", plain_model, *FIXED]) == 0
+    assert main(["train", "--docs", docs, "--labels", table, "--model", merged_model, *FIXED, *FEW_ITERATIONS]) == 0
+    assert main(["train", "--docs", written, "--model", plain_model, *FIXED, *FEW_ITERATIONS]) == 0
 
     rejects = spark.read.parquet(merged_model + "_labels_rejects")
     by_id = {r.id: r.reason for r in rejects.collect()}
@@ -217,6 +221,7 @@ def test_train_with_labels_equals_a_train_on_the_corpus_with_them_written_in(spa
     assert max(abs(a[i].probability - b[i].probability) for i in a) < 1e-9
 
 
+@pytest.mark.slow
 def test_labels_refused_with_weak_supervision_and_a_parquet_table_needs_no_text(spark, tmp_path):
     from pcem_spark.cli import main
 
@@ -232,7 +237,7 @@ def test_labels_refused_with_weak_supervision_and_a_parquet_table_needs_no_text(
     # Nothing in --docs labelled: the taxonomy comes from the table.
     _write(docs, [{**r, "labels": None} for r in rows])
     model = str(tmp_path / "m")
-    assert main(["train", "--docs", docs, "--labels", table, "--model", model, *FIXED]) == 0
+    assert main(["train", "--docs", docs, "--labels", table, "--model", model, *FIXED, *FEW_ITERATIONS]) == 0
     from pcem_spark.model.path_model import PathModel
 
     got = PathModel.load(model).training_summary["input"]["labels_table"]

@@ -91,6 +91,26 @@ def combined(corpus):
     return model
 
 
+@pytest.fixture(scope="module")
+def combined_saved(combined, tmp_path_factory):
+    """The combined model saved once, for the tests that read it back."""
+    path = str(tmp_path_factory.mktemp("combined") / "model")
+    combined.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def features(corpus):
+    """The corpus's vocabulary and cached features, computed once for the cross-validation tests."""
+    from pcem_spark.engine.features import featurize, fit_vocabulary
+
+    _, docs, _ = corpus
+    vocabulary = fit_vocabulary(docs, FEATURES)
+    feats = featurize(docs, vocabulary, FEATURES).cache()
+    yield vocabulary, feats
+    feats.unpersist()
+
+
 def test_the_regression_is_the_optimum_of_its_objective_on_the_labelled_documents(corpus, combined):
     rows, _, taxonomy = corpus
     model = combined
@@ -131,11 +151,9 @@ def test_predictions_are_the_argmax_of_the_pooled_scores(corpus, combined, stage
     np.testing.assert_allclose([got_prob[r[0]] for r in rows], prob, rtol=1e-9)
 
 
-def test_save_and_load_keep_the_regression(spark, corpus, combined, tmp_path):
+def test_save_and_load_keep_the_regression(spark, corpus, combined, combined_saved):
     _, docs, _ = corpus
-    path = str(tmp_path / "model")
-    combined.save(path)
-    loaded = PathModel.load(path)
+    loaded = PathModel.load(combined_saved)
     assert loaded.linear is not None
     np.testing.assert_array_equal(loaded.linear.weights_t, combined.linear.weights_t)
     np.testing.assert_array_equal(loaded.linear.bias, combined.linear.bias)
@@ -207,12 +225,10 @@ def test_multi_path_weighs_the_pair_gain_by_the_generative_weight(corpus, combin
     assert len(predicted) == len(rows) and all(r.paths[0] == r.path for r in predicted)
 
 
-def test_a_warm_start_inherits_the_family(spark, corpus, combined, tmp_path):
+def test_a_warm_start_inherits_the_family(spark, combined_saved):
     from pcem_spark.model.warm import CROSS_VALIDATED_SETTINGS, WarmStart
 
-    path = str(tmp_path / "prev")
-    combined.save(path)
-    inherited, taken = WarmStart.load(path).inherit(settings(family="auto"), CROSS_VALIDATED_SETTINGS)
+    inherited, taken = WarmStart.load(combined_saved).inherit(settings(family="auto"), CROSS_VALIDATED_SETTINGS)
     assert inherited.family == "combined" and taken["family"] == "combined"
 
 
@@ -299,15 +315,14 @@ def test_the_weight_layout_follows_the_width(monkeypatch):
         settings(linear_weights="sparse").validate()
 
 
-def test_the_family_choice_is_deterministic_for_a_seed_and_records_each_familys_scores(spark, corpus):
+@pytest.mark.slow
+def test_the_family_choice_is_deterministic_for_a_seed_and_records_each_familys_scores(spark, corpus, features):
     """model.family = auto: the sampled cross-validation scores both families; the same seed, the same choice."""
-    from pcem_spark.engine.features import featurize, fit_vocabulary
     from pcem_spark.ml import PathEM, TuneSettings
     from pcem_spark.ml.tuning import resolve_auto
 
-    _, docs, taxonomy = corpus
-    vocabulary = fit_vocabulary(docs, FEATURES)
-    feats = featurize(docs, vocabulary, FEATURES).cache()
+    taxonomy = corpus[2]
+    vocabulary, feats = features
     tune = TuneSettings(folds=2, min_labeled_per_fold=1, unlabeled_weights=[0.5], path_weights=[1.0])
     ms = settings(family="auto")
 
@@ -327,7 +342,6 @@ def test_the_family_choice_is_deterministic_for_a_seed_and_records_each_familys_
     # each family's fold scores recorded (tune.families' default: all three)
     assert sorted(f for f, _ in first[2]) == ["combined", "discriminative", "generative"]
     assert first[0] in ("generative", "combined", "discriminative") and first[1]["family"] == first[0]
-    feats.unpersist()
 
 
 def fold_parts(corpus):
@@ -393,17 +407,16 @@ def test_grid_points_that_differ_only_in_their_family_share_one_fold_fit_and_sco
         cv_tasks(parts, 1, taxonomy, V, [points[0], settings(unlabeled_weight=1.0)])
 
 
-def test_beta_auto_is_cross_validated_for_the_combined_points_only(spark, corpus):
+@pytest.mark.slow
+def test_beta_auto_is_cross_validated_for_the_combined_points_only(spark, corpus, features):
     """model.generative_weight = auto: the combined family's beta is a grid value; a generative or discriminative
     point is scored once (beta changes nothing for them); without folds beta falls back to 0.3."""
-    from pcem_spark.engine.features import featurize, fit_vocabulary
     from pcem_spark.ml import PathEM, TuneSettings
     from pcem_spark.ml.tuning import resolve_auto
     from pcem_spark.model.settings import GENERATIVE_WEIGHT_FALLBACK
 
-    _, docs, taxonomy = corpus
-    vocabulary = fit_vocabulary(docs, FEATURES)
-    feats = featurize(docs, vocabulary, FEATURES).cache()
+    taxonomy = corpus[2]
+    vocabulary, feats = features
     tune = TuneSettings(
         folds=2, min_labeled_per_fold=1, unlabeled_weights=[0.5], path_weights=[1.0], generative_weights=[0.3, 0.03]
     )
@@ -418,7 +431,6 @@ def test_beta_auto_is_cross_validated_for_the_combined_points_only(spark, corpus
     assert combined[0]["n_iter"] == combined[1]["n_iter"]
     assert chosen.generative_weight in (0.3, 0.03) and chosen.family == info["chosen"]["family"]
     assert ms.resolved().generative_weight == GENERATIVE_WEIGHT_FALLBACK
-    feats.unpersist()
 
 
 def test_a_regression_fitted_with_beta_auto_outside_the_cross_validation_pools_at_the_fallback(corpus):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -194,8 +195,11 @@ def test_training_counts_a_document_with_k_paths_as_k_documents_of_weight_1_over
         rows.append((f"d{i}", " ".join(words), paths))
     docs = spark.createDataFrame(rows, "id string, text string, labels array<array<string>>")
     s = 0.5
-    settings = ModelSettings(method="pcnb", smoothing=s, path_weight=1.0, unlabeled_weight=0.0, calibration="none")
-    model, _ = train(docs, TAX, FS, settings)
+    # fixed settings (the family, the names, the stop list): the counts of Eqs. 2-4 are the point
+    settings = ModelSettings(
+        method="pcnb", smoothing=s, path_weight=1.0, unlabeled_weight=0.0, calibration="none", family="generative"
+    )
+    model, _ = train(docs, TAX, replace(FS, stop_words="none"), replace(settings, names="off"))
     feats = {r.id: r.features.toArray() for r in featurize(docs, model.vocabulary, model.feature_settings).collect()}
     X = np.array([feats[r[0]] for r in rows])
     index = {tuple(TAX.real_path(j)): j for j in range(TAX.n_paths)}
@@ -345,6 +349,10 @@ def test_path_em_with_lists_of_paths_and_an_unlabelled_table(spark):
     spark.createDataFrame([("u1", "puck goalie rink")], "id string, text string").createOrReplaceTempView(
         "pcem_unlabelled"
     )
-    est = PathEM(method="pcnb", minDF=1, unlabeledTable="pcem_unlabelled", calibration="none", taxonomy=TAX.to_json())
+    # fixed settings (smoothing, path weight, family, names, stop list): the lists of paths and the table are the point
+    fixed = dict(smoothing=1.0, pathWeight=1.0, family="generative", names="off", stopWords="none")
+    est = PathEM(
+        method="pcnb", minDF=1, unlabeledTable="pcem_unlabelled", calibration="none", taxonomy=TAX.to_json(), **fixed
+    )
     model = est.fit(docs)
     assert model.transform(docs).count() == len(rows)

@@ -43,7 +43,9 @@ def world(spark, tmp_path_factory):
     d = tmp_path_factory.mktemp("paths")
     docs = _write_corpus(d / "docs.jsonl")
     model = str(d / "model")
-    assert main(["train", "--docs", docs, "--model", model, *FAST]) == 0
+    # fixed settings: the paths are the point, not the default pipeline's calibration, names and stop list
+    fixed = ["--set", "model.calibration=none", "--set", "model.names=off", "--set", "features.stop_words=none"]
+    assert main(["train", "--docs", docs, "--model", model, *FAST, *fixed]) == 0
     preds = str(d / "preds")
     assert main(["predict", "--model", model, "--docs", docs, "--output", preds, *FAST]) == 0
     return {"dir": d, "docs": docs, "model": model, "preds": preds}

@@ -3,13 +3,16 @@
 Kill tests start the real ``pcem`` command in a subprocess and SIGKILL it at
 each write stage (``PCEM_KILL_AT``, pcem_spark.faults): the output is then the
 old complete one or the new complete one, loads or is refused, and a plain
-rerun succeeds.
+rerun succeeds. Only the killed runs, and the run whose failed task Spark must
+retry (``local[2,3]``; the test session's ``local[2]`` never retries), are
+processes: every other run is ``pcem_spark.cli.main`` in this process.
 """
 
 import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -45,6 +48,19 @@ FAST = [
     "features.min_df=1",
     "--log-level",
     "WARNING",
+]
+
+# The runs of the slow tests below (the processes they kill or fault above all): FAST, and none of the stages
+# that are not their point (the stop-word choice, the names' decision, the calibration's out-of-fold fits), so a
+# ``pcem`` process spends its time on its JVM and the write stages, not on training.
+QUICK = [
+    *FAST,
+    "--set",
+    "model.calibration=none",
+    "--set",
+    "features.stop_words=english",
+    "--set",
+    "model.names=off",
 ]
 
 WORDS = {
@@ -246,7 +262,7 @@ def trained(tmp_path_factory):
     d = tmp_path_factory.mktemp("kill")
     docs = _write_corpus(d / "docs.jsonl")
     model = str(d / "model")
-    _run(["train", "--docs", docs, "--model", model, "--method", "pcnb", *FAST])
+    _run(["train", "--docs", docs, "--model", model, "--method", "pcnb", *QUICK])
     return d, docs, model
 
 
@@ -261,50 +277,43 @@ def test_train_killed_at_each_write_stage_leaves_old_or_new_model(spark, trained
     for point, replaced in stages:
         new = "flat-nb" if current == "pcnb" else "pcnb"
         # each run after a kill takes the killed run's lease over at once (same host, its process gone)
-        proc = _pcem(["train", "--docs", docs, "--model", model, "--method", new, "--overwrite", *FAST], kill_at=point)
+        proc = _pcem(["train", "--docs", docs, "--model", model, "--method", new, "--overwrite", *QUICK], kill_at=point)
         assert proc.returncode == -9, proc.stderr[-2000:]
         loaded = PathModel.load(model)  # complete, whichever it is (recover() runs first)
         assert loaded.model_settings.method == (new if replaced else current), point
         assert len(loaded.vocabulary) == loaded.log_theta.shape[1]
         current = loaded.model_settings.method
     # a plain rerun works and leaves no temporary siblings behind
-    _run(["train", "--docs", docs, "--model", model, "--method", "pcnb", "--overwrite", *FAST])
+    _run(["train", "--docs", docs, "--model", model, "--method", "pcnb", "--overwrite", *QUICK])
     assert PathModel.load(model).model_settings.method == "pcnb" and _leftovers(model) == []
 
 
 @pytest.mark.slow
 def test_predict_killed_at_each_write_stage_then_rerun(spark, trained):
+    """The first predict of an output, killed once staged, leaves nothing there, and its plain rerun needs no
+    --overwrite; then predict --overwrite killed at each write stage leaves the old or the new predictions."""
     d, docs, model = trained
     out = str(d / "pred")
-    _run(["predict", "--model", model, "--docs", docs, "--output", out, *FAST])
+    predict = ["predict", "--model", model, "--docs", docs, "--output", out, *QUICK]
+    proc = _pcem(predict, kill_at="predictions:staged")
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert not os.path.exists(out)
+    # leftovers (rejects of the killed run, its temporary directory) do not block the plain rerun
+    assert os.path.exists(out + "_rejects")
+    _run(predict)
+    assert _leftovers(out) == []
     old_run = read_marker(spark, out)["run_id"]
     for point, same in (("staged", True), ("marked", True), ("old_moved", False), ("committed", False)):
-        proc = _pcem(
-            ["predict", "--model", model, "--docs", docs, "--output", out, "--overwrite", *FAST],
-            kill_at=f"predictions:{point}",
-        )
+        proc = _pcem([*predict, "--overwrite"], kill_at=f"predictions:{point}")
         assert proc.returncode == -9, proc.stderr[-2000:]
         marker = require_complete(spark, out, "predictions")
         assert (marker["run_id"] == old_run) == same, point
         assert spark.read.parquet(out).count() == marker["rows"] == 40
         old_run = marker["run_id"]
     # evaluate reads it; a plain rerun with --overwrite works and cleans up
-    _run(["evaluate", "--predictions", out, "--model", model, *FAST])
-    _run(["predict", "--model", model, "--docs", docs, "--output", out, "--overwrite", *FAST])
+    _run(["evaluate", "--predictions", out, "--model", model, *QUICK])
+    _run([*predict, "--overwrite"])
     assert _leftovers(out) == [] and _leftovers(out + "_rejects") == []
-
-
-@pytest.mark.slow
-def test_killed_first_predict_leaves_nothing_and_rerun_needs_no_overwrite(spark, trained):
-    d, docs, model = trained
-    out = str(d / "pred_first")
-    proc = _pcem(["predict", "--model", model, "--docs", docs, "--output", out, *FAST], kill_at="predictions:staged")
-    assert proc.returncode == -9
-    assert not os.path.exists(out)
-    # leftovers (rejects of the killed run, its temporary directory) do not block the plain rerun
-    assert os.path.exists(out + "_rejects")
-    _run(["predict", "--model", model, "--docs", docs, "--output", out, *FAST])
-    assert _leftovers(out) == []
 
 
 @pytest.mark.slow
@@ -382,7 +391,7 @@ def test_experiment_outputs_survive_a_kill_and_resume(spark, tmp_path):
         "0.5",
         "--seeds",
         "1",
-        *FAST,
+        *QUICK,
     ]
     _run(args)
     before = open(os.path.join(out, "results.csv")).read()
@@ -397,22 +406,42 @@ def test_experiment_outputs_survive_a_kill_and_resume(spark, tmp_path):
 # ------------------------------------------------------------- retries, codes
 
 
+@contextmanager
+def _executors_env(spark, name, value):
+    """``name=value`` in the environment of the Python workers this session's jobs start from now on (what a
+    ``pcem`` process's workers inherit from its driver): pyspark hands ``SparkContext.environment`` to each
+    job's function, and the JVM keeps one worker daemon per environment."""
+    env = spark.sparkContext.environment
+    env[name] = value
+    try:
+        yield
+    finally:
+        env.pop(name, None)
+
+
 @pytest.mark.slow
-def test_worker_failure_is_retried_to_the_identical_model_and_a_permanent_one_exits_75(spark, trained, tmp_path):
+def test_worker_failure_is_retried_to_the_identical_model_and_a_permanent_one_exits_75(
+    spark, trained, tmp_path, capsys
+):
     d, docs, _ = trained
-    em = ["--method", "pcem", *FAST]
+    em = ["--method", "pcem", *QUICK]
     ref, retried, failed = (str(tmp_path / n) for n in ("ref", "retried", "failed"))
-    _pcem(["train", "--docs", docs, "--model", ref, *em], check=0)  # same master and partitions as below
+    _run(["train", "--docs", docs, "--model", ref, *em])  # the same partitions as the process below
+    # A process: its local[2,3] tries a failed task again; the test session's local[2] never does.
     proc = _pcem(["train", "--docs", docs, "--model", retried, *em], fault=f"em_pass:once:{tmp_path}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert os.path.exists(tmp_path / "fault-em_pass")  # the fault did fire once
     a, b = PathModel.load(ref), PathModel.load(retried)
     np.testing.assert_array_equal(a.log_theta, b.log_theta)
     np.testing.assert_array_equal(a.log_prior, b.log_prior)
-    proc = _pcem(["train", "--docs", docs, "--model", failed, *em], fault="em_pass:always:")
-    assert proc.returncode == EXIT_TRANSIENT, proc.stderr[-3000:]
-    assert "runtime failure (retry)" in proc.stderr
-    assert "InjectedFault: injected permanent fault in em_pass" in proc.stderr
+    # Every try fails: no retry is needed to show it, so in this process.
+    capsys.readouterr()
+    with _executors_env(spark, "PCEM_INJECT_FAULT", "em_pass:always:"):
+        code = main(["train", "--docs", docs, "--model", failed, *em])
+    err = capsys.readouterr().err
+    assert code == EXIT_TRANSIENT, err[-3000:]
+    assert "runtime failure (retry)" in err
+    assert "InjectedFault: injected permanent fault in em_pass" in err
     assert not os.path.exists(failed) and _leftovers(failed) == []
 
 
@@ -451,6 +480,7 @@ def test_progress_is_logged_while_a_long_job_runs(spark, caplog):
 RELEASE_0_1 = os.path.join(ROOT, "tests", "data", "release_0_1")
 
 
+@pytest.mark.slow
 def test_a_model_and_predictions_of_the_previous_release_load_and_predict_identically(spark, tmp_path):
     """tests/data/release_0_1: a model and its predictions (node probabilities, top 2 paths) written by
     pcem-spark 0.1.0 before manifests, leases and retained versions; read by folder, as then."""

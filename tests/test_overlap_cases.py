@@ -402,6 +402,7 @@ MALICIOUS = [
 ]
 
 
+@pytest.mark.slow
 def test_inspect_reports_cannot_carry_script(spark, tmp_path):
     docs = tmp_path / "docs.jsonl"
     with open(docs, "w") as fh:

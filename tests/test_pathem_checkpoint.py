@@ -36,7 +36,8 @@ def _estimator(**extra):
     from pcem_spark.ml import PathEM
 
     settings = dict(maxIter=ITERATIONS, tol=0.0, unlabeledWeight=0.5, pathWeight=1.0, smoothing=0.1)
-    settings.update(calibration="none", names="off", stopWords="none", minDF=1.0, maxDF=1.0)
+    # Fixed settings: the checkpoint of EM is the point, not the choice of the family (auto would cross-validate it).
+    settings.update(calibration="none", names="off", family="generative", stopWords="none", minDF=1.0, maxDF=1.0)
     return PathEM(**{**settings, **extra})
 
 
@@ -54,6 +55,7 @@ def _fit_recording(estimator, docs, kill_at=None):
             remove()
 
 
+@pytest.mark.slow
 def test_a_fit_killed_in_em_resumes_at_the_saved_iteration(spark, docs, tmp_path):
     where = str(tmp_path / "ck")
     estimator = _estimator(checkpointDir=where, checkpointInterval=2)
@@ -71,6 +73,7 @@ def test_a_fit_killed_in_em_resumes_at_the_saved_iteration(spark, docs, tmp_path
     assert np.abs(a.log_theta() - b.log_theta()).max() <= 1e-9
 
 
+@pytest.mark.slow
 def test_another_fit_does_not_share_the_checkpoint_and_the_context_dir_is_the_default(spark, docs, tmp_path):
     where = str(tmp_path / "context")
     with pytest.raises(Killed):

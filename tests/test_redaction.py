@@ -325,6 +325,7 @@ CONF_KEYS = (
 )
 
 
+@pytest.mark.slow
 def test_no_command_prints_or_stores_a_secret(spark, tmp_path, tmp_path_factory, monkeypatch, capfd, caplog):
     from pcem_spark.cli.app import main
 

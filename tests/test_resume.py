@@ -2,13 +2,16 @@
 uninterrupted one's (paths equal, probabilities and parameters within 1e-9).
 
 In-process, a "kill" is an exception raised at the checkpoint's named step (nothing after it runs: the
-same state on storage as a SIGKILL there); two tests kill a real ``pcem`` process, with SIGKILL in EM
-and with SIGTERM (the graceful stop: exit 75, a checkpoint, and the rerun resumes)."""
+same state on storage as a SIGKILL there). In the middle of the same chain of runs, two real ``pcem``
+processes are killed in EM, with SIGKILL and with SIGTERM (the graceful stop: exit 75, a checkpoint, and
+the rerun resumes): they resume past the stop words, the vocabulary and the cross-validation that the
+in-process runs completed, so they pay for their JVM and EM only. One chain, one uninterrupted reference."""
 
 import json
 import logging
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -108,14 +111,14 @@ def uninterrupted(spark, corpus, tmp_path_factory):
     return model
 
 
-# Each run is killed one step further on; the next one must skip what the killed ones completed.
-KILLS = [
+# Each run is killed one step further on; the next one must skip what the killed ones completed. In-process
+# before the real processes (which go on from EM iteration 2, see the test) and after them.
+STAGES = ["stop_words", "vocabulary", "cross_validation"]
+KILLS_BEFORE_THE_PROCESSES = [
     ("checkpoint:stop_words:done", []),
     ("checkpoint:vocabulary:done", ["stop_words"]),
     ("checkpoint:cross_validation:start", ["stop_words", "vocabulary"]),  # during the cross-validation
     ("checkpoint:em:2:done", ["stop_words", "vocabulary"]),  # cross-validates, then EM to its first checkpoint
-    (f"checkpoint:em:{MAX_ITER - 2}:done", ["stop_words", "vocabulary", "cross_validation"]),
-    ("checkpoint:calibration:start", ["stop_words", "vocabulary", "cross_validation"]),  # during the calibration
 ]
 
 
@@ -156,33 +159,6 @@ def _runs_that_start_afresh_or_wait(spark, corpus, model, tmp_path, caplog):
     assert {name: open(os.path.join(folder, name), "rb").read() for name in os.listdir(folder)} == before
 
 
-def test_a_train_killed_at_every_stage_resumes_to_the_uninterrupted_model(
-    spark, corpus, uninterrupted, tmp_path, caplog
-):
-    caplog.set_level(logging.INFO)
-    model = str(tmp_path / "model")
-    iterations = []
-    for step, skipped in KILLS:
-        if step == "checkpoint:cross_validation:start":  # a checkpoint with two stages: runs that must not use it
-            _runs_that_start_afresh_or_wait(spark, corpus, model, tmp_path, caplog)
-        caplog.clear()
-        code, ran = _train(corpus, model, kill_at=step)
-        assert code != 0, step
-        for stage in skipped:  # after _runs_that_start..., this also shows that they left the checkpoint alone
-            assert f"checkpoint: skipping {stage} (completed by an earlier run)" in caplog.text, (step, stage)
-        iterations += ran
-    caplog.clear()
-    code, ran = _train(corpus, model)
-    assert code == 0
-    assert "checkpoint: skipping calibration" not in caplog.text  # killed before it completed: fitted again
-    assert "EM had finished: no iteration to run" in caplog.text
-    iterations += ran
-    # Every refit iteration ran exactly once over the killed runs and the last one.
-    assert sorted(iterations) == list(range(1, MAX_ITER + 1))
-    _same_model(spark, uninterrupted, model, corpus)
-    assert not os.path.exists(tmp_path / ".model.pcem-checkpoint")
-
-
 # ----------------------------------------------------------------- real processes
 def _env():
     env = {k: v for k, v in os.environ.items() if k not in ("PCEM_KILL_AT", "PCEM_INJECT_FAULT")}
@@ -199,15 +175,19 @@ def _run(docs, model, kill_at=None):
     return subprocess.run(_command(docs, model) + SETTINGS, env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_a_sigkill_then_a_sigterm_in_em_and_the_third_run_ends_as_the_uninterrupted_one(
-    spark, corpus, uninterrupted, tmp_path
-):
-    """Real processes: SIGKILL after EM iteration 4's checkpoint; the same command resumes at iteration 5 and
-    is sent SIGTERM during EM: it stops at the end of that iteration with a checkpoint, exit 75; the third
-    run resumes there and ends with the uninterrupted model."""
-    model = str(tmp_path / "model")
+def _refit_iterations(log):
+    """The refit's EM iterations a ``pcem train`` process logged (what the in-process runs count by hook)."""
+    return [int(i) for i in re.findall(r"EM iteration (\d+): log-likelihood", log)]
+
+
+def _sigkill_then_sigterm_in_em(corpus, model):
+    """Real processes, resuming the chain's checkpoint of EM iteration 2: SIGKILL after EM iteration 4's
+    checkpoint; the same command resumes at iteration 5 and is sent SIGTERM during EM: it stops at the end of
+    that iteration with a checkpoint, exit 75. Returns (the iteration it stopped after, the refit iterations
+    the two processes ran)."""
     killed = _run(corpus, model, kill_at="checkpoint:em:4:done")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert "resumed from the checkpoint after EM iteration 2" in killed.stderr, killed.stderr[-3000:]
     proc = subprocess.Popen(
         _command(corpus, model) + SETTINGS, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
     )
@@ -228,9 +208,54 @@ def test_a_sigkill_then_a_sigterm_in_em_and_the_third_run_ends_as_the_uninterrup
     stopped_after = int(log.split("stopped on request after EM iteration ")[1].split(";")[0])
     assert 5 <= stopped_after < MAX_ITER
     assert f"checkpoint: EM iteration {stopped_after} written" in log
-    again = _run(corpus, model)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert f"resumed from the checkpoint after EM iteration {stopped_after}" in again.stderr
-    assert f"EM iteration {stopped_after + 1}:" in again.stderr
+    for stage in STAGES:  # both processes went on from the in-process runs' stages
+        for output in (killed.stderr, log):
+            assert f"checkpoint: skipping {stage} (completed by an earlier run)" in output, stage
+    return stopped_after, _refit_iterations(killed.stderr) + _refit_iterations(log)
+
+
+def test_a_train_killed_at_every_stage_and_by_sigkill_and_sigterm_resumes_to_the_uninterrupted_model(
+    spark, corpus, uninterrupted, tmp_path, caplog
+):
+    caplog.set_level(logging.INFO)
+    model = str(tmp_path / "model")
+    iterations = []
+    for step, skipped in KILLS_BEFORE_THE_PROCESSES:
+        if step == "checkpoint:cross_validation:start":  # a checkpoint with two stages: runs that must not use it
+            _runs_that_start_afresh_or_wait(spark, corpus, model, tmp_path, caplog)
+        caplog.clear()
+        code, ran = _train(corpus, model, kill_at=step)
+        assert code != 0, step
+        for stage in skipped:  # after _runs_that_start..., this also shows that they left the checkpoint alone
+            assert f"checkpoint: skipping {stage} (completed by an earlier run)" in caplog.text, (step, stage)
+        iterations += ran
+
+    # Real processes: SIGKILL after EM iteration 4, then SIGTERM during EM (exit 75 after iteration N).
+    stopped_after, ran = _sigkill_then_sigterm_in_em(corpus, model)
+    iterations += ran
+
+    # In-process again: the run after the SIGTERM resumes there and is killed late in EM, at the last
+    # checkpoint before the end (every 2 iterations from N: iteration 14 or 15 of 16) ...
+    late = stopped_after + 2 * ((MAX_ITER - 1 - stopped_after) // 2)
+    assert stopped_after < late < MAX_ITER
+    # ... then at the start of the calibration; each skips the stages done before it.
+    for step in (f"checkpoint:em:{late}:done", "checkpoint:calibration:start"):
+        caplog.clear()
+        code, ran = _train(corpus, model, kill_at=step)
+        assert code != 0, step
+        for stage in STAGES:
+            assert f"checkpoint: skipping {stage} (completed by an earlier run)" in caplog.text, (step, stage)
+        if step.startswith("checkpoint:em:"):
+            assert f"resumed from the checkpoint after EM iteration {stopped_after}" in caplog.text
+            assert f"EM iteration {stopped_after + 1}:" in caplog.text
+        iterations += ran
+    caplog.clear()
+    code, ran = _train(corpus, model)
+    assert code == 0
+    assert "checkpoint: skipping calibration" not in caplog.text  # killed before it completed: fitted again
+    assert "EM had finished: no iteration to run" in caplog.text
+    iterations += ran
+    # Every refit iteration ran exactly once over the killed runs (processes included) and the last one.
+    assert sorted(iterations) == list(range(1, MAX_ITER + 1))
     _same_model(spark, uninterrupted, model, corpus)
     assert not os.path.exists(tmp_path / ".model.pcem-checkpoint")

@@ -137,6 +137,7 @@ def test_the_batch_rule_spreads_the_picks_over_the_pairs_the_model_hesitates_bet
     assert len(picked) == len(set(picked)) == len(ranked) - 1 and copies[1].id not in picked
 
 
+@pytest.mark.slow
 def test_suggestions_export_as_json_lines_and_read_back_into_train_labels(spark, model, tmp_path):
     from pcem_spark.cli import main
     from pcem_spark.io.outputs import read_marker
@@ -163,7 +164,9 @@ def test_suggestions_export_as_json_lines_and_read_back_into_train_labels(spark,
         for r in rows:
             fh.write(json.dumps({**r, "labels": r["candidates"][0]["path"] if r["rank"] < 5 else None}) + "\n")
     trained = str(tmp_path / "retrained")
-    from test_labels_merge import FIXED as fixed
+    from test_labels_merge import FEW_ITERATIONS, FIXED
+
+    fixed = [*FIXED, *FEW_ITERATIONS]
 
     taxonomy = str(tmp_path / "taxonomy.json")
     with open(taxonomy, "w") as fh:

@@ -102,7 +102,8 @@ def test_resolve_auto_keeps_unlabelled_docs_in_every_fold_and_is_deterministic(s
     tune = TuneSettings(
         folds=3, unlabeled_weights=[0.0, 1.0], path_weights=[0.0, 1.0], selection="best", strategy="exhaustive"
     )
-    ms = ModelSettings(method="pcem", max_iter=5)
+    # the weights' grid is the point: the family, the names and the calibration fixed (each cross-validates)
+    ms = ModelSettings(method="pcem", max_iter=5, family="generative", names="off", calibration="none")
     s1, info1, model1 = resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=3, estimator_class=PathEM)
     s2, info2, _ = resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=3, estimator_class=PathEM)
     assert info1["chosen"] == info2["chosen"]
@@ -294,9 +295,9 @@ def test_one_se_choice_is_refitted_and_recorded(spark):
     feats, vocab = _features(spark, docs)
     # the preferred point (lambda 0, gamma 0) is listed first
     tune = TuneSettings(folds=3, unlabeled_weights=[0.0, 1.0], path_weights=[0.0, 1.0], strategy="exhaustive")
-    settings, info, model = resolve_auto(
-        feats, TAX, vocab, FS, ModelSettings(method="pcem", max_iter=5), tune, seed=5, estimator_class=PathEM
-    )
+    # the weights' grid is the point: the family, the names and the calibration fixed (each cross-validates)
+    ms = ModelSettings(method="pcem", max_iter=5, family="generative", names="off", calibration="none")
+    settings, info, model = resolve_auto(feats, TAX, vocab, FS, ms, tune, seed=5, estimator_class=PathEM)
     grid = info["grid"]
     best = max(grid, key=lambda g: g["cv_score"])
     # the default rule: one standard error, the folds' spread pooled over every scored point

@@ -355,6 +355,23 @@ def day1_model(spark, tmp_path_factory):
     return d, model
 
 
+@pytest.fixture(scope="module")
+def day1_fixed_model(spark, tmp_path_factory):
+    """Day 1's model trained with fixed settings, for the tests that read only its taxonomy and method (the
+    default pipeline's choices, what day1_model is for, play no part in them)."""
+    from pcem_spark.cli import main
+
+    d = tmp_path_factory.mktemp("warm_cli_fixed")
+    docs = _write_docs(d / "day1.jsonl", 1)
+    model = str(d / "day1_model")
+    fixed = ["model.smoothing=0.5", "model.unlabeled_weight=0.7", "model.path_weight=1.0", "model.family=generative"]
+    fixed += ["model.calibration=none", "model.names=off", "features.stop_words=none", "model.max_iter=5"]
+    assert (
+        main(["train", "--docs", docs, "--model", model, *CLI_SETTINGS, *(a for f in fixed for a in ("--set", f))]) == 0
+    )
+    return d, model
+
+
 @pytest.mark.slow
 def test_cli_train_from_a_previous_model_records_it(spark, day1_model):
     from pcem_spark.cli import main
@@ -501,10 +518,11 @@ def test_cli_batch_without_labels_needs_the_init_model(spark, day1_model, capsys
     assert new.taxonomy.path_keys() == PathModel.load(prev_path).taxonomy.path_keys()
 
 
-def test_cli_refuses_another_taxonomy_a_missing_model_and_another_method(spark, day1_model, capsys):
+@pytest.mark.slow
+def test_cli_refuses_another_taxonomy_a_missing_model_and_another_method(spark, day1_fixed_model, capsys):
     from pcem_spark.cli import main
 
-    d, prev_path = day1_model
+    d, prev_path = day1_fixed_model
     docs = _write_docs(d / "day2b.jsonl", 2, seed=3)
     other = d / "other_tax.json"
     other.write_text(

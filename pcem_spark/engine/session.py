@@ -115,6 +115,11 @@ def _connect_session(settings: SparkSettings, asked: str) -> SparkSession:
     for key, value in conf.items():
         if key.startswith("spark.sql."):
             builder = builder.config(key, value)
+    if url.startswith("sc://"):
+        # What getOrCreate() does in a process without a session (a pcem process); in one that already runs a
+        # classic SparkContext (main() called from a notebook or a test), getOrCreate() refuses a remote
+        # session (SESSION_ALREADY_EXIST). A "local" remote starts its own server: getOrCreate() only.
+        return builder.create()
     return builder.getOrCreate()
 
 
