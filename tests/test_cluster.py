@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 import pytest
+from cli_args import set_args
 from standalone import LOOPBACK, StandaloneCluster, loopback_env, spark_bin
 
 from pcem_spark.ops import packaging
@@ -189,10 +190,7 @@ def check(proc, what):
 
 
 def settings_args():
-    out = []
-    for item in TRAIN_SETTINGS:
-        out += ["--set", item]
-    return out
+    return set_args(*TRAIN_SETTINGS)
 
 
 def read_table(spark, path):

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from cli_args import set_args
 from test_predict_evaluate import TAX  # noqa: E402 (the four-topic taxonomy: sport/football ... tech/chips)
 
 from pcem_spark.core.names import name_words, path_name_text
@@ -355,7 +356,7 @@ def test_pcem_train_records_the_names_and_descriptions_count(spark, tmp_path, ca
     # fixed settings: what is recorded of the names is the point, not the default pipeline's choices
     fixed = ["model.smoothing=1", "model.unlabeled_weight=1", "model.path_weight=0", "model.family=generative"]
     fixed += ["model.calibration=none", "features.stop_words=none"]
-    fast += [a for f in fixed for a in ("--set", f)]
+    fast += set_args(*fixed)
     assert main([*args, "--set", "model.names=on", *fast]) == 0
     from pcem_spark.model.path_model import PathModel
 

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from cli_args import set_args
 
 from pcem_spark import core
 from pcem_spark.core import node_stats
@@ -302,22 +303,15 @@ TAX_TSV = (
 )
 
 
-COMMON = [
-    "--set",
+COMMON = set_args(
     "features.min_df=1",
-    "--set",
     "features.max_df=1.0",
-    "--set",
     "model.smoothing=0.5",
-    "--set",
     "model.unlabeled_weight=1.0",
-    "--set",
     "model.path_weight=1.0",
-    "--set",
     "model.family=generative",
-    "--set",
     "model.max_iter=5",
-]
+)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_args import set_args
 
 from pcem_spark.cli.config import CONFIG_ENV, ConfigError, load_settings, settings_table
 
@@ -193,7 +194,7 @@ def test_evaluating_predictions_of_the_training_documents_warns(spark, tmp_path,
     # fixed settings: the warning is the point, not the choices of the default pipeline (family auto cross-validates)
     fixed = ["model.smoothing=1", "model.unlabeled_weight=1", "model.path_weight=1", "model.family=generative"]
     fixed += ["model.names=off", "features.stop_words=none"]
-    fast += [a for f in fixed for a in ("--set", f)]
+    fast += set_args(*fixed)
     assert main(["train", "--docs", str(docs), "--model", model, *fast, "--log-level", "WARNING"]) == 0
     assert main(["predict", "--model", model, "--docs", str(docs), "--output", pred, "--log-level", "WARNING"]) == 0
     caplog.clear()

@@ -19,6 +19,7 @@ import os
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from cli_args import set_args
 from test_reference import ATOL, RTOL, make_corpus, ref_e_step, ref_log_params, ref_loglik, to_blocks  # noqa: E402
 
 from pcem_spark import core, engine
@@ -366,9 +367,7 @@ def day1_fixed_model(spark, tmp_path_factory):
     model = str(d / "day1_model")
     fixed = ["model.smoothing=0.5", "model.unlabeled_weight=0.7", "model.path_weight=1.0", "model.family=generative"]
     fixed += ["model.calibration=none", "model.names=off", "features.stop_words=none", "model.max_iter=5"]
-    assert (
-        main(["train", "--docs", docs, "--model", model, *CLI_SETTINGS, *(a for f in fixed for a in ("--set", f))]) == 0
-    )
+    assert main(["train", "--docs", docs, "--model", model, *CLI_SETTINGS, *set_args(*fixed)]) == 0
     return d, model
 
 
