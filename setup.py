@@ -43,7 +43,9 @@ setup(
         # Resiliparse extracts the main text of HTML pages, both C++: on the same pages
         # (scripts/bench_warc.py) ~7x the pages/s per core of warcio + trafilatura.
         # Floors = what the tests passed with (2.0.1; older FastWARC has another API).
-        "warc": ["fastwarc>=2.0.1", "resiliparse>=2.0.1"],
+        # warcio reads ARC files (FastWARC reads none): Webrecorder's reader of WARC and
+        # ARC, pure Python; 1.7 is the first with the arc2warc + no_record_parse used.
+        "warc": ["fastwarc>=2.0.1", "resiliparse>=2.0.1", "warcio>=1.7"],
         # The user guide and API reference (scripts/build_docs.sh): Sphinx with autodoc and
         # numpydoc, the convention of pyspark and scikit-learn whose docstrings the package
         # follows; MyST reads the guide's Markdown, so README.md and docs/*.md stay the
@@ -68,6 +70,8 @@ setup(
             "zstandard>=0.25.0",
             "fastwarc>=2.0.1",
             "resiliparse>=2.0.1",
+            # ARC files, and the reference the real-crawl tests compare ingest-warc with
+            "warcio>=1.7",
         ],
         # dags/pcem_dag.py and tests/dags (scripts/test_airflow.sh installs it in its own
         # venv). Floors = what tests/dags passed with end to end: airflow 3.3.2 + provider

@@ -128,7 +128,7 @@ def crawl_a():
     rejects = {
         "<urn:uuid:a5>": "content type image/jpeg is not text or HTML",
         "<urn:uuid:a6>": "HTTP status 404",
-        "<urn:uuid:a7>": "empty after main-text extraction",
+        "<urn:uuid:a7>": "no visible text (main text and whole page empty)",
         "<urn:uuid:a8>": "content type application/pdf is not text or HTML",
     }
     skipped = {"warcinfo": 1, "request": 1, "metadata": 1, "revisit": 1}

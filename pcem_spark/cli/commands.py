@@ -117,6 +117,7 @@ def cmd_ingest_warc(args, settings) -> int:
         id_field=args.id_field,
         min_text_chars=args.min_text_chars,
         overwrite=args.overwrite,
+        keep_crawler_records=args.keep_crawler_records,
     )
     return 0
 

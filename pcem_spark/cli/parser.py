@@ -128,14 +128,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing --output")
     _common(p)
 
-    p = sub.add_parser("ingest-warc", help="WARC / WET files (Common Crawl) -> documents table (Parquet) + rejects")
+    p = sub.add_parser("ingest-warc", help="WARC / WET / ARC files (a crawl) -> documents table (Parquet) + rejects")
     p.add_argument(
         "--input",
         action="append",
         required=True,
         metavar="PATHS",
-        help="WARC or WET files: paths, globs or directories, any Hadoop URI (hdfs://, s3a://, ...); "
-        "repeatable or comma-separated (plain, .gz, .zst, .lz4)",
+        help="WARC, WET or ARC files: paths, globs or directories, any Hadoop URI (hdfs://, s3a://, ...); "
+        "repeatable or comma-separated (plain, .gz, .zst, .lz4; ARC plain or .gz)",
     )
     p.add_argument("--output", required=True, help="documents table (Parquet directory)")
     p.add_argument("--rejects", help="where to write rejected records (default: OUTPUT_rejects)")
@@ -153,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="reject texts shorter than this many characters (after stripping; default 1: keep every "
         "non-empty text; an empty text is always rejected)",
+    )
+    p.add_argument(
+        "--keep-crawler-records",
+        action="store_true",
+        help="keep the crawler's own records (metadata://, dns: and filedesc:// URIs: wget's log, DNS lookups) "
+        "and robots.txt files as documents; by default they are skipped and counted",
     )
     p.add_argument("--overwrite", action="store_true")
     _common(p)

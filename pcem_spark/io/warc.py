@@ -1,8 +1,15 @@
-"""Crawl input: WARC and WET files (Common Crawl's format) -> the documents table.
+"""Crawl input: WARC, WET and ARC files -> the documents table.
 
-``pcem ingest-warc --input 'crawl/*.warc.gz' --output docs`` reads many WARC
-or WET files in parallel and writes the documents table (Parquet) and its
+``pcem ingest-warc --input 'crawl/*.warc.gz' --output docs`` reads many WARC,
+WET or ARC files in parallel and writes the documents table (Parquet) and its
 rejects table.
+
+ARC (the Internet Archive's format before WARC, plain or gzip) is recognised by
+its first record (``filedesc://``) and read by warcio (FastWARC reads no ARC;
+warcio is the reference reader of both formats, pure Python, and ARC archives are
+old and small next to a WARC crawl, so its speed does not matter). Its records go
+through the same code as WARC records: the same rejects, ids and columns, an id
+derived from the file's name, the record's offset and URL (ARC has no record id).
 
 Library
 -------
@@ -37,7 +44,15 @@ without Spark) turns every record of one file into exactly one outcome:
     than ``min_text_chars``) -> a reject with a reason;
 
 * every other record type (``warcinfo``, ``request``, ``metadata``,
-  ``revisit``, ...) is not a document: counted by type, never a reject;
+  ``revisit``, ...) is not a document: counted by type, never a reject; so are
+  the crawler's own records (``metadata://``, ``dns:``, ``filedesc://``
+  URIs: wget's log and arguments, DNS lookups) and ``robots.txt``, counted
+  under their own keys, unless ``keep_crawler_records``;
+* crawl quirks are forgiven where the bytes are clear and counted
+  (:data:`~pcem_spark.io.warc_records.QUIRKS`): a declared gzip / brotli /
+  deflate / chunked coding the body does not have, a status line FastWARC does
+  not parse, a record without ``WARC-Record-ID``, a WARC-Date that is not a date,
+  a page whose main-text extraction is empty (its whole visible text is kept);
 * a file that stops being WARC (garbage bytes, a truncated gzip member, a
   record shorter than its ``Content-Length``) ends with one reject row for the
   file (``id`` null; the reason names the error, the record number and the
@@ -210,11 +225,14 @@ def parsed_schema():
             T.StructField("record", T.StringType(), True),
             T.StructField("records_read", T.LongType(), True),
             T.StructField("skipped", T.MapType(T.StringType(), T.LongType(), True), True),
+            T.StructField("quirks", T.MapType(T.StringType(), T.LongType(), True), True),
         ]
     )
 
 
-def read_warc_files(spark, files: Sequence[str], id_field: str = "record", min_text_chars: int = 1):
+def read_warc_files(
+    spark, files: Sequence[str], id_field: str = "record", min_text_chars: int = 1, keep_crawler_records: bool = False
+):
     """WARC/WET files (full URIs, no globs needed) -> DataFrame of :func:`parsed_schema` rows, lazily.
 
     ``binaryFiles`` gives each task whole files (never split; small files are
@@ -225,7 +243,11 @@ def read_warc_files(spark, files: Sequence[str], id_field: str = "record", min_t
 
     sc = spark.sparkContext
     rdd = sc.binaryFiles(",".join(_escape_glob(f) for f in files), minPartitions=max(len(files), 1))
-    rows = rdd.flatMap(functools.partial(_parse_file, id_field=id_field, min_text_chars=min_text_chars))
+    rows = rdd.flatMap(
+        functools.partial(
+            _parse_file, id_field=id_field, min_text_chars=min_text_chars, keep_crawler_records=keep_crawler_records
+        )
+    )
     return spark.createDataFrame(rows, parsed_schema())
 
 
@@ -244,14 +266,19 @@ def ingest_warc(
     id_field: str = "record",
     min_text_chars: int = 1,
     overwrite: bool = False,
+    keep_crawler_records: bool = False,
 ) -> Dict[str, object]:
     """Read WARC/WET files into the documents table (Parquet) and its rejects table; return the counts.
 
     Both outputs are written with :func:`pcem_spark.io.outputs.atomic_output`;
-    their markers hold the counts (by reason, by record type). Every id must be
-    unique: copies of one id (``--id url`` and a URL crawled twice, or a file
-    given twice under two names) are all rejected, the rule
+    their markers hold the counts (by reason, by record type, by crawl quirk
+    forgiven). Every id must be unique: when records share one (``--id url``
+    and a URL crawled twice, a file given twice under two names, a crawler
+    that reuses a record id), every document candidate among them is a reject,
+    so that no id is both a document and a reject -- the rule
     :func:`pcem_spark.io.rejects.split_rejects` applies when the table is read.
+    ``keep_crawler_records``: keep the crawler's own records (``metadata://``,
+    ``dns:`` ...) and robots.txt as documents instead of skipping them.
 
     Raises
     ------
@@ -287,21 +314,29 @@ def ingest_warc(
     )
 
     paths = [f for f, _ in files]  # a file's path with credentials or a known secret is stored redacted
-    parsed = read_warc_files(spark, paths, id_field, min_text_chars).persist(StorageLevel.MEMORY_AND_DISK)
+    parsed = read_warc_files(spark, paths, id_field, min_text_chars, keep_crawler_records).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
     copies = None
     try:
         candidates = parsed.where(F.col("kind") == DOCUMENT)
-        # Every copy of a repeated id is a reject (rejects.split_rejects' rule, same wording). Only the ids
-        # are shuffled to find them; the repeats (usually none) are broadcast, so the texts never move.
+        # Every document candidate whose id another record also holds is a reject (rejects.split_rejects'
+        # rule, same wording), whether the other record is a document candidate or already a reject: an id is
+        # never both a document and a reject. Only the ids are shuffled to find them; the repeats (usually
+        # none) are broadcast, so the texts never move.
         copies = (
-            candidates.groupBy("id")
-            .agg(F.count(F.lit(1)).alias("_copies"))
+            parsed.where(F.col("kind").isin(DOCUMENT, REJECT) & F.col("id").isNotNull())
+            .groupBy("id")
+            .agg(
+                F.count(F.lit(1)).alias("_copies"),
+                F.sum((F.col("kind") == DOCUMENT).cast("long")).alias("_documents"),
+            )
             .where(F.col("_copies") > 1)
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         n_repeated_ids = copies.count()
         flagged = candidates.join(
-            F.broadcast(copies) if n_repeated_ids <= BROADCAST_REPEATED_IDS else copies, "id", "left"
+            F.broadcast(copies.drop("_documents")) if n_repeated_ids <= BROADCAST_REPEATED_IDS else copies, "id", "left"
         )
         documents = flagged.where(F.col("_copies").isNull()).select(
             "id",
@@ -322,7 +357,18 @@ def ingest_warc(
             "id",
             "source_file",
             duplicate_reason.alias("reason"),
-            F.substring(F.to_json(F.struct("url", "crawl_time")), 1, RECORD_CHARS).alias("record"),
+            # the record's number and byte offset, with its URL (and its record id: the id or in the record)
+            F.substring(
+                F.to_json(
+                    F.struct(
+                        F.get_json_object("record", "$.record").cast("long").alias("record"),
+                        F.get_json_object("record", "$.offset").cast("long").alias("offset"),
+                        "url",
+                    )
+                ),
+                1,
+                RECORD_CHARS,
+            ).alias("record"),
         )
         rejects = (
             parsed.where(F.col("kind").isin(REJECT, FILE_ERROR))
@@ -343,14 +389,25 @@ def ingest_warc(
         n_files_read, n_records = by_kind.get(FILE_SUMMARY, (0, 0))
         if n_files_read != len(files):
             raise RuntimeError(f"ingest-warc: {len(files)} input files but Spark read {n_files_read}")
-        skipped_by_type = {
+        # The files' skipped-by-type and quirk counts, summed in one pass over the summaries (one row per file).
+        tagged = F.map_concat(
+            F.transform_keys(
+                F.coalesce("skipped", F.create_map().cast("map<string,bigint>")), lambda k, _: F.concat(F.lit("s"), k)
+            ),
+            F.transform_keys(
+                F.coalesce("quirks", F.create_map().cast("map<string,bigint>")), lambda k, _: F.concat(F.lit("q"), k)
+            ),
+        )
+        counts = {
             r["key"]: int(r["n"])
             for r in parsed.where(F.col("kind") == FILE_SUMMARY)
-            .select(F.explode("skipped"))
+            .select(F.explode(tagged))
             .groupBy("key")
             .agg(F.sum("value").alias("n"))
             .collect()
         }
+        skipped_by_type = {k[1:]: n for k, n in counts.items() if k[0] == "s"}
+        quirks = {k[1:]: n for k, n in counts.items() if k[0] == "q"}
         n_skipped = sum(skipped_by_type.values())
         n_candidates, n_record_rejects, n_file_errors = (
             by_kind.get(k, (0, 0))[0] for k in (DOCUMENT, REJECT, FILE_ERROR)
@@ -364,7 +421,7 @@ def ingest_warc(
                 f"ingest-warc: {n_records} records read but {n_candidates} documents + "
                 f"{n_record_rejects} rejected + {n_skipped} skipped by type"
             )
-        n_duplicates = int(copies.agg(F.sum("_copies")).first()[0] or 0) if n_repeated_ids else 0
+        n_duplicates = int(copies.agg(F.sum("_documents")).first()[0] or 0) if n_repeated_ids else 0
         n_documents = n_candidates - n_duplicates
         n_rejects = n_record_rejects + n_duplicates + n_file_errors
         summary = {
@@ -377,6 +434,8 @@ def ingest_warc(
             "duplicate_ids": n_duplicates,
             "unreadable_files": n_file_errors,
             "skipped_by_type": skipped_by_type,
+            "quirks": quirks,
+            "keep_crawler_records": keep_crawler_records,
             "id": id_field,
             "min_text_chars": min_text_chars,
             "inputs": list(inputs),
@@ -425,6 +484,8 @@ def ingest_warc(
         seconds,
         n_records / seconds if seconds > 0 else 0.0,
     )
+    if quirks:
+        log.info("ingest-warc: crawl quirks forgiven:%s", "".join(f"\n  {c} x {q}" for q, c in sorted(quirks.items())))
     if summary["rejected_by_reason"]:
         log.info(
             "ingest-warc: rejects by reason (%s):%s",

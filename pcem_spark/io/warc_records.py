@@ -1,8 +1,14 @@
 """WARC / WET records to documents or rejects, one record at a time (no Spark).
 
-FastWARC reads the records and Resiliparse extracts the main text of HTML pages;
-:func:`parse_warc_stream` yields one row per document, reject, unreadable file and file summary,
-which :mod:`pcem_spark.io.warc` turns into DataFrames.
+FastWARC reads WARC and WET records, warcio reads ARC files (the Internet Archive's format
+before WARC, which FastWARC does not read), and Resiliparse extracts the main text of HTML
+pages; :func:`parse_warc_stream` yields one row per document, reject, unreadable file and file
+summary, which :mod:`pcem_spark.io.warc` turns into DataFrames.
+
+Real crawlers' quirks are forgiven where the bytes are clear (:data:`QUIRKS`, counted per file)
+and are rejects where they are not: a body that has no sign of its declared coding (no gzip /
+zlib / zstd magic, bytes that read as text; no chunk-size line) is read as it is; a body that
+has the coding's signature but does not decode is a reject.
 """
 
 from __future__ import annotations
@@ -13,7 +19,12 @@ import datetime as _dt
 import io
 import json
 import logging
+import posixpath
+import re
+import uuid
+import zlib
 from typing import Dict, Iterator, NamedTuple, Optional, Tuple
+from urllib.parse import urlsplit
 
 from pcem_spark.errors import InputError
 from pcem_spark.io.json_lines import RECORD_CHARS
@@ -35,6 +46,9 @@ __all__ = [
     "html_main_text",
     "text_reason",
     "record_outcome",
+    "crawler_record",
+    "derived_record_id",
+    "QUIRKS",
     "parse_warc_stream",
     "record_bytes",
 ]
@@ -42,7 +56,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-INSTALL_HINT = 'pip install "fastwarc>=2.0.1" "resiliparse>=2.0.1" (the warc extra; ".[warc]" in a checkout)'
+INSTALL_HINT = (
+    'pip install "fastwarc>=2.0.1" "resiliparse>=2.0.1" "warcio>=1.7" (the warc extra; ".[warc]" in a checkout)'
+)
 
 
 # Record types that can hold a document; every other type is counted and skipped.
@@ -56,6 +72,30 @@ TEXT_TYPES = ("text/plain",)
 
 
 ID_FIELDS = ("record", "url")
+
+
+# URI schemes of the records a crawler writes about itself (wget's metadata://.../wget.log, heritrix's dns:
+# lookups, an ARC file's filedesc:// header): never pages. Skipped and counted unless keep_crawler_records.
+CRAWLER_SCHEMES = ("metadata", "dns", "filedesc", "warcinfo")
+
+
+# The crawl quirks that are forgiven, counted per file (the summary's "quirks", ingest-warc's marker and log).
+QUIRK_NOT_GZIP = "Content-Encoding {coding} declared, body not encoded: read as it is"
+QUIRK_NOT_CHUNKED = "Transfer-Encoding chunked declared, body not chunked: read as it is"
+QUIRK_STATUS_LINE = "HTTP status line FastWARC does not parse (no reason phrase, extra spaces): status read from it"
+QUIRK_NO_RECORD_ID = "no WARC-Record-ID: id derived from the file, offset and URL"
+QUIRK_WHOLE_TEXT = "main-text extraction empty: the page's whole visible text kept"
+QUIRK_BAD_DATE = "WARC-Date not an ISO 8601 date: crawl_time and crawl_date left empty"
+QUIRK_ARC = "ARC record (read by warcio)"
+QUIRKS = (
+    QUIRK_NOT_GZIP,
+    QUIRK_NOT_CHUNKED,
+    QUIRK_STATUS_LINE,
+    QUIRK_NO_RECORD_ID,
+    QUIRK_WHOLE_TEXT,
+    QUIRK_BAD_DATE,
+    QUIRK_ARC,
+)
 
 
 # Row kinds of the parser's output.
@@ -73,9 +113,10 @@ class WarcInputError(InputError):
 class ParsedRow(NamedTuple):
     """One outcome of the parser; field order = :func:`parsed_schema`.
 
-    ``kind`` is :data:`DOCUMENT` (id, text, url, crawl_time: WARC-Date, crawl_date: its UTC day), :data:`REJECT`
-    (id when known, reason, record), :data:`FILE_ERROR` (reason, record) or
-    :data:`FILE_SUMMARY` (records_read, skipped: WARC-Type -> count).
+    ``kind`` is :data:`DOCUMENT` (id, text, url, crawl_time: WARC-Date, crawl_date: its UTC day, record:
+    where it is), :data:`REJECT` (id when known, reason, record), :data:`FILE_ERROR` (reason, record) or
+    :data:`FILE_SUMMARY` (records_read, skipped: WARC-Type or crawler record -> count, quirks: quirk -> count).
+    ``record`` is JSON naming the record: its number in the file, byte offset, type, WARC-Record-ID, URL.
     """
 
     kind: str
@@ -89,15 +130,17 @@ class ParsedRow(NamedTuple):
     record: Optional[str] = None
     records_read: Optional[int] = None
     skipped: Optional[Dict[str, int]] = None
+    quirks: Optional[Dict[str, int]] = None
 
 
 def require_libraries():
-    """Import FastWARC and Resiliparse; :class:`WarcDependencyError` (exit 2) naming the install command."""
+    """Import FastWARC, Resiliparse and warcio; :class:`WarcDependencyError` (exit 2) naming the install command."""
     try:
         from fastwarc.warc import ArchiveIterator, WarcRecord  # noqa: F401
         from resiliparse.extract.html2text import extract_plain_text  # noqa: F401
         from resiliparse.parse.encoding import bytes_to_str, detect_encoding  # noqa: F401
         from resiliparse.parse.html import HTMLTree  # noqa: F401
+        from warcio.archiveiterator import ArchiveIterator as _ArcIterator  # noqa: F401
     except ImportError as e:
         raise WarcDependencyError(
             f"reading WARC/WET files needs FastWARC and Resiliparse ({e}); install them with: {INSTALL_HINT}"
@@ -150,19 +193,30 @@ def decode_text(body: bytes, charset: Optional[str], html: bool) -> str:
     return bytes_to_str(body, encoding)
 
 
-def html_main_text(body: bytes, charset: Optional[str]) -> str:
-    """The main text of an HTML page (navigation, footers, scripts left out), whitespace collapsed."""
+def html_main_text(body: bytes, charset: Optional[str], quirks: Optional[collections.Counter] = None) -> str:
+    """The main text of an HTML page (navigation, footers, scripts left out), whitespace collapsed.
+
+    When the main-content heuristic keeps nothing (a page that is all lists or table cells, a shop's
+    product page) the page's whole visible text is kept instead, counted in ``quirks``: an empty
+    extraction is the heuristic's verdict, not the page's.
+    """
     from resiliparse.extract.html2text import extract_plain_text
     from resiliparse.parse.html import HTMLTree
 
-    return extract_plain_text(HTMLTree.parse(decode_text(body, charset, html=True)), main_content=True)
+    tree = HTMLTree.parse(decode_text(body, charset, html=True))
+    text = extract_plain_text(tree, main_content=True)
+    if not text.strip():
+        text = extract_plain_text(tree, main_content=False)
+        if text.strip() and quirks is not None:
+            quirks[QUIRK_WHOLE_TEXT] += 1
+    return text
 
 
 def text_reason(text: str, kind: str, min_text_chars: int) -> Optional[str]:
     """Why ``text`` is not kept (None if it is): empty, or shorter than ``min_text_chars`` (stripped)."""
     n = len(text.strip())
     if n == 0:
-        return "empty after main-text extraction" if kind == "html" else "empty text"
+        return "no visible text (main text and whole page empty)" if kind == "html" else "empty text"
     if n < min_text_chars:
         return f"text shorter than --min-text-chars {min_text_chars} ({n} characters)"
     return None
@@ -183,24 +237,114 @@ def _unbracket(value: Optional[str]) -> Optional[str]:
     return value or None
 
 
-def _http_payload(block: bytes):
-    """(status, content type, charset, body) of an HTTP response block; OSError if it cannot be decoded.
+# A chunked body starts with a chunk-size line: hex digits, optional extensions, CRLF (or a bare LF).
+_CHUNK_LINE = re.compile(rb"[0-9A-Fa-f]{1,16}[ \t]*(;[^\r\n]*)?\r?\n")
+# What FastWARC's status line parser misses: extra spaces, a lower-case protocol name.
+_STATUS_LINE = re.compile(rb"\s*HTTP/\d+(?:\.\d+)?[ \t]+(\d{3})(?:[ \t]|\r|\n|$)", re.IGNORECASE)
+# Bytes that never occur in text (ESC, 0x1b, is kept: ISO-2022-JP uses it); compressed data has them within
+# a few bytes, an HTML or text body has none.
+_NOT_TEXT = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]")
 
-    A fresh FastWARC record parses the headers and undoes the transfer and
-    content codings (chunked, gzip, deflate, brotli, zstd), so the record the
-    file iterator owns is never touched.
-    """
+
+def _looks_like_text(body: bytes) -> bool:
+    """True when the first KiB of ``body`` holds no control byte: plain text or HTML in any charset."""
+    return _NOT_TEXT.search(body[:1024]) is None
+
+
+def _has_coding_signature(coding: str, body: bytes) -> bool:
+    """Whether ``body`` shows the declared content coding: gzip's and zstd's magic, a zlib header; brotli and
+    raw deflate have no magic, so there the sign is a body that does not read as text."""
+    if coding in ("gzip", "x-gzip"):
+        return body[:2] == b"\x1f\x8b"
+    if coding == "zstd":
+        return body[:4] == b"\x28\xb5\x2f\xfd"
+    if coding == "deflate" and len(body) >= 2 and body[0] & 0x0F == 8 and (body[0] * 256 + body[1]) % 31 == 0:
+        return True
+    return not _looks_like_text(body)
+
+
+def _parse_http(block: bytes, mode: str):
     from fastwarc.warc import WarcRecord
 
     http = WarcRecord()
     http.set_bytes_content(block)
     http.is_http = True
-    http.parse_http(auto_decode="all", quirks_mode=True)  # quirks: LF-only header lines, as browsers accept
-    headers = http.http_headers
+    http.parse_http(auto_decode=mode, quirks_mode=True)  # quirks: LF-only header lines, as browsers accept
+    return http.http_headers, http.reader.read()
+
+
+def _http_payload(block: bytes, quirks: Optional[collections.Counter] = None):
+    """(status, content type, charset, body) of an HTTP response block; OSError if it cannot be decoded.
+
+    A fresh FastWARC record parses the headers and undoes the transfer and
+    content codings (chunked, gzip, deflate, brotli, zstd), so the record the
+    file iterator owns is never touched. When that fails, a coding the body
+    clearly does not have is skipped (counted in ``quirks``): crawlers such as
+    ClueWeb09's stored bodies decoded but kept the server's headers. A body
+    that has the coding's signature and still does not decode is an OSError.
+    """
+    try:
+        headers, body = _parse_http(block, "all")
+        moved = []
+    except OSError as error:
+        headers, raw = _parse_http(block, "none")  # headers only: the codings are undone below, one at a time
+        transfer = (headers.get("Transfer-Encoding") or "").lower()
+        coding = (headers.get("Content-Encoding") or "").strip().lower()
+        not_chunked = "chunked" in transfer and _CHUNK_LINE.match(raw) is None
+        if not_chunked:
+            dechunked = raw
+        else:
+            try:
+                dechunked = _parse_http(block, "transfer")[1]
+            except OSError:
+                raise error from None  # chunk-size lines that do not add up: not a quirk, a broken body
+        not_coded = coding not in ("", "identity") and not _has_coding_signature(coding, dechunked)
+        if not (not_chunked or not_coded):
+            raise
+        mode = {(True, True): "none", (True, False): "content", (False, True): "transfer"}[(not_chunked, not_coded)]
+        headers, body = _parse_http(block, mode)  # OSError: the coding that is there does not decode either
+        moved = [QUIRK_NOT_CHUNKED] * not_chunked + [QUIRK_NOT_GZIP.format(coding=coding)] * not_coded
     status = headers.status_code if headers is not None else None
+    if status is None:
+        match = _STATUS_LINE.match(block)
+        if match:
+            status = int(match.group(1))
+            moved.append(QUIRK_STATUS_LINE)
+    if quirks is not None:
+        quirks.update(moved)
     mime, charset = split_content_type(headers.get("Content-Type") if headers is not None else None)
-    body = http.reader.read()
     return status, mime, charset, body
+
+
+def crawler_record(url: Optional[str]) -> Optional[str]:
+    """What a record of the crawler's own is (the ``skipped`` key), None for a page.
+
+    ``metadata://``, ``dns:``, ``filedesc://`` and ``warcinfo:`` URIs (wget's log and arguments, DNS lookups,
+    an ARC file's header), and ``robots.txt`` at a site's root.
+    """
+    if not url:
+        return None
+    scheme = url[: url.find(":")].lower() if ":" in url[:10] else ""
+    if scheme in CRAWLER_SCHEMES:
+        return f"crawler record ({scheme}:)"
+    if "robots.txt" not in url.lower():  # what nearly every record takes: no URL parsing (a crawl's hot path)
+        return None
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.scheme.lower() in ("http", "https") and posixpath.normpath(parts.path or "/") == "/robots.txt":
+        return "robots.txt"
+    return None
+
+
+def derived_record_id(source_file: str, offset: int, url: Optional[str]) -> str:
+    """A stable id for a record without WARC-Record-ID (an ARC record, some crawlers' WARC): a name-based
+    UUID (RFC 4122 version 5) of the file's name, the record's byte offset and its URL, in WARC-Record-ID's
+    form. The file's name, not its folder: the same file read from another place gives the same ids."""
+    name = posixpath.basename(str(source_file).rstrip("/"))
+    key = f"{name}#{offset} {url or ''}"
+    return f"<urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, key)}>"
 
 
 def record_outcome(
@@ -212,6 +356,7 @@ def record_outcome(
     offset: int,
     id_field: str = "record",
     min_text_chars: int = 1,
+    quirks: Optional[collections.Counter] = None,
 ) -> ParsedRow:
     """A document-type record (response, resource, conversion) -> one DOCUMENT or REJECT row.
 
@@ -225,11 +370,17 @@ def record_outcome(
     is_http : bool
         The block is an HTTP message (``Content-Type: application/http``).
     number, offset : int
-        1-based record number in the file and its byte offset (for the reject's ``record``).
+        1-based record number in the file and its byte offset (the row's ``record``).
+    quirks : Counter, optional
+        Incremented for every crawl quirk forgiven on the way (:data:`QUIRKS`).
     """
     warc_type = headers.get("WARC-Type")
-    record_id = headers.get("WARC-Record-ID")
     url = _unbracket(headers.get("WARC-Target-URI"))
+    record_id = headers.get("WARC-Record-ID")
+    if record_id is None:
+        record_id = derived_record_id(source_file, offset, url)
+        if quirks is not None:
+            quirks[QUIRK_NO_RECORD_ID] += 1
     doc_id = record_id if id_field == "record" else url
     ident = {"record": number, "offset": offset, "warc_type": warc_type, "record_id": record_id, "url": url}
 
@@ -243,8 +394,8 @@ def record_outcome(
     status = None
     if is_http and warc_type == "response":
         try:
-            status, mime, charset, body = _http_payload(block)
-        except OSError as e:  # a broken Content-Encoding, bad chunking ...
+            status, mime, charset, body = _http_payload(block, quirks)
+        except OSError as e:  # a coding the body has but that does not decode, chunk sizes that do not add up
             return reject(f"cannot decode the HTTP payload: {e}")
         if mime is None:  # Common Crawl's own detection when the server sent no Content-Type
             mime = split_content_type(headers.get("WARC-Identified-Payload-Type"))[0]
@@ -267,7 +418,7 @@ def record_outcome(
             return reject(f"not valid UTF-8 at byte {e.start} (WET conversion records are UTF-8)", content_type=mime)
     else:
         try:
-            text = html_main_text(body, charset) if kind == "html" else decode_text(body, charset, html=False)
+            text = html_main_text(body, charset, quirks) if kind == "html" else decode_text(body, charset, html=False)
         except (ValueError, LookupError) as e:  # UnicodeError, Resiliparse's HTMLParserException (ValueErrors)
             return reject(f"cannot decode or parse the {mime} payload: {type(e).__name__}: {e}", content_type=mime)
     why = text_reason(text, kind, min_text_chars)
@@ -275,12 +426,24 @@ def record_outcome(
         return reject(why, content_type=mime, status=status)
     try:
         date = _warc_date(headers.get("WARC-Date"))
-    except ValueError:
-        return reject(f"WARC-Date {headers.get('WARC-Date')!r} is not an ISO 8601 date", content_type=mime)
+    except ValueError:  # ClueWeb09 writes day-of-year dates ("2008-10-294T..."): the page is fine, the date is not
+        date = None
+        if quirks is not None:
+            quirks[QUIRK_BAD_DATE] += 1
     # crawl_date is the UTC day of WARC-Date: what a daily crawl is partitioned by (one folder per day, not
     # one per second), the full time stays in crawl_time.
     day = None if date is None else date.astimezone(_dt.timezone.utc).date()
-    return ParsedRow(DOCUMENT, id=doc_id, text=text, url=url, crawl_time=date, crawl_date=day, source_file=source_file)
+    return ParsedRow(
+        DOCUMENT,
+        id=doc_id,
+        text=text,
+        url=url,
+        crawl_time=date,
+        crawl_date=day,
+        source_file=source_file,
+        # where it is, for the reject row if its id turns out to be repeated (ints: no JSON encoder on the hot path)
+        record=f'{{"record": {number}, "offset": {offset}}}',
+    )
 
 
 def _warc_date(value: Optional[str]) -> Optional[_dt.datetime]:
@@ -293,93 +456,178 @@ def _warc_date(value: Optional[str]) -> Optional[_dt.datetime]:
     return parsed.astimezone(_dt.timezone.utc)
 
 
+def _is_arc(head: bytes) -> bool:
+    """Whether a file's first bytes (plain or gzip) are an ARC file's: its first record is ``filedesc://``."""
+    if head[:2] == b"\x1f\x8b":
+        try:
+            head = zlib.decompressobj(wbits=31).decompress(head, 64)
+        except zlib.error:
+            return False
+    return head.lstrip()[:11].lower() == b"filedesc://"
+
+
 def parse_warc_stream(
-    stream, source_file: str, id_field: str = "record", min_text_chars: int = 1
+    stream,
+    source_file: str,
+    id_field: str = "record",
+    min_text_chars: int = 1,
+    keep_crawler_records: bool = False,
 ) -> Iterator[ParsedRow]:
-    """Every record of one WARC/WET file (plain, gzip, zstd or lz4; detected) -> rows.
+    """Every record of one WARC/WET file (plain, gzip, zstd or lz4; detected) or ARC file (plain or gzip) -> rows.
 
     Yields one DOCUMENT or REJECT row per document-type record, at most one
     FILE_ERROR row (the file stopped being WARC: the records before it are
     kept), and, last, one FILE_SUMMARY row: ``records_read`` (complete
-    records, every type) and ``skipped`` (WARC-Type -> count of the
-    non-document records). So ``records_read = documents + rejects +
-    sum(skipped)`` for every file.
+    records, every type), ``skipped`` (WARC-Type -> count of the
+    non-document records; the crawler's own records and robots.txt under
+    their own keys, :func:`crawler_record`, unless ``keep_crawler_records``)
+    and ``quirks`` (forgiven crawl quirk -> count, :data:`QUIRKS`). So
+    ``records_read = documents + rejects + sum(skipped)`` for every file.
 
     ``stream`` is a binary file-like object (or bytes). Raises ValueError on
     a bad ``id_field``; never on bad bytes.
     """
-    from fastwarc.warc import ArchiveIterator
-
     if id_field not in ID_FIELDS:
         raise WarcInputError(f"--id must be one of {', '.join(ID_FIELDS)}, got {id_field!r}")
     if isinstance(stream, (bytes, bytearray, memoryview)):
         stream = io.BytesIO(stream)
-    records_read, skipped = 0, collections.Counter()
-    last_offset = None
-    error: Optional[Tuple[str, Optional[int]]] = None  # (reason, byte offset) when the file stops being WARC
-    records = iter(ArchiveIterator(stream, parse_http=False))
-    while error is None:
-        number = records_read + 1
-        try:
-            record = next(records)
-        except StopIteration:
-            break
-        except (OSError, ValueError) as e:  # FastWARC: "Invalid WARC header", "Gzip decompression error" ...
-            where = (
-                f"after {records_read} complete records (the last one at byte offset {last_offset})"
-                if records_read
-                else "before the first record (byte offset 0)"
-            )
-            error = f"not a readable WARC file: {e} at record {number}, {where}", last_offset
-            break
-        offset = record.stream_pos
-        headers = dict(record.headers.items())
-        warc_type = headers.get("WARC-Type")
-        is_document = warc_type in DOCUMENT_RECORD_TYPES
-        try:  # a non-document record's content is skipped, not copied: only its length is checked
-            block = record.reader.read() if is_document else None
-            n_bytes = len(block) if is_document else record.reader.consume()
-        except OSError as e:
-            error = f"record {number} at byte offset {offset} cannot be read: {e}", offset
-            break
-        declared = headers.get("Content-Length", "").strip()
-        if not declared.isdigit() or warc_type is None or "WARC-Record-ID" not in headers:
-            # What FastWARC returns for a file cut inside a record's headers.
-            error = (
-                (
-                    f"record {number} at byte offset {offset} is truncated or malformed: its WARC headers "
-                    f"lack WARC-Type, WARC-Record-ID or Content-Length (found {sorted(headers)})"
-                ),
-                offset,
-            )
-        elif n_bytes != int(declared):  # ... and for a file cut inside a record's content
-            error = (
-                (
-                    f"record {number} at byte offset {offset} is truncated: Content-Length {declared} "
-                    f"but {n_bytes} bytes"
-                ),
-                offset,
-            )
-        else:
-            records_read += 1
-            last_offset = offset
-            if is_document:
-                yield record_outcome(
-                    headers, block, record.is_http, source_file, number, offset, id_field, min_text_chars
-                )
-            else:
-                skipped[warc_type] += 1
-    if error is None and records_read == 0:  # an empty file or gzip stream: most likely a failed copy
-        error = "holds no WARC record (an empty file?)", None
-    if error is not None:
-        reason, offset = error
+    elif not stream.seekable():
+        stream = io.BytesIO(stream.read())
+    head = stream.read(4096)
+    stream.seek(0)
+    state = _FileState()
+    records = _arc_records(stream, source_file, state) if _is_arc(head) else _warc_records(stream, state)
+    for number, offset, headers, block, is_http in records:  # document-type records; the others are counted
+        crawler = None if keep_crawler_records else crawler_record(_unbracket(headers.get("WARC-Target-URI")))
+        if crawler is not None:
+            state.skipped[crawler] += 1
+            continue
+        yield record_outcome(
+            headers, block, is_http, source_file, number, offset, id_field, min_text_chars, state.quirks
+        )
+    if state.error is None and state.records_read == 0:  # an empty file or gzip stream: most likely a failed copy
+        state.error = "holds no WARC record (an empty file?)", None
+    if state.error is not None:
+        reason, offset = state.error
         yield ParsedRow(
             FILE_ERROR,
             source_file=source_file,
             reason=reason,
-            record=_record_json({"file": source_file, "record": records_read + 1, "offset": offset}),
+            record=_record_json({"file": source_file, "record": state.records_read + 1, "offset": offset}),
         )
-    yield ParsedRow(FILE_SUMMARY, source_file=source_file, records_read=records_read, skipped=dict(skipped))
+    yield ParsedRow(
+        FILE_SUMMARY,
+        source_file=source_file,
+        records_read=state.records_read,
+        skipped=dict(state.skipped),
+        quirks=dict(state.quirks),
+    )
+
+
+class _FileState:
+    """What reading one file has counted so far, and why it stopped (``error``: (reason, byte offset))."""
+
+    def __init__(self):
+        self.records_read = 0
+        self.last_offset = None
+        self.skipped = collections.Counter()
+        self.quirks = collections.Counter()
+        self.error: Optional[Tuple[str, Optional[int]]] = None
+
+    def stopped(self, exc: Exception, number: int, kind: str = "WARC") -> None:
+        where = (
+            f"after {self.records_read} complete records (the last one at byte offset {self.last_offset})"
+            if self.records_read
+            else "before the first record (byte offset 0)"
+        )
+        self.error = f"not a readable {kind} file: {exc} at record {number}, {where}", self.last_offset
+
+    def checked(self, headers: Dict[str, str], n_bytes: int, number: int, offset: int) -> bool:
+        """Whether the record is complete (else ``error`` says why); counts it when it is."""
+        declared = headers.get("Content-Length", "").strip()
+        if not declared.isdigit() or headers.get("WARC-Type") is None:
+            # What FastWARC returns for a file cut inside a record's headers.
+            self.error = (
+                f"record {number} at byte offset {offset} is truncated or malformed: its WARC headers "
+                f"lack WARC-Type or Content-Length (found {sorted(headers)})",
+                offset,
+            )
+        elif n_bytes != int(declared):  # ... and for a file cut inside a record's content
+            self.error = (
+                f"record {number} at byte offset {offset} is truncated: Content-Length {declared} but {n_bytes} bytes",
+                offset,
+            )
+        else:
+            self.records_read += 1
+            self.last_offset = offset
+            return True
+        return False
+
+
+def _warc_records(stream, state: _FileState):
+    """(number, offset, headers, block, is_http) of each complete document-type WARC record, read by FastWARC;
+    the other records are counted in ``state.skipped`` by type, their content skipped, not copied: only its
+    length is checked."""
+    from fastwarc.warc import ArchiveIterator
+
+    records = iter(ArchiveIterator(stream, parse_http=False))
+    while state.error is None:
+        number = state.records_read + 1
+        try:
+            record = next(records)
+        except StopIteration:
+            return
+        except (OSError, ValueError) as e:  # FastWARC: "Invalid WARC header", "Gzip decompression error" ...
+            state.stopped(e, number)
+            return
+        offset = record.stream_pos
+        headers = dict(record.headers.items())
+        is_document = headers.get("WARC-Type") in DOCUMENT_RECORD_TYPES
+        try:
+            block = record.reader.read() if is_document else None
+            n_bytes = len(block) if is_document else record.reader.consume()
+        except OSError as e:
+            state.error = f"record {number} at byte offset {offset} cannot be read: {e}", offset
+            return
+        if state.checked(headers, n_bytes, number, offset):
+            if is_document:
+                yield number, offset, headers, block, record.is_http
+            else:
+                state.skipped[headers.get("WARC-Type")] += 1
+
+
+def _arc_records(stream, source_file: str, state: _FileState):
+    """The same for an ARC file, read by warcio (FastWARC reads no ARC): each record as warcio's ``arc2warc``
+    gives it (the ``filedesc://`` header as warcinfo, the others as responses), its id derived like that of a
+    WARC record without one (:func:`derived_record_id`: warcio's own is random)."""
+    from warcio.archiveiterator import ArchiveIterator
+    from warcio.exceptions import ArchiveLoadFailed
+
+    iterator = ArchiveIterator(stream, arc2warc=True, no_record_parse=True, verify_http=False)
+    records = iter(iterator)
+    while state.error is None:
+        number = state.records_read + 1
+        try:
+            record = next(records)
+            headers = {k: v for k, v in record.rec_headers.headers if k != "WARC-Record-ID"}
+            block = record.raw_stream.read()
+            offset = iterator.get_record_offset()  # known once the record is read
+        except StopIteration:
+            return
+        except (ArchiveLoadFailed, OSError, ValueError, EOFError) as e:
+            state.stopped(e, number, "ARC")
+            return
+        url = _unbracket(headers.get("WARC-Target-URI"))
+        headers["WARC-Record-ID"] = derived_record_id(source_file, offset, url)
+        # warcio turns the filedesc:// header into a warcinfo record whose content it does not pass on
+        n_bytes = int(headers.get("Content-Length") or 0) if record.rec_type == "warcinfo" else len(block)
+        if state.checked(headers, n_bytes, number, offset):
+            state.quirks[QUIRK_ARC] += 1
+            if headers.get("WARC-Type") not in DOCUMENT_RECORD_TYPES:
+                state.skipped[headers.get("WARC-Type")] += 1
+                continue
+            is_http = (url or "").lower().startswith(("http:", "https:")) and block[:5].upper() == b"HTTP/"
+            yield number, offset, headers, block, is_http
 
 
 def record_bytes(
@@ -416,7 +664,9 @@ def record_bytes(
     return buf.getvalue()
 
 
-def _parse_file(path_and_bytes: Tuple[str, bytes], id_field: str, min_text_chars: int) -> Iterator[ParsedRow]:
+def _parse_file(
+    path_and_bytes: Tuple[str, bytes], id_field: str, min_text_chars: int, keep_crawler_records: bool = False
+) -> Iterator[ParsedRow]:
     """flatMap body: one ``(path, bytes)`` of ``binaryFiles`` -> its rows."""
     path, data = path_and_bytes
-    return parse_warc_stream(io.BytesIO(data), path, id_field, min_text_chars)
+    return parse_warc_stream(io.BytesIO(data), path, id_field, min_text_chars, keep_crawler_records)

@@ -57,7 +57,7 @@ __all__ = [
 EXECUTOR_REQUIREMENTS = ("numpy", "scipy", "pyarrow", "pandas")
 # Imported on the executors only by some commands (pcem ingest-warc: the "warc" extra); packed,
 # pinned to the driver's versions, when the driver has them installed (scripts/package.sh installs them).
-OPTIONAL_EXECUTOR_REQUIREMENTS = ("fastwarc", "resiliparse")
+OPTIONAL_EXECUTOR_REQUIREMENTS = ("fastwarc", "resiliparse", "warcio")
 
 PY_FILES_NAME = "pcem_spark.zip"
 ENV_ARCHIVE_NAME = "pcem_env.tar.gz"
