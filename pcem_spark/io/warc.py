@@ -335,8 +335,9 @@ def ingest_warc(
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         n_repeated_ids = copies.count()
+        repeated = copies.drop("_documents")
         flagged = candidates.join(
-            F.broadcast(copies.drop("_documents")) if n_repeated_ids <= BROADCAST_REPEATED_IDS else copies, "id", "left"
+            F.broadcast(repeated) if n_repeated_ids <= BROADCAST_REPEATED_IDS else repeated, "id", "left"
         )
         documents = flagged.where(F.col("_copies").isNull()).select(
             "id",

@@ -20,13 +20,19 @@ import io
 import json
 import logging
 import posixpath
-import re
 import uuid
 import zlib
 from typing import Dict, Iterator, NamedTuple, Optional, Tuple
 from urllib.parse import urlsplit
 
 from pcem_spark.errors import InputError
+from pcem_spark.io.http_payload import (
+    QUIRK_NOT_CHUNKED,
+    QUIRK_NOT_GZIP,
+    QUIRK_STATUS_LINE,
+    http_payload,
+    split_content_type,
+)
 from pcem_spark.io.json_lines import RECORD_CHARS
 
 __all__ = [
@@ -80,9 +86,6 @@ CRAWLER_SCHEMES = ("metadata", "dns", "filedesc", "warcinfo")
 
 
 # The crawl quirks that are forgiven, counted per file (the summary's "quirks", ingest-warc's marker and log).
-QUIRK_NOT_GZIP = "Content-Encoding {coding} declared, body not encoded: read as it is"
-QUIRK_NOT_CHUNKED = "Transfer-Encoding chunked declared, body not chunked: read as it is"
-QUIRK_STATUS_LINE = "HTTP status line FastWARC does not parse (no reason phrase, extra spaces): status read from it"
 QUIRK_NO_RECORD_ID = "no WARC-Record-ID: id derived from the file, offset and URL"
 QUIRK_WHOLE_TEXT = "main-text extraction empty: the page's whole visible text kept"
 QUIRK_BAD_DATE = "WARC-Date not an ISO 8601 date: crawl_time and crawl_date left empty"
@@ -145,20 +148,6 @@ def require_libraries():
         raise WarcDependencyError(
             f"reading WARC/WET files needs FastWARC and Resiliparse ({e}); install them with: {INSTALL_HINT}"
         ) from None
-
-
-def split_content_type(value: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
-    """``"Text/HTML; charset=ISO-8859-1"`` -> ``("text/html", "iso-8859-1")``; (None, None) if empty."""
-    if not value or not value.strip():
-        return None, None
-    parts = value.split(";")
-    mime = parts[0].strip().lower() or None
-    charset = None
-    for param in parts[1:]:
-        key, _, val = param.partition("=")
-        if key.strip().lower() == "charset":
-            charset = val.strip().strip("\"'").lower() or None
-    return mime, charset
 
 
 def payload_kind(content_type: Optional[str]) -> Optional[str]:
@@ -237,85 +226,6 @@ def _unbracket(value: Optional[str]) -> Optional[str]:
     return value or None
 
 
-# A chunked body starts with a chunk-size line: hex digits, optional extensions, CRLF (or a bare LF).
-_CHUNK_LINE = re.compile(rb"[0-9A-Fa-f]{1,16}[ \t]*(;[^\r\n]*)?\r?\n")
-# What FastWARC's status line parser misses: extra spaces, a lower-case protocol name.
-_STATUS_LINE = re.compile(rb"\s*HTTP/\d+(?:\.\d+)?[ \t]+(\d{3})(?:[ \t]|\r|\n|$)", re.IGNORECASE)
-# Bytes that never occur in text (ESC, 0x1b, is kept: ISO-2022-JP uses it); compressed data has them within
-# a few bytes, an HTML or text body has none.
-_NOT_TEXT = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]")
-
-
-def _looks_like_text(body: bytes) -> bool:
-    """True when the first KiB of ``body`` holds no control byte: plain text or HTML in any charset."""
-    return _NOT_TEXT.search(body[:1024]) is None
-
-
-def _has_coding_signature(coding: str, body: bytes) -> bool:
-    """Whether ``body`` shows the declared content coding: gzip's and zstd's magic, a zlib header; brotli and
-    raw deflate have no magic, so there the sign is a body that does not read as text."""
-    if coding in ("gzip", "x-gzip"):
-        return body[:2] == b"\x1f\x8b"
-    if coding == "zstd":
-        return body[:4] == b"\x28\xb5\x2f\xfd"
-    if coding == "deflate" and len(body) >= 2 and body[0] & 0x0F == 8 and (body[0] * 256 + body[1]) % 31 == 0:
-        return True
-    return not _looks_like_text(body)
-
-
-def _parse_http(block: bytes, mode: str):
-    from fastwarc.warc import WarcRecord
-
-    http = WarcRecord()
-    http.set_bytes_content(block)
-    http.is_http = True
-    http.parse_http(auto_decode=mode, quirks_mode=True)  # quirks: LF-only header lines, as browsers accept
-    return http.http_headers, http.reader.read()
-
-
-def _http_payload(block: bytes, quirks: Optional[collections.Counter] = None):
-    """(status, content type, charset, body) of an HTTP response block; OSError if it cannot be decoded.
-
-    A fresh FastWARC record parses the headers and undoes the transfer and
-    content codings (chunked, gzip, deflate, brotli, zstd), so the record the
-    file iterator owns is never touched. When that fails, a coding the body
-    clearly does not have is skipped (counted in ``quirks``): crawlers such as
-    ClueWeb09's stored bodies decoded but kept the server's headers. A body
-    that has the coding's signature and still does not decode is an OSError.
-    """
-    try:
-        headers, body = _parse_http(block, "all")
-        moved = []
-    except OSError as error:
-        headers, raw = _parse_http(block, "none")  # headers only: the codings are undone below, one at a time
-        transfer = (headers.get("Transfer-Encoding") or "").lower()
-        coding = (headers.get("Content-Encoding") or "").strip().lower()
-        not_chunked = "chunked" in transfer and _CHUNK_LINE.match(raw) is None
-        if not_chunked:
-            dechunked = raw
-        else:
-            try:
-                dechunked = _parse_http(block, "transfer")[1]
-            except OSError:
-                raise error from None  # chunk-size lines that do not add up: not a quirk, a broken body
-        not_coded = coding not in ("", "identity") and not _has_coding_signature(coding, dechunked)
-        if not (not_chunked or not_coded):
-            raise
-        mode = {(True, True): "none", (True, False): "content", (False, True): "transfer"}[(not_chunked, not_coded)]
-        headers, body = _parse_http(block, mode)  # OSError: the coding that is there does not decode either
-        moved = [QUIRK_NOT_CHUNKED] * not_chunked + [QUIRK_NOT_GZIP.format(coding=coding)] * not_coded
-    status = headers.status_code if headers is not None else None
-    if status is None:
-        match = _STATUS_LINE.match(block)
-        if match:
-            status = int(match.group(1))
-            moved.append(QUIRK_STATUS_LINE)
-    if quirks is not None:
-        quirks.update(moved)
-    mime, charset = split_content_type(headers.get("Content-Type") if headers is not None else None)
-    return status, mime, charset, body
-
-
 def crawler_record(url: Optional[str]) -> Optional[str]:
     """What a record of the crawler's own is (the ``skipped`` key), None for a page.
 
@@ -352,8 +262,7 @@ def record_outcome(
     block: bytes,
     is_http: bool,
     source_file: str,
-    number: int,
-    offset: int,
+    position: Tuple[int, int],
     id_field: str = "record",
     min_text_chars: int = 1,
     quirks: Optional[collections.Counter] = None,
@@ -369,11 +278,12 @@ def record_outcome(
         The record's whole content block (for HTTP: status line, headers, body).
     is_http : bool
         The block is an HTTP message (``Content-Type: application/http``).
-    number, offset : int
+    position : (int, int)
         1-based record number in the file and its byte offset (the row's ``record``).
     quirks : Counter, optional
         Incremented for every crawl quirk forgiven on the way (:data:`QUIRKS`).
     """
+    number, offset = position
     warc_type = headers.get("WARC-Type")
     url = _unbracket(headers.get("WARC-Target-URI"))
     record_id = headers.get("WARC-Record-ID")
@@ -394,7 +304,7 @@ def record_outcome(
     status = None
     if is_http and warc_type == "response":
         try:
-            status, mime, charset, body = _http_payload(block, quirks)
+            status, mime, charset, body = http_payload(block, quirks)
         except OSError as e:  # a coding the body has but that does not decode, chunk sizes that do not add up
             return reject(f"cannot decode the HTTP payload: {e}")
         if mime is None:  # Common Crawl's own detection when the server sent no Content-Type
@@ -503,7 +413,7 @@ def parse_warc_stream(
             state.skipped[crawler] += 1
             continue
         yield record_outcome(
-            headers, block, is_http, source_file, number, offset, id_field, min_text_chars, state.quirks
+            headers, block, is_http, source_file, (number, offset), id_field, min_text_chars, state.quirks
         )
     if state.error is None and state.records_read == 0:  # an empty file or gzip stream: most likely a failed copy
         state.error = "holds no WARC record (an empty file?)", None
