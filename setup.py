@@ -59,6 +59,11 @@ setup(
             # (--dist loadfile); the tests' JVMs leave a third of the CPU idle (tests/conftest.py).
             "pytest-xdist>=3.5",
             "chispa>=0.10",
+            # pytest-timeout: a test that hangs (a Spark Connect client once waited 66 minutes on a server
+            # answer that never came) fails with every thread's stack after pyproject.toml's timeout, instead of
+            # using up CI's 90 minutes; pytest-rerunfailures: the Connect tests' one rerun after such a timeout.
+            "pytest-timeout>=2.3",
+            "pytest-rerunfailures>=14.0",
             # lint and format (pyproject.toml), run by .ci/run; pinned to a minor version because
             # ruff changes its formatting style only between minor versions.
             "ruff>=0.17.6,<0.18",

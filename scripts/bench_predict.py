@@ -122,7 +122,18 @@ def synthetic_model(shape, vocab_bits: int, train_per_leaf: int, seed: int = 7):
     X = gen.counts(gen.tokens(rng, leaves, 60, 40))
     S = sp.csr_matrix((np.ones(len(leaves)), (leaves, np.arange(len(leaves)))), shape=(M, len(leaves)))
     params = core.sparse_log_parameters(S @ X, np.full(M, float(train_per_leaf)), 1.0)
+    gen.training_counts = np.asarray(X.sum(axis=0)).ravel()  # the in_taxonomy score's corpus (corpus_counts)
     return taxonomy, params, gen
+
+
+def with_corpus_counts(model, gen, n_documents: int):
+    """``model`` with the corpus counts of its synthetic training documents (every one labelled, no unknown
+    token), as a train records them: its predictions then carry the in_taxonomy score, at its cost."""
+    from pcem_spark.core.in_taxonomy import CorpusCounts
+
+    tokens = float(gen.training_counts.sum())
+    model.corpus = CorpusCounts(gen.training_counts, tokens, 0.0, tokens, 0.0, n_documents, n_documents)
+    return model
 
 
 def scipy_reference(repeats: int = 5) -> dict:
@@ -230,6 +241,8 @@ def run_shape(spark, shape, args) -> list:
     vocabulary = [f"w{i}" for i in range(1 << args.vocab_bits)]
     settings = ModelSettings(method="pcnb", smoothing=1.0, unlabeled_weight=1.0, path_weight=1.0)
     model = PathModel(taxonomy, vocabulary, None, params, FeatureSettings(stop_words="none"), settings)
+    if not args.no_in_taxonomy:
+        with_corpus_counts(model, gen, M * args.train_per_leaf)
     rng = np.random.default_rng(99)
     truth = rng.integers(M, size=args.docs)
     tokens = gen.tokens(rng, truth, args.topic_tokens, args.background_tokens)
@@ -239,6 +252,9 @@ def run_shape(spark, shape, args) -> list:
         model_dir = os.path.join(base, "model")
         model.save(model_dir, overwrite=True)
         texts = [" ".join(f"w{t}" for t in row) for row in tokens]
+        if args.unknown_tokens:  # words the vocabulary does not hold (rare words, names, typos), mostly distinct
+            extra = rng.integers(0, 1 << 30, size=(len(texts), args.unknown_tokens))
+            texts = [t + " " + " ".join(f"x{u}" for u in row) for t, row in zip(texts, extra)]
         labels = [list(taxonomy.real_path(int(j))) for j in truth]
         ids = [f"d{i}" for i in range(args.docs)]
         docs, small = (os.path.join(base, n + (".jsonl" if args.format == "json" else "")) for n in ("docs", "small"))
@@ -394,6 +410,17 @@ def main(argv=None) -> int:
     ap.add_argument("--driver-memory", default="6g")
     ap.add_argument("--out", default="out/bench_predict")
     ap.add_argument("--core-only", action="store_true", help="only the in-process decoders: no Spark, no pcem predict")
+    ap.add_argument(
+        "--unknown-tokens",
+        type=int,
+        default=0,
+        help="add this many tokens the vocabulary does not hold to each predicted document (0: none)",
+    )
+    ap.add_argument(
+        "--no-in-taxonomy",
+        action="store_true",
+        help="a model without corpus counts (as saved before the in_taxonomy score): its in_taxonomy is null",
+    )
     args = ap.parse_args(argv)
     args.beams = [int(b) for b in args.beams.split(",") if b.strip()]
     args.tokenizers = [t.strip() for t in args.tokenizers.split(",") if t.strip()]
@@ -404,7 +431,8 @@ def main(argv=None) -> int:
         from pcem_spark.cli.config import load_settings
         from pcem_spark.engine.session import SparkSettings, build_session
 
-        if not os.path.exists(args.config):  # no settings file: pcem's defaults, and its 8 shuffle partitions
+        # no settings file: pcem's defaults, and its 8 shuffle partitions
+        if args.config is None or not os.path.exists(args.config):
             args.config = os.path.join(args.out, "bench.toml")
             with open(args.config, "w") as fh:
                 fh.write('[spark.conf]\n"spark.sql.shuffle.partitions" = "8"\n')

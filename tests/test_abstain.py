@@ -294,7 +294,9 @@ def test_default_predictions_are_unchanged(spark, models, truth):
     default = model.transform(truth)
     src_schema = truth.schema
     today = (
-        [src_schema["id"]] + [PREDICTION_SCHEMA[c] for c in ("path", "leaf", "probability")] + [src_schema["labels"]]
+        [src_schema["id"]]
+        + [PREDICTION_SCHEMA[c] for c in ("path", "leaf", "probability")]
+        + [src_schema["labels"], PREDICTION_SCHEMA["in_taxonomy"]]
     )
     assert default.schema.fields == today
     assert prediction_schema() == PREDICTION_SCHEMA
@@ -449,9 +451,9 @@ def test_pyspark_ml_model_params(spark, models):
     )
     fitted = est.fit(docs)
     assert isinstance(fitted, PathEMModel)
-    assert fitted.transform(docs).columns == docs.columns + ["path", "leaf", "probability"]
+    assert fitted.transform(docs).columns == docs.columns + ["path", "leaf", "probability", "in_taxonomy"]
     out = fitted.setMinProbability(0.8).setTopK(2).transform(docs)
-    assert out.columns == docs.columns + ["path", "leaf", "probability", "path_probability", "top_paths"]
+    assert out.columns == docs.columns + ["path", "leaf", "probability", "in_taxonomy", "path_probability", "top_paths"]
     direct = fitted.path_model.predict_columns(docs, passthrough=docs.columns, outputs=OutputOptions(0.8, 2))
     assert_df_equality(out, direct)
     with pytest.raises(ValueError, match="min_probability must be a number in \\[0, 1\\]"):

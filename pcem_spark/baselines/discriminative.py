@@ -142,13 +142,16 @@ class LinearLeafModel:
     def transform(
         self, df: DataFrame, id_col: str = "id", text_col: str = "text", labels_col: str = "labels"
     ) -> DataFrame:
-        """The predictions table (id, path, leaf, probability, labels), one row per input row."""
+        """The predictions table (id, path, leaf, probability, labels, in_taxonomy: null, this model has no
+        word distributions), one row per input row."""
         src = prediction_source(df, id_col, text_col, labels_col)
         feats = featurize(src, self.vocabulary, self.feature_settings, features_col="_features")
         real_paths = [self.taxonomy.real_path(int(j)) for j in self.leaf_paths]
         bc = df.sparkSession.sparkContext.broadcast((self.idf, self.coefficients, self.intercepts, real_paths))
         block_size, vocab_size = self.block_size, len(self.vocabulary)
-        out_schema = T.StructType([PREDICTION_SCHEMA[c] for c in ("id", "labels", "path", "leaf", "probability")])
+        out_schema = T.StructType(
+            [PREDICTION_SCHEMA[c] for c in ("id", "labels", "path", "leaf", "probability", "in_taxonomy")]
+        )
 
         def score(X, idf, W, b):
             # The shared decoder: argmax of the leaf scores and their softmax there.

@@ -137,9 +137,10 @@ def cmd_train(args, settings) -> int:
         )
     # Cheap checks before the read: a wrong taxonomy or descriptions path fails in a second.
     given_taxonomy = taxonomy_for(args) if args.taxonomy else None
-    for path in (args.descriptions,):
+    for path in (args.descriptions, args.node_embeddings):
         if path and "://" not in path and not os.path.exists(path):
-            raise FileNotFoundError(f"--descriptions {path!r} does not exist")
+            flag = "--descriptions" if path == args.descriptions else "--node-embeddings"
+            raise FileNotFoundError(f"{flag} {path!r} does not exist")
     from pcem_spark.io.output_paths import Output
 
     preflight(
@@ -176,6 +177,7 @@ def _train_on(spark, args, settings, given_taxonomy) -> int:
             ("--labels", args.labels),
             ("--taxonomy", args.taxonomy),
             ("--descriptions", args.descriptions or settings.supervision.descriptions),
+            ("--node-embeddings", args.node_embeddings),
             ("--init-model", args.init_model),
         ],
         args.overwrite,
@@ -204,7 +206,8 @@ def _train_checkpointed(spark, args, settings, given_taxonomy, checkpoint, t0) -
         warm = WarmStart.load(args.init_model)
         warm.check(given_taxonomy or warm.model.taxonomy, settings.model, where="--init-model")
     counts: dict = {}
-    docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, DocsOptions.of(args))
+    options = DocsOptions.of(args, embedding=settings.features.embedding)
+    docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, options)
     labels_table = LabelsTable.read(spark, args.labels, DocsOptions.of(args)) if args.labels else None
     taxonomy = given_taxonomy or (warm.model.taxonomy if warm is not None else None)
     if taxonomy is None and labels_table is not None and docs.where(F.col("labels").isNotNull()).isEmpty():
@@ -249,7 +252,9 @@ def _train_checkpointed(spark, args, settings, given_taxonomy, checkpoint, t0) -
     else:
         if args.label_rate is not None:
             roled = assign_roles(docs, args.seed, 0.0, args.label_rate)
-            docs = roled.select("id", "text", F.when(F.col("role") == "labeled", F.col("labels")).alias("labels"))
+            vectors = ["embedding"] if "embedding" in roled.columns else []
+            labels = F.when(F.col("role") == "labeled", F.col("labels")).alias("labels")
+            docs = roled.select("id", "text", labels, *vectors)
             log.info(
                 "train: --label-rate %g (seed %d) keeps the labels of a stratified sample", args.label_rate, args.seed
             )
@@ -263,6 +268,11 @@ def _train_checkpointed(spark, args, settings, given_taxonomy, checkpoint, t0) -
             from pcem_spark.io.descriptions import load_descriptions
 
             descriptions = load_descriptions(args.descriptions, taxonomy, every_leaf=False)
+        node_vectors = None
+        if args.node_embeddings:
+            from pcem_spark.io.embeddings import load_node_vectors
+
+            node_vectors = load_node_vectors(args.node_embeddings, taxonomy)
         model, result = train(
             docs,
             taxonomy,
@@ -274,6 +284,7 @@ def _train_checkpointed(spark, args, settings, given_taxonomy, checkpoint, t0) -
             init_model=warm,
             retune_auto=args.tune,
             descriptions=descriptions,
+            node_vectors=node_vectors,
             checkpoint=checkpoint,
         )
         tuning = model.training_summary.get("tuning")
@@ -329,8 +340,14 @@ def cmd_evaluate(args, settings) -> int:
     from pyspark.sql import functions as F
 
     from pcem_spark.core.taxonomy import load_taxonomy
+    from pcem_spark.engine.label_columns import has_label_paths
     from pcem_spark.engine.session import build_session
-    from pcem_spark.evaluation.metrics import evaluate_predictions, format_metrics
+    from pcem_spark.evaluation.metrics import (
+        evaluate_predictions,
+        format_metrics,
+        is_out_of_scope,
+        out_of_scope_metrics,
+    )
     from pcem_spark.io.file_system import file_system, session_path
     from pcem_spark.io.outputs import atomic_write_text
     from pcem_spark.io.snapshots import read_pinned
@@ -385,9 +402,16 @@ def cmd_evaluate(args, settings) -> int:
             log.warning(
                 "evaluate: %d of %d predictions have no true labels; they are not scored", n_rows - n_labeled, n_rows
             )
+        # Rows marked out of the taxonomy: their recall (an empty path) apart, the others scored.
+        out_of_scope = out_of_scope_metrics(pred, (snap.marker or {}).get("min_in_taxonomy"))
+        if out_of_scope is not None:
+            pred = pred.where(~is_out_of_scope(F.col("labels"), has_label_paths(pred, "labels")))
         # Rows without labels are counted (n_without_labels), not scored. Predictions whose labels or paths the
         # taxonomy does not know: a warning and counts in the metrics, or, for most rows, exit 2 before any output.
-        return evaluate_predictions(pred, taxonomy, where=f"{args.predictions} scored against {source}")
+        metrics = evaluate_predictions(pred, taxonomy, where=f"{args.predictions} scored against {source}")
+        if out_of_scope is not None:
+            metrics["out_of_scope"] = out_of_scope
+        return metrics
 
     # One version of the predictions, whatever a concurrent predict --overwrite does to the path.
     predictions = session_path(spark, args.predictions)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -20,6 +21,7 @@ from typing import Any, ClassVar, Dict, List, Optional
 
 from pcem_spark.engine.feature_settings import TOKENIZERS, FeatureSettings
 from pcem_spark.engine.session import SparkSettings
+from pcem_spark.errors import InputError
 from pcem_spark.experiment.settings import ConfigError, ExperimentSettings, SupervisionSettings
 from pcem_spark.io.output_policy import OutputSettings
 from pcem_spark.ml.checkpointing import CheckpointSettings
@@ -29,6 +31,7 @@ from pcem_spark.util.constraints import Interval, Options, check_constraints
 from pcem_spark.util.redaction import redact
 
 __all__ = [
+    "check_min_in_taxonomy",
     "ConfigError",
     "ExperimentSettings",
     "SupervisionSettings",
@@ -45,6 +48,18 @@ __all__ = [
 
 CONFIG_ENV = "PCEM_CONFIG"  # a settings file layered over the defaults for every command (below --config)
 DEFAULTS_RESOURCE = "conf/defaults.toml"  # inside the pcem_spark package
+
+
+def check_min_in_taxonomy(value, name: str, error=InputError):
+    """Refuse a minimum in_taxonomy that is not a finite number, "suggested" or "none" (``error`` naming ``name``)."""
+    if isinstance(value, str) and value.strip().lower() in ("none", "suggested", ""):
+        return
+    try:
+        ok = not isinstance(value, bool) and math.isfinite(float(value))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise error(f"{name} = {value!r}: expected a number (nats per token), 'suggested' or 'none'")
 
 
 @dataclass
@@ -68,6 +83,9 @@ class PredictSettings:
     partition_by: str = ""
     # more distinct values of the partition column than this: exit 2 before writing (a folder per value)
     max_partitions: int = 10000
+    # a document whose in_taxonomy score is below this is out of the taxonomy (empty path, null leaf): a number
+    # (nats per token), "suggested" (the model's threshold) or "none" (every document gets a path)
+    min_in_taxonomy: object = "none"
 
     CONSTRAINTS: ClassVar[Dict[str, Any]] = {
         "beam": [Interval(int, 0, None, note="(0 = exact, N = beam width)"), "auto"],
@@ -91,6 +109,7 @@ class PredictSettings:
             raise ConfigError(str(exc)) from None
         if not isinstance(self.node_probabilities, bool):
             raise ConfigError(f"predict.node_probabilities = {self.node_probabilities!r}: expected true or false")
+        check_min_in_taxonomy(self.min_in_taxonomy, "predict.min_in_taxonomy", error=ConfigError)
         if not isinstance(self.partition_by, str):
             raise ConfigError(f'predict.partition_by = {self.partition_by!r}: expected a column name or ""')
         try:

@@ -280,6 +280,8 @@ class DocsOptions:
     allow_incomplete: bool = False
     require_success: bool = False
     distinct: Optional[str] = None
+    embedding: Optional[str] = None  # features.embedding: the vectors' column (None: not read)
+    vector_dimension: Optional[int] = None  # the length every vector must have (None: the usual one)
 
     @classmethod
     def of(cls, args, **more) -> "DocsOptions":
@@ -303,12 +305,20 @@ def _read_checked(spark, path: str, options: "DocsOptions", require_text: bool =
     fmt = options.fmt or detect_format(spark, path)
     # One listing, so that a count that disagrees with the parse can tell an input replaced mid-run.
     sizes = stored_sizes(spark, source)
-    raw = read_documents(spark, source.base, fmt, options.keep, source.files, require_text=require_text)
+    raw = read_documents(
+        spark, source.base, fmt, options.keep, source.files, require_text=require_text, embedding=options.embedding
+    )
     verdicts: dict = {}
     # both read one persisted, fully parsed copy
     distinct = KEPT_PREFIX + options.distinct if options.distinct else None
+    vector_name = options.embedding if options.embedding and options.embedding.lower() != "auto" else "embedding"
     good, rejects = split_rejects(
-        raw, require_text=require_text, counts=verdicts, distinct=distinct, with_source=with_source
+        raw,
+        require_text=require_text,
+        counts=verdicts,
+        distinct=distinct,
+        with_source=with_source,
+        vectors=(vector_name, options.vector_dimension),
     )
     # Counted from the stored rows (lines), not from the parser's output: the checks below then prove
     # that every input row is either valid or rejected.
@@ -398,7 +408,7 @@ def read_valid_documents(
     summary = _write_rejects(spark, rejects_path, path, source, rejects, n_in, n_good)
     if counts is not None:
         counts.update({**summary, "rejects": rejects_path})
-        for key in ("distinct_values", "longest_folder_value", "labelled"):
+        for key in ("distinct_values", "longest_folder_value", "labelled", "vector_dimension"):
             if key in verdicts:
                 counts[key] = verdicts[key]
     if n_in != n_good:

@@ -197,6 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
         "when the documents have no labels (default: [supervision] kind)",
     )
     p.add_argument("--descriptions", help="JSON node -> description text (default: [supervision] descriptions)")
+    p.add_argument(
+        "--node-embeddings",
+        help="JSON node -> vector from the documents' encoder: the category names' vectors, evidence beside "
+        "their words (documents with vectors; used when model.names uses the names)",
+    )
     p.add_argument("--weak-mode", default=None, choices=["argmax", "soft", "path"])
     p.add_argument("--min-similarity", type=float, default=None)
     p.add_argument("--rejects", help="where to write rejected rows (default: MODEL_rejects)")
@@ -303,6 +308,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="add top_paths: the K most probable paths with their probabilities "
         "(default [predict] top_k = 0: no such column)",
+    )
+    p.add_argument(
+        "--min-in-taxonomy",
+        default=None,
+        metavar="T",
+        help="out of the taxonomy: a document whose in_taxonomy score (nats per token) is below T gets an empty "
+        "path and a null leaf; 'suggested' = the model's threshold (keeps 95%% of its labelled documents, each "
+        "scored as if held out); "
+        "default [predict] min_in_taxonomy = 'none': every document gets a path",
     )
     p.add_argument(
         "--beam",

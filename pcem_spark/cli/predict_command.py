@@ -52,6 +52,11 @@ def cmd_predict(args, settings) -> int:
     multi_path = settings.predict.multi_path if args.multi_path is None else args.multi_path
     check_multi_path(multi_path, "--multi-path" if args.multi_path is not None else "predict.multi_path")
     check_output_columns(keep, partition_by, min_probability, top_k, names=output_names)
+    from pcem_spark.cli.config import check_min_in_taxonomy
+
+    in_taxonomy_name = "--min-in-taxonomy" if args.min_in_taxonomy is not None else "predict.min_in_taxonomy"
+    min_in_taxonomy = settings.predict.min_in_taxonomy if args.min_in_taxonomy is None else args.min_in_taxonomy
+    check_min_in_taxonomy(min_in_taxonomy, in_taxonomy_name)
     from pcem_spark.io.output_paths import Output
 
     preflight(
@@ -63,7 +68,16 @@ def cmd_predict(args, settings) -> int:
     )
     spark = build_session(settings.spark, connect_ok=True)
     options = _PredictOptions(
-        min_probability, top_k, beam, beam_name, keep, partition_by, output_names, node_probabilities, multi_path
+        min_probability,
+        top_k,
+        beam,
+        beam_name,
+        keep,
+        partition_by,
+        output_names,
+        node_probabilities,
+        multi_path,
+        (min_in_taxonomy, in_taxonomy_name),
     )
     with connect_staging(spark, args.output):
         return _predict_on(spark, args, settings, options)
@@ -81,6 +95,7 @@ class _PredictOptions(NamedTuple):
     output_names: tuple
     node_probabilities: bool
     multi_path: float
+    min_in_taxonomy: tuple  # (the value: a number, "suggested" or "none"; the flag or setting that gave it)
 
 
 def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
@@ -95,6 +110,7 @@ def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
         output_names,
         node_probabilities,
         multi_path,
+        (min_in_taxonomy, in_taxonomy_name),
     ) = options
     from pyspark.sql import functions as F
 
@@ -102,7 +118,8 @@ def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
     from pcem_spark.io.outputs import atomic_output
     from pcem_spark.io.partition_folders import FOLDER_NAME_BYTES, check_partition_folders, partition_folder
     from pcem_spark.model.path_model import PathModel
-    from pcem_spark.model.schema import LEVEL1
+    from pcem_spark.model.schema import LEVEL1, OutputOptions
+    from pcem_spark.model.vectors import check_encoder, check_not_kept, vector_column
 
     t0 = time.perf_counter()
     from pcem_spark.io.output_paths import Output
@@ -117,6 +134,12 @@ def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
     model = PathModel.load(args.model)
     model.tokenizer = settings.predict.tokenizer
     width = model.beam_width(beam, beam_name)  # "auto" resolved; a beam for a method that has none refused
+    from pcem_spark.model.in_taxonomy import resolve_min_in_taxonomy
+
+    try:  # a number; "suggested" read from the model; refused for a model without the score
+        verdict = resolve_min_in_taxonomy(min_in_taxonomy, model)
+    except InputError as exc:
+        raise InputError(f"{in_taxonomy_name}: {exc}") from None
     max_partitions = settings.predict.max_partitions
     if partition_by == LEVEL1:  # the folders are the level-1 nodes (and one for an empty path): known now
         level1 = [n for n in model.taxonomy.children(model.taxonomy.root) if n in model.taxonomy.real_nodes]
@@ -126,7 +149,16 @@ def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
     # Not cached again: the valid rows are a filter of the checked rows read_valid_documents persisted,
     # and it has counted them.
     distinct = partition_by if partition_by and partition_by != LEVEL1 else None
-    options = DocsOptions.of(args, keep=keep, distinct=distinct)
+    vectors = vector_column(model)  # a model that scores with document vectors reads them, checked
+    check_encoder(vectors, settings.features.embedding_model)
+    check_not_kept(vectors, keep, "--keep-columns")
+    options = DocsOptions.of(
+        args,
+        keep=keep,
+        distinct=distinct,
+        embedding=vectors.name if vectors else "none",
+        vector_dimension=vectors.dimension if vectors else None,
+    )
     docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, options)
     n_in = counts["selected"] if args.split is not None else counts["valid"]
     if "distinct_values" in counts:  # counted in the pass that counted the rows: before anything is written
@@ -149,15 +181,8 @@ def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
         log.info(
             "predict: beam search of width %d over %d paths (%s = %r)", width, model.taxonomy.n_paths, beam_name, beam
         )
-    pred = model.transform(
-        docs,
-        min_probability=min_probability,
-        top_k=top_k,
-        beam=width,
-        keep_columns=keep,
-        node_probabilities=node_probabilities,
-        multi_path=multi_path,
-    )
+    outputs = OutputOptions(min_probability, top_k, node_probabilities, multi_path, min_in_taxonomy=verdict)
+    pred = model.transform_outputs(docs, outputs, beam=width, keep_columns=keep)
     writer = pred.write
     if partition_by == LEVEL1:
         pred = pred.withColumn(LEVEL1, F.try_element_at(F.col("path"), F.lit(1)))  # null for an empty path
@@ -187,12 +212,17 @@ def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
                     "tokenizer": "python" if model.text_featurizer() is not None else "spark",
                     "node_probabilities": node_probabilities,
                     "multi_path": float(multi_path),
+                    "min_in_taxonomy": None if verdict == float("-inf") else verdict,
                     "calibrated": model.effective_temperature != 1.0,
                     "keep_columns": list(keep),
                     "partition_by": partition_by or None,
                 }
             )
         )
+        if verdict > float("-inf"):
+            out_of = spark.read.parquet(staged.tmp).where(F.col("in_taxonomy") < verdict).count()
+            staged.info["out_of_taxonomy"] = out_of
+            log.info("predict: %s %g: %d of %d documents out of the taxonomy", in_taxonomy_name, verdict, out_of, n_out)
         if min_probability > 0:
             from pcem_spark.model.schema import abstention_counts
 

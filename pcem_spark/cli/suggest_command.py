@@ -73,7 +73,13 @@ def _suggest_on(spark, args, settings) -> int:
     model = PathModel.load(args.model)
     model.tokenizer = settings.predict.tokenizer
     counts: dict = {}
-    docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, DocsOptions.of(args))
+    from pcem_spark.model.vectors import vector_column
+
+    vectors = vector_column(model)  # a model that scores with document vectors reads them, as predict does
+    options = DocsOptions.of(
+        args, embedding=vectors.name if vectors else "none", vector_dimension=vectors.dimension if vectors else None
+    )
+    docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, options)
     n_docs = counts["selected"] if args.split is not None else counts["valid"]
     if args.split is None:
         n_labelled = counts["labelled"]  # counted in the validation's pass

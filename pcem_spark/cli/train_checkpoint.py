@@ -45,6 +45,7 @@ _INPUT_FLAGS = (
     ("--labels", "labels"),
     ("--taxonomy", "taxonomy"),
     ("--descriptions", "descriptions"),
+    ("--node-embeddings", "node_embeddings"),
     ("--init-model", "init_model"),
 )
 

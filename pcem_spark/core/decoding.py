@@ -70,7 +70,9 @@ def block_scores(X, tables: ScoringTables, row_chunk: Optional[int] = None):
         if sparse_x is not None:
             jll += (sparse_x[start:stop] @ tables.sparse_t).toarray()
         if tables.linear is not None:
-            jll = pooled_scores(jll, X[start:stop], tables.linear)
+            vectors = tables.linear.vectors  # a block's document vectors, bound per block (with_vectors)
+            E = None if vectors is None else vectors[start:stop]
+            jll = pooled_scores(jll, X[start:stop], tables.linear, E)
         yield start, jll
     if n == 0:
         yield 0, np.zeros((0, R)) + tables.log_prior[None, :]

@@ -42,6 +42,7 @@ from pcem_spark.core.similarity import tfidf_rows
 
 __all__ = [
     "tfidf_features",
+    "regression_features",
     "path_logits",
     "log_softmax_rows",
     "SoftmaxTerms",
@@ -56,6 +57,7 @@ __all__ = [
     "LinearTables",
     "linear_tables",
     "pooled_scores",
+    "with_vectors",
 ]
 
 
@@ -79,6 +81,24 @@ def tfidf_features(X, idf: np.ndarray) -> sp.csr_matrix:
         row_min = np.minimum.reduceat(X.data, X.indptr[:-1][lengths > 0])
         X.data = 1.0 + np.log(X.data / np.repeat(row_min, lengths[lengths > 0]))
     return tfidf_rows(X, np.asarray(idf, dtype=np.float64))
+
+
+def regression_features(X, idf: np.ndarray, E=None, embedding_weight: float = 0.0) -> sp.csr_matrix:
+    """The regression's rows: :func:`tfidf_features` of ``X``, then ``embedding_weight * E`` beside them.
+
+    X : (n, V) term counts; idf : (V,); E : (n, D) document vectors (float32 or float64) or None. Returns a
+    csr_matrix (n, V) without vectors, (n, V + D) with them: the weights of a model fitted with vectors are
+    (M, V + D), the last D columns the vectors'. A sentence encoder's vectors are of unit length, as the
+    tf-idf rows are, so ``embedding_weight`` 1 gives both parts the same norm; a larger weight lets the
+    penalty hold the vectors' weights less than the words' (the same ``C`` for both).
+    """
+    F = tfidf_features(X, idf)
+    if E is None:
+        return F
+    E = np.asarray(E, dtype=np.float64)
+    if E.ndim != 2 or E.shape[0] != F.shape[0]:
+        raise ValueError(f"document vectors of shape {E.shape} for {F.shape[0]} rows")
+    return sp.hstack([F, sp.csr_matrix(embedding_weight * E)], format="csr")
 
 
 def path_logits(F, W, b: np.ndarray) -> np.ndarray:
@@ -289,16 +309,32 @@ class LinearTables(NamedTuple):
     weights_t : (V, M) ``W^T`` (at the scoring dtype), a dense array or, for a model fitted on
     its observed support, a csr_matrix; bias : (M,) ``b``; idf : (V,);
     generative_weight : ``beta`` >= 0, the weight of the generative model's log path posterior
-    in the pooled score (:func:`pooled_scores`): 0 is the discriminative model alone.
+    in the pooled score (:func:`pooled_scores`): 0 is the discriminative model alone;
+    embedding_weight : the scale of the document vectors beside the tf-idf rows
+    (:func:`regression_features`), 0 when the model was fitted without vectors. With vectors,
+    ``weights_t`` is (V + D, M): :attr:`embedding_dim` = D; vectors : the (n, D) document vectors
+    of the block being scored, bound to a copy of the tables per block (:func:`with_vectors`), None
+    in the tables a model broadcasts; unit_vectors : the vectors are scaled to unit length before the
+    product (the von Mises-Fisher family's tables, :mod:`pcem_spark.model.vmf_family`).
     """
 
     weights_t: np.ndarray
     bias: np.ndarray
     idf: np.ndarray
     generative_weight: float = 1.0
+    embedding_weight: float = 0.0
+    vectors: Optional[np.ndarray] = None
+    unit_vectors: bool = False
+
+    @property
+    def embedding_dim(self) -> int:
+        """D, the length of the document vectors the weights expect (0: words only)."""
+        return int(self.weights_t.shape[0]) - len(self.idf)
 
 
-def linear_tables(fit: SoftmaxFit, idf: np.ndarray, generative_weight: float, dtype="float64") -> LinearTables:
+def linear_tables(
+    fit: SoftmaxFit, idf: np.ndarray, generative_weight: float, dtype="float64", embedding_weight: float = 0.0
+) -> LinearTables:
     """:class:`LinearTables` of a fitted softmax (W transposed once, for ``F @ W^T`` per block)."""
     if generative_weight < 0:
         raise ValueError(f"generative_weight must be >= 0, got {generative_weight}")
@@ -306,19 +342,56 @@ def linear_tables(fit: SoftmaxFit, idf: np.ndarray, generative_weight: float, dt
         weights_t = sp.csr_matrix(fit.W.T, dtype=np.dtype(dtype))
     else:
         weights_t = np.ascontiguousarray(np.asarray(fit.W).T, dtype=np.dtype(dtype))
-    return LinearTables(weights_t, np.asarray(fit.b, dtype=np.float64), np.asarray(idf, np.float64), generative_weight)
+    return LinearTables(
+        weights_t,
+        np.asarray(fit.b, dtype=np.float64),
+        np.asarray(idf, np.float64),
+        generative_weight,
+        float(embedding_weight),
+    )
 
 
-def pooled_scores(jll: np.ndarray, X, linear: LinearTables) -> np.ndarray:
+def with_vectors(linear: Optional[LinearTables], E, n_rows: Optional[int] = None) -> Optional[LinearTables]:
+    """``linear`` with a block's (n, D) document vectors bound for scoring it (unchanged when it was fitted
+    without vectors, or is None). ``E`` None with ``n_rows``: a block none of whose rows has a vector, scored
+    as zero vectors (its words alone), as a single row without one is (engine.arrow_io.vector_rows)."""
+    if linear is None or not linear.embedding_dim:
+        return linear
+    if E is None and n_rows is not None:
+        E = np.zeros((n_rows, linear.embedding_dim), np.float32)
+    return linear._replace(vectors=None if E is None else np.asarray(E))
+
+
+def pooled_scores(jll: np.ndarray, X, linear: LinearTables, E=None) -> np.ndarray:
     """Path scores of the combined family: ``beta * log p_gen(path | x) + F W^T + b``, shape (n, M).
 
     jll : (n, M) the generative joint log-likelihoods of the rows of X (n, V); the first term
     is their log-softmax, so a softmax of the result is the log-linear pool (a product of
     experts) of the generative posterior, raised to ``beta``, and the discriminative one.
+    E : (n, D) the rows' document vectors (default: ``linear.vectors``), required when the model was
+    fitted with them (``linear.embedding_dim`` > 0) and ignored otherwise; ``F`` is
+    :func:`regression_features`.
     """
+    V = len(linear.idf)
+    if linear.embedding_dim:
+        E = linear.vectors if E is None else E
+        if E is None and X.shape[0] == 0:
+            E = np.zeros((0, linear.embedding_dim))
+        if E is None or np.shape(E) != (X.shape[0], linear.embedding_dim):
+            got = "none" if E is None else f"shape {np.shape(E)}"
+            raise ValueError(f"the regression needs ({X.shape[0]}, {linear.embedding_dim}) document vectors, got {got}")
     F = tfidf_features(X, linear.idf)
-    S = F @ linear.weights_t
+    # [F, w E] @ W^T as two products: the vectors' part is one dense BLAS product, never a sparse copy of E.
+    S = F @ linear.weights_t[:V] if linear.embedding_dim else F @ linear.weights_t
     S = (S.toarray() if sp.issparse(S) else np.asarray(S, dtype=np.float64)) + linear.bias[None, :]
+    if linear.embedding_dim:
+        vector_weights = linear.weights_t[V:]
+        vector_weights = vector_weights.toarray() if sp.issparse(vector_weights) else vector_weights
+        E = np.asarray(E, dtype=vector_weights.dtype)
+        if linear.unit_vectors:
+            norms = np.linalg.norm(E, axis=1, keepdims=True)
+            E = np.divide(E, norms, out=np.zeros_like(E), where=norms > 0)
+        S += linear.embedding_weight * (E @ vector_weights)
     if linear.generative_weight > 0:
         S += linear.generative_weight * log_softmax_rows(jll)
     return S

@@ -20,9 +20,12 @@ __all__ = [
     "sparse_vector_arrays",
     "arrow_blocks",
     "csr_of",
+    "vector_rows",
     "PredictionLayout",
     "PredictionOptions",
     "predicted_path_batches",
+    "emptied_path",
+    "nulled",
     "prefix_path_arrays",
     "top_paths_array",
     "node_probability_array",
@@ -67,6 +70,32 @@ def csr_of(vectors, vocab_size: int) -> sp.csr_matrix:
     return sp.csr_matrix((data, indices, indptr), shape=(len(vectors), vocab_size))
 
 
+def vector_rows(column) -> Optional[np.ndarray]:
+    """(n, D) float32 of an Arrow list<float> column of equal-length vectors (checked when read), or None
+    when the column is absent or no row has one. A null row (a category-name document, which has no vector)
+    is zeros."""
+    if column is None:
+        return None
+    import pyarrow as pa
+
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    n = len(column)
+    if n == 0:
+        return None
+    lengths = column.value_lengths().fill_null(0).to_numpy(zero_copy_only=False)
+    dim = int(lengths.max())
+    if dim == 0:
+        return None  # no row has a vector (a block of category-name documents)
+    out = np.zeros((n, dim), np.float32)
+    present = lengths > 0
+    if present.any():
+        values = column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+        if not np.all(lengths[present] == dim):
+            raise ValueError(f"document vectors of several lengths in one block: {sorted(set(lengths.tolist()))}")
+        out[present] = values.reshape(-1, dim)
+    return out
+
+
 class PredictionLayout(NamedTuple):
     """What :func:`predicted_path_batches` names: the label paths, the output columns, the nodes."""
 
@@ -86,6 +115,7 @@ class PredictionOptions(NamedTuple):
     multi_path: float = 0.0  # > 0: a paths column, the paths whose membership is at least this (of the top-k)
     ranked: int = 0  # how many paths the decoder ranks: >= top_k, and enough for multi_path
     fingerprint: bool = False  # a last fingerprint column: each document's bag of known words hashed
+    min_in_taxonomy: float = float("-inf")  # a row whose in_taxonomy is below it gets an empty path, a null leaf
 
 
 def predicted_path_batches(
@@ -96,11 +126,12 @@ def predicted_path_batches(
     layout: PredictionLayout,
     predict,
     options: PredictionOptions = PredictionOptions(),
-    typicality=None,
+    scores=(None, None),
 ):
     """mapInArrow body shared by every model's prediction: Arrow in, Arrow out.
 
-    Each batch has ``n_keep`` passthrough columns, then the documents:
+    Each batch has ``n_keep`` passthrough columns, then the documents (and, for a model fitted with
+    document vectors, their vectors, given to ``predict(X, E)`` as (n, D) float32: :func:`vector_rows`):
     ``to_matrix(column)`` makes a block of them a CSR (n, V) term-count matrix
     (``functools.partial(csr_of, vocab_size=V)`` for ml SparseVectors,
     :meth:`pcem_spark.engine.python_tokens.TextFeaturizer.matrix` for text).
@@ -121,21 +152,30 @@ def predicted_path_batches(
     ``options.beam`` > 0 ``predict`` is a beam decoder
     (:func:`pcem_spark.core.beam_path_details`): a row's ``top_paths`` then
     holds the at most k paths the beam scored (``top_index`` -1 pads the rest).
+    ``scores`` is ``(typicality, in_taxonomy)``, each None or a function of a block:
     ``typicality(X, best)`` (n,) adds a last ``typicality`` column, NaN as null
     (:func:`pcem_spark.core.density.path_typicality`); ``options.fingerprint`` then a ``bag_fingerprint``
     column (:func:`pcem_spark.core.fingerprints.bag_fingerprints`, null for a row with no known word).
+    ``in_taxonomy(X, unknown, best)`` (n,) adds an ``in_taxonomy`` column after ``probability``
+    (:func:`pcem_spark.core.in_taxonomy.in_taxonomy_scores`; ``to_matrix`` then returns ``(X, unknown)``, the
+    rows' unknown tokens, or None for none counted); with ``options.min_in_taxonomy`` a row below it is out of
+    the taxonomy: empty ``path``, null ``leaf`` (its other columns are kept).
     Everything is built per block from offsets and ``take``: no Python object per row.
     """
     import pyarrow as pa
 
+    typicality, in_taxonomy = scores if isinstance(scores, tuple) else (scores, None)
     paths, names, node_names, path_nodes = layout
     min_probability, top_k = options.min_probability, options.top_k
     path_arr = pa.array(paths, pa.list_(pa.string()))
     leaf_arr = pa.array([p[-1] for p in paths], pa.string())
     node_arr = None if node_names is None else pa.array(list(node_names), pa.string())
     for b in arrow_blocks(batches, block_size):
-        X = to_matrix(b.column(n_keep))
-        out = predict(X)
+        X, unknown = to_matrix(b.column(n_keep)), None
+        if isinstance(X, tuple):
+            X, unknown = X
+        # A model fitted with document vectors reads them from the column after the documents'.
+        out = predict(X) if b.num_columns <= n_keep + 1 else predict(X, vector_rows(b.column(n_keep + 1)))
         best, prob = out[0], out[1]
         take = pa.array(best, pa.int64())
         if min_probability > 0:
@@ -143,6 +183,14 @@ def predicted_path_batches(
         else:
             path_col, leaf_col = path_arr.take(take), leaf_arr.take(take)
         cols = [b.column(i) for i in range(n_keep)] + [path_col, leaf_col, pa.array(prob, pa.float64())]
+        if in_taxonomy is not None:
+            score = in_taxonomy(X, unknown, best)
+            if options.min_in_taxonomy > -np.inf:
+                out_of = score < options.min_in_taxonomy
+                cols[n_keep], cols[n_keep + 1] = emptied_path(path_col, out_of), nulled(leaf_col, out_of)
+            cols.append(pa.array(score, pa.float64()))
+        else:
+            cols.append(pa.nulls(b.num_rows, pa.float64()))
         if min_probability > 0:
             cols.append(pa.array(out.kept_probability, pa.float64()))
         if top_k > 0:
@@ -160,6 +208,27 @@ def predicted_path_batches(
             values, empty = bag_fingerprints(X)
             cols.append(pa.array(values, pa.int64(), mask=empty))
         yield pa.RecordBatch.from_arrays(cols, names=names)
+
+
+def emptied_path(paths, empty: np.ndarray):
+    """Arrow ``list<string>`` ``paths`` with the rows where ``empty`` (n,) bool holds made empty lists."""
+    import pyarrow as pa
+
+    paths = paths.combine_chunks() if isinstance(paths, pa.ChunkedArray) else paths
+    offsets = np.asarray(paths.offsets, dtype=np.int64)
+    lengths = np.where(empty, 0, np.diff(offsets))
+    keep = np.repeat(~np.asarray(empty, dtype=bool), np.diff(offsets))
+    values = paths.flatten().filter(pa.array(keep)) if len(keep) else paths.flatten()
+    new_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(new_offsets, pa.int32()), values)
+
+
+def nulled(column, null: np.ndarray):
+    """Arrow ``column`` with the rows where ``null`` (n,) bool holds set to null."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.if_else(pa.array(np.asarray(null, dtype=bool)), pa.scalar(None, column.type), column)
 
 
 def multi_paths_array(path_arr, best: np.ndarray, top_index: np.ndarray, top_probability: np.ndarray, p: float):

@@ -19,13 +19,20 @@ from pyspark import RDD, StorageLevel
 from pyspark.sql import DataFrame
 
 from pcem_spark.core.taxonomy import PATH_KEY_SEP
-from pcem_spark.engine.arrow_io import arrow_blocks, node_score_rows, sparse_vector_arrays, weak_score_rows
+from pcem_spark.engine.arrow_io import (
+    arrow_blocks,
+    node_score_rows,
+    sparse_vector_arrays,
+    vector_rows,
+    weak_score_rows,
+)
 from pcem_spark.engine.limits import byte_size
 from pcem_spark.engine.session import is_spark_connect, require_classic_session
 
 __all__ = [
     "RDD_NEEDS",
     "BLOCK_ROW",
+    "EMBEDDING_COL",
     "Block",
     "block_from_row",
     "packed_label_frame",
@@ -58,19 +65,26 @@ class Block:
     """A partition's documents as matrices.
 
     X : csr_matrix (n, V) term counts; node_scores : csr_matrix (n, K) of
-    ``S_i(c)``; labeled : bool (n,) -- rows with any supervision.
+    ``S_i(c)``; labeled : bool (n,) -- rows with any supervision; E : (n, D)
+    float32 document vectors (``features.embedding``), or None without them.
 
-    Pickled compactly (counts as uint8/uint16 when exact, term ids as uint16 up to 2^16 terms, else int32):
-    cached blocks cross from the JVM to Python every EM iteration, and the
+    Pickled compactly (counts as uint8/uint16 when exact, term ids as uint16 up to 2^16 terms, else int32;
+    vectors as float32): cached blocks cross from the JVM to Python every EM iteration, and the
     bytes moved are the main cost of an iteration after the math.
     """
 
-    __slots__ = ("X", "node_scores", "labeled")
+    __slots__ = ("X", "node_scores", "labeled", "E")
 
-    def __init__(self, X: sp.csr_matrix, node_scores: sp.csr_matrix, labeled: np.ndarray):
+    def __init__(self, X: sp.csr_matrix, node_scores: sp.csr_matrix, labeled: np.ndarray, E=None):
         self.X = X
         self.node_scores = node_scores
         self.labeled = labeled
+        self.E = E
+
+    def rows(self, rows: np.ndarray) -> "Block":
+        """The block of ``rows`` (indices) of this one, vectors included."""
+        E = None if self.E is None else self.E[rows]
+        return Block(self.X[rows], self.node_scores[rows], self.labeled[rows], E)
 
     def __getstate__(self):
         X = self.X
@@ -82,27 +96,38 @@ class Block:
             _compact(X.data),
             self.node_scores,
             self.labeled,
+            self.E,
         )
 
     def __setstate__(self, state):
-        shape, indptr, indices, data, node_scores, labeled = state
+        shape, indptr, indices, data, node_scores, labeled = state[:6]
         indices = indices.astype(np.int32, copy=False)  # scipy's index type (uint16 on the wire)
         self.X = sp.csr_matrix((data.astype(np.float64, copy=False), indices, indptr), shape=shape)
         self.node_scores = node_scores
         self.labeled = labeled
+        self.E = state[6] if len(state) > 6 else None
 
 
 _UINT16_TERMS = 1 << 16
 
-# One packed block as a DataFrame row (packed_label_frame; block_from_row reads it back).
-BLOCK_ROW = "n int, indptr binary, indices binary, data binary, ns_indptr binary, ns_indices binary, ns_data binary"
+# One packed block as a DataFrame row (packed_label_frame; block_from_row reads it back). ``emb``: the rows'
+# document vectors as float32 bytes, row after row (null without vectors).
+BLOCK_ROW = (
+    "n int, indptr binary, indices binary, data binary, ns_indptr binary, ns_indices binary, ns_data binary, emb binary"
+)
+_BLOCK_FIELDS = ("n", "indptr", "indices", "data", "ns_indptr", "ns_indices", "ns_data", "emb")
+
+# The column of document vectors in a featurised DataFrame (array<float>): packed beside the counts when present.
+EMBEDDING_COL = "embedding"
 
 
 def _pack_arrow_partition(batches, supervision, block_size: int):
-    """mapInArrow body: each slice of <= block_size rows becomes one row of CSR bytes."""
+    """mapInArrow body: each slice of <= block_size rows becomes one row of CSR bytes (and, when the batches
+    have a third column, the rows' document vectors as float32 bytes)."""
     import pyarrow as pa
 
     for b in arrow_blocks(batches, block_size):
+        E = vector_rows(b.column(2)) if b.num_columns > 2 else None
         indptr, indices, data = sparse_vector_arrays(b.column(0))
         # Counts as uint8 / uint16 when exact: a cached DataFrame of blocks is read by every EM pass, and the
         # bytes moved to Python are the main cost after the math (block_from_row tells the width by the size).
@@ -113,15 +138,14 @@ def _pack_arrow_partition(batches, supervision, block_size: int):
         cols = [pa.array([b.num_rows], pa.int32())] + [
             pa.array([a.tobytes()], pa.binary()) for a in (indptr, indices, data, ns_indptr, ns_indices, ns_data)
         ]
-        yield pa.RecordBatch.from_arrays(
-            cols, names=["n", "indptr", "indices", "data", "ns_indptr", "ns_indices", "ns_data"]
-        )
+        cols.append(pa.array([None if E is None else E.tobytes()], pa.binary()))
+        yield pa.RecordBatch.from_arrays(cols, names=list(_BLOCK_FIELDS))
 
 
 def block_from_row(row, vocab_size: int, n_nodes: int) -> Block:
     """A :class:`Block` from a :data:`BLOCK_ROW` row (a Row, a tuple, or a dict of its fields)."""
     if isinstance(row, dict):
-        row = [row[name] for name in ("n", "indptr", "indices", "data", "ns_indptr", "ns_indices", "ns_data")]
+        row = [row.get(name) for name in _BLOCK_FIELDS]
     return _block_from_row(row, vocab_size, n_nodes)
 
 
@@ -142,7 +166,10 @@ def _block_from_row(row, vocab_size: int, n_nodes: int) -> Block:
     data = np.frombuffer(row[3], dtype=_COMPACT_DTYPES[width]).astype(np.float64)
     X = sp.csr_matrix((data, indices, indptr), shape=(n, vocab_size))
     ns = sp.csr_matrix((ns_data, ns_indices, ns_indptr), shape=(n, n_nodes))
-    return Block(X, ns, np.diff(ns_indptr) > 0)
+    E = None
+    if len(row) > 7 and row[7] is not None:
+        E = np.frombuffer(row[7], dtype=np.float32).reshape(n, -1) if n else np.zeros((0, 0), np.float32)
+    return Block(X, ns, np.diff(ns_indptr) > 0, E)
 
 
 def packed_label_frame(
@@ -175,7 +202,8 @@ def packed_label_frame(
     def pack(batches):
         return _pack_arrow_partition(batches, lambda col: node_score_rows(col, keys, path_nodes), block_size)
 
-    return df.select(features_col, labels_col).mapInArrow(pack, BLOCK_ROW)
+    columns = [features_col, labels_col] + ([EMBEDDING_COL] if EMBEDDING_COL in df.columns else [])
+    return df.select(*columns).mapInArrow(pack, BLOCK_ROW)
 
 
 def blocks_from_labels(

@@ -69,7 +69,13 @@ BIGRAM_REGEX = f"({CJK_CHAR})(?=({CJK_CHAR}))|(?<!{CJK_CHAR})({CJK_CHAR})(?!{CJK
 # Keys that older models' metadata lacks, mapped to the behaviour of the version
 # that wrote them (FeatureSettings.from_dict): their vocabulary was fitted so.
 # stop_words was always saved; "english" was its default before "auto".
-_BEFORE_SETTING_EXISTED: Dict[str, Any] = {"normalize": "none", "cjk": "none", "stop_words": "english"}
+_BEFORE_SETTING_EXISTED: Dict[str, Any] = {
+    "normalize": "none",
+    "cjk": "none",
+    "stop_words": "english",
+    "embedding": "none",
+    "embedding_model": "",
+}
 
 
 class StopWordsChoice(Constraint):
@@ -95,6 +101,11 @@ class FeatureSettings:
     vocabulary_docs: str = "all"  # fit the vocabulary on "all" training docs or only "labeled" ones
     normalize: str = "nfkc"  # Unicode normalisation before tokenising: "nfkc" or "none"
     cjk: str = "chars"  # Han/kana/Hangul: one token per "chars", "bigrams", or "none" (whole runs)
+    # The documents' vector column (pcem_spark.io.embeddings): "auto" = a column named "embedding" when there
+    # is one, "none", or a column name; a model records the column it was fitted with (or "none").
+    embedding: str = "auto"
+    # The encoder that made the vectors, recorded in the model; predict refuses vectors named otherwise.
+    embedding_model: str = ""
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "FeatureSettings":

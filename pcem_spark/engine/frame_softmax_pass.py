@@ -33,6 +33,7 @@ from pcem_spark.engine.blocks import BLOCK_ROW, Block, block_batches, block_from
 from pcem_spark.engine.shipping import ship_in_plan
 from pcem_spark.engine.softmax_pass import (
     _add,
+    add_frequencies,
     as_support,
     block_frequencies,
     block_support,
@@ -67,6 +68,7 @@ def row_of_block(block: Block) -> tuple:
         ns.indptr.astype(np.int64).tobytes(),
         ns.indices.astype(np.int32).tobytes(),
         ns.data.astype(np.float64).tobytes(),
+        None if block.E is None else np.ascontiguousarray(block.E, dtype=np.float32).tobytes(),
     )
 
 
@@ -105,26 +107,26 @@ def labeled_frame(frame: DataFrame, vocab_size: int, n_nodes: int) -> DataFrame:
     def body(batches):
         import pyarrow as pa
 
-        names = ["n", "indptr", "indices", "data", "ns_indptr", "ns_indices", "ns_data"]
+        names = ["n", "indptr", "indices", "data", "ns_indptr", "ns_indices", "ns_data", "emb"]
         for block in _blocks(batches, vocab_size, n_nodes):
             rows = np.flatnonzero(block.labeled)
             if len(rows):
-                values = row_of_block(Block(block.X[rows], block.node_scores[rows], block.labeled[rows]))
-                types = [pa.int32()] + [pa.binary()] * 6
+                values = row_of_block(block.rows(rows))
+                types = [pa.int32()] + [pa.binary()] * 7
                 yield pa.RecordBatch.from_arrays([pa.array([v], t) for v, t in zip(values, types)], names=names)
 
     return frame.mapInArrow(body, BLOCK_ROW)
 
 
-def frame_document_frequency(frame: DataFrame, vocab_size: int, n_nodes: int) -> Tuple[np.ndarray, int, int, int]:
-    """(V,) documents containing each term, the number of documents, of labelled ones and the labelled
-    rows' non-zeros, in one pass."""
+def frame_document_frequency(frame: DataFrame, vocab_size: int, n_nodes: int) -> Tuple[np.ndarray, int, int, int, int]:
+    """(V,) documents containing each term, the number of documents, of labelled ones, the labelled
+    rows' non-zeros and the document vectors' length (0 without), in one pass."""
 
     def body(batches):
         return _one_record(block_frequencies(_blocks(batches, vocab_size, n_nodes), vocab_size))
 
-    total = _summed(frame, body, lambda a, b: tuple(x + y for x, y in zip(a, b)))
-    return (np.zeros(vocab_size), 0, 0, 0) if total is None else total
+    total = _summed(frame, body, add_frequencies)
+    return (np.zeros(vocab_size), 0, 0, 0, 0) if total is None else total
 
 
 def frame_support(labeled: DataFrame, target_matrix: np.ndarray, vocab_size: int, n_nodes: int) -> sp.csr_matrix:

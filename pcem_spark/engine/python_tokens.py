@@ -214,6 +214,8 @@ class TextFeaturizer:
         self.normalize = settings.normalize == "nfkc"
         self.cjk = settings.cjk
         self.terms = reachable_vocabulary(vocabulary, settings, stop_words)
+        # What makes a token one the vocabulary could hold (unknown_counts): the same test as the terms'.
+        self._token_settings, self._stop_words = settings, list(stop_words)
         self._tables = None  # the code-point tables and the Arrow vocabulary, built once per Python worker
 
     def __getstate__(self):
@@ -325,6 +327,15 @@ class TextFeaturizer:
 
     def matrix(self, texts) -> sp.csr_matrix:
         """(n, V) CSR term counts of an Arrow string column (nulls are empty rows); indices sorted."""
+        return self.matrix_and_unknown(texts, unknown=False)[0]
+
+    def matrix_and_unknown(self, texts, unknown: bool = True):
+        """:meth:`matrix` and, with ``unknown``, each row's *unknown* tokens (n,) float64, else None.
+
+        An unknown token is one the tokenizer keeps as a word (a run of word characters holding a letter,
+        long enough, not a stop word: what a fitted vocabulary's terms are) that is not a term: words the
+        vocabulary left out (rare ones, another language's). Counted in the same pass as the terms.
+        """
         import pyarrow.compute as pc
 
         _, _, index = self._lookup()
@@ -341,7 +352,18 @@ class TextFeaturizer:
         # One key per (row, term); unique sorts them, so each row's indices come out sorted.
         keys, counts = np.unique(rows[hit] * self.vocab_size + cols[hit], return_counts=True)
         indptr = np.searchsorted(keys, np.arange(n + 1, dtype=np.int64) * self.vocab_size)
-        return sp.csr_matrix(
+        X = sp.csr_matrix(
             (counts.astype(np.float64), (keys % self.vocab_size).astype(np.int32), indptr),
             shape=(n, self.vocab_size),
         )
+        if not unknown:
+            return X, None
+        # Each distinct token the vocabulary lacks, tested once: is it a word the vocabulary could hold?
+        absent = np.flatnonzero(column_of < 0)
+        missing = np.zeros(len(column_of), dtype=bool)
+        if absent.size:
+            candidates = encoded.dictionary.take(absent).to_pylist()
+            reachable = reachable_vocabulary(candidates, self._token_settings, self._stop_words)
+            missing[absent] = [t is not None for t in reachable]
+        per_token = missing[np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)]
+        return X, np.bincount(rows[per_token], minlength=n).astype(np.float64)

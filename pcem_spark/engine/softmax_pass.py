@@ -25,7 +25,7 @@ broadcasts and sums.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence, Tuple
+from typing import Iterable, Optional, Tuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -36,8 +36,8 @@ from pcem_spark.core.logistic import (
     SoftmaxTerms,
     fit_softmax,
     observed_support,
+    regression_features,
     softmax_terms,
-    tfidf_features,
 )
 from pcem_spark.core.structure import path_scores
 from pcem_spark.engine.blocks import Block
@@ -45,6 +45,8 @@ from pcem_spark.engine.blocks import Block
 __all__ = [
     "block_frequencies",
     "labeled_features",
+    "add_frequencies",
+    "block_vectors",
     "features_terms",
     "labeled_rows",
     "block_terms",
@@ -62,23 +64,30 @@ def _labelled_part(block: Block) -> Optional[Block]:
     """The labelled rows of ``block`` as a block, None when it has none."""
     if not block.labeled.any():
         return None
-    rows = np.flatnonzero(block.labeled)
-    return Block(block.X[rows], block.node_scores[rows], block.labeled[rows])
+    return block.rows(np.flatnonzero(block.labeled))
 
 
-def block_frequencies(blocks: Iterable[Block], vocab_size: int) -> Tuple[np.ndarray, int, int, int]:
-    """(V,) document frequencies, documents, labelled documents and their non-zeros, of ``blocks``: one pass
-    feeds the idf, the penalty and the choice of where L-BFGS runs."""
+def block_frequencies(blocks: Iterable[Block], vocab_size: int) -> Tuple[np.ndarray, int, int, int, int]:
+    """(V,) document frequencies, documents, labelled documents and their non-zeros, and the length D of the
+    blocks' document vectors (0 without), of ``blocks``: one pass feeds the idf, the penalty, the regression's
+    width and the choice of where L-BFGS runs."""
     df, n = np.zeros(vocab_size), 0
-    n_labeled = labeled_nnz = 0
+    n_labeled = labeled_nnz = dim = 0
     for block in blocks:
+        if block.E is not None and block.E.shape[0]:
+            dim = max(dim, int(block.E.shape[1]))
         df += np.bincount(block.X.indices, minlength=vocab_size)[:vocab_size]  # CSR: one entry per (row, term)
         n += block.X.shape[0]
         n_labeled += int(block.labeled.sum())
         if block.labeled.any():
             row_nnz = np.diff(block.X.indptr)
             labeled_nnz += int(row_nnz[np.asarray(block.labeled, dtype=bool)].sum())
-    return df, n, n_labeled, labeled_nnz
+    return df, n, n_labeled, labeled_nnz, dim
+
+
+def add_frequencies(a: tuple, b: tuple) -> tuple:
+    """Two tasks' :func:`block_frequencies` together: counts add, the vectors' length is the one either has."""
+    return tuple(x + y for x, y in zip(a[:4], b[:4])) + (max(a[4], b[4]),)
 
 
 def labeled_rows(blocks: RDD) -> RDD:
@@ -86,14 +95,33 @@ def labeled_rows(blocks: RDD) -> RDD:
     return blocks.map(_labelled_part).filter(lambda block: block is not None)
 
 
-def labeled_features(blocks: Iterable[Block], idf: np.ndarray, target_matrix: np.ndarray) -> list:
+def block_vectors(block: Block, rows: np.ndarray, dim: int) -> np.ndarray:
+    """(len(rows), D) document vectors of ``rows`` of ``block``: zeros for a block without them (a block of
+    category-name documents only, which have no vector)."""
+    if block.E is None or block.E.shape[1] != dim:
+        return np.zeros((len(rows), dim), np.float32)
+    return block.E[rows]
+
+
+def _features(block: Block, rows: np.ndarray, idf: np.ndarray, embedding: Tuple[int, float]):
+    """The regression rows of ``rows`` of ``block``: tf-idf, and ``embedding`` = (D, weight) vectors beside
+    them when D > 0 (:func:`pcem_spark.core.logistic.regression_features`)."""
+    dim, weight = embedding
+    E = block_vectors(block, rows, dim) if dim else None
+    return regression_features(block.X[rows], idf, E, weight)
+
+
+def labeled_features(
+    blocks: Iterable[Block], idf: np.ndarray, target_matrix: np.ndarray, embedding: Tuple[int, float] = (0, 0.0)
+) -> list:
     """``[(features, targets)]`` of the labelled rows of each block with one (what :func:`block_terms` reads):
-    computed once, for a local fit's many evaluations (:func:`features_terms`)."""
+    computed once, for a local fit's many evaluations (:func:`features_terms`). Blocks with document vectors
+    give (V + D)-column rows with ``embedding`` = (D, weight) (:func:`pcem_spark.core.logistic.regression_features`)."""
     out = []
     for block in blocks:
         rows = np.flatnonzero(block.labeled)
         if len(rows):
-            out.append((tfidf_features(block.X[rows], idf), path_scores(block.node_scores[rows], target_matrix)))
+            out.append((_features(block, rows, idf, embedding), path_scores(block.node_scores[rows], target_matrix)))
     return out
 
 
@@ -107,7 +135,12 @@ def features_terms(features: Iterable[tuple], W, b: np.ndarray) -> Optional[Soft
 
 
 def block_terms(
-    blocks: Iterable[Block], idf: np.ndarray, target_matrix: np.ndarray, W: np.ndarray, b: np.ndarray
+    blocks: Iterable[Block],
+    idf: np.ndarray,
+    target_matrix: np.ndarray,
+    W: np.ndarray,
+    b: np.ndarray,
+    embedding: Tuple[int, float] = (0, 0.0),
 ) -> Optional[SoftmaxTerms]:
     """:class:`SoftmaxTerms` summed over the labelled rows of ``blocks`` (None when there are none).
 
@@ -120,7 +153,7 @@ def block_terms(
         rows = np.flatnonzero(block.labeled)
         if len(rows) == 0:
             continue
-        features = tfidf_features(block.X[rows], idf)
+        features = _features(block, rows, idf, embedding)
         targets = path_scores(block.node_scores[rows], target_matrix)
         terms = softmax_terms(features, targets, np.ones(len(rows)), W, b)
         total = terms if total is None else _add(total, terms)
@@ -220,14 +253,15 @@ def fit_softmax_on_blocks(
     l2: float,
     max_iter: int = 100,
     tol: float = 1e-6,
-    start: Optional[Sequence[np.ndarray]] = None,
     support: Optional[sp.csr_matrix] = None,
+    embedding: Tuple[int, float] = (0, 0.0),
 ) -> SoftmaxFit:
     """Fit the softmax over paths on the labelled rows of cached ``blocks`` (one Spark pass per evaluation).
 
     idf : (V,); target_matrix : (M, K), e.g. ``Taxonomy.leaf_node_matrix()``; l2 : the penalty of
-    :func:`pcem_spark.core.logistic.softmax_objective`; start : optional (W0, b0); support :
-    a csr (M, V) of the free weights (:func:`support_pass`), None for a dense W.
+    :func:`pcem_spark.core.logistic.softmax_objective`; support :
+    a csr (M, V) of the free weights (:func:`support_pass`), None for a dense W; embedding : (D, weight) of the
+    blocks' document vectors, (0, 0.0) without (the weights are then (M, V + D)).
     """
     idf = np.asarray(idf, dtype=np.float64)
     target_matrix = np.asarray(target_matrix)
@@ -235,7 +269,7 @@ def fit_softmax_on_blocks(
 
     def featurise(part: Iterable[Block]):
         idf_, target_ = static_bc.value
-        yield labeled_features(part, idf_, target_)
+        yield labeled_features(part, idf_, target_, embedding)
 
     # The labelled rows' tf-idf rows and targets, computed once and cached: every evaluation reads them. Labelled
     # rows are usually few: one partition per core, so an evaluation is one short task per core, not one per block
@@ -243,7 +277,7 @@ def fit_softmax_on_blocks(
     n_cores = max(1, blocks.context.defaultParallelism)
     features = blocks.mapPartitions(featurise).coalesce(min(n_cores, blocks.getNumPartitions())).cache()
     try:
-        M, V = target_matrix.shape[0], len(idf)
+        M, V = target_matrix.shape[0], len(idf) + embedding[0]
         return fit_softmax(
             lambda W, b: _features_pass(features, W, b),
             M,
@@ -251,7 +285,6 @@ def fit_softmax_on_blocks(
             l2,
             max_iter,
             tol,
-            start=start,
             support=support,
         )
     finally:
@@ -267,6 +300,7 @@ def fit_softmax_in_one_task(
     max_iter: int = 100,
     tol: float = 1e-6,
     support: Optional[sp.csr_matrix] = None,
+    embedding: Tuple[int, float] = (0, 0.0),
 ) -> SoftmaxFit:
     """:func:`fit_softmax_on_blocks` for a small labelled set: the whole L-BFGS in one task.
 
@@ -279,7 +313,7 @@ def fit_softmax_in_one_task(
     """
     idf = np.asarray(idf, dtype=np.float64)
     target_matrix = np.asarray(target_matrix)
-    M, V = target_matrix.shape[0], len(idf)
+    M, V = target_matrix.shape[0], len(idf) + embedding[0]
     static_bc = blocks.context.broadcast((idf, target_matrix, support))
 
     def keyed(index: int, part: Iterable[Block]):
@@ -293,7 +327,7 @@ def fit_softmax_in_one_task(
         idf_, target_, support_ = static_bc.value
         # The shuffle delivers the blocks in no fixed order: sorted, the sums (and the fit) are the same every run.
         ordered = [block for _, block in sorted(part, key=lambda kv: kv[0])]
-        features = labeled_features(ordered, idf_, target_)
+        features = labeled_features(ordered, idf_, target_, embedding)
         if features:
             yield fit_softmax(lambda W, b: features_terms(features, W, b), M, V, l2, max_iter, tol, support=support_)
 

@@ -33,6 +33,9 @@ from pcem_spark.engine.label_columns import has_label_paths
 from pcem_spark.errors import InputError
 
 __all__ = [
+    "OUT_OF_TAXONOMY_LABEL",
+    "is_out_of_scope",
+    "out_of_scope_metrics",
     "f1_scores",
     "node_confusion",
     "confusion_arrays",
@@ -314,6 +317,49 @@ def evaluate_predictions(
     return out
 
 
+# The label that marks a test document out of the taxonomy: ``"labels": ["__out_of_taxonomy__"]``. No category may
+# be named so (training refuses it: pcem_spark.model.labels.infer_taxonomy, and a given taxonomy does not have it).
+OUT_OF_TAXONOMY_LABEL = "__out_of_taxonomy__"
+
+
+def is_out_of_scope(labels: Column, paths: bool = False) -> Column:
+    """True for a row whose labels hold the out-of-taxonomy mark (:data:`OUT_OF_TAXONOMY_LABEL`), else false;
+    ``paths``: the labels are a list of paths (``array<array<string>>``)."""
+    if paths:
+        found = F.exists(labels, lambda path: F.array_contains(path, OUT_OF_TAXONOMY_LABEL))
+    else:
+        found = F.array_contains(labels, OUT_OF_TAXONOMY_LABEL)
+    return F.coalesce(found, F.lit(False))
+
+
+def out_of_scope_metrics(pred: DataFrame, threshold: Optional[float]) -> Optional[Dict[str, object]]:
+    """What happened to the documents a test set marks out of the taxonomy (:data:`OUT_OF_TAXONOMY_LABEL`), or
+    None when it marks none: how many, how many got an empty ``path`` (``pcem predict --min-in-taxonomy``: the
+    recall), and the share of the in-scope labelled documents that got one too. ``threshold``: the minimum
+    ``in_taxonomy`` the predictions were made with (their marker's), reported beside it."""
+    out = is_out_of_scope(F.col("labels"), has_label_paths(pred, "labels"))
+    inside = F.col("labels").isNotNull() & ~out
+    empty = F.size(F.col("path")) == 0
+    row = pred.select(
+        F.sum(F.when(out, 1).otherwise(0)).alias("out"),
+        F.sum(F.when(out & empty, 1).otherwise(0)).alias("caught"),
+        F.sum(F.when(inside, 1).otherwise(0)).alias("inside"),
+        F.sum(F.when(inside & empty, 1).otherwise(0)).alias("inside_empty"),
+    ).first()
+    n_out = int(row["out"] or 0)
+    if n_out == 0:
+        return None
+    inside = int(row["inside"] or 0)
+    return {
+        "documents": n_out,
+        "caught": int(row["caught"] or 0),
+        "recall": int(row["caught"] or 0) / n_out,
+        "in_scope_documents": inside,
+        "in_scope_without_path": (int(row["inside_empty"] or 0) / inside) if inside else None,
+        "min_in_taxonomy": threshold,
+    }
+
+
 def format_metrics(m: Dict[str, object]) -> str:
     lines = [f"documents scored: {m['n_documents']} (without labels: {m['n_without_labels']})"]
     if m.get("scored_nodes") == "union of paths":
@@ -330,4 +376,12 @@ def format_metrics(m: Dict[str, object]) -> str:
     lines += [f"micro-F1: {100 * m['micro_f1']:.2f}", f"macro-F1: {100 * m['macro_f1']:.2f}"]
     for k, acc in m["level_accuracy"].items():
         lines.append(f"level {k} accuracy: " + ("n/a" if acc is None else f"{100 * acc:.2f}"))
+    oos = m.get("out_of_scope")
+    if oos:
+        kept = oos["in_scope_without_path"]
+        lines.append(
+            f"out of scope ({OUT_OF_TAXONOMY_LABEL}): {oos['documents']}, given no path: {oos['caught']} "
+            f"(recall {100 * oos['recall']:.2f}; min_in_taxonomy {oos['min_in_taxonomy']}); in-scope documents "
+            "given no path: " + ("n/a" if kept is None else f"{100 * kept:.2f}%")
+        )
     return "\n".join(lines)

@@ -50,7 +50,9 @@ driver never sees a document. Each physical line (``\\n``, ``\\r\\n`` or
   (or null), ``labels`` a non-empty array of non-empty strings without
   leading or trailing whitespace (or null), ``similarities`` an object of
   node -> finite number (or null). A number is not a string, ``true`` is not
-  a number. Keys other than these five are ignored.
+  a number. Keys other than these five are ignored -- but for ``embedding``
+  (or the key ``features.embedding`` names) when the caller reads vectors: an
+  array of finite numbers (or null), checked for its length by :func:`split_rejects`.
 
 A rejected line keeps its raw text (first :data:`RECORD_CHARS` characters) and
 its ``id`` when the line parsed far enough to hold a string ``id``.
@@ -100,17 +102,20 @@ from __future__ import annotations
 import logging
 import os
 import re
+from functools import partial
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pcem_spark.engine.label_columns import LABEL_PATHS_TYPE
 from pcem_spark.errors import InputError
+from pcem_spark.io.embeddings import AUTO, DEFAULT_COLUMN, EMBEDDING_COL, NONE, as_float_array, resolve_embedding_column
 from pcem_spark.io.file_system import file_system, session_path
 from pcem_spark.io.hadoop_fs import FILESYSTEM_NEEDS
 from pcem_spark.io.json_lines import _parse_line, _StrictDecoder
+from pcem_spark.io.parquet_checks import label_paths_reason, labels_reason, similarities_reason
 
 __all__ = [
     "DOCUMENT_SCHEMA",
@@ -302,8 +307,9 @@ def detect_format(spark: SparkSession, path: str) -> str:
     return next(iter(by_kind))
 
 
-def _parse_line_batches(batches):
-    """mapInArrow body: ``value`` (raw line bytes), ``source_file``, ``block_start`` -> RAW_SCHEMA rows.
+def _parse_line_batches(batches, vector_key: Optional[str] = None):
+    """mapInArrow body: ``value`` (raw line bytes), ``source_file``, ``block_start`` -> RAW_SCHEMA rows (and an
+    ``embedding`` column, list<float>, of each line's ``vector_key`` when that names one).
 
     One output row per input row, in order. ``_split_line`` counts the rows
     of each (file, split start) in the order Spark reads them, i.e. the order
@@ -329,33 +335,42 @@ def _parse_line_batches(batches):
             ("source_file", pa.string()),
             (NESTED_LABELS_COL, pa.bool_()),
         ]
+        + ([(EMBEDDING_COL, pa.list_(pa.float32()))] if vector_key else [])
     )
     for batch in batches:
         files = batch.column("source_file").to_pylist()
         starts = batch.column("block_start").to_pylist()
-        columns: List[list] = [[] for _ in range(8)]
+        columns: List[list] = [[] for _ in range(9 if vector_key else 8)]
         lines: List[int] = []
         for data, file, start in zip(batch.column("value").to_pylist(), files, starts):
             n = seen.get((file, start), 0) + 1
             seen[(file, start)] = n
-            for col, value in zip(columns, _parse_line(decoder, data, start == 0 and n == 1)):
+            for col, value in zip(columns, _parse_line(decoder, data, start == 0 and n == 1, vector_key)):
                 col.append(value)
             lines.append(n)
         arrays = [pa.array(col, type=arrow_schema.field(i).type) for i, col in enumerate(columns[:7])]
         arrays += [pa.array(starts, pa.int64()), pa.array(lines, pa.int64()), pa.array(files, pa.string())]
         arrays.append(pa.array(columns[7], pa.bool_()))
+        if vector_key:
+            arrays.append(pa.array(columns[8], pa.list_(pa.float32())))
         yield pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
-def _read_json_lines(spark: SparkSession, path: str, files: Optional[Sequence[str]] = None) -> DataFrame:
-    """Strictly parsed JSON Lines: one RAW_SCHEMA row per physical line, rejects included."""
+def _read_json_lines(
+    spark: SparkSession, path: str, files: Optional[Sequence[str]] = None, vector_key: Optional[str] = None
+) -> DataFrame:
+    """Strictly parsed JSON Lines: one RAW_SCHEMA row per physical line, rejects included (and an ``embedding``
+    column of the lines' ``vector_key`` arrays when that names one)."""
     lines = spark.read.text(list(files) if files else path).select(
         # The binary cast keeps the bytes as read, so invalid UTF-8 is still visible to the parser.
         F.col("value").cast(T.BinaryType()).alias("value"),
         F.input_file_name().alias("source_file"),
         F.input_file_block_start().alias("block_start"),
     )
-    return lines.mapInArrow(_parse_line_batches, RAW_SCHEMA)
+    if not vector_key:
+        return lines.mapInArrow(_parse_line_batches, RAW_SCHEMA)
+    schema = T.StructType(RAW_SCHEMA.fields + [T.StructField(EMBEDDING_COL, T.ArrayType(T.FloatType()), True)])
+    return lines.mapInArrow(partial(_parse_line_batches, vector_key=vector_key), schema)
 
 
 def _check_parquet_schema(schema: T.StructType, path: str, require_text: bool = True) -> None:
@@ -381,95 +396,6 @@ def _check_parquet_schema(schema: T.StructType, path: str, require_text: bool = 
             )
 
 
-def _json_quoted(col: Column) -> Column:
-    """A string column as a JSON literal (same form as :func:`_quoted` in the JSON parser)."""
-    return F.regexp_extract(F.to_json(F.array(col)), r"^\[(.*)\]$", 1)
-
-
-def _path_reason(path: Column, where: Column) -> Column:
-    """Why one Parquet label path is unusable (null if it is fine); ``where`` (a string column) names it."""
-    # (?U): Unicode whitespace, as Python's str.isspace in the JSON parser.
-    bad = F.transform(path, lambda x: x.isNull() | (x == "") | x.rlike(r"(?U)^\s|\s$"))
-    pos = F.array_position(bad, True)  # 1-based; 0 when every label is fine
-    label = F.element_at(path, pos.cast("int"))
-    prefix = F.concat(where, F.lit("["), (pos - 1).cast("string"), F.lit("]: "))
-    return F.when(
-        pos > 0,
-        F.concat(
-            prefix,
-            F.when(label.isNull(), F.lit("expected a non-empty string, got null"))
-            .when(label == "", F.lit("expected a non-empty string, got an empty string"))
-            .otherwise(F.concat(_json_quoted(label), F.lit(" has leading or trailing whitespace"))),
-        ),
-    )
-
-
-_EMPTY_LABELS = "field 'labels': expected a non-empty array of strings (null for unlabelled), got an empty array"
-
-
-def _labels_reason(labels: Column) -> Column:
-    """Why a Parquet ``labels`` path (array<string>) is unusable (null if it is fine); same wording as for JSON."""
-    return F.when(F.size(labels) == 0, F.lit(_EMPTY_LABELS)).otherwise(_path_reason(labels, F.lit("labels")))
-
-
-def _label_paths_reason(labels: Column) -> Column:
-    """Why a Parquet ``labels`` list of paths (array<array<string>>) is unusable; same wording as for JSON."""
-    where = F.transform(labels, lambda _, i: F.concat(F.lit("labels["), i.cast("string"), F.lit("]")))
-    reasons = F.zip_with(
-        labels,
-        where,
-        lambda p, w: (
-            F.when(p.isNull(), F.concat(w, F.lit(": expected an array of strings (a path), got null")))
-            .when(
-                F.size(p) == 0,
-                F.concat(w, F.lit(": expected a non-empty array of strings (a path), got an empty array")),
-            )
-            .otherwise(_path_reason(p, w))
-        ),
-    )
-    first_bad = F.try_element_at(F.filter(reasons, lambda r: r.isNotNull()), F.lit(1))
-    # A path listed twice: its first repeat, named with the copy it repeats.
-    keys = F.transform(labels, lambda p: F.to_json(p))
-    repeat = F.try_element_at(
-        F.filter(
-            F.transform(keys, lambda k, i: F.struct(i.alias("i"), F.array_position(keys, k).alias("first"))),
-            lambda e: e["first"] - 1 != e["i"],
-        ),
-        F.lit(1),
-    )
-    return (
-        F.when(F.size(labels) == 0, F.lit(_EMPTY_LABELS))
-        .when(first_bad.isNotNull(), first_bad)
-        .when(
-            repeat.isNotNull(),
-            F.concat(
-                F.lit("labels["),
-                repeat["i"].cast("string"),
-                F.lit("]: repeats the path of labels["),
-                (repeat["first"] - 1).cast("string"),
-                F.lit("]"),
-            ),
-        )
-    )
-
-
-def _similarities_reason(sims: Column) -> Column:
-    """Why a Parquet ``similarities`` map is unusable: a null, NaN or infinite score."""
-    bad = F.filter(
-        F.map_entries(sims), lambda e: e["value"].isNull() | F.isnan(e["value"]) | (F.abs(e["value"]) == float("inf"))
-    )
-    first = F.element_at(bad, 1)
-    return F.when(
-        F.size(bad) > 0,
-        F.concat(
-            F.lit("similarities["),
-            _json_quoted(first["key"]),
-            F.lit("]: expected a finite number, got "),
-            F.coalesce(first["value"].cast("string"), F.lit("null")),
-        ),
-    )
-
-
 def _parquet(spark: SparkSession, path: str, files: Optional[Sequence[str]]) -> DataFrame:
     """The Parquet table at ``path``: all of it, or only ``files`` (partition columns kept)."""
     from pcem_spark.io.checksums import VERIFY_PAGES
@@ -487,10 +413,13 @@ def _read_parquet(
     keep: Sequence[str] = (),
     files: Optional[Sequence[str]] = None,
     require_text: bool = True,
+    embedding: Optional[str] = None,
 ) -> DataFrame:
     """Parquet documents with the per-row checks its types do not guarantee, as RAW_SCHEMA rows (+ ``keep``)."""
     df = _parquet(spark, path, files)
     _check_parquet_schema(df.schema, path, require_text)
+    vector = resolve_embedding_column(df.columns, embedding, f"documents {path!r}") if embedding else None
+    vectors = [as_float_array(df, vector).alias(EMBEDDING_COL)] if vector else []
     for name in keep:
         if name not in df.columns:
             raise DocumentsError(
@@ -501,10 +430,10 @@ def _read_parquet(
         if field.name not in df.columns:
             df = df.withColumn(field.name, F.lit(None).cast(field.dataType))
     if isinstance(df.schema["labels"].dataType.elementType, T.ArrayType):
-        labels, labels_reason, nested = F.col("labels"), _label_paths_reason(F.col("labels")), F.lit(True)
+        labels, why, nested = F.col("labels"), label_paths_reason(F.col("labels")), F.lit(True)
     else:
         labels = F.when(F.col("labels").isNotNull(), F.array(F.col("labels")))
-        labels_reason, nested = _labels_reason(F.col("labels")), F.lit(False)
+        why, nested = labels_reason(F.col("labels")), F.lit(False)
     return df.select(
         "id",
         "text",
@@ -512,12 +441,13 @@ def _read_parquet(
         "split",
         "similarities",
         F.lit(None).cast(T.StringType()).alias(CORRUPT_COL),
-        F.coalesce(labels_reason, _similarities_reason(F.col("similarities"))).alias(REASON_COL),
+        F.coalesce(why, similarities_reason(F.col("similarities"))).alias(REASON_COL),
         F.lit(None).cast(T.LongType()).alias(SPLIT_START_COL),
         F.lit(None).cast(T.LongType()).alias(SPLIT_LINE_COL),
         F.input_file_name().alias("source_file"),
         F.when(F.col("labels").isNotNull(), nested).alias(NESTED_LABELS_COL),
         *[F.col(name).alias(KEPT_PREFIX + name) for name in keep],
+        *vectors,
     )
 
 
@@ -528,6 +458,7 @@ def read_documents(
     keep: Sequence[str] = (),
     files: Optional[Sequence[str]] = None,
     require_text: bool = True,
+    embedding: Optional[str] = None,
 ) -> DataFrame:
     """Read a documents table: one row per input row (per physical line for JSON), rejects included.
 
@@ -570,9 +501,12 @@ def read_documents(
                 f"{path}: keeping input columns ({', '.join(keep)}) needs a Parquet documents table; "
                 "JSON Lines documents are read as id, text, labels, split, similarities only"
             )
-        return _read_json_lines(spark, path, files)
+        vector_key = None
+        if embedding and embedding.strip().lower() not in (NONE, ""):
+            vector_key = DEFAULT_COLUMN if embedding.strip().lower() == AUTO else embedding
+        return _read_json_lines(spark, path, files, vector_key)
     if fmt == "parquet":
-        return _read_parquet(spark, path, keep, files, require_text)
+        return _read_parquet(spark, path, keep, files, require_text, embedding)
     raise DocumentsError(f"unknown documents format {fmt!r}: expected 'parquet' or 'json'")
 
 

@@ -256,6 +256,33 @@ def _check_similarities(obj: dict) -> Optional[List[Tuple[str, float]]]:
     return pairs
 
 
+def _check_vector(obj: dict, key: str) -> Optional[List[float]]:
+    """The document vector under ``key``: null (absent) or an array of finite numbers, as floats; a line with
+    anything else is rejected naming the key and the position (its length is checked against the others'
+    later, by :func:`pcem_spark.io.rejects.split_rejects`)."""
+    vector = obj.get(key)
+    if vector is None:
+        return None
+    doc_id = _string_id(obj)
+    if not isinstance(vector, list):
+        raise _LineReject(f"field '{key}': expected an array of numbers, got {_json_type(vector)}", doc_id)
+    out = []
+    for i, value in enumerate(vector):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _LineReject(f"{key}[{i}]: expected a number, got {_json_type(value)}", doc_id)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer too large for a float
+            number = math.inf
+        if not math.isfinite(number) or abs(number) > _FLOAT32_MAX:
+            raise _LineReject(f"{key}[{i}]: expected a finite number (float32), got one out of range", doc_id)
+        out.append(number)
+    return out
+
+
+_FLOAT32_MAX = 3.4028234663852886e38  # vectors travel as float32 (engine.blocks)
+
+
 def _document_of(obj: dict) -> tuple:
     """(id, text, labels, split, similarities, nested) of a decoded object, type-checked, never coerced.
 
@@ -301,8 +328,9 @@ def _check_encodable(doc: tuple) -> None:
         _surrogate_reject(f"similarities[{_quoted(node)}]", node, " of the key", doc_id)
 
 
-def _parse_line(decoder: _StrictDecoder, data: bytes, first_line: bool) -> tuple:
-    """One raw line -> (id, text, labels, split, similarities, raw_record, reason, nested).
+def _parse_line(decoder: _StrictDecoder, data: bytes, first_line: bool, vector_key: Optional[str] = None) -> tuple:
+    """One raw line -> (id, text, labels, split, similarities, raw_record, reason, nested), and its document
+    vector (:func:`_check_vector`) as a ninth field when ``vector_key`` names one.
 
     ``raw_record`` and ``reason`` are null for a line that is a well-typed
     document (its id and text may still be missing: :func:`split_rejects`
@@ -313,29 +341,31 @@ def _parse_line(decoder: _StrictDecoder, data: bytes, first_line: bool) -> tuple
         line = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raw = data[: 4 * RECORD_CHARS].decode("utf-8", "backslashreplace")[:RECORD_CHARS]
-        return None, None, None, None, None, raw, f"invalid UTF-8 at byte {e.start + 1}", None
+        return _with_vector(
+            (None, None, None, None, None, raw, f"invalid UTF-8 at byte {e.start + 1}", None), vector_key
+        )
     if line.startswith("\ufeff"):
         if not first_line:  # e.g. files concatenated with their byte-order marks
-            return (
-                None,
-                None,
-                None,
-                None,
-                None,
-                line[:RECORD_CHARS],
-                "byte-order mark (U+FEFF) at the start of a line other than line 1",
-                None,
-            )
+            bom = "byte-order mark (U+FEFF) at the start of a line other than line 1"
+            return _with_vector((None, None, None, None, None, line[:RECORD_CHARS], bom, None), vector_key)
         line = line[1:]  # a UTF-8 byte-order mark, written by some Windows tools
     try:
-        doc = _document_of(_decode_one_object(decoder, line))
+        obj = _decode_one_object(decoder, line)
+        doc = _document_of(obj)
+        vector = _check_vector(obj, vector_key) if vector_key else None
         # Only a line with a surrogate escape can decode to a str that is not valid Unicode text:
         # the others pay one substring search, not an encoding of every string.
         if _SURROGATE_ESCAPES[0] in line or _SURROGATE_ESCAPES[1] in line:
             _check_encodable(doc)
-        return doc[:5] + (None, None, doc[5])
+        return _with_vector(doc[:5] + (None, None, doc[5]), vector_key, vector)
     except _LineReject as e:
         # The raw line came from valid UTF-8, so it is encodable; a reason or an id built from decoded
         # strings may hold a lone surrogate (e.g. a repeated key "\ud800"), which Arrow cannot take.
         doc_id = e.doc_id if e.doc_id is None or _lone_surrogate(e.doc_id) is None else None
-        return doc_id, None, None, None, None, line[:RECORD_CHARS], _escape_surrogates(e.reason), None
+        reason = _escape_surrogates(e.reason)
+        return _with_vector((doc_id, None, None, None, None, line[:RECORD_CHARS], reason, None), vector_key)
+
+
+def _with_vector(fields: tuple, vector_key: Optional[str], vector: Optional[List[float]] = None) -> tuple:
+    """``fields`` with the vector as a ninth field when the line's vectors are read."""
+    return fields + (vector,) if vector_key else fields

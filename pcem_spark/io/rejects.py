@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from pcem_spark.engine.label_columns import has_label_paths
+from pcem_spark.errors import InputError
 from pcem_spark.io.documents import (
     CORRUPT_COL,
     KEPT_PREFIX,
@@ -27,6 +28,7 @@ from pcem_spark.io.documents import (
     SPLIT_LINE_COL,
     SPLIT_START_COL,
 )
+from pcem_spark.io.embeddings import CHECKED_ROWS, EMBEDDING_COL, embedding_reason, usual_dimension
 from pcem_spark.io.json_lines import RECORD_CHARS
 from pcem_spark.io.partition_folders import escaped_bytes
 
@@ -37,12 +39,27 @@ log = logging.getLogger(__name__)
 _LOGGED_REASONS = 20  # distinct reject reasons log_counts lists
 
 
+_VECTOR_REASON = "_vector_reason"  # a row's vector check, stored once (predict)
+
+
+def _check_usual_dimension(rows: DataFrame, vectors: Tuple[str, Optional[int]]) -> None:
+    """InputError when ``rows``' vectors mostly have another length than the required ``vectors[1]``."""
+    usual = usual_dimension(rows, EMBEDDING_COL)
+    if usual != vectors[1]:
+        found = "no vectors" if usual is None else f"vectors of {usual} values"
+        raise InputError(
+            f"column {vectors[0]!r} holds {found}; {vectors[1]} values are expected (the model's vectors): "
+            "embed the documents with the encoder the model was fitted with"
+        )
+
+
 def split_rejects(
     df: DataFrame,
     require_text: bool = True,
     counts: Optional[Dict[str, int]] = None,
     distinct: Optional[str] = None,
     with_source: bool = False,
+    vectors: Tuple[str, Optional[int]] = (EMBEDDING_COL, None),
 ) -> Tuple[DataFrame, DataFrame]:
     """Split a documents DataFrame into (valid documents, rejects).
 
@@ -73,6 +90,12 @@ def split_rejects(
     when any valid row wrote one (``_nested_labels``), else one path
     (array<string>) -- the shape of :data:`DOCUMENT_SCHEMA`'s documentation.
     ``with_source``: the valid rows also keep ``source_file`` (the file each came from).
+
+    Document vectors (an ``embedding`` column, :func:`pcem_spark.io.documents.read_documents`): ``vectors``
+    is (the column's name in the input, the dimension every vector must have -- None: the one most rows
+    have, :func:`pcem_spark.io.embeddings.usual_dimension`). A row whose vector is null, of another length
+    or not finite is a reject naming the column and position; ``counts`` gets ``vector_dimension``. When
+    every vector is null and no dimension is required, the input has none: the column is dropped.
     """
     if REASON_COL not in df.columns:  # a frame built by hand, not by read_documents
         df = df.withColumn(
@@ -88,6 +111,12 @@ def split_rejects(
     for name in (SPLIT_START_COL, SPLIT_LINE_COL):
         if name not in df.columns:
             df = df.withColumn(name, F.lit(None).cast(T.LongType()))
+    given = vectors[1]
+    if EMBEDDING_COL in df.columns and given:
+        # A required dimension (a model's: predict) is compared with the first rows' (a limit, not a pass over a
+        # crawl), and each row's check is stored in the persisted copy below, not recomputed by every reader.
+        _check_usual_dimension(df.where(F.col(REASON_COL).isNull()).limit(CHECKED_ROWS), vectors)
+        df = df.withColumn(_VECTOR_REASON, embedding_reason(F.col(EMBEDDING_COL), given, vectors[0]))
     # One persisted, fully parsed copy: the duplicate-id count below, the rejects, the valid rows and the
     # callers' counts all read it.
     parsed = df.persist(StorageLevel.MEMORY_AND_DISK)
@@ -98,6 +127,18 @@ def split_rejects(
         .when(F.col("id").isNull() | (F.trim(F.col("id")) == ""), F.lit("field 'id' is missing or empty"))
         .when(text_blank, F.lit("field 'text' is missing (null)"))
     )
+    dimension = given
+    if EMBEDDING_COL in df.columns and not given:
+        # The dimension most rows have (train): one aggregation over the persisted copy.
+        dimension = usual_dimension(parsed.where(F.col(REASON_COL).isNull()), EMBEDDING_COL)
+    if dimension is not None and EMBEDDING_COL in df.columns:
+        vector_reason = (
+            F.col(_VECTOR_REASON) if given else embedding_reason(F.col(EMBEDDING_COL), dimension, vectors[0])
+        )
+        reason = reason.when(vector_reason.isNotNull(), vector_reason)
+    else:
+        dimension = None
+    vector_cols = [EMBEDDING_COL] if dimension is not None else []
     if copies is not None:
         parsed = parsed.join(copies, on="id", how="left")
         reason = reason.when(
@@ -124,13 +165,15 @@ def split_rejects(
         labelled = F.count(F.when(valid & F.col("labels").isNotNull(), 1))
         row = flagged.agg(F.count(F.lit(1)), F.count(F.when(valid, 1)), labelled, *folders, any_nested).first()
         counts.update(parsed=int(row[0]), valid=int(row[1]), labelled=int(row[2]))
+        if dimension is not None:
+            counts["vector_dimension"] = dimension
         if distinct is not None:
             counts.update(distinct_values=int(row[3] or 0), longest_folder_value=int(row[4] or 0))
     else:
         row = flagged.agg(any_nested).first() if shaped else (0, 0, 0)
     labels = F.col("labels") if not shaped or row[-1] else F.try_element_at("labels", F.lit(1)).alias("labels")
     good = flagged.where(valid).select(
-        "id", "text", labels, "split", "similarities", *kept, *(["source_file"] if with_source else [])
+        "id", "text", labels, "split", "similarities", *kept, *vector_cols, *(["source_file"] if with_source else [])
     )
     if counts is not None and counts["parsed"] == counts["valid"]:
         return good, flagged.sparkSession.createDataFrame([], REJECT_SCHEMA)

@@ -2,7 +2,7 @@
 
     est = PathEM(method="pcem", maxIter=30, taxonomy=taxonomy.to_json())
     model = est.fit(docs)              # docs: id, text, labels (null = unlabelled)
-    model.transform(new_docs)          # + path, leaf, probability columns
+    model.transform(new_docs)          # + path, leaf, probability, in_taxonomy columns
     model.write().overwrite().save(p); PathEMModel.load(p)
 
 (:class:`PathEM` and :class:`PathEMModel` have examples that run), or after
@@ -31,6 +31,7 @@ from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.blocks import label_blocks, packed_blocks
 from pcem_spark.engine.features import DEFAULT_TOKEN_PATTERN
 from pcem_spark.errors import InputError
+from pcem_spark.io.embeddings import vectors_of
 from pcem_spark.ml import training
 from pcem_spark.ml.checkpointing import pathem_checkpoint
 from pcem_spark.ml.params import MODEL_PARAMS, _PathEMParams
@@ -158,7 +159,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
     (3, 12)
     >>> out = model.transform(docs)
     >>> out.columns
-    ['id', 'text', 'labels', 'path', 'leaf', 'probability']
+    ['id', 'text', 'labels', 'path', 'leaf', 'probability', 'in_taxonomy']
     >>> [(row.id, row.leaf) for row in out.orderBy("id").collect()]
     [('d1', 'space'), ('d2', 'med'), ('d3', 'autos'), ('d4', 'space'), ('d5', 'med'), ('d6', 'autos')]
     """
@@ -193,6 +194,9 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
         linearC=10.0,
         generativeWeight=0.3,
         linearWeights="auto",
+        embeddingWeight=1.0,
+        embedding="auto",
+        embeddingModel="",
         unlabeledTable="",
         labeledTable="",
         tokenPattern=DEFAULT_TOKEN_PATTERN,
@@ -239,7 +243,10 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
             if c not in dataset.columns:
                 raise InputError(f"PathEM: column {c!r} not found; columns are {dataset.columns}")
         ids = F.col(icol).cast("string") if icol in dataset.columns else F.monotonically_increasing_id().cast("string")
-        docs = dataset.select(ids.alias("id"), F.col(fcol).alias("features"), F.col(lcol).alias("labels"))
+        vec = g(self.embedding)
+        docs = dataset.select(
+            ids.alias("id"), F.col(fcol).alias("features"), F.col(lcol).alias("labels"), *vectors_of(dataset, vec)
+        )
         if g(self.unlabeledTable):
             extra = dataset.sparkSession.table(g(self.unlabeledTable))
             if fcol not in extra.columns:
@@ -250,14 +257,15 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
                     ids.alias("id"),
                     F.col(fcol).alias("features"),
                     F.lit(None).cast(docs.schema["labels"].dataType).alias("labels"),  # one path or several
-                )
+                    *vectors_of(extra, vec),
+                ),
+                allowMissingColumns=True,
             )
         if g(self.labeledTable):
             kept = dataset.sparkSession.table(g(self.labeledTable))
             ids = F.col(icol).cast("string") if icol in kept.columns else F.lit(None).cast("string")
-            docs = docs.unionByName(
-                kept.select(ids.alias("id"), F.col(fcol).alias("features"), F.col(lcol).alias("labels"))
-            )
+            cols = [ids.alias("id"), F.col(fcol).alias("features"), F.col(lcol).alias("labels"), *vectors_of(kept, vec)]
+            docs = docs.unionByName(kept.select(*cols), allowMissingColumns=True)
         size = vector_size(dataset, fcol)
         if size is None:
             first = dataset.select(fcol).where(F.col(fcol).isNotNull()).first()
@@ -390,6 +398,7 @@ class PathEM(Estimator, _PathEMParams, DefaultParamsReadable, DefaultParamsWrita
                 F.col(g(self.idCol)).cast("string").alias("id"),
                 F.col(g(self.textCol)).alias("text"),
                 F.col(g(self.labelsCol)).alias("labels"),
+                *vectors_of(dataset, g(self.embedding)),
             )
             if g(self.unlabeledTable):
                 extra = dataset.sparkSession.table(g(self.unlabeledTable))

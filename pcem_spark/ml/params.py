@@ -34,6 +34,8 @@ FEATURE_PARAMS: Dict[str, str] = {
     "vocabulary_docs": "vocabularyDocs",
     "normalize": "normalize",
     "cjk": "cjk",
+    "embedding": "embedding",
+    "embedding_model": "embeddingModel",
 }
 MODEL_PARAMS: Dict[str, str] = {
     "method": "method",
@@ -58,6 +60,7 @@ MODEL_PARAMS: Dict[str, str] = {
     "linear_c": "linearC",
     "generative_weight": "generativeWeight",
     "linear_weights": "linearWeights",
+    "embedding_weight": "embeddingWeight",
 }
 TUNE_PARAMS: Dict[str, str] = {
     "folds": "tuneFolds",
@@ -202,7 +205,8 @@ class _PathEMParams(Params):
         Params._dummy(),
         "family",
         "model family: 'generative' (PCNB / PCEM alone), 'combined' (pooled with a softmax regression over "
-        "paths on sublinear tf-idf) or 'discriminative' (the softmax regression alone)",
+        "paths on sublinear tf-idf), 'discriminative' (the softmax regression alone) or 'vmf' (a von Mises-Fisher "
+        "mixture of the document vectors beside the words' generative model)",
         TypeConverters.toString,
     )
     linearC = Param(
@@ -223,6 +227,25 @@ class _PathEMParams(Params):
         "linearWeights",
         "the softmax regression's free weights: 'dense' (paths x terms), 'observed' (the (path, term) "
         "pairs seen in a labelled document) or 'auto' (dense up to 2^23 cells)",
+        TypeConverters.toString,
+    )
+    embeddingWeight = Param(
+        Params._dummy(),
+        "embeddingWeight",
+        "the scale of the document vectors beside the softmax regression's tf-idf rows (>= 0; 0 = words alone), "
+        "or 'auto' (cross-validated when the documents have vectors)",
+        _number_or_auto,
+    )
+    embedding = Param(
+        Params._dummy(),
+        "embedding",
+        "the documents' vector column: 'auto' (a column named 'embedding' when there is one), 'none', or a name",
+        TypeConverters.toString,
+    )
+    embeddingModel = Param(
+        Params._dummy(),
+        "embeddingModel",
+        "the name of the encoder that made the vectors (recorded in the model; checked at predict when set)",
         TypeConverters.toString,
     )
     unlabeledTable = Param(

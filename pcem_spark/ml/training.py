@@ -19,13 +19,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pcem_spark.core.taxonomy import Taxonomy
-from pcem_spark.engine.blocks import label_blocks, node_score_blocks, packed_blocks
+from pcem_spark.engine.blocks import EMBEDDING_COL, label_blocks, node_score_blocks, packed_blocks
 from pcem_spark.engine.features import FeatureSettings, featurize, fit_vocabulary
 from pcem_spark.engine.passes import FitResult
+from pcem_spark.errors import InputError
 from pcem_spark.ml.calibrating import fit_calibration
 from pcem_spark.ml.tune_settings import TuneSettings
 from pcem_spark.ml.tuning import resolve_auto
 from pcem_spark.model.fitting import fit_blocks
+from pcem_spark.model.in_taxonomy import record_in_taxonomy
 from pcem_spark.model.labels import check_label_paths
 from pcem_spark.model.path_model import PathModel
 from pcem_spark.model.settings import ModelSettings
@@ -53,7 +55,9 @@ class TrainOptions:
     ``estimator_class``: what cross-validation fits
     (:class:`pcem_spark.ml.PathEM`; :func:`pcem_spark.ml.train` passes it),
     needed only when something is tuned. ``descriptions``: node -> text, added
-    to the node names' words when ``model.names`` uses them.
+    to the node names' words when ``model.names`` uses them; ``node_vectors``:
+    node -> vector of the same encoder as the documents' (``--node-embeddings``),
+    the name documents' vectors (:func:`_name_vectors`).
     """
 
     vocabulary: Optional[List[str]] = None
@@ -65,6 +69,7 @@ class TrainOptions:
     retune_auto: bool = False
     estimator_class: Any = None
     descriptions: Optional[Dict[str, str]] = None
+    node_vectors: Optional[Dict[str, List[float]]] = None  # --node-embeddings: node -> vector (name documents')
     checkpoint: Any = None  # a pcem_spark.ml.checkpointing.TrainCheckpoint: stages skipped on a resume
 
 
@@ -131,7 +136,11 @@ def train(
             feature_settings, stop_words_info = fallback_stop_words(
                 feature_settings, "the vocabulary was given: the list it was built with is not known"
             )
-        featurized = featurize(docs.select("id", "text", "labels"), vocabulary, feature_settings)
+        featurized = featurize(
+            docs.select("id", "text", "labels", *_train_vectors(docs, feature_settings.embedding)),
+            vocabulary,
+            feature_settings,
+        )
     else:
         # Features given (PathEM on featuresCol): no text is tokenised here; a model never stores "auto".
         feature_settings, stop_words_info = fallback_stop_words(
@@ -149,7 +158,7 @@ def train(
         names_info, names_apply = None, opts.featurized is None and model_settings.names != "off"
         if opts.featurized is None and model_settings.names == "off":
             names_info = {"setting": "off", "choice": "off", "reason": "model.names = off"}
-        if model_settings.auto_params() or opts.extra_grid or model_settings.calibration != "none" or names_apply:
+        if _cross_validated(model_settings, opts, featurized) or model_settings.calibration != "none" or names_apply:
             # Read again by the names' decision, the cross-validation sample(s) and the refit.
             featurized = featurized.cache()
             cleanup.callback(featurized.unpersist)
@@ -158,11 +167,63 @@ def train(
                 featurized, taxonomy, vocabulary, feature_settings, model_settings, opts, coverage
             )
         model, result = _tune_and_fit(featurized, taxonomy, vocabulary, feature_settings, model_settings, opts, warm)
+        # the in_taxonomy score's background: the training documents as read (text), else the given features
+        if opts.featurized is None:
+            record_in_taxonomy(model, docs.select("id", "text", "labels"))
+        else:
+            record_in_taxonomy(model, opts.featurized.select("id", "features", "labels"), "features")
+    model.feature_settings = _recorded_vectors(model, feature_settings)
     if stop_words_info is not None:
         model.training_summary["stop_words"] = stop_words_info
     if names_info is not None:
         model.training_summary["names"] = names_info
     return model, result
+
+
+def _cross_validated(model_settings: ModelSettings, opts: TrainOptions, featurized) -> bool:
+    """Whether the fit cross-validates: settings left at "auto", an extra grid, or the vectors' scale (only
+    when the documents have vectors: without them it is no setting, and nothing is cached for it)."""
+    scale = model_settings.tunes_embedding_weight() and EMBEDDING_COL in featurized.columns
+    return bool(model_settings.auto_params() or opts.extra_grid or scale)
+
+
+def _train_vectors(docs: DataFrame, setting: str) -> List:
+    """The documents' vectors as the fit reads them (``embedding``, array<float>), or nothing.
+
+    ``setting`` is ``features.embedding`` (:func:`pcem_spark.io.embeddings.resolve_embedding_column`).
+    ``docs`` read by :func:`pcem_spark.io.documents.read_documents` have the column named ``embedding`` whatever
+    the input called it, and checked row by row (rejects). Documents built another way (``PathEM.fit`` on a
+    DataFrame) are checked here: a row whose vector is missing, of another length or not finite is an
+    InputError naming its id -- the fit would otherwise weigh a wrong vector.
+    """
+    from pcem_spark.io.embeddings import as_float_array, embedding_reason, resolve_embedding_column, usual_dimension
+
+    if str(setting).strip().lower() in ("none", ""):
+        return []
+    column = EMBEDDING_COL if EMBEDDING_COL in docs.columns else resolve_embedding_column(docs.columns, setting)
+    if column is None:
+        return []
+    vectors = docs.select("id", as_float_array(docs, column).alias(EMBEDDING_COL))
+    dimension = usual_dimension(vectors, EMBEDDING_COL)
+    if dimension is None:
+        return []
+    bad = vectors.select("id", embedding_reason(F.col(EMBEDDING_COL), dimension).alias("reason")).where(
+        F.col("reason").isNotNull()
+    )
+    first = bad.first()
+    if first is not None:
+        raise InputError(f"document {first['id']!r}: {first['reason']} (and {bad.count() - 1} more such rows)")
+    return [as_float_array(docs, column).alias(EMBEDDING_COL)]
+
+
+def _recorded_vectors(model: PathModel, feature_settings: FeatureSettings) -> FeatureSettings:
+    """The feature settings a model records: ``embedding`` names the column its vectors came from when its
+    regression scores with them, "none" when it does not (a generative model never needs vectors)."""
+    uses = model.linear is not None and model.linear.embedding_dim > 0
+    name = feature_settings.embedding if uses else "none"
+    if uses and name.strip().lower() == "auto":
+        name = EMBEDDING_COL
+    return replace(model.feature_settings, embedding=name, embedding_model=feature_settings.embedding_model)
 
 
 def _with_names(featurized, taxonomy, vocabulary, feature_settings, model_settings, opts, coverage=None):
@@ -183,7 +244,41 @@ def _with_names(featurized, taxonomy, vocabulary, feature_settings, model_settin
     )
     if name_docs is None:
         return featurized, info
-    return featurized.select("id", "features", "labels").unionByName(name_docs), info
+    columns = ["id", "features", "labels"]
+    if EMBEDDING_COL in featurized.columns:
+        columns.append(EMBEDDING_COL)
+        if opts.node_vectors:
+            first = featurized.where(F.col(EMBEDDING_COL).isNotNull()).select(F.size(EMBEDDING_COL)).first()
+            given = len(next(iter(opts.node_vectors.values())))
+            if first is not None and first[0] != given:
+                raise InputError(
+                    f"--node-embeddings: the node vectors have {given} values and the documents' {first[0]}: "
+                    "embed the category names with the documents' encoder"
+                )
+        name_docs, info["node_vectors"] = _name_vectors(name_docs, taxonomy, opts.node_vectors)
+    return featurized.select(*columns).unionByName(name_docs, allowMissingColumns=True), info
+
+
+def _name_vectors(name_docs: DataFrame, taxonomy: Taxonomy, node_vectors) -> Tuple[DataFrame, int]:
+    """The name documents with their path's vector (:func:`pcem_spark.io.embeddings.path_vectors` of
+    ``--node-embeddings``), and how many got one. Without node vectors, or for a path none of whose nodes has
+    one, a name document has no vector: its row of the vectors is zeros (engine.arrow_io.vector_rows), so its
+    words alone are its evidence."""
+    if not node_vectors:
+        return name_docs, 0
+    from pyspark.sql import types as T
+
+    from pcem_spark.io.embeddings import path_vectors
+    from pcem_spark.model.names import NAME_ID_PREFIX
+
+    by_path = path_vectors(node_vectors, taxonomy)
+    rows = [(f"{NAME_ID_PREFIX}{j}", [float(x) for x in v]) for j, v in by_path.items()]
+    schema = T.StructType(
+        [T.StructField("id", T.StringType()), T.StructField(EMBEDDING_COL, T.ArrayType(T.FloatType()))]
+    )
+    vectors = name_docs.sparkSession.createDataFrame(rows, schema)
+    with_vectors = name_docs.join(F.broadcast(vectors), on="id", how="left")
+    return with_vectors, len(rows)
 
 
 def _generative_without_labels(model_settings: ModelSettings, taken: Dict[str, object], featurized, warm):
@@ -217,9 +312,14 @@ def _tune_and_fit(
 ) -> Tuple[PathModel, FitResult]:
     """Cross-validate the settings left at "auto" (if any), fit on every document, then calibrate."""
     seed = model_settings.seed if opts.seed is None else opts.seed
+    if model_settings.family == "vmf" and EMBEDDING_COL not in featurized.columns:
+        raise InputError(
+            "model.family = vmf models the documents' vectors, and the documents have none: give them an "
+            "embedding column (features.embedding), or use another family"
+        )
     # train() cached featurized when it is read more than once (the cross-validation, the refit, calibration).
     info = None
-    if model_settings.auto_params() or opts.extra_grid:
+    if _cross_validated(model_settings, opts, featurized):
         given = model_settings
 
         def cross_validate():
@@ -330,6 +430,8 @@ def train_weak(
         model, result = fit_blocks(
             blocks, taxonomy, vocabulary, feature_settings, model_settings, warm_start=warm_start
         )
+    record_in_taxonomy(model, docs.select("id", "text"))  # no true labels: no suggested threshold
+    model.feature_settings = _recorded_vectors(model, feature_settings)
     if stop_words_info is not None:
         model.training_summary["stop_words"] = stop_words_info
     if model_settings.calibration != "none":

@@ -72,12 +72,17 @@ class TuneSettings:
     # grid point: EM-lambda and gamma change nothing for it) only when clearly better than both. Combined first:
     # it holds the generative posterior (weighted by beta), and on 20NG and its subject lines it was never more
     # than 0.2 behind the generative family and up to 1.8 ahead (docs/RESULTS.md, "Model families").
-    families: List[str] = field(default_factory=lambda: ["combined", "generative", "discriminative"])
+    # "vmf" (the vectors' generative model, model.vmf_family) is tried only when the documents have vectors.
+    families: List[str] = field(default_factory=lambda: ["combined", "generative", "discriminative", "vmf"])
     # beta of the combined family tried when model.generative_weight = "auto", the most generative first. The
     # raw naive-Bayes log posterior is far more peaked than the regression's scores, so the best beta is small
     # and falls as labels grow (20NG, docs/RESULTS.md "Model families": 0.3 at 30% trails 0.03 by 0.75
     # micro-F1, at 90% by 1.0). The points share each fold's EM and regression: each costs a scoring only.
     generative_weights: List[float] = field(default_factory=lambda: [0.3, 0.1, 0.03, 0.01])
+    # The scale of the document vectors tried when model.embedding_weight = "auto" and the documents have vectors,
+    # the most regularised first (a larger scale is a weaker penalty on the vectors' weights). The points share
+    # each fold's EM; each costs one regression fit per fold.
+    embedding_weights: List[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])
     # Extra grid of `pcem train --tune`: model setting -> values, e.g. {smoothing = [0.03, 0.1, 0.3]}.
     grid: Dict[str, list] = field(default_factory=dict)
     parallelism: int = 1  # models fitted at once by CrossValidator
@@ -125,8 +130,9 @@ class TuneSettings:
         "metric": Options(METRICS),
         "unlabeled_weights": ListOf(Interval(float, 0, 1), non_empty=True),
         "path_weights": ListOf(Interval(float, 0, 1), non_empty=True),
-        "families": ListOf(Options(("generative", "combined", "discriminative")), non_empty=True),
+        "families": ListOf(Options(("generative", "combined", "discriminative", "vmf")), non_empty=True),
         "generative_weights": ListOf(Interval(float, 0, None), non_empty=True),
+        "embedding_weights": ListOf(Interval(float, 0, None, closed="neither"), non_empty=True),
         "selection": Options(SELECTIONS),
         "parallelism": Interval(int, 1, None),
         "strategy": Options(STRATEGIES),

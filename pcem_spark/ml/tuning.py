@@ -32,6 +32,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from pcem_spark.core.taxonomy import Taxonomy
+from pcem_spark.engine.blocks import EMBEDDING_COL
 from pcem_spark.engine.features import FeatureSettings
 from pcem_spark.engine.label_columns import first_label_path
 from pcem_spark.errors import InputError
@@ -40,6 +41,7 @@ from pcem_spark.ml.grid_choice import (
     fold_scores,
     grid_points,
     grid_row,
+    names_only_choice,
     preference,
     select_grid_point,
     without_ignored,
@@ -152,9 +154,18 @@ def resolve_auto(
     if "path_weight" in auto:
         grid_spec["path_weight"] = [float(v) for v in tune.path_weights]
     if "family" in auto:
-        grid_spec["family"] = [str(v) for v in tune.families]
+        # the vectors' generative model is no family to try without vectors
+        vectors = EMBEDDING_COL in feats.columns
+        grid_spec["family"] = [str(v) for v in tune.families if vectors or v != "vmf"]
+        if not grid_spec["family"]:
+            raise InputError(
+                "tune.families = ['vmf'] needs documents with vectors (features.embedding), and these have none: "
+                "add another family to tune.families, or set model.family"
+            )
     if "generative_weight" in auto:
         grid_spec["generative_weight"] = [float(v) for v in tune.generative_weights]
+    if model_settings.tunes_embedding_weight() and EMBEDDING_COL in feats.columns:  # no vectors: nothing to scale
+        grid_spec["embedding_weight"] = [float(v) for v in tune.embedding_weights]
     check_grid(extra_grid or {})
     for key, values in (extra_grid or {}).items():
         grid_spec[key] = list(values)
@@ -276,13 +287,9 @@ def _resolve(
     t0 = time.perf_counter()
     spark = feats.sparkSession
     view = f"_pcem_unlabeled_{uuid.uuid4().hex[:12]}"
-    unlabeled = (
-        feats.where(F.col(LABELS_COL).isNull()).select(F.col(ID_COL), F.col(FEATURES_COL), F.col(LABELS_COL)).cache()
-    )
+    unlabeled = feats.where(F.col(LABELS_COL).isNull()).select(*_fit_columns(feats)).cache()
     unlabeled.createOrReplaceTempView(view)
-    folded = stratified_folds(
-        labeled.select(ID_COL, FEATURES_COL, LABELS_COL), tune.folds, seed, LABELS_COL, ID_COL
-    ).cache()
+    folded = stratified_folds(labeled.select(*_fit_columns(labeled)), tune.folds, seed, LABELS_COL, ID_COL).cache()
     # A leaf's only labelled document: in every fit, held out by none (PathEM labeledTable), not in a fold.
     kept_view = f"_pcem_kept_{uuid.uuid4().hex[:12]}"
     folded.where(F.col("fold") == KEPT_PART).createOrReplaceTempView(kept_view)
@@ -363,6 +370,18 @@ def _resolve(
     return resolved, info, model
 
 
+def _alone_held_out(sample: DataFrame) -> int:
+    """Held-out documents of ``sample`` (:func:`draw_cv_sample`) that are their leaf's only labelled one."""
+    held = sample.where(F.col("fold") >= 0)
+    leaf = F.element_at(first_label_path(held, LABELS_COL), -1)
+    return held.groupBy(leaf.alias("leaf")).count().where(F.col("count") == 1).count()
+
+
+def _fit_columns(feats: DataFrame) -> List[str]:
+    """What a fit reads of ``feats``: id, features, labels, and the document vectors when it has them."""
+    return [ID_COL, FEATURES_COL, LABELS_COL] + ([EMBEDDING_COL] if EMBEDDING_COL in feats.columns else [])
+
+
 def draw_cv_sample(
     feats: DataFrame, taxonomy: Taxonomy, tune: TuneSettings, n_docs: Tuple[int, int], seed: int
 ) -> Tuple[DataFrame, CVSample]:
@@ -374,13 +393,13 @@ def draw_cv_sample(
     """
     n_labeled, n_unlabeled = n_docs
     labeled_cap, unlabeled_cap = tune.sample_caps(taxonomy.n_paths)
-    labelled = feats.where(F.col(LABELS_COL).isNotNull()).select(ID_COL, FEATURES_COL, LABELS_COL)
+    labelled = feats.where(F.col(LABELS_COL).isNotNull()).select(*_fit_columns(feats))
     # Name documents are in every sample (one per path at most): never sampled out.
     lab = sample_rows(labelled.where(~is_name_document(ID_COL)), n_labeled, labeled_cap, seed).unionByName(
         labelled.where(is_name_document(ID_COL))
     )
     unl = sample_rows(
-        feats.where(F.col(LABELS_COL).isNull()).select(ID_COL, FEATURES_COL, LABELS_COL),
+        feats.where(F.col(LABELS_COL).isNull()).select(*_fit_columns(feats)),
         max(n_unlabeled, 1),
         unlabeled_cap,
         seed + 1,
@@ -469,6 +488,13 @@ def _sampled_cv(
             else (None, None)
         )
         pick = pick if family_pick is None else family_pick
+        # Only an uncapped sample says that leaves have one labelled document (a capped one thins every leaf).
+        if "family" in grid_spec and EMBEDDING_COL in sample.columns and n_labeled <= labeled_cap:
+            n_alone = _alone_held_out(sample)
+            if 2 * n_alone >= drawn.n_held_out:
+                names_pick, names_record = names_only_choice(grid_rows, grid_spec, tune, n_alone, drawn.n_held_out)
+                if names_pick is not None:
+                    pick, families = names_pick, {**names_record, "folds_chose": (families or {}).get("chosen")}
     finally:
         sample.unpersist()
     info = _record_choice(
@@ -505,7 +531,7 @@ def _without_families(grid_spec: Dict[str, list], model_settings: ModelSettings)
         "tuning: the exhaustive cross-validation (tune.strategy = exhaustive, or a warm start) does not compare "
         "model families; model.family = auto stays generative (set model.family to compare one by hand)"
     )
-    return {k: v for k, v in grid_spec.items() if k not in ("family", "generative_weight")}
+    return {k: v for k, v in grid_spec.items() if k not in ("family", "generative_weight", "embedding_weight")}
 
 
 def _not_scorable(model_settings: ModelSettings, grid_spec: Dict[str, list], drawn: CVSample):

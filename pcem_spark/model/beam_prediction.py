@@ -20,8 +20,8 @@ __all__ = ["beam_batches"]
 def beam_batches(model, spark, real_paths, options: PredictionOptions, batching, doc_length, typical=None):
     """The mapInArrow body of a beam decoder of width ``options.beam``: the beam tables, built here, are broadcast.
 
-    ``batching`` is ``(n_keep, to_matrix, block_size, names)`` and ``typical`` the ``typicality`` of
-    :func:`predicted_path_batches`; ``doc_length`` the model's.
+    ``batching`` is ``(n_keep, to_matrix, block_size, names)`` and ``typical`` the ``(typicality, in_taxonomy)``
+    of :func:`predicted_path_batches`; ``doc_length`` the model's.
     """
     n_keep, to_matrix, block_size, names = batching
     width = options.beam

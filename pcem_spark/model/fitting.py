@@ -133,7 +133,23 @@ def fit_blocks(
         replace(model_settings, smoothing=result.smoothing),
         summary,
     )
-    if model_settings.family != "generative":
+    if model_settings.family == "vmf":
+        # The von Mises-Fisher mixture of the document vectors, by EM after the words' (model.vmf_family).
+        from pcem_spark.core.estep import scoring_tables
+        from pcem_spark.model.vmf_family import fit_vmf_blocks
+
+        tables = scoring_tables(result.params, model_settings.parameter_dtype)
+        model.linear, summary["vmf"] = fit_vmf_blocks(blocks, taxonomy, len(vocabulary), model_settings, tables)
+        log.info(
+            "vmf family: a von Mises-Fisher mixture of %d-value vectors over %d paths, kappa %.4g "
+            "(%d EM iterations, %.1f s)",
+            summary["vmf"]["embedding_dim"],
+            taxonomy.n_paths,
+            summary["vmf"]["kappa"],
+            summary["vmf"]["n_iter"],
+            summary["vmf"]["seconds"],
+        )
+    elif model_settings.family != "generative":
         # The combined / discriminative family: the softmax regression over paths, on the same blocks.
         from pcem_spark.model.linear_family import fit_linear_blocks
 

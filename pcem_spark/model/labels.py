@@ -57,6 +57,13 @@ def infer_taxonomy(df: DataFrame, labels_col: str = "labels", max_paths: int = 1
     ]
     if len(paths) > max_paths:
         raise TaxonomyError(f"more than {max_paths:,} distinct label paths: pass the taxonomy as a file")
+    from pcem_spark.evaluation.metrics import OUT_OF_TAXONOMY_LABEL
+
+    if any(OUT_OF_TAXONOMY_LABEL in p for p in paths):
+        raise TaxonomyError(
+            f"labels [{OUT_OF_TAXONOMY_LABEL!r}] mark a test document out of the taxonomy (pcem evaluate); "
+            "training learns categories only: give such documents null labels, or leave them out"
+        )
     tax = Taxonomy.from_label_paths(paths)
     log.info("taxonomy inferred from %d distinct label paths: %r", len(paths), tax)
     return tax

@@ -39,6 +39,7 @@ from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.blocks import Block
 from pcem_spark.engine.limits import check_result_size
 from pcem_spark.engine.softmax_pass import (
+    add_frequencies,
     block_frequencies,
     features_terms,
     fit_softmax_in_one_task,
@@ -57,12 +58,14 @@ __all__ = [
     "LINEAR_ONE_TASK_NNZ",
     "fits_in_one_task",
     "generative_weight_of",
+    "embedding_weight_of",
     "linear_l2",
     "weight_layout",
     "document_frequency",
     "check_linear_family",
     "fit_linear_local",
     "fit_linear_blocks",
+    "with_vector_support",
 ]
 
 # The regression's free weights live on the driver and in every broadcast, and scipy's L-BFGS keeps
@@ -91,7 +94,14 @@ def generative_weight_of(settings: ModelSettings) -> float:
     ``ModelSettings.resolved`` gives it), 0 for "discriminative"."""
     if settings.family == "discriminative":
         return 0.0
+    if settings.family == "vmf":  # the words' whole log posterior beside the vectors' log-likelihood
+        return 1.0
     return float(settings.resolved().generative_weight)
+
+
+def embedding_weight_of(settings: ModelSettings) -> float:
+    """The scale of the document vectors: the setting ("auto" not cross-validated: its fallback)."""
+    return float(settings.resolved().embedding_weight)
 
 
 def linear_l2(linear_c: float, n_labeled: float) -> float:
@@ -148,7 +158,9 @@ def _targets(taxonomy: Taxonomy) -> np.ndarray:
 
 def check_linear_family(blocks, taxonomy: Taxonomy, vocab_size: int, settings: ModelSettings) -> None:
     """Refuse, before the generative fit, what :func:`fit_linear_blocks` would refuse after it."""
-    if settings.family == "generative":
+    if settings.family == "vmf" and not isinstance(blocks, RDD):  # before the EM, not after it
+        raise InputError("model.family = vmf is fitted on a classic Spark session (not over Spark Connect)")
+    if settings.family in ("generative", "vmf"):  # no regression (vmf: model.vmf_family)
         return
     weight_layout(settings, taxonomy.n_paths, vocab_size)
 
@@ -162,6 +174,9 @@ def fit_linear_local(
     idf = idf_weights(df, n)
     target = _targets(taxonomy)
     n_labeled = sum(int(b.labeled.sum()) for b in blocks)
+    dim = max((int(b.E.shape[1]) for b in blocks if b.E is not None and b.E.shape[0]), default=0)
+    dim = dim if embedding_weight_of(settings) > 0 else 0  # weight 0: the words alone, as without vectors
+    weight = embedding_weight_of(settings) if dim else 0.0
     if n_labeled == 0:
         raise InputError(_NO_LABELS.format(family=settings.family))
     support = None
@@ -169,19 +184,29 @@ def fit_linear_local(
         rows = [(b, np.flatnonzero(b.labeled)) for b in blocks]
         X = sp.vstack([b.X[r] for b, r in rows if len(r)]).tocsr()
         Y = np.vstack([np.asarray(path_scores(b.node_scores[r], target)) for b, r in rows if len(r)])
-        support = observed_support(X, Y)
+        support = with_vector_support(observed_support(X, Y), dim)
         _check_support(support.nnz)
-    features = labeled_features(blocks, idf, target)  # once: L-BFGS evaluates the objective many times
+    features = labeled_features(blocks, idf, target, (dim, weight))  # once: L-BFGS evaluates the objective many times
     fit = fit_softmax(
         lambda W, b: features_terms(features, W, b),
         taxonomy.n_paths,
-        vocab_size,
+        vocab_size + dim,
         linear_l2(settings.linear_c, n_labeled),
         LINEAR_MAX_ITER,
         LINEAR_TOL,
         support=support,
     )
-    return linear_tables(fit, idf, generative_weight_of(settings), settings.parameter_dtype)
+    return linear_tables(fit, idf, generative_weight_of(settings), settings.parameter_dtype, weight)
+
+
+def with_vector_support(support: sp.csr_matrix, dim: int) -> sp.csr_matrix:
+    """An observed (path, term) support (M, V) widened by D vector columns, every one free for every path:
+    a document vector is dense, so every path's weight on each of its dimensions is observed."""
+    if not dim:
+        return support
+    M = support.shape[0]
+    dense = sp.csr_matrix((np.zeros(M * dim), np.tile(np.arange(dim), M), np.arange(M + 1) * dim), shape=(M, dim))
+    return sp.hstack([support, dense], format="csr")
 
 
 def fits_in_one_task(labeled_nnz: int, n_paths: int) -> bool:
@@ -191,19 +216,18 @@ def fits_in_one_task(labeled_nnz: int, n_paths: int) -> bool:
 
 
 def _fit_on_rdd(blocks: RDD, target: np.ndarray, vocab_size: int, settings: ModelSettings, layout: str):
-    def add(a, b):
-        return tuple(x + y for x, y in zip(a, b))
-
-    df, n, n_labeled, labeled_nnz = blocks.mapPartitions(lambda part: [block_frequencies(part, vocab_size)]).treeReduce(
-        add, depth=2
-    )
+    df, n, n_labeled, labeled_nnz, dim = blocks.mapPartitions(
+        lambda part: [block_frequencies(part, vocab_size)]
+    ).treeReduce(add_frequencies, depth=2)
     if n_labeled == 0:
         raise InputError(_NO_LABELS.format(family=settings.family))
+    dim = dim if embedding_weight_of(settings) > 0 else 0  # weight 0: the words alone, as without vectors
+    embedding = (dim, embedding_weight_of(settings) if dim else 0.0)
     support = None
     if layout == "observed":
-        support = support_pass(blocks, target, vocab_size)
+        support = with_vector_support(support_pass(blocks, target, vocab_size), dim)
         _check_support(support.nnz)
-    n_weights = target.shape[0] * vocab_size if support is None else support.nnz
+    n_weights = target.shape[0] * (vocab_size + dim) if support is None else support.nnz
     # treeReduce brings about sqrt(partitions) gradients (the free weights, float64) to the driver per evaluation.
     n_parts = blocks.getNumPartitions()
     check_result_size(
@@ -213,11 +237,16 @@ def _fit_on_rdd(blocks: RDD, target: np.ndarray, vocab_size: int, settings: Mode
     )
     idf = idf_weights(df, n)
     l2 = linear_l2(settings.linear_c, n_labeled)
-    if fits_in_one_task(labeled_nnz, target.shape[0]):
-        fit = fit_softmax_in_one_task(blocks, idf, target, l2, LINEAR_MAX_ITER, LINEAR_TOL, support=support)
-        return fit, idf, n, n_labeled, n_weights, "one task"
-    fit = fit_softmax_on_blocks(blocks, idf, target, l2, LINEAR_MAX_ITER, LINEAR_TOL, support=support)
-    return fit, idf, n, n_labeled, n_weights, "a pass per evaluation"
+    # A labelled row's vector is D more non-zeros of its features.
+    if fits_in_one_task(labeled_nnz + n_labeled * dim, target.shape[0]):
+        fit = fit_softmax_in_one_task(
+            blocks, idf, target, l2, LINEAR_MAX_ITER, LINEAR_TOL, support=support, embedding=embedding
+        )
+        return fit, idf, n, n_labeled, n_weights, "one task", embedding
+    fit = fit_softmax_on_blocks(
+        blocks, idf, target, l2, LINEAR_MAX_ITER, LINEAR_TOL, support=support, embedding=embedding
+    )
+    return fit, idf, n, n_labeled, n_weights, "a pass per evaluation", embedding
 
 
 def _fit_on_frame(frame, target: np.ndarray, vocab_size: int, settings: ModelSettings, layout: str):
@@ -232,9 +261,14 @@ def _fit_on_frame(frame, target: np.ndarray, vocab_size: int, settings: ModelSet
     from pcem_spark.engine.frame_sums import _default_parallelism
 
     n_nodes = target.shape[1]
-    df, n, n_labeled, labeled_nnz = frame_document_frequency(frame, vocab_size, n_nodes)
+    df, n, n_labeled, labeled_nnz, dim = frame_document_frequency(frame, vocab_size, n_nodes)
     if n_labeled == 0:
         raise InputError(_NO_LABELS.format(family=settings.family))
+    if dim:
+        raise InputError(
+            "document vectors (features.embedding) are not used over Spark Connect yet: train on a classic "
+            "session, or set features.embedding = none"
+        )
     spark = frame.sparkSession
     one_task = fits_in_one_task(labeled_nnz, target.shape[0])
     n_tasks = _default_parallelism(spark)  # the labelled rows are filtered in parallel either way
@@ -265,7 +299,7 @@ def _fit_on_frame(frame, target: np.ndarray, vocab_size: int, settings: ModelSet
         )
     finally:
         labeled.unpersist()
-    return fit, idf, n, n_labeled, n_weights, "one task" if one_task else "a pass per evaluation"
+    return fit, idf, n, n_labeled, n_weights, "one task" if one_task else "a pass per evaluation", (0, 0.0)
 
 
 def fit_linear_blocks(
@@ -280,7 +314,9 @@ def fit_linear_blocks(
     layout = weight_layout(settings, taxonomy.n_paths, vocab_size)
     t0 = time.perf_counter()
     fit_on = _fit_on_rdd if isinstance(blocks, RDD) else _fit_on_frame
-    fit, idf, n, n_labeled, n_weights, where = fit_on(blocks, _targets(taxonomy), vocab_size, settings, layout)
+    fit, idf, n, n_labeled, n_weights, where, embedding = fit_on(
+        blocks, _targets(taxonomy), vocab_size, settings, layout
+    )
     info = {
         "family": settings.family,
         "linear_c": float(settings.linear_c),
@@ -289,10 +325,12 @@ def fit_linear_blocks(
         "n_documents": int(n),
         "weights": layout,
         "n_weights": int(n_weights),
+        "embedding_dim": int(embedding[0]),
+        "embedding_weight": float(embedding[1]),
         "fitted_in": where,
         "n_iter": fit.n_iter,
         "converged": fit.converged,
         "objective": fit.objective,
         "seconds": round(time.perf_counter() - t0, 3),
     }
-    return linear_tables(fit, idf, generative_weight_of(settings), "float64"), info
+    return linear_tables(fit, idf, generative_weight_of(settings), "float64", embedding[1]), info

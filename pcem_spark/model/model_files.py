@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from pcem_spark.core.calibration import Calibration
+from pcem_spark.core.in_taxonomy import CorpusCounts
 from pcem_spark.core.logistic import LinearTables
 from pcem_spark.core.parameters import PathParameters
 from pcem_spark.core.taxonomy import Taxonomy
@@ -29,6 +30,8 @@ from pcem_spark.util.faults import reached
 from pcem_spark.util.strict_json import loads_strict
 
 __all__ = [
+    "CORPUS_KEY",
+    "write_model_tables",
     "FORMAT_VERSION",
     "MODEL_PARTS",
     "ModelParts",
@@ -59,6 +62,9 @@ READABLE_FORMAT_VERSIONS = (1, 2, 3)
 MODEL_PARTS = ("metadata", "vocabulary", "parameters")
 # ... and of a combined / discriminative family's model: its softmax regression (read_linear)
 LINEAR_PART = "linear"
+# The metadata's record of the training corpus's totals (core.in_taxonomy.CorpusCounts); the terms' counts are
+# the vocabulary table's corpus_count column. Absent (or null) in a model saved before the in_taxonomy score.
+CORPUS_KEY = "corpus"
 
 
 class ModelParts(NamedTuple):
@@ -72,6 +78,52 @@ class ModelParts(NamedTuple):
     model_settings: ModelSettings
     feature_settings: FeatureSettings
     linear: Optional[LinearTables] = None
+    corpus: Optional[CorpusCounts] = None
+
+
+def write_model_tables(spark: SparkSession, tmp: str, meta: dict, model) -> None:
+    """Write ``model``'s tables under ``tmp`` (the staged version of :meth:`pcem_spark.model.PathModel.save`):
+    metadata, vocabulary (with each term's corpus count when the model has the in_taxonomy score's counts),
+    parameters and the softmax regression of a combined / discriminative family."""
+    spark.createDataFrame([(json.dumps(meta),)], "value string").coalesce(1).write.text(f"{tmp}/metadata")
+    if model.corpus is None:
+        vocabulary = spark.createDataFrame(list(enumerate(model.vocabulary)), "index int, term string")
+    else:
+        counts = np.asarray(model.corpus.term_counts, dtype=np.float64).tolist()
+        vocabulary = spark.createDataFrame(
+            list(zip(range(len(model.vocabulary)), model.vocabulary, counts)),
+            "index int, term string, corpus_count double",
+        )
+    vocabulary.write.parquet(f"{tmp}/vocabulary")
+    spark.createDataFrame(
+        parameter_rows(model.params),
+        "path_index int, log_prior double, log_base double, term_indices binary, log_ratio binary",
+    ).write.parquet(f"{tmp}/parameters")
+    if model.linear is not None:
+        spark.createDataFrame(linear_rows(model.linear), LINEAR_SCHEMA).write.parquet(f"{tmp}/{LINEAR_PART}")
+
+
+def _corpus_of(meta: dict, vocabulary_table) -> Optional[CorpusCounts]:
+    """The saved corpus counts (None for a model saved without them); ValueError when they are damaged."""
+    totals = meta.get(CORPUS_KEY)
+    if totals is None:
+        return None
+    if "corpus_count" not in vocabulary_table.column_names:
+        raise ValueError("the metadata records corpus totals but the vocabulary has no corpus_count column")
+    column = vocabulary_table.column("corpus_count")
+    terms = column.to_numpy(zero_copy_only=False).astype(np.float64)
+    fields = CorpusCounts._fields[1:]
+    if column.null_count or set(totals) != set(fields):
+        raise ValueError(f"the corpus counts are incomplete: expected {list(fields)}, got {sorted(totals)}")
+    values = [totals[k] for k in fields]
+    numbers = np.array([terms.sum(), *values], dtype=np.float64) if terms.size else np.array(values, np.float64)
+    if not (np.all(np.isfinite(terms)) and np.all(terms >= 0) and np.all(np.isfinite(numbers)) and min(values) >= 0):
+        raise ValueError("the corpus counts are not finite non-negative numbers")
+    if not np.isclose(terms.sum(), totals["tokens"], rtol=1e-9, atol=1e-6):
+        raise ValueError(f"the terms' corpus counts sum to {terms.sum()}, the metadata says {totals['tokens']} tokens")
+    return CorpusCounts(
+        terms, *[float(v) if k not in ("documents", "labelled_documents") else int(v) for k, v in zip(fields, values)]
+    )
 
 
 def read_model_parts(spark: SparkSession, snap) -> ModelParts:
@@ -103,8 +155,10 @@ def read_model_parts(spark: SparkSession, snap) -> ModelParts:
             raise KeyError("the vocabulary table has no index / term column")
         # As one Arrow table, not a Row per term (a 2**18-term vocabulary collects in a second, not
         # ~20), and put in order here rather than by a Spark sort (one job instead of three).
-        vocabulary = in_index_order(vocab.select("index", "term").toArrow(), "index", "the vocabulary")
-        vocabulary = vocabulary.column("term").to_pylist()
+        wanted = ["index", "term"] + (["corpus_count"] if "corpus_count" in vocab.columns else [])
+        vocabulary_table = in_index_order(vocab.select(*wanted).toArrow(), "index", "the vocabulary")
+        vocabulary = vocabulary_table.column("term").to_pylist()
+        corpus = _corpus_of(meta, vocabulary_table)
         reached("model:read:vocabulary")
         params = read_parameters(spark, snap, version, len(vocabulary))
         reached("model:read:parameters")
@@ -115,6 +169,8 @@ def read_model_parts(spark: SparkSession, snap) -> ModelParts:
         linear = None
         if meta.get(LINEAR_PART):
             linear = read_linear(spark, snap, params.shape[0], len(vocabulary))
+            # the von Mises-Fisher family's tables score unit-length vectors (model.vmf_family.vmf_tables)
+            linear = linear._replace(unit_vectors=model_settings.family == "vmf")
             reached("model:read:linear")
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{path}: damaged model ({type(exc).__name__}: {exc}); retrain it") from None
@@ -124,7 +180,7 @@ def read_model_parts(spark: SparkSession, snap) -> ModelParts:
             f"the vocabulary has {len(vocabulary)} terms and the metadata says "
             f"{meta.get('vocab_size')}; retrain it"
         )
-    return ModelParts(meta, version, taxonomy, vocabulary, params, model_settings, feature_settings, linear)
+    return ModelParts(meta, version, taxonomy, vocabulary, params, model_settings, feature_settings, linear, corpus)
 
 
 def calibration_record(temperature: Optional[float], probability_map=None) -> Optional[dict]:
@@ -210,7 +266,9 @@ LINEAR_SCHEMA = "index int, bias double, weights binary, terms binary"
 def linear_rows(linear: LinearTables) -> list:
     """The ``linear/`` table's rows (:data:`LINEAR_SCHEMA`): one per path (index, bias, its weights as
     little-endian float64 bytes, and for a sparse regression the terms they belong to as int32
-    bytes), then index -1 holding the idf weights, with the generative weight as its bias."""
+    bytes), then index -1 holding the idf weights, with the generative weight as its bias; a regression fitted
+    with document vectors (its last D weights per path are theirs) has index -2 too: D as one little-endian
+    int64, with the vectors' scale as its bias."""
     if sp.issparse(linear.weights_t):
         W = sp.csr_matrix(linear.weights_t.T, dtype="<f8")  # (M, V): one row per path
         W.sort_indices()
@@ -227,11 +285,15 @@ def linear_rows(linear: LinearTables) -> list:
         weights = np.asarray(linear.weights_t, dtype="<f8").T
         rows = [(j, float(linear.bias[j]), weights[j].tobytes(), None) for j in range(weights.shape[0])]
     rows.append((-1, float(linear.generative_weight), np.asarray(linear.idf, dtype="<f8").tobytes(), None))
+    if linear.embedding_dim:
+        rows.append((-2, float(linear.embedding_weight), np.array([linear.embedding_dim], "<i8").tobytes(), None))
     return rows
 
 
 def read_linear(spark: SparkSession, snap, n_paths: int, vocab_size: int) -> LinearTables:
     """The ``linear/`` table of a pinned model version (:func:`linear_rows`), checked against its shape."""
+    import pyarrow as pa
+
     table = snap.table(spark, LINEAR_PART)
     sparse = "terms" in table.columns and table.where("terms is not null").limit(1).count() > 0
     if sparse:
@@ -248,6 +310,18 @@ def read_linear(spark: SparkSession, snap, n_paths: int, vocab_size: int) -> Lin
     columns = ["index", "bias", "weights"] + (["terms"] if sparse else [])
     rows = table.select(*columns).toArrow()
     index = rows.column("index").to_numpy(zero_copy_only=False)
+    dim, embedding_weight = 0, 0.0
+    if (index == -2).sum() == 1:  # the document vectors' row (linear_rows)
+        at = int(np.flatnonzero(index == -2)[0])
+        blob = rows.column("weights")[at].as_py() or b""
+        if len(blob) != 8:
+            raise ValueError("the softmax regression's vector row does not hold one dimension")
+        dim, embedding_weight = int(np.frombuffer(blob, "<i8")[0]), float(rows.column("bias")[at].as_py())
+        if dim <= 0 or not embedding_weight > 0:
+            raise ValueError(f"the softmax regression's vectors: dimension {dim}, weight {embedding_weight}")
+        rows = rows.filter(pa.array(index != -2))
+        index = rows.column("index").to_numpy(zero_copy_only=False)
+    width = vocab_size + dim
     blobs = rows.column("weights").to_pylist()
     bias = rows.column("bias").to_numpy(zero_copy_only=False).astype(np.float64)
     order = np.argsort(index, kind="stable")  # -1 (the idf) first, then the paths in order
@@ -259,19 +333,19 @@ def read_linear(spark: SparkSession, snap, n_paths: int, vocab_size: int) -> Lin
         values = [np.frombuffer(blobs[i], dtype="<f8") for i in order[1:]]
         cols = [np.frombuffer(terms[i] or b"", dtype="<i4") for i in order[1:]]
         if any(len(v) != len(c) for v, c in zip(values, cols)) or any(
-            len(c) and (c.min() < 0 or c.max() >= vocab_size) for c in cols
+            len(c) and (c.min() < 0 or c.max() >= width) for c in cols
         ):
-            raise ValueError(f"the sparse softmax regression's terms do not match its weights over {vocab_size} terms")
+            raise ValueError(f"the sparse softmax regression's terms do not match its weights over {width} columns")
         indptr = np.concatenate([[0], np.cumsum([len(c) for c in cols])])
         W = sp.csr_matrix(
             (np.concatenate(values + [np.zeros(0)]), np.concatenate(cols + [np.zeros(0, "<i4")]), indptr),
-            shape=(n_paths, vocab_size),
+            shape=(n_paths, width),
         )
-        return LinearTables(sp.csr_matrix(W.T), bias[order[1:]], idf, float(bias[order[0]]))
-    if any(len(blobs[i]) != 8 * vocab_size for i in order[1:]):
-        raise ValueError(f"the softmax regression's rows are not {n_paths} paths + idf of {vocab_size} terms")
+        return LinearTables(sp.csr_matrix(W.T), bias[order[1:]], idf, float(bias[order[0]]), embedding_weight)
+    if any(len(blobs[i]) != 8 * width for i in order[1:]):
+        raise ValueError(f"the softmax regression's rows are not {n_paths} paths of {width} weights + idf")
     weights = np.vstack([np.frombuffer(blobs[i], dtype="<f8") for i in order[1:]])
-    return LinearTables(np.ascontiguousarray(weights.T), bias[order[1:]], idf, float(bias[order[0]]))
+    return LinearTables(np.ascontiguousarray(weights.T), bias[order[1:]], idf, float(bias[order[0]]), embedding_weight)
 
 
 def in_index_order(table, column: str, what: str):

@@ -31,28 +31,30 @@ from pcem_spark.core.beam import beam_width, check_beam
 from pcem_spark.core.calibration import DepthMaps, path_depths
 from pcem_spark.core.decoding import path_node_table, predict_path_details, predict_paths
 from pcem_spark.core.estep import scoring_tables
+from pcem_spark.core.logistic import with_vectors
 from pcem_spark.core.methods import MethodSpec, method_spec
 from pcem_spark.core.multi_path import ranked_for_multi_path, with_membership
 from pcem_spark.core.parameters import PathParameters
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.arrow_io import PredictionLayout, PredictionOptions, csr_of, predicted_path_batches
+from pcem_spark.engine.blocks import EMBEDDING_COL
 from pcem_spark.engine.features import FeatureSettings, featurize
 from pcem_spark.engine.python_tokens import TOKENIZERS, TextFeaturizer, supports
 from pcem_spark.engine.shipping import ship
 from pcem_spark.errors import InputError
 from pcem_spark.model.beam_prediction import beam_batches
+from pcem_spark.model.in_taxonomy import in_taxonomy_of_blocks, resolve_min_in_taxonomy
 from pcem_spark.model.labels import check_vector_size
 from pcem_spark.model.model_files import (
+    CORPUS_KEY,
     FORMAT_VERSION,
     LINEAR_PART,
-    LINEAR_SCHEMA,
     MODEL_PARTS,
     READABLE_FORMAT_VERSIONS,
     calibration_of,
     calibration_record,
-    linear_rows,
-    parameter_rows,
     read_model_parts,
+    write_model_tables,
 )
 from pcem_spark.model.schema import (
     OutputOptions,
@@ -63,6 +65,7 @@ from pcem_spark.model.schema import (
 )
 from pcem_spark.model.settings import ModelSettings, _weight
 from pcem_spark.model.typicality import typicality_of_blocks
+from pcem_spark.model.vectors import check_not_kept, prediction_vectors, vector_column
 
 __all__ = ["FORMAT_VERSION", "READABLE_FORMAT_VERSIONS", "PathModel"]
 
@@ -76,6 +79,11 @@ def _session(what: str) -> SparkSession:
         return SparkSession.active()
     except Exception:  # noqa: BLE001 - pyspark's "no active or default session"
         raise RuntimeError(f"PathModel.{what} needs an active SparkSession") from None
+
+
+def _bound(tables, X, E):
+    """The scoring tables with a block's document vectors bound (a model fitted without them: unchanged)."""
+    return tables._replace(linear=with_vectors(tables.linear, E, X.shape[0]))
 
 
 class PathModel:
@@ -142,7 +150,7 @@ class PathModel:
     >>> docs = spark.createDataFrame([("a", "rocket rocket car"), ("b", "doctor")], "id string, text string")
     >>> predictions = model.transform(docs)
     >>> predictions.columns
-    ['id', 'path', 'leaf', 'probability', 'labels']
+    ['id', 'path', 'leaf', 'probability', 'labels', 'in_taxonomy']
     >>> [(row.id, row.path, round(row.probability, 3)) for row in predictions.orderBy("id").collect()]
     [('a', ['sci', 'space'], 0.877), ('b', ['sci', 'med'], 0.8)]
     """
@@ -188,6 +196,7 @@ class PathModel:
         self.linear = None
         # The run id of the saved version it was loaded from (None: not loaded)
         self.version: Optional[str] = None
+        self.corpus = None  # the training corpus's counts (core.in_taxonomy.CorpusCounts), None: no in_taxonomy
 
     @property
     def log_prior(self) -> np.ndarray:
@@ -210,7 +219,8 @@ class PathModel:
         input_cols: Sequence[str] = ("id", "text", "labels"),
         multi_path: float = 0.0,
     ) -> DataFrame:
-        """The predictions table: one row per input row with id, path, leaf, probability, labels.
+        """The predictions table: one row per input row with id, path, leaf, probability, labels, in_taxonomy
+        (:mod:`pcem_spark.core.in_taxonomy`; a verdict on it: :meth:`transform_outputs`).
 
         A document with no known word gets the prior-only prediction.
         ``min_probability`` > 0 abstains: ``path`` stops at the deepest node
@@ -261,6 +271,9 @@ class PathModel:
         same, what ``pcem suggest-labels`` counts once.
         """
         id_col, text_col, labels_col = input_cols
+        # outputs.min_in_taxonomy: a number, "suggested" (the training summary's) or "none"; below it a document
+        # gets an empty path and a null leaf (refused for a model without the score)
+        outputs = outputs._replace(min_in_taxonomy=resolve_min_in_taxonomy(outputs.min_in_taxonomy, self))
         min_probability, top_k, _, multi_path = outputs[:4]
         check_prediction_options(min_probability, top_k)
         check_beam(beam)
@@ -268,7 +281,10 @@ class PathModel:
         for column in keep_columns:
             if column not in df.columns:
                 raise InputError(f"keep_columns: column {column!r} not found; columns are {df.columns}")
-        src = prediction_source(df, id_col, text_col, labels_col, keep_columns)
+        vectors = vector_column(self)
+        extra = [prediction_vectors(df, vectors)] if vectors else []
+        check_not_kept(vectors, keep_columns, "keep_columns")
+        src = prediction_source(df, id_col, text_col, labels_col, keep_columns, extra)
         check_multi_path(multi_path)
         return self.predict_columns(
             src, passthrough=["id", "labels", *keep_columns], outputs=outputs, beam=beam
@@ -376,6 +392,7 @@ class PathModel:
         spark = df.sparkSession
         min_probability, top_k, node_probabilities, multi_path = outputs[:4]
         typical = typicality_of_blocks(spark, self) if outputs.typicality else None
+        scorer, verdict = in_taxonomy_of_blocks(spark, self, outputs.min_in_taxonomy), outputs.min_in_taxonomy
         check_prediction_options(min_probability, top_k)
         check_multi_path(multi_path)
         width = self.beam_width(beam)
@@ -401,7 +418,8 @@ class PathModel:
             featurizer = ship(spark, self.text_featurizer())
 
             def to_matrix(texts):
-                return featurizer.value.matrix(texts)
+                # with the in_taxonomy score, each row's unknown tokens too (counted in the same pass)
+                return featurizer.value.matrix_and_unknown(texts, unknown=scorer is not None)
 
         else:
             feats = featurize(
@@ -414,13 +432,18 @@ class PathModel:
         block_size = self.model_settings.block_size
         n_keep = len(passthrough)
         names = [f.name for f in out_fields]
-        feats = feats.select(*passthrough, "_pcem_features")
+        # A model fitted with vectors reads them from the column after the documents' (engine.arrow_io).
+        model_vectors, vectors = vector_column(self), []
+        if model_vectors is not None:  # under its own name: the passthrough columns may hold the input's
+            found = F.col(EMBEDDING_COL) if EMBEDDING_COL in feats.columns else prediction_vectors(feats, model_vectors)
+            vectors = [found.alias("_pcem_vectors")]
+        feats = feats.select(*passthrough, "_pcem_features", *vectors)
         if width > 0:
             options = PredictionOptions(
-                min_probability, top_k, width, node_probabilities, multi_path, ranked, outputs.fingerprint
+                min_probability, top_k, width, node_probabilities, multi_path, ranked, outputs.fingerprint, verdict
             )
             batching = (n_keep, to_matrix, block_size, names)
-            body = beam_batches(self, spark, real_paths, options, batching, doc_length, typical)
+            body = beam_batches(self, spark, real_paths, options, batching, doc_length, (typical, scorer))
             return feats.mapInArrow(body, T.StructType(out_fields))
         # The sparse parameters at the model's parameter dtype (float32 halves the broadcast).
         tables = scoring_tables(self.params, self.model_settings.parameter_dtype)._replace(
@@ -449,17 +472,24 @@ class PathModel:
                     to_matrix,
                     block_size,
                     PredictionLayout(paths, names, node_names, path_nodes),
-                    lambda X: members(
+                    lambda X, E=None: members(
                         predict_path_details(
-                            X, structure, doc_length, tables, path_nodes, min_probability, ranked, node_probabilities
+                            X,
+                            structure,
+                            doc_length,
+                            _bound(tables, X, E),
+                            path_nodes,
+                            min_probability,
+                            ranked,
+                            node_probabilities,
                         ),
                         X,
-                        tables,
+                        _bound(tables, X, E),
                     ),
                     PredictionOptions(
-                        min_probability, top_k, 0, node_probabilities, multi_path, ranked, outputs.fingerprint
+                        min_probability, top_k, 0, node_probabilities, multi_path, ranked, outputs.fingerprint, verdict
                     ),
-                    typical,
+                    (typical, scorer),
                 )
 
             return feats.mapInArrow(predict_batches, T.StructType(out_fields))
@@ -473,9 +503,9 @@ class PathModel:
                 to_matrix,
                 block_size,
                 PredictionLayout(paths, names),
-                lambda X: predict_paths(X, None, None, structure, doc_length, tables=tables),
-                PredictionOptions(fingerprint=outputs.fingerprint),
-                typical,
+                lambda X, E=None: predict_paths(X, None, None, structure, doc_length, tables=_bound(tables, X, E)),
+                PredictionOptions(fingerprint=outputs.fingerprint, min_in_taxonomy=verdict),
+                (typical, scorer),
             )
 
         return feats.mapInArrow(predict_batches, T.StructType(out_fields))
@@ -510,6 +540,8 @@ class PathModel:
             LINEAR_PART: self.linear is not None,
             # its inputs' paths and the checkpoint's folder may hold credentials (the settings are plain values)
             "training_summary": redact(self.training_summary),
+            # the in_taxonomy score's corpus totals (its term counts are the vocabulary table's corpus_count)
+            CORPUS_KEY: None if self.corpus is None else self.corpus.totals(),
         }
         # Built in a temporary sibling and moved into place with its completion
         # marker (pcem_spark.io.outputs): a killed save never leaves new metadata
@@ -518,21 +550,8 @@ class PathModel:
         # Every part must hold data before the marker is written: a model is never marked without its metadata.
         parts = MODEL_PARTS + ((LINEAR_PART,) if self.linear is not None else ())
         with atomic_output(spark, session_path(spark, path), "model", overwrite=overwrite, parts=parts) as staged:
-            spark.createDataFrame([(json.dumps(meta),)], "value string").coalesce(1).write.text(
-                f"{staged.tmp}/metadata"
-            )
-            spark.createDataFrame(list(enumerate(self.vocabulary)), "index int, term string").write.parquet(
-                f"{staged.tmp}/vocabulary"
-            )
+            write_model_tables(spark, staged.tmp, meta, self)
             P = self.params
-            rows = parameter_rows(P)
-            spark.createDataFrame(
-                rows, "path_index int, log_prior double, log_base double, term_indices binary, log_ratio binary"
-            ).write.parquet(f"{staged.tmp}/parameters")
-            if self.linear is not None:
-                spark.createDataFrame(linear_rows(self.linear), LINEAR_SCHEMA).write.parquet(
-                    f"{staged.tmp}/{LINEAR_PART}"
-                )
             staged.info.update(
                 {"n_paths": int(P.shape[0]), "vocab_size": len(self.vocabulary), "nnz_parameters": int(P.log_ratio.nnz)}
             )
@@ -570,6 +589,7 @@ class PathModel:
             raise InputError(f"{snap.path}: damaged model ({exc}); retrain it") from None
         model.features_col = parts.meta.get("features_col")
         model.linear = parts.linear
+        model.corpus = parts.corpus
         model.version = snap.run_id
         calibration = calibration_of(snap.path, parts.meta, parts.format_version)
         if calibration is not None:

@@ -34,11 +34,13 @@ from pyspark.sql import functions as F
 from pcem_spark.core.calibration import concat_out_of_fold, out_of_fold
 from pcem_spark.core.decoding import block_scores, predict_paths
 from pcem_spark.core.estep import length_normalize, scoring_tables
+from pcem_spark.core.logistic import with_vectors
 from pcem_spark.core.methods import method_spec
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine import passes
 from pcem_spark.engine.blocks import Block, block_from_row, packed_label_frame
 from pcem_spark.engine.session import is_spark_connect
+from pcem_spark.engine.softmax_pass import block_vectors
 from pcem_spark.evaluation.metrics import f1_scores, metric_nodes
 from pcem_spark.model.fitting import em_settings
 from pcem_spark.model.settings import ModelSettings
@@ -185,7 +187,14 @@ def em_key(settings: ModelSettings) -> str:
     The family, its pooling weight and its regression's settings only change how a path is scored; a
     discriminative point ignores the generative model altogether and fits naive Bayes (lambda 0) instead.
     """
-    em = replace(settings, family="generative", generative_weight=0.0, linear_c=1.0, linear_weights="auto")
+    em = replace(
+        settings,
+        family="generative",
+        generative_weight=0.0,
+        linear_c=1.0,
+        linear_weights="auto",
+        embedding_weight=1.0,
+    )
     if settings.family == "discriminative":
         em = replace(em, family="discriminative", unlabeled_weight=0.0, path_weight=0.0)
     return repr(em)
@@ -224,7 +233,11 @@ def cv_tasks(
     for point, linear in zip(settings, linears):
         t1 = time.perf_counter()
         tables = scoring_tables(result.params, point.parameter_dtype)
-        if point.family != "generative":  # the fold's own softmax regression, pooled as in the full model
+        if point.family == "vmf":  # the fold's own vector mixture, after the fold's EM
+            from pcem_spark.model.vmf_family import fit_vmf_local
+
+            tables = tables._replace(linear=fit_vmf_local(train, taxonomy, vocab_size, point, tables))
+        elif point.family != "generative":  # the fold's own softmax regression, pooled as in the full model
             from pcem_spark.model.linear_family import fit_linear_local, generative_weight_of
 
             if linear is None:
@@ -261,6 +274,10 @@ def _score_fold(held, train, tables, spec, settings: ModelSettings, taxonomy: Ta
             continue
         scored += int(scorable.sum())
         X, true = (b.X, true) if scorable.all() else (b.X[scorable], true[scorable])
+        if tables.linear is not None and tables.linear.embedding_dim:
+            # The fold's regression scores the held-out rows' vectors beside their words.
+            E = block_vectors(b, np.flatnonzero(scorable), tables.linear.embedding_dim)
+            tables = tables._replace(linear=with_vectors(tables.linear, E))
         if keep:
             X = length_normalize(X, settings.doc_length) if settings.doc_length > 0 else X
             jll = np.vstack([chunk for _, chunk in block_scores(X, tables)])
@@ -362,9 +379,9 @@ def run_sampled_cv(
 
 def _regression_key(settings: ModelSettings):
     """What a fold's softmax regression depends on besides the fold (None: the family has none)."""
-    if settings.family == "generative":
+    if settings.family in ("generative", "vmf"):  # vmf: its mixture follows the fold's EM (cv_tasks)
         return None
-    return (settings.linear_c, settings.linear_weights, settings.parameter_dtype)
+    return (settings.linear_c, settings.linear_weights, settings.parameter_dtype, settings.embedding_weight)
 
 
 def _fold_regressions(packed, runner, taxonomy, vocab_size, grid, n_folds, n_nodes) -> Dict[tuple, object]:

@@ -40,6 +40,10 @@ PREDICTION_SCHEMA = T.StructType(
         T.StructField("leaf", T.StringType(), False),
         T.StructField("probability", T.DoubleType(), False),
         T.StructField("labels", T.ArrayType(T.StringType(), True), True),
+        # How much better the predicted path explains the document's tokens than the training corpus does:
+        # nats per token (pcem_spark.core.in_taxonomy); null for a model without the score (saved before it,
+        # or a baseline whose components are not paths).
+        T.StructField("in_taxonomy", T.DoubleType(), True),
     ]
 )
 
@@ -108,13 +112,15 @@ def prediction_schema(
     multi_path: float = 0.0,
     typicality: bool = False,
     fingerprint: bool = False,
+    verdict: bool = False,
 ) -> T.StructType:
     """The predictions table's schema: :data:`PREDICTION_SCHEMA` (the default), ``leaf`` nullable and a
     ``path_probability`` column with ``min_probability`` > 0, a ``top_paths`` column with ``top_k`` > 0, a
     ``node_probabilities`` column with ``node_probabilities``, a ``paths`` column with ``multi_path`` > 0,
-    a ``typicality`` column with ``typicality``, a ``bag_fingerprint`` column with ``fingerprint``."""
+    a ``typicality`` column with ``typicality``, a ``bag_fingerprint`` column with ``fingerprint``; ``leaf`` is
+    nullable too with ``verdict`` (a minimum ``in_taxonomy``: a document below it has an empty path)."""
     fields = [
-        T.StructField(f.name, f.dataType, f.nullable or (f.name == "leaf" and min_probability > 0))
+        T.StructField(f.name, f.dataType, f.nullable or (f.name == "leaf" and (min_probability > 0 or verdict)))
         for f in PREDICTION_SCHEMA.fields
     ]
     if min_probability > 0:
@@ -141,6 +147,8 @@ class OutputOptions(NamedTuple):
     multi_path: float = 0.0  # > 0: paths, every path at least this probable (the predicted one first)
     typicality: bool = False  # typicality: -KL of the document's words from its path's (core.density)
     fingerprint: bool = False  # fingerprint: a hash of the document's bag of known words (core.fingerprints)
+    # a document whose in_taxonomy is below it is out of the taxonomy: empty path, null leaf (-inf: no verdict)
+    min_in_taxonomy: float = float("-inf")
 
     def schema(self) -> T.StructType:
         return prediction_schema(
@@ -150,6 +158,7 @@ class OutputOptions(NamedTuple):
             self.multi_path,
             self.typicality,
             self.fingerprint,
+            self.min_in_taxonomy > float("-inf"),
         )
 
 
@@ -207,14 +216,15 @@ def abstention_counts(pred: DataFrame, taxonomy: Taxonomy, path_col: str = "path
 
 
 def prediction_source(
-    df: DataFrame, id_col: str = "id", text_col: str = "text", labels_col: str = "labels", keep=()
+    df: DataFrame, id_col: str = "id", text_col: str = "text", labels_col: str = "labels", keep=(), extra=()
 ) -> DataFrame:
     """``id`` (string), ``text`` and ``labels`` (null when ``df`` has no labels column) of a table to predict,
-    then the ``keep`` columns."""
+    then the ``keep`` columns and the ``extra`` ones (Columns: a model's document vectors)."""
     labels = F.col(labels_col) if labels_col in df.columns else F.lit(None).cast("array<string>")
     return df.select(
         F.col(id_col).cast("string").alias("id"),
         F.col(text_col).alias("text"),
         labels.alias("labels"),
         *[F.col(c) for c in keep],
+        *extra,
     )

@@ -49,7 +49,7 @@ NAMES = ("auto", "on", "off")
 # The model family (ModelSettings.family): the generative path model alone (PCNB / PCEM), pooled with a
 # discriminative one (a softmax regression over paths on sublinear tf-idf, pcem_spark.core.logistic), or
 # the discriminative one alone.
-FAMILIES = ("generative", "combined", "discriminative")
+FAMILIES = ("generative", "combined", "discriminative", "vmf")
 # The softmax regression's weights: "dense" (every path x term), "observed" (the (path, term) pairs seen in a
 # labelled document, pcem_spark.core.logistic.observed_support), "auto" = dense while it fits
 # (pcem_spark.model.linear_family.LINEAR_MAX_CELLS), observed for wider taxonomies.
@@ -57,6 +57,9 @@ LINEAR_WEIGHTS = ("auto", "dense", "observed")
 # beta of a combined model when "auto" cannot be cross-validated (too few labelled documents): the generative
 # posterior keeps a large share where the regression has little to learn from.
 GENERATIVE_WEIGHT_FALLBACK = 0.3
+# The scale of the document vectors when it is "auto" and not cross-validated (too few labelled documents):
+# a unit-length vector then weighs as much as the unit-length tf-idf row beside it.
+EMBEDDING_WEIGHT_FALLBACK = 1.0
 
 
 @dataclass
@@ -104,7 +107,9 @@ class ModelSettings:
     names_kept_tokens: float = 10.0
     # The model family (FAMILIES): "combined" scores a path by generative_weight * log P_gen(path | doc)
     # plus a softmax regression's path score, fitted on the labelled documents (core.logistic);
-    # "auto" = cross-validated over tune.families ([tune]).
+    # "vmf" adds a von Mises-Fisher mixture of the document vectors to the words' generative model
+    # (model.vmf_family); "auto" = cross-validated over tune.families ([tune]), and over "vmf" too when the
+    # documents have vectors.
     family: str = "auto"
     # The softmax regression's inverse L2 strength, scikit-learn's C: the penalty is 1 / (C * labelled docs).
     linear_c: float = 10.0
@@ -113,6 +118,10 @@ class ModelSettings:
     generative_weight: object = AUTO
     # Which of the regression's weights are free (LINEAR_WEIGHTS).
     linear_weights: str = "auto"
+    # The scale of the document vectors (features.embedding) beside the regression's unit-length tf-idf rows
+    # (core.logistic.regression_features); 0 = the words alone; "auto" = cross-validated over
+    # tune.embedding_weights when the documents have vectors (EMBEDDING_WEIGHT_FALLBACK without folds).
+    embedding_weight: object = AUTO
 
     # What each setting accepts (pcem_spark.util.constraints), checked in this order by validate().
     CONSTRAINTS: ClassVar[Dict[str, Any]] = {
@@ -137,6 +146,7 @@ class ModelSettings:
         "linear_c": Interval(float, 0, None, closed="neither"),
         "generative_weight": [Interval(float, 0, None), AUTO],
         "linear_weights": Options(LINEAR_WEIGHTS),
+        "embedding_weight": [Interval(float, 0, None), AUTO],
     }
 
     def validate(self) -> None:
@@ -172,6 +182,12 @@ class ModelSettings:
             out.append("generative_weight")
         return out
 
+    def tunes_embedding_weight(self) -> bool:
+        """Whether the cross-validation chooses ``embedding_weight`` -- when the documents have vectors
+        (:func:`pcem_spark.ml.tuning.resolve_auto` adds it then; without vectors it is no setting to tune)."""
+        regression = self.family in (AUTO, "combined", "discriminative") and self.method in ONE_COMPONENT_PER_PATH
+        return self.embedding_weight == AUTO and regression
+
     def resolved(self, **values) -> "ModelSettings":
         """A copy with ``values`` set and every remaining cross-validated "auto" at the paper's value (1)."""
         out = replace(self, **values)
@@ -182,6 +198,8 @@ class ModelSettings:
             out.family = "generative"
         if out.generative_weight == AUTO:
             out.generative_weight = GENERATIVE_WEIGHT_FALLBACK
+        if out.embedding_weight == AUTO:
+            out.embedding_weight = EMBEDDING_WEIGHT_FALLBACK
         return out
 
 

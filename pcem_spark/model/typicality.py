@@ -15,13 +15,18 @@ __all__ = ["typicality_of_blocks"]
 
 # A Python worker unpickles a broadcast once and keeps it for the tasks it runs, while a task's closure is
 # unpickled per task: the lookup table is kept here, beside the one broadcast value it was built from.
-_LOOKUP: list = [None, None]  # [log_ratio, its RatioLookup]
+# Two entries: suggest-labels ships the typicality's and the in_taxonomy score's parameters apart, and each
+# block reads both.
+_LOOKUP: list = []  # [(log_ratio, its RatioLookup)], the most recent last
 
 
 def _lookup_of(log_ratio):
-    if _LOOKUP[0] is not log_ratio:
-        _LOOKUP[:] = [log_ratio, ratio_lookup(log_ratio)]
-    return _LOOKUP[1]
+    for kept, lookup in _LOOKUP:
+        if kept is log_ratio:
+            return lookup
+    _LOOKUP.append((log_ratio, ratio_lookup(log_ratio)))
+    del _LOOKUP[:-2]
+    return _LOOKUP[-1][1]
 
 
 def typicality_of_blocks(spark, model):

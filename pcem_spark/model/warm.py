@@ -36,15 +36,23 @@ from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.errors import InputError
 from pcem_spark.model.path_model import PathModel
 from pcem_spark.model.settings import AUTO, ModelSettings
+from pcem_spark.model.vectors import vector_column
 
 __all__ = ["INHERITED_SETTINGS", "CROSS_VALIDATED_SETTINGS", "WarmStartError", "WarmStart", "as_warm_start"]
 
 log = logging.getLogger(__name__)
 
 # Settings a warm start takes from the previous model when they are "auto".
-INHERITED_SETTINGS = ("smoothing", "unlabeled_weight", "path_weight", "family", "generative_weight")
+INHERITED_SETTINGS = (
+    "smoothing",
+    "unlabeled_weight",
+    "path_weight",
+    "family",
+    "generative_weight",
+    "embedding_weight",
+)
 # Of those, the ones `pcem train --tune` chooses again by cross-validation.
-CROSS_VALIDATED_SETTINGS = ("unlabeled_weight", "path_weight", "family", "generative_weight")
+CROSS_VALIDATED_SETTINGS = ("unlabeled_weight", "path_weight", "family", "generative_weight", "embedding_weight")
 
 
 class WarmStartError(InputError):
@@ -151,6 +159,10 @@ class WarmStart:
         # beta weighs the combined family's generative posterior: kept only from a combined fit for a combined one
         if prev.family != "combined" or taken.get("family", model_settings.family) not in ("combined", AUTO):
             taken.pop("generative_weight", None)
+        # the vectors' scale means something only to a model that read vectors (a words-only model records the
+        # fallback, which would otherwise fix the scale of a first fit with vectors)
+        if vector_column(self.model) is None or prev.family not in ("combined", "discriminative"):
+            taken.pop("embedding_weight", None)  # (a vmf model has vectors and no regression to scale them in)
         if taken:
             log.info(
                 'warm start: %s from the init model %s (settings left at "auto" are not chosen again)',

@@ -132,8 +132,13 @@ def inspect_model(model, top_n: int = 10, model_path: Optional[str] = None, rank
     parent_idx = padded_parents(tax)
     top = sibling_log_odds(counts, parent_idx, smoothing, top_n, show, rank)
     linear = getattr(model, "linear", None)
+    if linear is not None and ms.family == "vmf":
+        linear = None  # the vectors' mixture has no weight per term (its summary's "vmf" says what it is)
     weighted = (
-        sibling_weight_contrasts(linear.weights_t, tax.path_node_matrix(sparse=True), parent_idx, top_n, show)
+        # the terms' rows only: a model with document vectors has D more, which name no term
+        sibling_weight_contrasts(
+            linear.weights_t[: len(model.vocabulary)], tax.path_node_matrix(sparse=True), parent_idx, top_n, show
+        )
         if linear is not None
         else None
     )
@@ -218,6 +223,11 @@ def inspect_model(model, top_n: int = 10, model_path: Optional[str] = None, rank
     else:
         reason = calibration.get("reason") if isinstance(calibration, dict) else "saved before calibration"
         keep_summary["calibration"] = {"temperature": None, "reason": reason}
+    # The in_taxonomy score: its scale, the corpus's unknown-token rates, the labelled documents' quantiles.
+    if isinstance(summary.get("in_taxonomy"), dict):
+        keep_summary["in_taxonomy"] = summary["in_taxonomy"]
+    elif spec.structure is None:
+        keep_summary["in_taxonomy"] = {"suggested_threshold": None, "reason": "saved before the in_taxonomy score"}
     if isinstance(summary.get("input"), dict):
         keep_summary["input"] = {
             k: v

@@ -7,7 +7,7 @@ import html
 import logging
 import re
 import unicodedata
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -20,6 +20,7 @@ __all__ = [
     "render_confusion_markdown",
     "render_html",
     "render_png",
+    "in_taxonomy_lines",
 ]
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,24 @@ log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------- renderers
 NONE_LABEL = "(none)"  # a predicted path that stops above the level (or no prediction)
+
+
+def in_taxonomy_lines(record) -> List[str]:
+    """The report's lines on the in_taxonomy score: its labelled documents' distribution and threshold."""
+    if not record:
+        return []
+    if "labelled_quantiles" not in record:
+        why = record.get("reason") or "no labelled document to set a threshold on"
+        return [f"- in_taxonomy: no suggested threshold ({why})"]
+    q = record["labelled_quantiles"]
+    spread = ", ".join(f"{float(k):.0%} {v:.3f}" for k, v in q.items())
+    n, kept = record.get("labelled_documents", "?"), record.get("kept_in_scope", 0.95)
+    return [
+        f"- in_taxonomy (nats per token) of the {n} labelled documents: {spread}; "
+        f"suggested --min-in-taxonomy {record['suggested_threshold']:.3f} (keeps {kept:.0%} of them); "
+        f"unknown tokens {100 * record.get('unknown_rate', 0):.1f}% of the corpus's, "
+        f"{100 * record.get('labelled_unknown_rate', 0):.1f}% of the labelled documents'"
+    ]
 
 
 def _fmt(x, digits: int = 1) -> str:
@@ -132,6 +151,7 @@ def render_model_markdown(report: Dict[str, object]) -> str:
             lines.append(f"- probabilities calibrated: temperature {cal['temperature']:.3g}{then}{ece}{spread}")
         elif cal:
             lines.append(f"- probabilities uncalibrated (over-confident): {cal.get('reason')}")
+        lines += in_taxonomy_lines(ts.get("in_taxonomy"))
     split = mass["source"] == "training_summary"
     docs_known, exp_docs_known = mass["labeled_documents_known"], mass.get("expected_documents_known", False)
     lines += ["", "Columns:", ""]

@@ -267,6 +267,7 @@ def suggest_labels(
         "text",
         F.lit(None).cast("array<string>").alias("labels"),
         F.substring("text", 1, _EXCERPT_HEAD_CHARS).alias("_excerpt"),
+        *(["embedding"] if "embedding" in unlabelled.columns else []),  # a model fitted with vectors reads them
     )
     kept = ["_excerpt"]
     if criterion == "committee":
