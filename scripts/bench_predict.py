@@ -47,6 +47,13 @@ Beside it, measured in the same run and process:
   prediction per core when reading, tokenising and writing cost nothing --
   with its own agreement and accuracy.
 
+``--in-taxonomy-cost N`` also times what the ``in_taxonomy`` column costs:
+``pcem predict`` (exact decoder) with the model saved without its corpus
+counts (no score, no unknown-token counting: a model saved before the
+score) and with them, N pairs run alternately (before-after, after-before,
+...) on the ``--crawl-copies`` input when given, so the machine's drift falls
+on both; the table gives the median docs/s of each and the change per pair.
+
 ``--core-only`` measures only the latter (no Spark): quick, and light on a
 shared machine. Output: ``OUT/bench_predict.md`` (a Markdown table) and
 ``OUT/bench_predict.json``. Examples::
@@ -229,6 +236,31 @@ def _agreement(spark, out: str, exact_out: str):
     return r["agree"], r["accuracy"]
 
 
+def in_taxonomy_cost(spark, model_dir: str, before_dir: str, docs: str, n_docs: int, out: str, args) -> dict:
+    """The in_taxonomy score's cost: ``pcem predict`` (exact) with the model without corpus counts (before: no
+    score, no unknown-token counting) and with them (after), ``args.in_taxonomy_cost`` pairs run alternately
+    (before-after, after-before, ...) so that the machine's drift falls on both alike, after one untimed run of
+    each (a model's first command reads it cold). The change is the median of the pairs' changes."""
+    times = {"before": [], "after": []}
+    dirs = {"before": before_dir, "after": model_dir}
+    for which in ("before", "after"):
+        _pcem_predict(spark, dirs[which], docs, f"{out}_{which}", 0, args, repeats=1)
+    for r in range(args.in_taxonomy_cost):
+        for which in ("before", "after") if r % 2 == 0 else ("after", "before"):
+            times[which] += _pcem_predict(spark, dirs[which], docs, f"{out}_{which}", 0, args, repeats=1)
+    before, after = statistics.median(times["before"]), statistics.median(times["after"])
+    pairs = [b / a for b, a in zip(times["before"], times["after"])]  # throughput after / before, per pair
+    return {
+        "docs": n_docs,
+        "seconds_before": times["before"],
+        "seconds_after": times["after"],
+        "docs_per_s_before": n_docs / before,
+        "docs_per_s_after": n_docs / after,
+        "throughput_change": statistics.median(pairs) - 1.0,
+        "pair_changes": [p - 1.0 for p in pairs],
+    }
+
+
 def run_shape(spark, shape, args) -> list:
     """Every decoder on one taxonomy; ``spark`` None: the in-process decoders only (``--core-only``)."""
     from pcem_spark.engine.features import FeatureSettings
@@ -265,6 +297,14 @@ def run_shape(spark, shape, args) -> list:
         crawl = os.path.join(base, "crawl")
         if args.crawl_copies:
             _write_copies(spark, docs, crawl, args.crawl_copies)
+        if args.in_taxonomy_cost and not args.no_in_taxonomy:
+            before_dir = os.path.join(base, "model_before")
+            plain = PathModel(taxonomy, vocabulary, None, params, FeatureSettings(stop_words="none"), settings)
+            plain.save(before_dir, overwrite=True)
+            source, n_docs = (crawl, args.docs * args.crawl_copies) if args.crawl_copies else (docs, args.docs)
+            cost = in_taxonomy_cost(spark, model_dir, before_dir, source, n_docs, os.path.join(base, "cost"), args)
+            args.cost_rows.append(dict(cost, leaves=M))
+            print(json.dumps(args.cost_rows[-1]), flush=True)
     setup = time.perf_counter() - t0
     rows = []
     exact_best = None
@@ -417,6 +457,13 @@ def main(argv=None) -> int:
         help="add this many tokens the vocabulary does not hold to each predicted document (0: none)",
     )
     ap.add_argument(
+        "--in-taxonomy-cost",
+        type=int,
+        default=0,
+        help="also time this many alternated pairs of pcem predict without and with the in_taxonomy score "
+        "(on the --crawl-copies input when given)",
+    )
+    ap.add_argument(
         "--no-in-taxonomy",
         action="store_true",
         help="a model without corpus counts (as saved before the in_taxonomy score): its in_taxonomy is null",
@@ -424,6 +471,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     args.beams = [int(b) for b in args.beams.split(",") if b.strip()]
     args.tokenizers = [t.strip() for t in args.tokenizers.split(",") if t.strip()]
+    args.cost_rows = []
     os.makedirs(args.out, exist_ok=True)
 
     spark = None
@@ -462,6 +510,18 @@ def main(argv=None) -> int:
             indent=2,
         )
     table = markdown(rows, reference)
+    if args.cost_rows:
+        table += (
+            "\n\nThe in_taxonomy score's cost (pcem predict, exact decoder, alternated pairs: median docs/s of each, "
+            "median of the pairs' changes)\n\n"
+            "| leaves | docs | without | with | change | per pair |\n|---|---|---|---|---|---|\n"
+        )
+        for c in args.cost_rows:
+            pairs = " ".join(f"{100 * p:+.1f}%" for p in c["pair_changes"])
+            table += (
+                f"| {c['leaves']:,} | {c['docs']:,} | {c['docs_per_s_before']:,.0f} | {c['docs_per_s_after']:,.0f} "
+                f"| {100 * c['throughput_change']:+.1f}% | {pairs} |\n"
+            )
     with open(os.path.join(args.out, "bench_predict.md"), "w") as fh:
         fh.write(table)
     print(table)

@@ -2,6 +2,7 @@
 words (counted as the tokenizer keeps them; monotone), foreign and empty pages, the verdict's schema, the
 training summary's threshold, save/load and warm starts, old models, and evaluate's out-of-scope recall."""
 
+import copy
 import json
 import math
 
@@ -11,10 +12,13 @@ import pytest
 import scipy.sparse as sp
 from chispa import assert_df_equality
 
+from pcem_spark.core.decoding import predict_path_details, predict_paths
+from pcem_spark.core.estep import scoring_tables
 from pcem_spark.core.in_taxonomy import CorpusCounts, FitWeights, background_of, held_out_scores, in_taxonomy_scores
 from pcem_spark.core.parameters import PathParameters
+from pcem_spark.core.structure import Structure
 from pcem_spark.engine.features import FeatureSettings
-from pcem_spark.engine.python_tokens import TextFeaturizer
+from pcem_spark.engine.python_tokens import TextFeaturizer, reachable_vocabulary
 from pcem_spark.errors import InputError
 from pcem_spark.evaluation.metrics import OUT_OF_TAXONOMY_LABEL as OUT
 from pcem_spark.ml.estimator import PathEM
@@ -168,6 +172,42 @@ def test_the_featurizer_counts_unknown_tokens_as_the_words_the_vocabulary_could_
     assert (featurizer.matrix(texts) != X).nnz == 0
 
 
+def test_arrow_word_tests_agree_with_the_tokenizer_rule_on_every_kind_of_token():
+    settings = FeatureSettings(stop_words="english", min_df=1.0, max_df=1.0, min_token_length=3)
+    featurizer = TextFeaturizer(["rocket"], settings, ["the", "Of", "über"])
+    tokens = ["rocket", "THE", "of", "ab", "abc", "a1b", "123", "___", "_x_", "x" * 40, "", "über", "Über", "日本",
+              "naïve", "ab_", "1ab", "zz9"]  # fmt: skip
+    want = [t is not None for t in reachable_vocabulary(tokens, settings, ["the", "Of", "über"])]
+    assert featurizer._word_mask(pa.array(tokens, pa.string())).tolist() == want
+    assert sum(want) > 4 and not all(want)
+
+
+def test_prediction_reads_the_path_log_likelihood_off_its_scores():
+    rng = np.random.default_rng(3)
+    R, V = 5, 30
+    log_theta = np.log(rng.dirichlet(np.ones(V) * 0.3, size=R))
+    params = PathParameters.from_log_theta(np.log(rng.dirichlet(np.ones(R))), log_theta)
+    counts = rng.poisson(0.8, size=(9, V)).astype(float)
+    counts[3] = 0  # a document with no known word
+    counts[5] *= 20  # and a long one, which doc_length scales down
+    X = sp.csr_matrix(counts)
+    paths = np.array([[0, 1], [0, 2], [3, 4], [3, 5], [3, 6]])
+    for dtype, doc_length, temperature in (("float64", 0.0, 1.0), ("float64", 10.0, 2.0), ("float32", 10.0, 1.0)):
+        tables = scoring_tables(params, dtype)._replace(temperature=temperature)
+        out = predict_paths(X, None, None, None, doc_length, tables=tables, path_log_likelihood=True)
+        best, prob = predict_paths(X, None, None, None, doc_length, tables=tables)
+        np.testing.assert_array_equal(out.best, best)
+        np.testing.assert_array_equal(out.probability, prob)
+        want = (X.toarray() @ log_theta.T)[np.arange(9), best]  # the raw counts, whatever the scaling
+        tol = 1e-9 if dtype == "float64" else 1e-4
+        np.testing.assert_allclose(out.path_log_likelihood, want, rtol=tol, atol=tol)
+        details = predict_path_details(X, None, doc_length, tables, paths, 0.5, 2, path_log_likelihood=True)
+        np.testing.assert_allclose(details.path_log_likelihood, want, rtol=tol, atol=tol)
+    with pytest.raises(ValueError, match="Eq. 5"):  # a baseline's components are not paths
+        structure = Structure(np.zeros(R, dtype=np.int64), np.arange(R), "posterior")
+        predict_paths(X, None, None, structure, 0.0, tables=tables, path_log_likelihood=True)
+
+
 @pytest.fixture(scope="module")
 def fitted(spark):
     docs = spark.createDataFrame(corpus(), SCHEMA)
@@ -207,6 +247,19 @@ def test_a_trained_model_scores_every_prediction_as_the_dense_reference(spark, f
     smoothing = model.training_summary["smoothing"]
     want = dense_reference(X, [0, 2], model.log_theta, best, counts, smoothing)
     np.testing.assert_allclose([r["in_taxonomy"] for r in pred], want, rtol=1e-9)
+    # every decoder gives the dense reference: the exact one reads the score off its generative path scores
+    # (with a linear head, as this model has, and without; plain, and with abstaining and top-k), the beam
+    # looks each word up in its path's distribution
+    abstaining = model.transform(test, min_probability=0.5, top_k=2).orderBy("id").collect()
+    np.testing.assert_allclose([r["in_taxonomy"] for r in abstaining], want, rtol=1e-9)
+    assert model.linear is not None
+    generative = copy.copy(model)
+    generative.linear = None
+    for beam in (0, 1):
+        again = generative.transform(test, beam=beam).orderBy("id").collect()
+        best = [model.taxonomy.paths.index(tuple(r["path"])) for r in again]
+        want = dense_reference(X, [0, 2], model.log_theta, best, counts, smoothing)
+        np.testing.assert_allclose([r["in_taxonomy"] for r in again], want, rtol=1e-9)
     # the suggested threshold: the 5th percentile of the labelled documents' held-out scores (each under its
     # path without its own counts), which sit below their in-sample scores
     summary = model.training_summary["in_taxonomy"]

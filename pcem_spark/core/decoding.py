@@ -21,7 +21,7 @@ from pcem_spark.core.structure import Structure, group_log_softmax, posterior
 PREDICT_BLOCK_CELLS = 1 << 21
 
 
-def block_scores(X, tables: ScoringTables, row_chunk: Optional[int] = None):
+def block_scores(X, tables: ScoringTables, row_chunk: Optional[int] = None, generative: bool = False):
     """Joint log-likelihoods (n, R) of ``X`` under ``tables``, in row chunks: yields ``(start, jll)``.
 
     The same numbers as :func:`~pcem_spark.core.estep.tables_joint_log_likelihood`
@@ -40,11 +40,15 @@ def block_scores(X, tables: ScoringTables, row_chunk: Optional[int] = None):
     X : csr_matrix (n, V), float64 (length-normalised already if wanted)
     tables : ScoringTables (:func:`~pcem_spark.core.estep.scoring_tables`)
     row_chunk : int or None
+    generative : bool
+        Also yield the generative joint log-likelihoods (the pooled scores' input; ``jll`` itself
+        without ``tables.linear``).
 
     Yields
     ------
     start : int, the first row of the chunk
     jll : ndarray (rows, R), float64
+    generative_jll : ndarray (rows, R), with ``generative`` only
     """
     X = sp.csr_matrix(X)
     n = X.shape[0]
@@ -69,26 +73,32 @@ def block_scores(X, tables: ScoringTables, row_chunk: Optional[int] = None):
             jll += dense_x[start:stop] @ tables.dense_t
         if sparse_x is not None:
             jll += (sparse_x[start:stop] @ tables.sparse_t).toarray()
+        generative_jll = jll
         if tables.linear is not None:
             vectors = tables.linear.vectors  # a block's document vectors, bound per block (with_vectors)
             E = None if vectors is None else vectors[start:stop]
             jll = pooled_scores(jll, X[start:stop], tables.linear, E)
-        yield start, jll
+        yield (start, jll, generative_jll) if generative else (start, jll)
     if n == 0:
-        yield 0, np.zeros((0, R)) + tables.log_prior[None, :]
+        empty = np.zeros((0, R)) + tables.log_prior[None, :]
+        yield (0, empty, empty) if generative else (0, empty)
 
 
-def _best_and_probability(jll: np.ndarray, temperature: float = 1.0) -> Tuple[np.ndarray, np.ndarray]:
+def _best_and_probability(
+    jll: np.ndarray, temperature: float = 1.0, top_out: Optional[np.ndarray] = None
+) -> Tuple[np.ndarray, np.ndarray]:
     """Argmax of each row and its probability ``1 / sum_j exp((jll_j - max) / T)``; overwrites ``jll``.
 
     The argmax is taken before the temperature is applied: calibration never
-    changes the path.
+    changes the path. ``top_out`` (n,): receives each row's maximum ``jll``.
     """
     n = jll.shape[0]
     best = np.argmax(jll, axis=1) if jll.shape[1] else np.zeros(n, dtype=np.int64)
     if n == 0 or jll.shape[1] == 0:
         return best, np.ones(n)
     top = jll[np.arange(n), best]
+    if top_out is not None:
+        top_out[:] = top
     jll -= top[:, None]
     if temperature != 1.0:
         jll *= 1.0 / temperature
@@ -110,6 +120,7 @@ __all__ = [
     "top_k_paths",
     "PathPredictions",
     "predict_path_details",
+    "best_path_log_likelihood",
 ]
 
 
@@ -121,7 +132,8 @@ def predict_paths(
     doc_length: float = 0.0,
     tables: Optional[ScoringTables] = None,
     temperature: Optional[float] = None,
-) -> Tuple[np.ndarray, np.ndarray]:
+    path_log_likelihood: bool = False,
+):
     """Argmax path of Eq. 5 and its posterior probability (or a baseline's decoding rule).
 
     The parameters are dense (``log_prior``, ``log_theta``) or ``tables``
@@ -147,6 +159,13 @@ def predict_paths(
         that of ``softmax(jll / temperature)``; the path is the same. Eq. 5
         only (``structure`` None); the baselines' rules ignore it. None: the
         tables' own (``tables.temperature``), 1 without tables.
+    path_log_likelihood : bool
+        Also return each document's log-likelihood under its path, taken
+        from the generative scores the decoder computed
+        (:func:`best_path_log_likelihood`): then a :class:`PathPredictions`
+        with ``path_log_likelihood``. One component per path only
+        (``structure`` None); with ``tables.linear`` the path is the pooled
+        scores' and its likelihood the generative model's.
 
     Returns
     -------
@@ -168,19 +187,73 @@ def predict_paths(
     >>> print(best, prob.round(3))
     [0 1] [0.983 0.888]
     """
+    raw = X
     X = length_normalize(X, doc_length) if doc_length > 0 else sp.csr_matrix(X)
     if temperature is None:
         temperature = 1.0 if tables is None else tables.temperature
+    top = None
+    if path_log_likelihood:
+        _check_generative(structure)
+        top = np.zeros(X.shape[0])
     if tables is None:
-        return decode(joint_log_likelihood(X, log_prior, log_theta), structure, temperature=temperature)
+        jll = joint_log_likelihood(X, log_prior, log_theta)
+        if top is None:
+            return decode(jll, structure, temperature=temperature)
+        best, prob = _best_and_probability(jll, temperature, top)
+        return PathPredictions(
+            best, prob, path_log_likelihood=best_path_log_likelihood(raw, top, log_prior, best, doc_length)
+        )
     best = np.zeros(X.shape[0], dtype=np.int64)
     prob = np.zeros(X.shape[0])
-    for start, jll in block_scores(X, tables):
+    for start, jll, generative_jll in block_scores(X, tables, generative=True):
         stop = start + jll.shape[0]
+        if top is not None and generative_jll is jll:  # Eq. 5: the argmax's own score
+            best[start:stop], prob[start:stop] = _best_and_probability(jll, temperature, top[start:stop])
+            continue
         best[start:stop], prob[start:stop] = decode(jll, structure, overwrite=True, temperature=temperature)
+        if top is not None:  # a linear head's pooled scores: the generative score of the path they chose
+            top[start:stop] = generative_jll[np.arange(stop - start), best[start:stop]]
     if structure is None:
         prob = map_paths(prob, tables.probability_map, best)
-    return best, prob
+    if top is None:
+        return best, prob
+    ll = best_path_log_likelihood(raw, top, tables.log_prior, best, doc_length)
+    return PathPredictions(best, prob, path_log_likelihood=ll)
+
+
+def _check_generative(structure: Optional[Structure]) -> None:
+    """A path's log-likelihood is read off the scores only when there is one component per path."""
+    if structure is not None:
+        raise ValueError("path_log_likelihood needs one generative component per path (Eq. 5), not a structure")
+
+
+def best_path_log_likelihood(
+    X, best_jll: np.ndarray, log_prior: np.ndarray, best: np.ndarray, doc_length: float = 0.0
+) -> np.ndarray:
+    """``log P(x_i | p_best_i) = sum_w x_iw log theta_{best_i w}`` of the raw counts, from the argmax's score.
+
+    Eq. 5's score of the best path is ``log P(p_b) + s_i log P(x_i | p_b)`` with ``s_i`` the
+    length normalisation's scale of row ``i`` (``min(1, doc_length / |x_i|)``; 1 without it), so the
+    likelihood is read off it, with no second pass over the parameters.
+
+    Parameters
+    ----------
+    X : sparse matrix (n, V), the raw term counts
+    best_jll : ndarray (n,), each row's maximum joint log-likelihood (before any temperature)
+    log_prior : ndarray (R,)
+    best : int ndarray (n,)
+    doc_length : float >= 0, as the scores were computed
+
+    Returns
+    -------
+    ndarray (n,), float64
+    """
+    ll = np.asarray(best_jll, dtype=np.float64) - np.asarray(log_prior, dtype=np.float64)[best]
+    if doc_length > 0:
+        lengths = np.asarray(X.sum(axis=1), dtype=np.float64).ravel()
+        long_rows = lengths > doc_length
+        ll[long_rows] *= lengths[long_rows] / doc_length
+    return ll
 
 
 def decode(
@@ -435,6 +508,8 @@ class PathPredictions(NamedTuple):
     member_probability : (n, min(k, M)) or None
         The probability that each top path is one of the document's paths
         (:func:`pcem_spark.core.multi_path.with_membership`).
+    path_log_likelihood : (n,) or None
+        ``log P(x | best)`` of the raw counts (:func:`best_path_log_likelihood`).
     """
 
     best: np.ndarray
@@ -446,6 +521,7 @@ class PathPredictions(NamedTuple):
     node_probability: Optional[np.ndarray] = None
     top_posterior: Optional[np.ndarray] = None
     member_probability: Optional[np.ndarray] = None
+    path_log_likelihood: Optional[np.ndarray] = None
 
 
 def path_membership(path_nodes: np.ndarray) -> sp.csr_matrix:
@@ -488,6 +564,7 @@ def predict_path_details(
     min_probability: float = 0.0,
     top_k: int = 0,
     node_probabilities: bool = False,
+    path_log_likelihood: bool = False,
 ) -> PathPredictions:
     """:func:`predict_paths` plus the abstained prefix, the top-k paths and the node marginals of every row.
 
@@ -501,21 +578,39 @@ def predict_path_details(
     min_probability : float in [0, 1]; 0 = no abstaining (``kept`` None)
     top_k : int >= 0; 0 = no top-k (``top_index`` None)
     node_probabilities : bool; the marginal of each node of the decoded path (``node_probability``)
+    path_log_likelihood : bool; ``log P(x | best)`` too, as :func:`predict_paths`
     """
+    raw = X
     X = length_normalize(X, doc_length) if doc_length > 0 else sp.csr_matrix(X)
     options = (min_probability, top_k, tables.temperature, node_probabilities, tables.probability_map)
     path_node = path_membership(path_nodes)
-    parts = [_chunk_details(jll, structure, path_node, path_nodes, options) for _, jll in block_scores(X, tables)]
+    top = None
+    if path_log_likelihood:
+        _check_generative(structure)
+        top = np.zeros(X.shape[0])
+    parts = [
+        _chunk_details(
+            jll, structure, path_node, path_nodes, options, None if top is None else (g, top[s : s + len(jll)])
+        )
+        for s, jll, g in block_scores(X, tables, generative=True)
+    ]
     fields = len(PathPredictions._fields)
-    return PathPredictions(
+    out = PathPredictions(
         *(None if parts[0][f] is None else np.concatenate([p[f] for p in parts]) for f in range(fields))
     )
+    if top is None:
+        return out
+    return out._replace(path_log_likelihood=best_path_log_likelihood(raw, top, tables.log_prior, out.best, doc_length))
 
 
-def _chunk_details(jll, structure, path_node, path_nodes, options) -> PathPredictions:
-    """:func:`predict_path_details` of one chunk of rows' joint log-likelihoods."""
+def _chunk_details(jll, structure, path_node, path_nodes, options, top=None) -> PathPredictions:
+    """:func:`predict_path_details` of one chunk of rows' joint log-likelihoods; ``top``: None, or
+    ``(generative_jll, out)`` and ``out`` (n,) receives the generative score of each row's path."""
     min_probability, top_k, temperature, node_probabilities, mapping = options
     best, prob = decode(jll, structure, temperature=temperature)
+    if top is not None:
+        generative_jll, out = top
+        out[:] = generative_jll[np.arange(len(best)), best]
     if structure is None:
         prob = map_paths(prob, mapping, best)
     else:  # the baselines' rules are not calibrated

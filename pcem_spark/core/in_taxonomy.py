@@ -40,7 +40,16 @@ import scipy.sparse as sp
 
 from pcem_spark.core.density import RatioLookup, ratio_lookup
 
-__all__ = ["CorpusCounts", "Background", "FitWeights", "background_of", "in_taxonomy_scores", "held_out_scores"]
+__all__ = [
+    "CorpusCounts",
+    "Background",
+    "FitWeights",
+    "background_of",
+    "in_taxonomy_scores",
+    "in_taxonomy_of_likelihoods",
+    "path_log_likelihoods",
+    "held_out_scores",
+]
 
 
 class CorpusCounts(NamedTuple):
@@ -126,24 +135,53 @@ def in_taxonomy_scores(
     -------
     ndarray (n,), float64 nats per token; ``background.log_unknown_ratio`` for a row with no token.
     """
+    path_ll = path_log_likelihoods(X, log_base, log_ratio, best, lookup)
+    return in_taxonomy_of_likelihoods(X, unknown, path_ll, background)
+
+
+def path_log_likelihoods(
+    X, log_base: np.ndarray, log_ratio, best: np.ndarray, lookup: Optional[RatioLookup] = None
+) -> np.ndarray:
+    """``sum_w x_iw log theta_{best_i w}`` (n,) float64: each row's words looked up in its own path's row.
+
+    Prediction reads the same numbers off its scores instead
+    (:func:`pcem_spark.core.decoding.best_path_log_likelihood`); this lookup serves the decoders that
+    do not score every path (a beam).
+    """
     X = sp.csr_matrix(X, dtype=np.float64)
     best = np.asarray(best, dtype=np.int64)
     n = X.shape[0]
     if best.shape[0] != n:
         raise ValueError(f"X has {n} rows but best has {best.shape[0]}")
+    lookup = lookup if lookup is not None else ratio_lookup(log_ratio)
+    counts = np.diff(X.indptr)
+    # each of the row's words in its own path's row (absent: 0, the path's base rate)
+    ratio = lookup.at(np.repeat(best, counts), X.indices, X.shape[1])
+    path_ll = np.bincount(np.repeat(np.arange(n), counts), X.data * ratio, minlength=n).astype(np.float64)
+    lengths = np.asarray(X.sum(axis=1), dtype=np.float64).ravel()
+    return path_ll + lengths * np.asarray(log_base, dtype=np.float64)[best]
+
+
+def in_taxonomy_of_likelihoods(
+    X, unknown: Optional[np.ndarray], path_ll: np.ndarray, background: Background
+) -> np.ndarray:
+    """:func:`in_taxonomy_scores` from each row's log-likelihood under its path, ``path_ll`` (n,).
+
+    ``X``, ``unknown`` and ``background`` as :func:`in_taxonomy_scores`; ``path_ll`` from
+    :func:`path_log_likelihoods` or read off prediction's scores.
+    """
+    X = sp.csr_matrix(X, dtype=np.float64)
+    n = X.shape[0]
+    path_ll = np.asarray(path_ll, dtype=np.float64)
+    if path_ll.shape != (n,):
+        raise ValueError(f"path_ll has shape {path_ll.shape}, expected ({n},)")
     u = np.zeros(n) if unknown is None else np.asarray(unknown, dtype=np.float64)
     if u.shape != (n,):
         raise ValueError(f"unknown has shape {u.shape}, expected ({n},)")
     lengths = np.asarray(X.sum(axis=1)).ravel()
-    lookup = lookup if lookup is not None else ratio_lookup(log_ratio)
-    # sum_w x_iw log theta_{b_i w}: each of the row's words in its own path's row (absent: the path's base rate)
-    ratio = lookup.at(np.repeat(best, np.diff(X.indptr)), X.indices, X.shape[1])
-    rows = np.repeat(np.arange(n), np.diff(X.indptr))
-    path_ll = np.bincount(rows, X.data * ratio, minlength=n).astype(np.float64)  # (an empty block: int)
-    path_ll += lengths * np.asarray(log_base, dtype=np.float64)[best]
-    background_ll = X @ background.log_background
     total = lengths + u
-    ratio_sum = path_ll - background_ll + lengths * background.log_known_ratio + u * background.log_unknown_ratio
+    rates = lengths * background.log_known_ratio + u * background.log_unknown_ratio
+    ratio_sum = path_ll - X @ background.log_background + rates
     out = np.full(n, background.log_unknown_ratio)
     some = total > 0
     out[some] = ratio_sum[some] / total[some]
@@ -231,11 +269,4 @@ def held_out_scores(
         others[np.arange(others.shape[0]), paths[chunk]] = -np.inf
         if n_paths > 1:
             path_ll[chunk] = np.maximum(path_ll[chunk], others.max(axis=1))
-    u = np.zeros(n) if unknown is None else np.asarray(unknown, dtype=np.float64)
-    total = lengths + u
-    rates = lengths * background.log_known_ratio + u * background.log_unknown_ratio
-    ratio_sum = path_ll - X @ background.log_background + rates
-    out = np.full(n, background.log_unknown_ratio)
-    some = total > 0
-    out[some] = ratio_sum[some] / total[some]
-    return out
+    return in_taxonomy_of_likelihoods(X, unknown, path_ll, background)

@@ -156,7 +156,8 @@ def predicted_path_batches(
     ``typicality(X, best)`` (n,) adds a last ``typicality`` column, NaN as null
     (:func:`pcem_spark.core.density.path_typicality`); ``options.fingerprint`` then a ``bag_fingerprint``
     column (:func:`pcem_spark.core.fingerprints.bag_fingerprints`, null for a row with no known word).
-    ``in_taxonomy(X, unknown, best)`` (n,) adds an ``in_taxonomy`` column after ``probability``
+    ``in_taxonomy(X, unknown, best, path_ll)`` (n,) adds an ``in_taxonomy`` column after ``probability``
+    (``path_ll``: ``predict``'s ``path_log_likelihood`` when it gives one, else None)
     (:func:`pcem_spark.core.in_taxonomy.in_taxonomy_scores`; ``to_matrix`` then returns ``(X, unknown)``, the
     rows' unknown tokens, or None for none counted); with ``options.min_in_taxonomy`` a row below it is out of
     the taxonomy: empty ``path``, null ``leaf`` (its other columns are kept).
@@ -184,7 +185,8 @@ def predicted_path_batches(
             path_col, leaf_col = path_arr.take(take), leaf_arr.take(take)
         cols = [b.column(i) for i in range(n_keep)] + [path_col, leaf_col, pa.array(prob, pa.float64())]
         if in_taxonomy is not None:
-            score = in_taxonomy(X, unknown, best)
+            # the decoder's own reading of each row's path log-likelihood when it gives one (else looked up)
+            score = in_taxonomy(X, unknown, best, getattr(out, "path_log_likelihood", None))
             if options.min_in_taxonomy > -np.inf:
                 out_of = score < options.min_in_taxonomy
                 cols[n_keep], cols[n_keep + 1] = emptied_path(path_col, out_of), nulled(leaf_col, out_of)

@@ -329,6 +329,32 @@ class TextFeaturizer:
         """(n, V) CSR term counts of an Arrow string column (nulls are empty rows); indices sorted."""
         return self.matrix_and_unknown(texts, unknown=False)[0]
 
+    def _word_mask(self, tokens) -> np.ndarray:
+        """(n,) bool: which of the Arrow strings ``tokens`` the tokenizer keeps as words, as
+        :func:`reachable_vocabulary` decides. ASCII tokens are tested by Arrow's kernels (a token is then a
+        word when it holds a letter, is long enough and is not a stop word: every ASCII candidate is a run of
+        word characters); the others, rarer, one by one."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not hasattr(self, "_stop_set"):  # built once per worker: the stop words in lower case
+            self._stop_set = pa.array(sorted({w.lower() for w in self._stop_words}), pa.string())
+        ascii_rows = np.asarray(pc.string_is_ascii(tokens).to_numpy(zero_copy_only=False), dtype=bool)
+        kept = np.zeros(len(tokens), dtype=bool)
+        if ascii_rows.any():
+            words = tokens.filter(pa.array(ascii_rows))
+            ok = pc.and_(
+                pc.match_substring_regex(words, r"^\w*[A-Za-z]\w*$"),
+                pc.greater_equal(pc.binary_length(words), max(1, int(self._token_settings.min_token_length))),
+            )
+            ok = pc.and_(ok, pc.invert(pc.is_in(pc.utf8_lower(words), value_set=self._stop_set)))
+            kept[ascii_rows] = np.asarray(ok.to_numpy(zero_copy_only=False), dtype=bool)
+        if not ascii_rows.all():
+            rest = tokens.filter(pa.array(~ascii_rows)).to_pylist()
+            reachable = reachable_vocabulary(rest, self._token_settings, self._stop_words)
+            kept[~ascii_rows] = [t is not None for t in reachable]
+        return kept
+
     def matrix_and_unknown(self, texts, unknown: bool = True):
         """:meth:`matrix` and, with ``unknown``, each row's *unknown* tokens (n,) float64, else None.
 
@@ -362,8 +388,6 @@ class TextFeaturizer:
         absent = np.flatnonzero(column_of < 0)
         missing = np.zeros(len(column_of), dtype=bool)
         if absent.size:
-            candidates = encoded.dictionary.take(absent).to_pylist()
-            reachable = reachable_vocabulary(candidates, self._token_settings, self._stop_words)
-            missing[absent] = [t is not None for t in reachable]
+            missing[absent] = self._word_mask(encoded.dictionary.take(absent))
         per_token = missing[np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)]
         return X, np.bincount(rows[per_token], minlength=n).astype(np.float64)

@@ -24,7 +24,8 @@ from pcem_spark.core.in_taxonomy import (
     FitWeights,
     background_of,
     held_out_scores,
-    in_taxonomy_scores,
+    in_taxonomy_of_likelihoods,
+    path_log_likelihoods,
 )
 from pcem_spark.engine.arrow_io import arrow_blocks, csr_of
 from pcem_spark.engine.shipping import ship
@@ -136,21 +137,31 @@ def model_smoothing(model) -> float:
     return float(model.training_summary.get("smoothing", 1.0) or 1.0)
 
 
-def in_taxonomy_of_blocks(spark, model, min_in_taxonomy: float = float("-inf")):
-    """``in_taxonomy(X, unknown, best)`` of a block for ``model``, its tables broadcast; None without a background
-    (then a verdict, ``min_in_taxonomy`` > -inf, is refused: InputError)."""
+def in_taxonomy_of_blocks(spark, model, min_in_taxonomy: float = float("-inf"), from_scores: bool = False):
+    """``in_taxonomy(X, unknown, best, path_ll=None)`` of a block for ``model``; None without a background
+    (then a verdict, ``min_in_taxonomy`` > -inf, is refused: InputError).
+
+    ``from_scores``: the decoder gives each row's ``path_ll`` (its log-likelihood under its path, read off
+    the scores it computed: :func:`pcem_spark.core.decoding.best_path_log_likelihood`), so only the
+    background is shipped; else the paths' word distributions are shipped too and each word looked up.
+    """
     background = model_background(model)
     if background is None:
         if min_in_taxonomy > float("-inf"):
             resolve_min_in_taxonomy(min_in_taxonomy, model)  # raises: this model has no in_taxonomy score
         return None
     # the background as plain arrays and numbers: what a staged file may hold (engine.shipping)
-    bc = ship(spark, (model.params.log_base, model.params.log_ratio, tuple(background)))
+    params = None if from_scores else (model.params.log_base, model.params.log_ratio)
+    bc = ship(spark, (params, tuple(background)))
 
-    def in_taxonomy(X, unknown, best):
-        log_base, log_ratio, background = bc.value
-        background = Background(*background)
-        return in_taxonomy_scores(X, unknown, log_base, log_ratio, best, background, _lookup_of(log_ratio))
+    def in_taxonomy(X, unknown, best, path_ll=None):
+        params, background = bc.value
+        if path_ll is None:
+            if params is None:
+                raise ValueError("in_taxonomy: this decoder was to give each row's path log-likelihood")
+            log_base, log_ratio = params
+            path_ll = path_log_likelihoods(X, log_base, log_ratio, best, _lookup_of(log_ratio))
+        return in_taxonomy_of_likelihoods(X, unknown, path_ll, Background(*background))
 
     return in_taxonomy
 

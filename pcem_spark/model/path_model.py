@@ -392,10 +392,15 @@ class PathModel:
         spark = df.sparkSession
         min_probability, top_k, node_probabilities, multi_path = outputs[:4]
         typical = typicality_of_blocks(spark, self) if outputs.typicality else None
-        scorer, verdict = in_taxonomy_of_blocks(spark, self, outputs.min_in_taxonomy), outputs.min_in_taxonomy
         check_prediction_options(min_probability, top_k)
         check_multi_path(multi_path)
         width = self.beam_width(beam)
+        # The exact decoder scores every path: the in_taxonomy score reads each row's generative path
+        # log-likelihood off those scores (core.decoding.best_path_log_likelihood) instead of looking
+        # its words up again in a second copy of the parameters.
+        from_scores = width == 0 and self.spec.structure is None
+        scorer = in_taxonomy_of_blocks(spark, self, outputs.min_in_taxonomy, from_scores)
+        verdict, path_ll = outputs.min_in_taxonomy, from_scores and scorer is not None
         # The decoders' top-k holds every path a multi-path row can name (top_paths shows the first top_k).
         ranked = top_k
         if multi_path > 0:
@@ -482,6 +487,7 @@ class PathModel:
                             min_probability,
                             ranked,
                             node_probabilities,
+                            path_ll,
                         ),
                         X,
                         _bound(tables, X, E),
@@ -503,7 +509,9 @@ class PathModel:
                 to_matrix,
                 block_size,
                 PredictionLayout(paths, names),
-                lambda X, E=None: predict_paths(X, None, None, structure, doc_length, tables=_bound(tables, X, E)),
+                lambda X, E=None: predict_paths(
+                    X, None, None, structure, doc_length, tables=_bound(tables, X, E), path_log_likelihood=path_ll
+                ),
                 PredictionOptions(fingerprint=outputs.fingerprint, min_in_taxonomy=verdict),
                 (typical, scorer),
             )
