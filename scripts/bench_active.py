@@ -29,7 +29,6 @@ Example (~2 h per corpus on 2 cores with the default pipeline)::
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import logging
 import os
@@ -40,6 +39,8 @@ from typing import Dict, List, Optional, Sequence
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
+
+from bench_results import quiet_logging, read_results, write_results  # noqa: E402
 
 log = logging.getLogger("bench_active")
 
@@ -179,9 +180,7 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default=None)
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_logging()
 
     from bench_noregret import labelled_corpus
     from pyspark.sql import Window
@@ -198,17 +197,11 @@ def main(argv=None) -> int:
     settings = load_settings(args.config, args.overrides)
     spark = build_session(settings.spark)
     spark.sparkContext.setLogLevel("WARN")
-    os.makedirs(args.out, exist_ok=True)
-    csv_path = os.path.join(args.out, "results.csv")
-    rows: List[Dict] = list(csv.DictReader(open(csv_path, newline=""))) if os.path.exists(csv_path) else []
+    csv_path, rows = read_results(args.out)
     done = {(r["taxonomy"], r["start"], int(r["seed"]), r["strategy"], int(r["round"])) for r in rows}
 
     def save():
-        with open(csv_path + ".tmp", "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=FIELDS)
-            w.writeheader()
-            w.writerows(rows)
-        os.replace(csv_path + ".tmp", csv_path)
+        write_results(csv_path, rows, FIELDS)
         with open(os.path.join(args.out, "summary.md"), "w") as fh:
             fh.write(summary_markdown(rows))
 

@@ -218,8 +218,9 @@ def test_scores(model, test, taxonomy):
     import scipy.sparse as sp
 
     from pcem_spark.core.calibration import out_of_fold
-    from pcem_spark.core.decoding import block_scores, path_node_table
+    from pcem_spark.core.decoding import block_scores
     from pcem_spark.core.estep import length_normalize, scoring_tables
+    from pcem_spark.core.path_nodes import path_node_table
     from pcem_spark.engine.features import featurize
 
     lookup = taxonomy.path_lookup()

@@ -30,7 +30,6 @@ is reported apart from training. ``OUT/results.csv`` is resumable (rows already 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import logging
 import os
@@ -44,6 +43,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from bench_noregret import dotted_labels  # the dotted-name taxonomy, as the no-regret benchmark builds it
+from bench_results import quiet_logging, read_results, write_results  # noqa: E402
 
 log = logging.getLogger("bench_embeddings")
 
@@ -143,23 +143,12 @@ def main(argv=None) -> int:
     ap.add_argument("--summary-only", action="store_true", help="only rewrite summary.md from results.csv")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    os.makedirs(args.out, exist_ok=True)
-    csv_path = os.path.join(args.out, "results.csv")
-    rows: List[Dict[str, object]] = []
-    if os.path.exists(csv_path):
-        with open(csv_path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
+    quiet_logging()
+    csv_path, rows = read_results(args.out)
     done = {(r["corpus"], float(r["rate"]), int(r["seed"]), r["method"]) for r in rows}
 
     def save():
-        with open(csv_path + ".tmp", "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=FIELDS, restval="")
-            w.writeheader()
-            w.writerows(rows)
-        os.replace(csv_path + ".tmp", csv_path)
+        write_results(csv_path, rows, FIELDS)
         write_summary(rows, os.path.join(args.out, "summary.md"))
 
     if args.summary_only:

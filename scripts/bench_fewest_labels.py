@@ -52,6 +52,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from bench_noregret import dotted_labels  # the dotted-name taxonomy, as the no-regret benchmark builds it
+from bench_results import quiet_logging, read_results, write_results  # noqa: E402
 
 log = logging.getLogger("bench_fewest_labels")
 
@@ -186,9 +187,7 @@ def main(argv=None) -> int:
     ap.add_argument("--summary-only", action="store_true", help="only rewrite summary.md from the CSVs")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_logging()
 
     from pcem_spark.cli.config import load_settings
     from pcem_spark.core.taxonomy import Taxonomy
@@ -197,20 +196,11 @@ def main(argv=None) -> int:
     from pcem_spark.ml import train
 
     settings = load_settings(None, args.overrides)
-    os.makedirs(args.out, exist_ok=True)
-    csv_path = os.path.join(args.out, "results.csv")
-    rows: List[Dict[str, object]] = []
-    if os.path.exists(csv_path):
-        with open(csv_path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
+    csv_path, rows = read_results(args.out)
     done = {(r["corpus"], int(r["per_leaf"]), int(r["seed"]), r["method"]) for r in rows}
 
     def save():
-        with open(csv_path + ".tmp", "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=FIELDS, restval="")
-            w.writeheader()
-            w.writerows(rows)
-        os.replace(csv_path + ".tmp", csv_path)
+        write_results(csv_path, rows, FIELDS)
         before = []
         if args.before and os.path.exists(os.path.join(args.before, "results.csv")):
             with open(os.path.join(args.before, "results.csv"), newline="") as fh:

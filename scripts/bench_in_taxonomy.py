@@ -41,7 +41,6 @@ caught at the thresholds that keep 95% and 90% of the in-scope test documents. R
 from __future__ import annotations
 
 import argparse
-import csv
 import gzip
 import json
 import logging
@@ -53,6 +52,8 @@ from typing import Dict, List
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_results import quiet_logging, read_results, write_results  # noqa: E402
 
 log = logging.getLogger("bench_in_taxonomy")
 
@@ -197,24 +198,12 @@ def main(argv=None) -> int:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--summary-only", action="store_true")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    os.makedirs(args.out, exist_ok=True)
-    csv_path = os.path.join(args.out, "results.csv")
-    rows: List[Dict[str, object]] = []
-    if os.path.exists(csv_path):
-        with open(csv_path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
+    quiet_logging()
+    csv_path, rows = read_results(args.out)
     done = {(float(r["rate"]), int(r["seed"])) for r in rows}
 
     def save():
-        tmp = csv_path + ".tmp"
-        with open(tmp, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=FIELDS, restval="")
-            w.writeheader()
-            w.writerows(rows)
-        os.replace(tmp, csv_path)
+        write_results(csv_path, rows, FIELDS)
         write_summary(rows, os.path.join(args.out, "summary.md"))
 
     if args.summary_only:

@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import json
 import logging
 import os
@@ -70,6 +69,8 @@ from typing import Dict, List
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from bench_results import quiet_logging, read_results, write_results  # noqa: E402
 
 log = logging.getLogger("bench_noregret")
 
@@ -312,9 +313,7 @@ def main(argv=None) -> int:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     ap.add_argument("--config", default=None)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("py4j", "pyspark"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet_logging()
 
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -335,21 +334,11 @@ def main(argv=None) -> int:
     settings = load_settings(args.config, args.overrides)
     spark = build_session(settings.spark)
     spark.sparkContext.setLogLevel("WARN")
-    os.makedirs(args.out, exist_ok=True)
-    csv_path = os.path.join(args.out, "results.csv")
-    rows: List[Dict[str, object]] = []
-    if os.path.exists(csv_path):
-        with open(csv_path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
+    csv_path, rows = read_results(args.out)
     done = {(r["taxonomy"], float(r["rate"]), int(r["seed"]), r["method"]) for r in rows}
 
     def save():
-        tmp = csv_path + ".tmp"
-        with open(tmp, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=FIELDS, restval="")
-            w.writeheader()
-            w.writerows(rows)
-        os.replace(tmp, csv_path)
+        write_results(csv_path, rows, FIELDS)
 
     base_docs, _ = split_rejects(read_documents(spark, args.docs))
     base_docs = base_docs.where(F.col("labels").isNotNull()).select("id", "text", "labels").cache()

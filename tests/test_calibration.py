@@ -34,14 +34,13 @@ from pcem_spark.core.calibration import (
     true_path_log_loss,
 )
 from pcem_spark.core.decoding import (
-    node_marginals,
-    path_node_table,
     predict_path_details,
     predict_paths,
 )
 from pcem_spark.core.estep import scoring_tables
 from pcem_spark.core.methods import method_spec
 from pcem_spark.core.parameters import PathParameters
+from pcem_spark.core.path_nodes import node_marginals, path_node_table
 from pcem_spark.engine import passes
 from pcem_spark.engine.blocks import blocks_from_labels
 from pcem_spark.model.fitting import em_settings

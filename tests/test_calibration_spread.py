@@ -22,7 +22,7 @@ from pcem_spark.core.calibration import (
     predicted_node_events,
 )
 from pcem_spark.core.calibration_spread import calibrated_node_matrix, probability_spread
-from pcem_spark.core.decoding import node_marginals, path_node_table
+from pcem_spark.core.path_nodes import node_marginals, path_node_table
 
 FLAT = np.arange(12).reshape(12, 1)  # 12 paths of one node each
 

@@ -201,7 +201,7 @@ def test_prediction_reads_the_path_log_likelihood_off_its_scores():
         want = (X.toarray() @ log_theta.T)[np.arange(9), best]  # the raw counts, whatever the scaling
         tol = 1e-9 if dtype == "float64" else 1e-4
         np.testing.assert_allclose(out.path_log_likelihood, want, rtol=tol, atol=tol)
-        details = predict_path_details(X, None, doc_length, tables, paths, 0.5, 2, path_log_likelihood=True)
+        details = predict_path_details(X, None, doc_length, tables, paths, 0.5, 2)
         np.testing.assert_allclose(details.path_log_likelihood, want, rtol=tol, atol=tol)
     with pytest.raises(ValueError, match="Eq. 5"):  # a baseline's components are not paths
         structure = Structure(np.zeros(R, dtype=np.int64), np.arange(R), "posterior")

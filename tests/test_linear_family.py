@@ -179,9 +179,10 @@ def test_family_auto_is_cross_validated_for_one_component_methods_only():
 
 def test_multi_path_weighs_the_pair_gain_by_the_generative_weight(corpus, combined):
     """--multi-path on a combined model: the pair's generative gain enters the pooled scores times beta."""
-    from pcem_spark.core.decoding import path_node_table, predict_path_details
+    from pcem_spark.core.decoding import predict_path_details
     from pcem_spark.core.estep import scoring_tables
     from pcem_spark.core.multi_path import PAIR_CANDIDATES, membership_probabilities, mixture_gain, with_membership
+    from pcem_spark.core.path_nodes import path_node_table
 
     rows, docs, taxonomy = corpus
     X = dense_counts(rows, combined.vocabulary)

@@ -49,9 +49,10 @@ def model(spark):
 def test_transform_multi_path_is_every_path_whose_membership_is_at_least_p(spark, model, beam, staged_shipping):
     import pyarrow as pa
 
-    from pcem_spark.core.decoding import path_node_table, predict_path_details
+    from pcem_spark.core.decoding import predict_path_details
     from pcem_spark.core.estep import scoring_tables
     from pcem_spark.core.multi_path import with_membership
+    from pcem_spark.core.path_nodes import path_node_table
 
     docs = _corpus(spark, seed=1, all_labeled=True)
     p = 0.2

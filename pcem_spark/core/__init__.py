@@ -3,7 +3,7 @@
 Everything here is a pure function (or an immutable value) over arrays of one
 block of documents: the taxonomy and its path structures (``taxonomy``,
 ``structure``, ``methods``), the M-step and the parameters it produces
-(``parameters``), the E-step (``estep``), decoding (``decoding``, ``beam``),
+(``parameters``), the E-step (``estep``), decoding (``decoding``, ``path_nodes``, ``beam``),
 and the statistics that weak supervision and inspection compute from them
 (``similarity``, ``node_stats``). Equation numbers in docstrings refer to the
 paper. Modules here import numpy, scipy, the standard library,
@@ -32,15 +32,15 @@ _EXPORTS = {
     "check_beam": "pcem_spark.core.beam",
     "PREDICT_BLOCK_CELLS": "pcem_spark.core.decoding",
     "PathPredictions": "pcem_spark.core.decoding",
-    "abstain_depth": "pcem_spark.core.decoding",
+    "abstain_depth": "pcem_spark.core.path_nodes",
     "block_scores": "pcem_spark.core.decoding",
     "decode": "pcem_spark.core.decoding",
-    "node_marginals": "pcem_spark.core.decoding",
-    "path_node_table": "pcem_spark.core.decoding",
+    "node_marginals": "pcem_spark.core.path_nodes",
+    "path_node_table": "pcem_spark.core.path_nodes",
     "path_posteriors": "pcem_spark.core.decoding",
     "predict_path_details": "pcem_spark.core.decoding",
     "predict_paths": "pcem_spark.core.decoding",
-    "top_k_paths": "pcem_spark.core.decoding",
+    "top_k_paths": "pcem_spark.core.path_nodes",
     "DENSE_TERM_SHARE": "pcem_spark.core.estep",
     "BlockStats": "pcem_spark.core.estep",
     "EStepOptions": "pcem_spark.core.estep",

@@ -25,9 +25,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from pcem_spark.core.calibration import map_nodes, map_paths
-from pcem_spark.core.decoding import PathPredictions, block_scores, path_node_outputs
+from pcem_spark.core.decoding import PathPredictions, block_scores
 from pcem_spark.core.estep import DENSE_TERM_SHARE, ScoringTables, length_normalize, scoring_tables
 from pcem_spark.core.parameters import PathParameters, recovered_counts
+from pcem_spark.core.path_nodes import path_node_outputs
 from pcem_spark.errors import InputError
 
 __all__ = [
@@ -432,7 +433,7 @@ def beam_path_details(
     fewer when the beam scored fewer paths: -1 / 0 pad the rest) and the node
     marginals that decide ``kept`` are those of the posterior renormalised
     over the paths the beam scored. ``path_nodes`` (M, D), -1 at dummies
-    (:func:`~pcem_spark.core.decoding.path_node_table`), is needed with
+    (:func:`~pcem_spark.core.path_nodes.path_node_table`), is needed with
     ``min_probability`` > 0 or ``node_probabilities``. The scorer's
     ``temperature`` (calibration) divides the scored paths' joint
     log-likelihoods before that softmax; the beam and the path are unchanged.

@@ -1,7 +1,8 @@
 """Decoding (Eq. 5 and the abstaining / top-k variants): from joint log-likelihoods to paths.
 
-Posteriors over paths, node marginals, the most probable path, the depth to stop at
-below ``min_probability``, the ``k`` most probable paths. Pure numpy on one block.
+The scores of a block, the most probable path and its probability, posteriors over paths, and each
+row's likelihood under its path; what a posterior says about nodes (marginals, abstaining, top-k) is
+:mod:`.path_nodes`. Pure numpy on one block.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import scipy.sparse as sp
 from pcem_spark.core.calibration import map_nodes, map_paths
 from pcem_spark.core.estep import ScoringTables, joint_log_likelihood, length_normalize
 from pcem_spark.core.logistic import pooled_scores
+from pcem_spark.core.path_nodes import node_marginals, path_membership, path_node_outputs, top_k_paths
 from pcem_spark.core.structure import Structure, group_log_softmax, posterior
 
 # Prediction scores a block in row chunks of at most this many (rows x components) cells (16 MB in
@@ -112,12 +114,6 @@ __all__ = [
     "predict_paths",
     "decode",
     "path_posteriors",
-    "node_marginals",
-    "path_node_table",
-    "path_membership",
-    "path_node_outputs",
-    "abstain_depth",
-    "top_k_paths",
     "PathPredictions",
     "predict_path_details",
     "best_path_log_likelihood",
@@ -303,7 +299,7 @@ def path_posteriors(jll: np.ndarray, structure: Optional[Structure] = None) -> n
       posteriors of a path's components, what :func:`decode` takes the argmax of.
     * ``decoder="greedy"`` (top-down): the product of the local (per-parent
       softmax) probabilities of the path's nodes -- the top-down model's own
-      ``P(path | x)``, so a node's marginal (:func:`node_marginals`) is the
+      ``P(path | x)``, so a node's marginal (:func:`~pcem_spark.core.path_nodes.node_marginals`) is the
       product of the local probabilities from the top down to it. A dummy node
       is its parent's only child (local probability 1).
     * ``decoder="win"`` (win-driven): the product over depths of the path's
@@ -363,129 +359,6 @@ def path_posteriors(jll: np.ndarray, structure: Optional[Structure] = None) -> n
     return posterior(log_path)[0] if n else log_path
 
 
-def node_marginals(path_post: np.ndarray, path_node) -> np.ndarray:
-    """``P(c | x) = sum of the posteriors of the paths through c``, for every node c.
-
-    Parameters
-    ----------
-    path_post : ndarray (n, M), rows summing to 1 (:func:`path_posteriors`)
-    path_node : ndarray or sparse matrix (M, K), 0/1 path-node membership
-        (``Taxonomy.path_node_matrix()``)
-
-    Returns
-    -------
-    ndarray, shape (n, K)
-        In [0, 1]; along a path the marginals never increase (a node's paths
-        include its children's).
-
-    Examples
-    --------
-    Paths ``rec/autos``, ``sci/med``, ``sci/space``; nodes in
-    ``Taxonomy.nodes`` order (``rec``, ``sci``, ``autos``, ``med``, ``space``):
-
-    >>> import numpy as np
-    >>> from pcem_spark.core.taxonomy import Taxonomy
-    >>> taxonomy = Taxonomy({"ROOT": ["sci", "rec"], "sci": ["space", "med"], "rec": ["autos"]})
-    >>> path_post = np.array([[0.1, 0.3, 0.6]])
-    >>> print(node_marginals(path_post, taxonomy.path_node_matrix()).round(3))
-    [[0.1 0.9 0.1 0.3 0.6]]
-    """
-    out = np.asarray(
-        path_post @ path_node
-        if not sp.issparse(path_node)
-        else (sp.csr_matrix(path_node).T @ np.asarray(path_post).T).T,
-        dtype=np.float64,
-    )
-    return np.clip(out, 0.0, 1.0)
-
-
-def path_node_table(path_node, is_dummy: np.ndarray) -> np.ndarray:
-    """(M, D) node index of each path at each depth, ``-1`` where the path's node is a dummy.
-
-    A path's real nodes are then its row up to the first -1 (dummies only pad
-    a shallow leaf at the end).
-
-    Parameters
-    ----------
-    path_node : ndarray or sparse matrix (M, K), 0/1, nodes sorted by depth
-        (``Taxonomy.path_node_matrix()``), every path of the same (padded) depth D
-    is_dummy : bool ndarray (K,) (``Taxonomy.is_dummy``)
-    """
-    pn = sp.csr_matrix(path_node)
-    pn.eliminate_zeros()
-    pn.sort_indices()
-    depth = np.diff(pn.indptr)
-    M = pn.shape[0]
-    if M and not np.all(depth == depth[0]):
-        raise ValueError("path_node_table needs padded paths of one depth")
-    table = pn.indices.reshape(M, int(depth[0]) if M else 0).astype(np.int64)
-    return np.where(np.asarray(is_dummy, dtype=bool)[table], -1, table)
-
-
-def abstain_depth(
-    best_path: np.ndarray, marginals: np.ndarray, path_nodes: np.ndarray, min_probability: float
-) -> np.ndarray:
-    """How many nodes of each row's predicted path to keep: the longest prefix of real nodes whose
-    marginal probability is >= ``min_probability``.
-
-    Marginals never increase along a path, so this stops at the deepest node
-    with a marginal >= ``min_probability``; 0 = abstain at the root (no node
-    is likely enough). ``min_probability = 0`` keeps every real node.
-
-    Parameters
-    ----------
-    best_path : int ndarray (n,), the predicted path of each row
-    marginals : ndarray (n, K) (:func:`node_marginals`)
-    path_nodes : int ndarray (M, D), -1 at dummies (:func:`path_node_table`)
-    min_probability : float in [0, 1]
-
-    Returns
-    -------
-    int64 ndarray (n,), in 0..(real depth of the row's path)
-    """
-    nodes = path_nodes[np.asarray(best_path, dtype=np.int64)]  # (n, D)
-    real = nodes >= 0
-    if min_probability <= 0:
-        return real.sum(axis=1).astype(np.int64)
-    m = np.take_along_axis(marginals, np.where(real, nodes, 0), axis=1)
-    ok = real & (m >= min_probability)
-    return np.cumprod(ok, axis=1).sum(axis=1).astype(np.int64)
-
-
-def top_k_paths(path_post: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
-    """Each row's ``k`` most probable paths, most probable first; ties go to the lower path index.
-
-    Parameters
-    ----------
-    path_post : ndarray (n, M)
-    k : int >= 0; ``min(k, M)`` paths are returned
-
-    Returns
-    -------
-    index : int64 ndarray (n, min(k, M))
-    probability : ndarray (n, min(k, M)), non-increasing along each row
-    """
-    path_post = np.asarray(path_post, dtype=np.float64)
-    n, M = path_post.shape
-    k = min(int(k), M)
-    if k <= 0 or n == 0:
-        return np.zeros((n, max(k, 0)), dtype=np.int64), np.zeros((n, max(k, 0)))
-    if k == M:
-        index = np.argsort(-path_post, axis=1, kind="stable")
-    else:
-        # The k largest per row in O(M) (argpartition), then sorted by (-probability, index);
-        # a row with ties at the k-th value has an arbitrary partition: sorted in full instead.
-        index = np.argpartition(-path_post, k - 1, axis=1)[:, :k]
-        kth = np.take_along_axis(path_post, index, axis=1).min(axis=1)
-        tied = (path_post >= kth[:, None]).sum(axis=1) > k
-        if tied.any():
-            index[tied] = np.argsort(-path_post[tied], axis=1, kind="stable")[:, :k]
-        order = np.lexsort((index, -np.take_along_axis(path_post, index, axis=1)), axis=-1)
-        index = np.take_along_axis(index, order, axis=1)
-    index = np.ascontiguousarray(index[:, :k], dtype=np.int64)
-    return index, np.take_along_axis(path_post, index, axis=1)
-
-
 class PathPredictions(NamedTuple):
     """What one block's prediction holds with abstaining / top-k (:func:`predict_path_details`).
 
@@ -496,11 +369,11 @@ class PathPredictions(NamedTuple):
     probability : (n,)
         Its score (as :func:`predict_paths`).
     kept : int64 (n,) or None
-        Nodes of ``best`` kept (:func:`abstain_depth`).
+        Nodes of ``best`` kept (:func:`~pcem_spark.core.path_nodes.abstain_depth`).
     kept_probability : (n,) or None
         Marginal of the last kept node (1 for an empty path: the root).
     top_index, top_probability : (n, min(k, M)) or None
-        The k best paths and their probabilities (:func:`top_k_paths`).
+        The k best paths and their probabilities (:func:`~pcem_spark.core.path_nodes.top_k_paths`).
     node_probability : (n, D) or None
         The marginal of each depth's node of ``best`` (NaN at dummies).
     top_posterior : (n, min(k, M)) or None
@@ -524,37 +397,6 @@ class PathPredictions(NamedTuple):
     path_log_likelihood: Optional[np.ndarray] = None
 
 
-def path_membership(path_nodes: np.ndarray) -> sp.csr_matrix:
-    """(M, K') 0/1 CSR: the real nodes of each path, from :func:`path_node_table` (K' = largest node index + 1).
-
-    What :func:`node_marginals` needs for the marginals of real nodes (a
-    dummy's marginal is never read: it is never kept or shown).
-    """
-    rows, depth = np.nonzero(path_nodes >= 0)
-    cols = path_nodes[rows, depth]
-    k = int(cols.max()) + 1 if cols.size else 0
-    return sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(path_nodes.shape[0], k))
-
-
-def path_node_outputs(along: np.ndarray, real: np.ndarray, min_probability: float, node_probabilities: bool):
-    """``(node_probability, kept, kept_probability)`` of :class:`PathPredictions` from the decoded paths' nodes.
-
-    ``along`` (n, D): the marginal of each depth's node of the decoded path
-    (never increasing); ``real`` (n, D): where that node is not a dummy.
-    ``kept``: the longest prefix of real nodes at least ``min_probability``
-    probable (None when it is 0), ``kept_probability`` its last node's (1 for
-    an empty path); ``node_probability``: ``along`` with NaN at dummies
-    (None unless ``node_probabilities``).
-    """
-    node_prob = np.where(real, along, np.nan) if node_probabilities else None
-    kept = kept_prob = None
-    if min_probability > 0:
-        kept = np.cumprod(real & (along >= min_probability), axis=1).sum(axis=1).astype(np.int64)
-        last = np.take_along_axis(along, np.maximum(kept - 1, 0)[:, None], axis=1).ravel()
-        kept_prob = np.where(kept > 0, last, 1.0)
-    return node_prob, kept, kept_prob
-
-
 def predict_path_details(
     X,
     structure: Optional[Structure],
@@ -564,7 +406,6 @@ def predict_path_details(
     min_probability: float = 0.0,
     top_k: int = 0,
     node_probabilities: bool = False,
-    path_log_likelihood: bool = False,
 ) -> PathPredictions:
     """:func:`predict_paths` plus the abstained prefix, the top-k paths and the node marginals of every row.
 
@@ -578,16 +419,15 @@ def predict_path_details(
     min_probability : float in [0, 1]; 0 = no abstaining (``kept`` None)
     top_k : int >= 0; 0 = no top-k (``top_index`` None)
     node_probabilities : bool; the marginal of each node of the decoded path (``node_probability``)
-    path_log_likelihood : bool; ``log P(x | best)`` too, as :func:`predict_paths`
+
+    With one component per path (``structure`` None) ``path_log_likelihood`` is ``log P(x | best)`` too, as
+    :func:`predict_paths` gives it.
     """
     raw = X
     X = length_normalize(X, doc_length) if doc_length > 0 else sp.csr_matrix(X)
     options = (min_probability, top_k, tables.temperature, node_probabilities, tables.probability_map)
     path_node = path_membership(path_nodes)
-    top = None
-    if path_log_likelihood:
-        _check_generative(structure)
-        top = np.zeros(X.shape[0])
+    top = np.zeros(X.shape[0]) if structure is None else None
     parts = [
         _chunk_details(
             jll, structure, path_node, path_nodes, options, None if top is None else (g, top[s : s + len(jll)])

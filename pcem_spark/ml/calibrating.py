@@ -43,7 +43,7 @@ from pcem_spark.core.calibration import (
     predicted_node_events,
 )
 from pcem_spark.core.calibration_spread import mean_precision_error, probability_spread
-from pcem_spark.core.decoding import path_node_table
+from pcem_spark.core.path_nodes import path_node_table
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.ml.tune_settings import TuneSettings
 from pcem_spark.ml.tuning import LABELS_COL, draw_cv_sample

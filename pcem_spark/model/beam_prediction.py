@@ -8,9 +8,9 @@ level-by-level tables are built once per model and dtype and broadcast.
 from __future__ import annotations
 
 from pcem_spark.core.beam import beam_path_details, beam_scorer, beam_tables
-from pcem_spark.core.decoding import path_node_table
 from pcem_spark.core.estep import scoring_tables
 from pcem_spark.core.multi_path import with_membership
+from pcem_spark.core.path_nodes import path_node_table
 from pcem_spark.engine.arrow_io import PredictionLayout, PredictionOptions, predicted_path_batches
 from pcem_spark.engine.shipping import ship
 

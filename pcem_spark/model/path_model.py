@@ -29,12 +29,13 @@ from pyspark.sql import types as T
 
 from pcem_spark.core.beam import beam_width, check_beam
 from pcem_spark.core.calibration import DepthMaps, path_depths
-from pcem_spark.core.decoding import path_node_table, predict_path_details, predict_paths
+from pcem_spark.core.decoding import predict_path_details, predict_paths
 from pcem_spark.core.estep import scoring_tables
 from pcem_spark.core.logistic import with_vectors
 from pcem_spark.core.methods import MethodSpec, method_spec
 from pcem_spark.core.multi_path import ranked_for_multi_path, with_membership
 from pcem_spark.core.parameters import PathParameters
+from pcem_spark.core.path_nodes import path_node_table
 from pcem_spark.core.taxonomy import Taxonomy
 from pcem_spark.engine.arrow_io import PredictionLayout, PredictionOptions, csr_of, predicted_path_batches
 from pcem_spark.engine.blocks import EMBEDDING_COL
@@ -395,12 +396,9 @@ class PathModel:
         check_prediction_options(min_probability, top_k)
         check_multi_path(multi_path)
         width = self.beam_width(beam)
-        # The exact decoder scores every path: the in_taxonomy score reads each row's generative path
-        # log-likelihood off those scores (core.decoding.best_path_log_likelihood) instead of looking
-        # its words up again in a second copy of the parameters.
-        from_scores = width == 0 and self.spec.structure is None
-        scorer = in_taxonomy_of_blocks(spark, self, outputs.min_in_taxonomy, from_scores)
-        verdict, path_ll = outputs.min_in_taxonomy, from_scores and scorer is not None
+        # The exact decoder scores every path: in_taxonomy reads each row's path log-likelihood off them.
+        scorer = in_taxonomy_of_blocks(spark, self, outputs.min_in_taxonomy, from_scores=width == 0)
+        verdict, path_ll = outputs.min_in_taxonomy, width == 0 and scorer is not None
         # The decoders' top-k holds every path a multi-path row can name (top_paths shows the first top_k).
         ranked = top_k
         if multi_path > 0:
@@ -417,13 +415,11 @@ class PathModel:
             feats = df.withColumn("_pcem_features", F.col(features_col))
             to_matrix = partial(csr_of, vocab_size=len(self.vocabulary))
         elif self.text_featurizer() is not None:
-            # The text itself goes to the scoring task, which tokenises it (engine.python_tokens): no JVM
-            # tokenizer, no SparseVector serialised to Arrow. The vocabulary travels once per executor.
+            # The scoring task tokenises the text (engine.python_tokens); the vocabulary goes once per executor.
             feats = df.withColumn("_pcem_features", F.col(text_col))
             featurizer = ship(spark, self.text_featurizer())
 
-            def to_matrix(texts):
-                # with the in_taxonomy score, each row's unknown tokens too (counted in the same pass)
+            def to_matrix(texts):  # with the in_taxonomy score, each row's unknown tokens too (the same pass)
                 return featurizer.value.matrix_and_unknown(texts, unknown=scorer is not None)
 
         else:
@@ -487,7 +483,6 @@ class PathModel:
                             min_probability,
                             ranked,
                             node_probabilities,
-                            path_ll,
                         ),
                         X,
                         _bound(tables, X, E),
