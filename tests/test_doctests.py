@@ -15,6 +15,7 @@ OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 PURE_MODULES = [
     "pcem_spark.core.decoding",
+    "pcem_spark.core.path_nodes",
     "pcem_spark.core.estep",
     "pcem_spark.core.parameters",
     "pcem_spark.core.structure",
