@@ -77,7 +77,8 @@ def cmd_predict(args, settings) -> int:
         output_names,
         node_probabilities,
         multi_path,
-        (min_in_taxonomy, in_taxonomy_name),
+        min_in_taxonomy,
+        in_taxonomy_name,
     )
     with connect_staging(spark, args.output):
         return _predict_on(spark, args, settings, options)
@@ -95,23 +96,12 @@ class _PredictOptions(NamedTuple):
     output_names: tuple
     node_probabilities: bool
     multi_path: float
-    min_in_taxonomy: tuple  # (the value: a number, "suggested" or "none"; the flag or setting that gave it)
+    min_in_taxonomy: object  # a number, "suggested" or "none"
+    in_taxonomy_name: str  # the flag or setting that gave it
 
 
-def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
+def _predict_on(spark, args, settings, opts: _PredictOptions) -> int:
     """``pcem predict`` once the session exists (the staging directory of a Connect session around it)."""
-    (
-        min_probability,
-        top_k,
-        beam,
-        beam_name,
-        keep,
-        partition_by,
-        output_names,
-        node_probabilities,
-        multi_path,
-        (min_in_taxonomy, in_taxonomy_name),
-    ) = options
     from pyspark.sql import functions as F
 
     from pcem_spark.engine.progress import log_progress
@@ -133,28 +123,29 @@ def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
     )
     model = PathModel.load(args.model)
     model.tokenizer = settings.predict.tokenizer
-    width = model.beam_width(beam, beam_name)  # "auto" resolved; a beam for a method that has none refused
+    # "auto" resolved; a beam for a method that has none refused
+    width = model.beam_width(opts.beam, opts.beam_name)
     from pcem_spark.model.in_taxonomy import resolve_min_in_taxonomy
 
     try:  # a number; "suggested" read from the model; refused for a model without the score
-        verdict = resolve_min_in_taxonomy(min_in_taxonomy, model)
+        verdict = resolve_min_in_taxonomy(opts.min_in_taxonomy, model)
     except InputError as exc:
-        raise InputError(f"{in_taxonomy_name}: {exc}") from None
+        raise InputError(f"{opts.in_taxonomy_name}: {exc}") from None
     max_partitions = settings.predict.max_partitions
-    if partition_by == LEVEL1:  # the folders are the level-1 nodes (and one for an empty path): known now
+    if opts.partition_by == LEVEL1:  # the folders are the level-1 nodes (and one for an empty path): known now
         level1 = [n for n in model.taxonomy.children(model.taxonomy.root) if n in model.taxonomy.real_nodes]
-        check_partition_folders(LEVEL1, level1, output_names[1])
-        _check_partition_count(len(level1) + 1, max_partitions, output_names[1], LEVEL1)
+        check_partition_folders(LEVEL1, level1, opts.output_names[1])
+        _check_partition_count(len(level1) + 1, max_partitions, opts.output_names[1], LEVEL1)
     counts: dict = {}
     # Not cached again: the valid rows are a filter of the checked rows read_valid_documents persisted,
     # and it has counted them.
-    distinct = partition_by if partition_by and partition_by != LEVEL1 else None
+    distinct = opts.partition_by if opts.partition_by and opts.partition_by != LEVEL1 else None
     vectors = vector_column(model)  # a model that scores with document vectors reads them, checked
     check_encoder(vectors, settings.features.embedding_model)
-    check_not_kept(vectors, keep, "--keep-columns")
+    check_not_kept(vectors, opts.keep, "--keep-columns")
     options = DocsOptions.of(
         args,
-        keep=keep,
+        keep=opts.keep,
         distinct=distinct,
         embedding=vectors.name if vectors else "none",
         vector_dimension=vectors.dimension if vectors else None,
@@ -162,35 +153,41 @@ def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
     docs = read_valid_documents(spark, args.docs, rejects.path, args.split, counts, options)
     n_in = counts["selected"] if args.split is not None else counts["valid"]
     if "distinct_values" in counts:  # counted in the pass that counted the rows: before anything is written
-        _check_partition_count(counts["distinct_values"], max_partitions, output_names[1], partition_by)
-        longest = len(partition_folder(partition_by, "").split("=", 1)[0]) + 1 + counts["longest_folder_value"]
+        _check_partition_count(counts["distinct_values"], max_partitions, opts.output_names[1], opts.partition_by)
+        longest = len(partition_folder(opts.partition_by, "").split("=", 1)[0]) + 1 + counts["longest_folder_value"]
         if longest > FOLDER_NAME_BYTES:
             raise InputError(
-                f"{output_names[1]} = {partition_by!r}: a value of the column would be written to a folder named "
-                f"{longest} bytes long, over the {FOLDER_NAME_BYTES} a folder name may have; partition by "
-                "another column"
+                f"{opts.output_names[1]} = {opts.partition_by!r}: a value of the column would be written to "
+                f"a folder named {longest} bytes long, over the {FOLDER_NAME_BYTES} a folder name may have; "
+                "partition by another column"
             )
-    if partition_by and partition_by != LEVEL1:
-        kind = docs.schema[partition_by].dataType.simpleString()
+    if opts.partition_by and opts.partition_by != LEVEL1:
+        kind = docs.schema[opts.partition_by].dataType.simpleString()
         if kind.startswith(("array", "map", "struct", "binary")):
             raise InputError(
-                f"{output_names[1]} = {partition_by!r}: column of type {kind}; a partition column must be a "
-                "string, number, date or boolean (its values become folder names)"
+                f"{opts.output_names[1]} = {opts.partition_by!r}: column of type {kind}; a partition column "
+                "must be a string, number, date or boolean (its values become folder names)"
             )
     if width > 0:
         log.info(
-            "predict: beam search of width %d over %d paths (%s = %r)", width, model.taxonomy.n_paths, beam_name, beam
+            "predict: beam search of width %d over %d paths (%s = %r)",
+            width,
+            model.taxonomy.n_paths,
+            opts.beam_name,
+            opts.beam,
         )
-    outputs = OutputOptions(min_probability, top_k, node_probabilities, multi_path, min_in_taxonomy=verdict)
-    pred = model.transform_outputs(docs, outputs, beam=width, keep_columns=keep)
+    outputs = OutputOptions(
+        opts.min_probability, opts.top_k, opts.node_probabilities, opts.multi_path, min_in_taxonomy=verdict
+    )
+    pred = model.transform_outputs(docs, outputs, beam=width, keep_columns=opts.keep)
     writer = pred.write
-    if partition_by == LEVEL1:
+    if opts.partition_by == LEVEL1:
         pred = pred.withColumn(LEVEL1, F.try_element_at(F.col("path"), F.lit(1)))  # null for an empty path
         writer = pred.write
-    if partition_by:
+    if opts.partition_by:
         # Partition values are folder names: Spark escapes the characters a path cannot hold, and reads
         # the column back from them (a null becomes __HIVE_DEFAULT_PARTITION__ on disk, null when read).
-        writer = writer.partitionBy(partition_by)
+        writer = writer.partitionBy(opts.partition_by)
     # Written to a temporary sibling and moved into place with its marker: --overwrite keeps the old
     # predictions until the new ones are complete, and a killed run never leaves part files to be read.
     with atomic_output(spark, args.output, "predictions", overwrite=args.overwrite, parts=[""]) as staged:
@@ -206,28 +203,34 @@ def _predict_on(spark, args, settings, options: _PredictOptions) -> int:
                     "model": args.model,
                     "model_version": model.version,  # the run id of the model version that predicted
                     "input": counts,
-                    "min_probability": float(min_probability),
-                    "top_k": int(top_k),
+                    "min_probability": float(opts.min_probability),
+                    "top_k": int(opts.top_k),
                     "beam": int(width),
                     "tokenizer": "python" if model.text_featurizer() is not None else "spark",
-                    "node_probabilities": node_probabilities,
-                    "multi_path": float(multi_path),
+                    "node_probabilities": opts.node_probabilities,
+                    "multi_path": float(opts.multi_path),
                     "min_in_taxonomy": None if verdict == float("-inf") else verdict,
                     "calibrated": model.effective_temperature != 1.0,
-                    "keep_columns": list(keep),
-                    "partition_by": partition_by or None,
+                    "keep_columns": list(opts.keep),
+                    "partition_by": opts.partition_by or None,
                 }
             )
         )
         if verdict > float("-inf"):
             out_of = spark.read.parquet(staged.tmp).where(F.col("in_taxonomy") < verdict).count()
             staged.info["out_of_taxonomy"] = out_of
-            log.info("predict: %s %g: %d of %d documents out of the taxonomy", in_taxonomy_name, verdict, out_of, n_out)
-        if min_probability > 0:
+            log.info(
+                "predict: %s %g: %d of %d documents out of the taxonomy",
+                opts.in_taxonomy_name,
+                verdict,
+                out_of,
+                n_out,
+            )
+        if opts.min_probability > 0:
             from pcem_spark.model.schema import abstention_counts
 
             staged.info["abstention"] = abstention_counts(spark.read.parquet(staged.tmp), model.taxonomy)
-            log.info("predict: --min-probability %g: %s", min_probability, staged.info["abstention"])
+            log.info("predict: --min-probability %g: %s", opts.min_probability, staged.info["abstention"])
     log.info("predict: %d predictions -> %s in %.1fs", n_out, args.output, time.perf_counter() - t0)
     return 0
 
